@@ -1,0 +1,20 @@
+"""Errors raised while reading HLO text."""
+
+from __future__ import annotations
+
+
+class HloParseError(ValueError):
+    """Malformed or invalid HLO text.
+
+    Attributes:
+      filename: the file (or ``<string>``) the text came from.
+      line, column: 1-based position of the problem.
+      expected: what the parser expected there (or what is wrong).
+    """
+
+    def __init__(self, filename: str, line: int, column: int, expected: str):
+        self.filename = filename
+        self.line = line
+        self.column = column
+        self.expected = expected
+        super().__init__(f"{filename}:{line}:{column}: {expected}")

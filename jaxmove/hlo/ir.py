@@ -1,0 +1,283 @@
+"""The HLO IR: modules, computations, instructions.
+
+The IR mirrors what XLA prints (xla/hlo/ir/hlo_instruction.cc ``ToString``): each
+instruction keeps its attributes as the raw text XLA printed (``attrs``) plus typed
+accessors for the ones the passes need. It knows nothing of JAX or of the passes.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from functools import cached_property
+
+from .shape import Shape
+
+# Attributes whose value names one or more computations.
+CALLED_COMPUTATION_ATTRS = (
+    "calls", "to_apply", "condition", "body", "branch_computations",
+    "true_computation", "false_computation", "scatter", "select",
+    "async_execution_thread_computation",
+)
+
+
+@dataclass(slots=True)
+class Metadata:
+    """``metadata={op_type=... op_name=... source_file=... source_line=... stack_frame_id=...}``."""
+
+    op_type: str = ""
+    op_name: str = ""
+    source_file: str = ""
+    source_line: int = 0
+    stack_frame_id: int = 0
+    raw: dict[str, str] = field(default_factory=dict)
+
+
+@dataclass(slots=True)
+class SourceLocation:
+    """A resolved source position (file, line, function) for an instruction."""
+
+    file: str
+    line: int
+    function: str = ""
+
+
+class Instruction:
+    """One HLO instruction.
+
+    Attributes:
+      name: instruction name without ``%``.
+      opcode: e.g. ``fusion``, ``dot``, ``all-reduce-start``.
+      shape: result shape.
+      operands: operand instruction names, in order.
+      attrs: every ``key=value`` attribute as printed (value text unparsed).
+      literal: for ``constant``, the literal text between the parentheses.
+      is_root: True when printed with ``ROOT`` (or implied: last instruction).
+      line, column: 1-based position of the instruction name in the source text.
+      computation: the name of the enclosing computation.
+    """
+
+    __slots__ = ("name", "opcode", "shape", "operands", "attrs", "literal", "is_root",
+                 "line", "column", "computation", "parameter_number", "__dict__")
+
+    def __init__(self, name, opcode, shape, operands, attrs, literal, is_root, line, column,
+                 computation, parameter_number=None):
+        self.name: str = name
+        self.opcode: str = opcode
+        self.shape: Shape = shape
+        self.operands: tuple[str, ...] = operands
+        self.attrs: dict[str, str] = attrs
+        self.literal: str | None = literal
+        self.is_root: bool = is_root
+        self.line: int = line
+        self.column: int = column
+        self.computation: str = computation
+        self.parameter_number: int | None = parameter_number
+
+    def __repr__(self) -> str:
+        return f"<{self.name} = {self.shape} {self.opcode}({', '.join(self.operands)})>"
+
+    # ---- called computations -------------------------------------------------------
+    @cached_property
+    def called_computations(self) -> tuple[str, ...]:
+        """Names of computations this instruction calls, in attribute order."""
+        out: list[str] = []
+        for key in CALLED_COMPUTATION_ATTRS:
+            v = self.attrs.get(key)
+            if v is None:
+                continue
+            v = v.strip()
+            if v.startswith("{"):
+                v = v[1:-1]
+            out.extend(p.strip().lstrip("%") for p in v.split(",") if p.strip())
+        return tuple(out)
+
+    # ---- typed attribute accessors -------------------------------------------------
+    def int_list(self, key: str) -> tuple[int, ...] | None:
+        """``key={1,2,3}`` as a tuple of ints, or None when absent."""
+        v = self.attrs.get(key)
+        if v is None:
+            return None
+        v = v.strip().strip("{}").strip()
+        return tuple(int(x) for x in v.split(",") if x.strip()) if v else ()
+
+    @cached_property
+    def metadata(self) -> Metadata | None:
+        v = self.attrs.get("metadata")
+        if v is None:
+            return None
+        from .attrs import parse_kv_block  # local import: attrs imports ir-free helpers only
+        raw = parse_kv_block(v)
+        md = Metadata(raw=raw)
+        md.op_type = raw.get("op_type", "")
+        md.op_name = raw.get("op_name", "")
+        md.source_file = raw.get("source_file", "")
+        try:
+            md.source_line = int(raw.get("source_line", "0") or 0)
+            md.stack_frame_id = int(raw.get("stack_frame_id", "0") or 0)
+        except ValueError:
+            pass
+        return md
+
+    @cached_property
+    def backend_config(self) -> dict | None:
+        """backend_config as a dict: JSON (``{...}``) or an escaped JSON string (older XLA).
+
+        Relaxed JSON with unquoted keys (Triton fusions print ``{sizes: ...}``) is accepted.
+        Returns None when absent or when the value is not JSON (e.g. a raw proto string).
+        """
+        v = self.attrs.get("backend_config")
+        if v is None:
+            return None
+        from .attrs import parse_backend_config
+        return parse_backend_config(v)
+
+    @property
+    def fusion_kind(self) -> str | None:
+        """``kind=kLoop|kInput|kOutput|kCustom`` for fusions, else None."""
+        return self.attrs.get("kind")
+
+    @property
+    def custom_call_target(self) -> str | None:
+        v = self.attrs.get("custom_call_target")
+        return v.strip('"') if v is not None else None
+
+    @property
+    def known_trip_count(self) -> int | None:
+        """``known_trip_count.n`` from a while's backend_config, or None when unknown."""
+        bc = self.backend_config
+        if isinstance(bc, dict):
+            ktc = bc.get("known_trip_count")
+            if isinstance(ktc, dict) and "n" in ktc:
+                try:
+                    return int(ktc["n"])
+                except (TypeError, ValueError):
+                    return None
+        return None
+
+    @property
+    def tuple_index(self) -> int | None:
+        v = self.attrs.get("index")
+        return int(v) if v is not None else None
+
+
+class Computation:
+    """An HLO computation: an ordered list of instructions with one root.
+
+    Attributes:
+      name: computation name without ``%``.
+      instructions: in printed order (XLA prints a topological order; scheduled
+        modules print the schedule).
+      root: the ROOT instruction (the last one when no ROOT marker was printed).
+      is_entry: True for the ENTRY computation.
+      line: 1-based line of the computation header.
+    """
+
+    __slots__ = ("name", "instructions", "by_name", "root", "is_entry", "line", "parameters")
+
+    def __init__(self, name: str, instructions: list[Instruction], root: Instruction,
+                 is_entry: bool, line: int):
+        self.name = name
+        self.instructions = instructions
+        self.by_name = {i.name: i for i in instructions}
+        self.root = root
+        self.is_entry = is_entry
+        self.line = line
+        params = [i for i in instructions if i.opcode == "parameter"]
+        self.parameters: list[Instruction] = sorted(params, key=lambda i: i.parameter_number or 0)
+
+    def __repr__(self) -> str:
+        return f"<Computation {self.name}: {len(self.instructions)} instructions>"
+
+    def __iter__(self):
+        return iter(self.instructions)
+
+    def __len__(self) -> int:
+        return len(self.instructions)
+
+    def operand_instructions(self, instr: Instruction) -> list[Instruction]:
+        return [self.by_name[o] for o in instr.operands]
+
+
+class Module:
+    """An HLO module.
+
+    Attributes:
+      name: the ``HloModule`` name.
+      header: header attributes as printed (``is_scheduled``, ``entry_computation_layout``,
+        ``input_output_alias``, ``num_partitions``, ``replica_count`` ...).
+      computations: by name, in printed order.
+      entry: the ENTRY computation (the last one when no ENTRY marker was printed).
+      filename: where the text came from (for error messages), or ``<string>``.
+      file_names, function_names: id -> string tables from the preamble.
+      file_locations: id -> {file_name_id, function_name_id, line, ...}.
+      stack_frames: id -> (file_location_id, parent_frame_id).
+    """
+
+    def __init__(self, name, header, computations, entry, filename, file_names=None,
+                 function_names=None, file_locations=None, stack_frames=None):
+        self.name: str = name
+        self.header: dict[str, str] = header
+        self.computations: dict[str, Computation] = computations
+        self.entry: Computation = entry
+        self.filename: str = filename
+        self.file_names: dict[int, str] = file_names or {}
+        self.function_names: dict[int, str] = function_names or {}
+        self.file_locations: dict[int, dict[str, int]] = file_locations or {}
+        self.stack_frames: dict[int, tuple[int, int]] = stack_frames or {}
+
+    def __repr__(self) -> str:
+        n = sum(len(c) for c in self.computations.values())
+        return f"<Module {self.name}: {len(self.computations)} computations, {n} instructions>"
+
+    @property
+    def is_scheduled(self) -> bool:
+        return self.header.get("is_scheduled", "false").strip() == "true"
+
+    def _header_int(self, key: str, default: int) -> int:
+        try:
+            return int(self.header.get(key, default))
+        except ValueError:
+            return default
+
+    @property
+    def num_partitions(self) -> int:
+        return self._header_int("num_partitions", 1)
+
+    @property
+    def replica_count(self) -> int:
+        return self._header_int("replica_count", 1)
+
+    def instructions(self):
+        """Every instruction of every computation, in printed order."""
+        for c in self.computations.values():
+            yield from c.instructions
+
+    @cached_property
+    def input_output_alias(self) -> dict[int, list[tuple[tuple[int, ...], tuple[int, ...]]]]:
+        """Entry parameter number -> [(output index, parameter index)] from ``input_output_alias``.
+
+        XLA prints ``input_output_alias={ {0}: (1, {}, may-alias), ... }``: output index
+        ``{0}`` aliases parameter 1 at index ``{}`` (the buffer is donated and reused).
+        """
+        from .attrs import parse_input_output_alias
+        v = self.header.get("input_output_alias")
+        return parse_input_output_alias(v) if v else {}
+
+    def source_location(self, instr: Instruction) -> SourceLocation | None:
+        """Source file and line of an instruction: metadata source_file/source_line, or the
+        innermost frame of ``stack_frame_id`` through the module's StackFrames tables."""
+        md = instr.metadata
+        if md is None:
+            return None
+        if md.source_file:
+            return SourceLocation(md.source_file, md.source_line)
+        if md.stack_frame_id and md.stack_frame_id in self.stack_frames:
+            loc_id, _parent = self.stack_frames[md.stack_frame_id]
+            loc = self.file_locations.get(loc_id)
+            if loc is not None:
+                return SourceLocation(
+                    self.file_names.get(loc.get("file_name_id", 0), "?"),
+                    loc.get("line", 0),
+                    self.function_names.get(loc.get("function_name_id", 0), ""),
+                )
+        return None

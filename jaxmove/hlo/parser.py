@@ -1,0 +1,565 @@
+"""HLO text parser.
+
+Reads what XLA prints (``Compiled.as_text()``, ``--xla_dump_to`` after-optimizations
+dumps) for CPU, GPU and TPU. The grammar follows xla/hlo/parser/hlo_parser.cc:
+
+    module      := 'HloModule' name (',' attr)* preamble* computation*
+    preamble    := ('FileNames'|'FunctionNames'|'FileLocations'|'StackFrames') (int value)*
+    computation := ['ENTRY'] name [signature '->' shape] (',' attr)* '{' instruction* '}'
+    instruction := ['ROOT'] name '=' [shape] opcode '(' operands ')' (',' attr)*
+
+Instructions may span several lines; ``//`` line comments and ``/*...*/`` block
+comments are whitespace. Operands may carry their shape (older printers) or be a
+nested unnamed instruction (``convert(f16[4] multiply(%a, %b))``, accepted by XLA's
+parser too). The shape may be omitted for tuple, get-tuple-element and while, whose
+shapes follow from their operands. Attribute values are kept as the raw text; typed
+accessors live on :class:`~jaxmove.hlo.ir.Instruction`.
+
+Every error is an :class:`HloParseError` with file, line, column and what was expected.
+"""
+
+from __future__ import annotations
+
+import bisect
+import re
+from pathlib import Path
+
+from .errors import HloParseError
+from .ir import Computation, Instruction, Module
+from .shape import PRIMITIVE_BIT_WIDTHS, Layout, Shape
+
+_WS = re.compile(r"(?:\s+|//[^\n]*|/\*.*?\*/)*", re.S)
+_NAME = re.compile(r"%?([A-Za-z_][A-Za-z0-9_.\-$]*|[0-9][A-Za-z0-9_.\-$]*)")
+_OPCODE = re.compile(r"[a-z][a-z0-9\-]*")
+_ATTR_KEY = re.compile(r"[A-Za-z_][A-Za-z0-9_\-.]*")
+_ARRAY_SHAPE = re.compile(r"([a-z][a-z0-9]*)\[([^\]\[\n]*)\](\{[^{}\n]*\})?")
+_TYPE_AT = re.compile(r"([a-z][a-z0-9]*)\[")
+_BRACKETS = re.compile(r'[(){}\[\]"]')
+_STOP0 = re.compile(r'[(){}\[\]"\s,]')
+_STRING = re.compile(r'"(?:[^"\\]|\\.)*"')
+_TILE = re.compile(r"\(([^()]*)\)")
+_INT = re.compile(r"-?\d+")
+_PREAMBLE = ("FileNames", "FunctionNames", "FileLocations", "StackFrames")
+_CLOSE = {"(": ")", "[": "]", "{": "}"}
+
+# Opcodes whose result shape equals their first operand's (used when the shape is omitted).
+_SAME_SHAPE_AS_OPERAND0 = frozenset({
+    "copy", "negate", "abs", "exp", "log", "sqrt", "rsqrt", "tanh", "add", "subtract",
+    "multiply", "divide", "maximum", "minimum", "optimization-barrier", "while",
+    "copy-start", "bitcast", "sine", "cosine", "tan", "not", "and", "or", "xor",
+})
+
+
+class _Parser:
+    def __init__(self, text: str, filename: str):
+        self.text = text
+        self.n = len(text)
+        self.filename = filename
+        self.pos = 0
+        self._line_starts: list[int] | None = None
+        self._shape_cache: dict[str, Shape] = {}
+        self._anon = 0
+
+    # ---- positions and errors ------------------------------------------------------
+    def linecol(self, pos: int) -> tuple[int, int]:
+        if self._line_starts is None:
+            self._line_starts = [0] + [m.end() for m in re.finditer("\n", self.text)]
+        i = bisect.bisect_right(self._line_starts, pos) - 1
+        return i + 1, pos - self._line_starts[i] + 1
+
+    def error(self, expected: str, pos: int | None = None) -> HloParseError:
+        line, col = self.linecol(self.pos if pos is None else min(pos, self.n))
+        return HloParseError(self.filename, line, col, expected)
+
+    def found(self) -> str:
+        if self.pos >= self.n:
+            return "end of file"
+        tok = re.match(r"\S{1,20}", self.text[self.pos:self.pos + 20])
+        return repr(tok.group(0)) if tok else repr(self.text[self.pos])
+
+    # ---- lexing helpers ------------------------------------------------------------
+    def ws(self) -> None:
+        self.pos = _WS.match(self.text, self.pos).end()
+
+    def peek(self, s: str) -> bool:
+        return self.text.startswith(s, self.pos)
+
+    def expect(self, s: str, what: str) -> None:
+        self.ws()
+        if not self.text.startswith(s, self.pos):
+            raise self.error(f"expected '{s}' {what}, found {self.found()}")
+        self.pos += len(s)
+
+    def name(self, what: str) -> str:
+        self.ws()
+        m = _NAME.match(self.text, self.pos)
+        if not m:
+            raise self.error(f"expected {what}, found {self.found()}")
+        self.pos = m.end()
+        return m.group(1)
+
+    def balanced(self, what: str) -> str:
+        """Consume a balanced ``(...)``, ``[...]`` or ``{...}`` group (strings respected)."""
+        start = self.pos
+        text = self.text
+        stack: list[tuple[str, int]] = []
+        pos = self.pos
+        while True:
+            m = _BRACKETS.search(text, pos)
+            if m is None:
+                o, opos = stack[-1] if stack else (text[start], start)
+                raise self.error(f"expected '{_CLOSE.get(o, o)}' closing '{o}' of {what} "
+                                 f"opened at {self._fmt(opos)}", self.n)
+            c = m.group(0)
+            pos = m.end()
+            if c == '"':
+                sm = _STRING.match(text, m.start())
+                if sm is None:
+                    raise self.error(f"unterminated string in {what}", m.start())
+                pos = sm.end()
+            elif c in "([{":
+                stack.append((c, m.start()))
+            else:
+                if not stack:
+                    raise self.error(f"unexpected '{c}' in {what}", m.start())
+                o, opos = stack.pop()
+                if _CLOSE[o] != c:
+                    raise self.error(f"expected '{_CLOSE[o]}' closing '{o}' of {what} opened at "
+                                     f"{self._fmt(opos)}, found '{c}'", m.start())
+                if not stack:
+                    self.pos = pos
+                    return text[start:pos]
+
+    def _fmt(self, pos: int) -> str:
+        line, col = self.linecol(pos)
+        return f"{line}:{col}"
+
+    def value(self, what: str) -> str:
+        """An attribute value: text up to ',' / whitespace at depth 0, brackets balanced."""
+        self.ws()
+        start = self.pos
+        text = self.text
+        while self.pos < self.n:
+            m = _STOP0.search(text, self.pos)
+            if m is None:
+                self.pos = self.n
+                break
+            c = m.group(0)
+            self.pos = m.start()
+            if c in "([{":
+                self.balanced(what)
+            elif c == '"':
+                sm = _STRING.match(text, self.pos)
+                if sm is None:
+                    raise self.error(f"unterminated string in {what}")
+                self.pos = sm.end()
+            elif c in ")]}":
+                if self.pos == start:
+                    raise self.error(f"unexpected '{c}' in {what}")
+                break
+            else:  # whitespace or ',' at depth 0
+                break
+        if self.pos == start:
+            raise self.error(f"expected a value for {what}, found {self.found()}")
+        return text[start:self.pos]
+
+    def attrs(self, what: str, into: dict[str, str]) -> None:
+        """``(',' key '=' value)*``."""
+        while True:
+            save = self.pos
+            self.ws()
+            if not self.peek(","):
+                self.pos = save
+                return
+            self.pos += 1
+            self.ws()
+            m = _ATTR_KEY.match(self.text, self.pos)
+            if not m:
+                raise self.error(f"expected attribute name after ',' in {what}, found {self.found()}")
+            key = m.group(0)
+            self.pos = m.end()
+            self.expect("=", f"after attribute '{key}' of {what}")
+            into[key] = self.value(f"attribute '{key}' of {what}")
+
+    # ---- shapes --------------------------------------------------------------------
+    def shape(self, what: str) -> Shape:
+        self.ws()
+        start = self.pos
+        if self.peek("("):
+            self.pos += 1
+            elems: list[Shape] = []
+            self.ws()
+            if self.peek(")"):
+                self.pos += 1
+            else:
+                while True:
+                    elems.append(self.shape(what))
+                    self.ws()
+                    if self.peek(","):
+                        self.pos += 1
+                        continue
+                    if self.peek(")"):
+                        self.pos += 1
+                        break
+                    raise self.error(f"expected ',' or ')' in tuple shape of {what}, found {self.found()}")
+            # A tuple may carry a (meaningless to us) layout-free suffix; nothing to read.
+            return Shape("tuple", tuple_shapes=tuple(elems))
+        m = _ARRAY_SHAPE.match(self.text, self.pos)
+        if m is not None and not m.group(3) and self.text.startswith("{", m.end()):
+            raise self.error(f"expected '}}' closing the layout of {m.group(0)}", m.end())
+        if m is None:
+            tm = _TYPE_AT.match(self.text, self.pos)
+            if tm:
+                b = self.text.find("]", tm.end())
+                nl = self.text.find("\n", tm.end())
+                if b == -1 or (nl != -1 and nl < b):
+                    raise self.error(f"expected ']' closing dimensions of "
+                                     f"{self.text[start:(nl if nl != -1 else self.n)].strip()}", tm.end())
+            raise self.error(f"expected a shape for {what}, found {self.found()}")
+        key = m.group(0)
+        cached = self._shape_cache.get(key)
+        if cached is not None:
+            self.pos = m.end()
+            return cached
+        etype = m.group(1)
+        if etype not in PRIMITIVE_BIT_WIDTHS:
+            raise self.error(f"unknown element type '{etype}' in shape of {what}")
+        dims: list[int] = []
+        dyn: list[bool] = []
+        dtext = m.group(2).strip()
+        if dtext:
+            for part in dtext.split(","):
+                p = part.strip()
+                d = p.startswith("<=")
+                if d:
+                    p = p[2:].strip()
+                if p == "?":
+                    dims.append(0)
+                    dyn.append(True)
+                    continue
+                if not p.isdigit():
+                    raise self.error(f"expected a dimension size (integer or <=integer) in "
+                                     f"{key}, found {part.strip()!r}", m.start(2))
+                dims.append(int(p))
+                dyn.append(d)
+        layout = None
+        if m.group(3):
+            layout = self.layout(m.group(3)[1:-1], m.start(3))
+        shape = Shape(etype, tuple(dims), tuple(dyn), layout)
+        self._shape_cache[key] = shape
+        self.pos = m.end()
+        return shape
+
+    def layout(self, text: str, pos: int) -> Layout:
+        head, _, tail = text.partition(":")
+        try:
+            m2m = tuple(int(x) for x in head.split(",") if x.strip())
+        except ValueError:
+            raise self.error(f"expected integers in layout {{{text}}}", pos) from None
+        tiles: list[tuple[int, ...]] = []
+        esize = None
+        mspace = 0
+        i = 0
+        while i < len(tail):
+            c = tail[i]
+            if c == "T":
+                i += 1
+                while i < len(tail) and tail[i] == "(":
+                    m = _TILE.match(tail, i)
+                    if m is None:
+                        raise self.error(f"expected ')' closing tile in layout {{{text}}}", pos)
+                    tiles.append(tuple(-1 if x.strip() == "*" else int(x) for x in m.group(1).split(",")
+                                       if x.strip()))
+                    i = m.end()
+            elif c in "ESLDP#M" and i + 1 < len(tail) and tail[i + 1] == "(":
+                m = _TILE.match(tail, i + 1)
+                if m is None:
+                    raise self.error(f"expected ')' in layout {{{text}}}", pos)
+                if c == "E":
+                    esize = int(m.group(1))
+                elif c == "S":
+                    mspace = int(m.group(1))
+                i = m.end()
+            else:
+                i += 1  # D(...) dim level types, '*' etc.: kept in text only
+        return Layout(m2m, tuple(tiles), esize, mspace, text)
+
+    # ---- module --------------------------------------------------------------------
+    def module(self) -> Module:
+        self.ws()
+        name = "unnamed"
+        header: dict[str, str] = {}
+        if self.peek("HloModule"):
+            self.pos += len("HloModule")
+            name = self.name("module name after 'HloModule'")
+            self.attrs("HloModule header", header)
+        tables: dict[str, dict] = {k: {} for k in _PREAMBLE}
+        computations: dict[str, Computation] = {}
+        entry: Computation | None = None
+        while True:
+            self.ws()
+            if self.pos >= self.n:
+                break
+            word = re.match(r"[A-Za-z]+", self.text[self.pos:self.pos + 16])
+            if word and word.group(0) in _PREAMBLE and self._preamble_here(word.group(0)):
+                self.preamble(word.group(0), tables[word.group(0)])
+                continue
+            comp = self.computation()
+            if comp.name in computations:
+                raise self.error(f"duplicate computation name '{comp.name}' (first defined at line "
+                                 f"{computations[comp.name].line})", self._comp_pos)
+            computations[comp.name] = comp
+            if comp.is_entry:
+                if entry is not None:
+                    raise self.error("a second ENTRY computation", self._comp_pos)
+                entry = comp
+        if not computations:
+            raise self.error("expected at least one computation")
+        if entry is None:
+            entry = list(computations.values())[-1]
+            entry.is_entry = True
+        mod = Module(name, header, computations, entry, self.filename,
+                     {k: v for k, v in tables["FileNames"].items()},
+                     {k: v for k, v in tables["FunctionNames"].items()},
+                     tables["FileLocations"], {
+                         k: (v.get("file_location_id", 0), v.get("parent_frame_id", 0))
+                         for k, v in tables["StackFrames"].items()})
+        self.validate(mod)
+        return mod
+
+    def _preamble_here(self, word: str) -> bool:
+        after = self.pos + len(word)
+        rest = _WS.match(self.text, after).end()
+        return rest >= self.n or self.text[rest].isdigit() or self.text[after] == "\n"
+
+    def preamble(self, word: str, table: dict) -> None:
+        self.pos += len(word)
+        while True:
+            self.ws()
+            m = re.compile(r"\d+").match(self.text, self.pos)
+            if not m:
+                return
+            key = int(m.group(0))
+            self.pos = m.end()
+            self.ws()
+            if self.peek('"'):
+                sm = _STRING.match(self.text, self.pos)
+                if sm is None:
+                    raise self.error(f"unterminated string in {word} entry {key}")
+                from .attrs import unquote
+                table[key] = unquote(sm.group(0))
+                self.pos = sm.end()
+            elif self.peek("{"):
+                body = self.balanced(f"{word} entry {key}")
+                vals = {}
+                for kv in body[1:-1].split():
+                    k, _, v = kv.partition("=")
+                    try:
+                        vals[k] = int(v)
+                    except ValueError:
+                        raise self.error(f"expected integer value for '{k}' in {word} entry {key}") from None
+                table[key] = vals
+            else:
+                raise self.error(f"expected a string or {{...}} for {word} entry {key}, found {self.found()}")
+
+    def computation(self) -> Computation:
+        self.ws()
+        self._comp_pos = self.pos
+        is_entry = False
+        if re.match(r"ENTRY\s", self.text[self.pos:self.pos + 6]):
+            is_entry = True
+            self.pos += 5
+        name = self.name("computation name (or 'HloModule', 'ENTRY')")
+        line, _ = self.linecol(self._comp_pos)
+        self.ws()
+        if self.peek("("):
+            self.balanced(f"parameter list of computation '{name}'")
+            self.expect("->", f"after parameter list of computation '{name}'")
+            self.shape(f"result of computation '{name}'")
+        extra: dict[str, str] = {}
+        self.attrs(f"computation '{name}'", extra)
+        self.expect("{", f"opening the body of computation '{name}'")
+        instrs: list[Instruction] = []
+        by_name: dict[str, Instruction] = {}
+        root: Instruction | None = None
+        while True:
+            self.ws()
+            if self.pos >= self.n:
+                raise self.error(f"expected '}}' closing computation '{name}' opened at line {line}")
+            if self.peek("}"):
+                self.pos += 1
+                break
+            instr = self.instruction(name, instrs, by_name)
+            if instr.is_root:
+                if root is not None:
+                    raise self.error(f"second ROOT instruction '{instr.name}' in computation '{name}' "
+                                     f"(first: '{root.name}')", self._instr_pos)
+                root = instr
+        if not instrs:
+            raise self.error(f"computation '{name}' has no instructions", self._comp_pos)
+        if root is None:
+            root = instrs[-1]
+            root.is_root = True
+        return Computation(name, instrs, root, is_entry, line)
+
+    def _add(self, instr: Instruction, instrs: list, by_name: dict, pos: int) -> None:
+        if instr.name in by_name:
+            prev = by_name[instr.name]
+            raise self.error(f"duplicate instruction name '{instr.name}' in computation "
+                             f"'{instr.computation}' (first defined at line {prev.line})", pos)
+        by_name[instr.name] = instr
+        instrs.append(instr)
+
+    def instruction(self, comp: str, instrs: list, by_name: dict) -> Instruction:
+        self._instr_pos = start = self.pos
+        is_root = False
+        if self.text.startswith("ROOT", self.pos) and self.text[self.pos + 4:self.pos + 5].isspace():
+            is_root = True
+            self.pos += 4
+            self.ws()
+        npos = self.pos
+        name = self.name(f"instruction name in computation '{comp}'")
+        self.expect("=", f"after instruction name '{name}'")
+        instr = self.instruction_body(name, comp, instrs, by_name, npos)
+        instr.is_root = is_root
+        self._add(instr, instrs, by_name, start)
+        return instr
+
+    def _shape_follows(self) -> bool:
+        return self.peek("(") or _TYPE_AT.match(self.text, self.pos) is not None
+
+    def instruction_body(self, name, comp, instrs, by_name, npos) -> Instruction:
+        self.ws()
+        shape = self.shape(f"instruction '{name}'") if self._shape_follows() else None
+        self.ws()
+        opos = self.pos
+        m = _OPCODE.match(self.text, self.pos)
+        if not m:
+            raise self.error(f"expected an opcode for instruction '{name}', found {self.found()}")
+        opcode = m.group(0)
+        self.pos = m.end()
+        self.ws()
+        if not self.peek("("):
+            raise self.error(f"expected '(' after opcode '{opcode}' of instruction '{name}', "
+                             f"found {self.found()}")
+        literal = None
+        param_no = None
+        operands: list[str] = []
+        if opcode in ("constant", "parameter"):
+            body = self.balanced(f"operands of '{name}'")
+            literal = body[1:-1].strip()
+            if opcode == "parameter":
+                if not literal.isdigit():
+                    raise self.error(f"expected a parameter number in parameter(...) of '{name}'", opos)
+                param_no = int(literal)
+                literal = None
+        else:
+            self.operands(name, comp, instrs, by_name, operands)
+        attrs: dict[str, str] = {}
+        self.attrs(f"instruction '{name}'", attrs)
+        line, col = self.linecol(npos)
+        if shape is None:
+            shape = self.infer_shape(name, opcode, operands, attrs, by_name, opos)
+        return Instruction(name, opcode, shape, tuple(operands), attrs, literal, False, line, col,
+                           comp, param_no)
+
+    def operands(self, name, comp, instrs, by_name, out: list[str]) -> None:
+        self.pos += 1  # '('
+        self.ws()
+        if self.peek(")"):
+            self.pos += 1
+            return
+        while True:
+            self.ws()
+            ostart = self.pos
+            if self._shape_follows():
+                self.shape(f"an operand of '{name}'")
+                self.ws()
+            m = _NAME.match(self.text, self.pos)
+            if not m:
+                raise self.error(f"expected an operand name in operands of '{name}', found {self.found()}")
+            after = _WS.match(self.text, m.end()).end()
+            if (self.text.startswith("(", after) and not m.group(0).startswith("%")
+                    and _OPCODE.fullmatch(m.group(0))):
+                # A nested unnamed instruction, e.g. convert(f16[4] multiply(%a, %b)).
+                self._anon += 1
+                self.pos = ostart
+                sub = self.instruction_body(f"{m.group(0)}.anon{self._anon}", comp, instrs,
+                                            by_name, ostart)
+                self._add(sub, instrs, by_name, ostart)
+                out.append(sub.name)
+            else:
+                self.pos = m.end()
+                out.append(m.group(1))
+            self.ws()
+            if self.peek(","):
+                self.pos += 1
+                continue
+            if self.peek(")"):
+                self.pos += 1
+                return
+            raise self.error(f"expected ',' or ')' in operands of '{name}', found {self.found()}")
+
+    def infer_shape(self, name, opcode, operands, attrs, by_name, pos) -> Shape:
+        def op(i: int) -> Shape:
+            if i >= len(operands) or operands[i] not in by_name:
+                raise self.error(f"instruction '{name}' has no shape and its operand {i} is not "
+                                 "defined before it, so its shape cannot be inferred", pos)
+            return by_name[operands[i]].shape
+        if opcode == "tuple":
+            return Shape("tuple", tuple_shapes=tuple(op(i) for i in range(len(operands))))
+        if opcode == "get-tuple-element":
+            t = op(0)
+            try:
+                return t.subshape((int(attrs.get("index", "x")),))
+            except (ValueError, IndexError):
+                raise self.error(f"get-tuple-element '{name}': index={attrs.get('index')} is not an "
+                                 f"element of {t}", pos) from None
+        if opcode in _SAME_SHAPE_AS_OPERAND0 and operands:
+            return op(0)
+        raise self.error(f"expected a shape before opcode '{opcode}' of instruction '{name}'", pos)
+
+    # ---- validation ----------------------------------------------------------------
+    def validate(self, mod: Module) -> None:
+        for comp in mod.computations.values():
+            for instr in comp.instructions:
+                for o in instr.operands:
+                    if o not in comp.by_name:
+                        raise HloParseError(self.filename, instr.line, instr.column,
+                                            f"instruction '{instr.name}' uses undefined operand '{o}' "
+                                            f"in computation '{comp.name}'")
+                for c in instr.called_computations:
+                    if c not in mod.computations:
+                        raise HloParseError(self.filename, instr.line, instr.column,
+                                            f"instruction '{instr.name}' calls undefined computation '{c}'")
+
+
+def parse_module(text: str, filename: str = "<string>") -> Module:
+    """Parse HLO text into a :class:`Module`.
+
+    Args:
+      text: the text of one HLO module, as XLA prints it.
+      filename: used in error messages.
+    Raises:
+      HloParseError: malformed text; carries filename, line, column and what was expected.
+    """
+    return _Parser(text, filename).module()
+
+
+def parse_file(path: str | Path) -> Module:
+    """Read and parse an HLO text file.
+
+    Raises:
+      FileNotFoundError: the file does not exist.
+      HloParseError: the text is malformed, or not UTF-8.
+    """
+    p = Path(path)
+    data = p.read_bytes()
+    try:
+        text = data.decode("utf-8")
+    except UnicodeDecodeError as e:
+        line = data[: e.start].count(b"\n") + 1
+        col = e.start - (data.rfind(b"\n", 0, e.start) + 1) + 1
+        raise HloParseError(str(p), line, col, "expected UTF-8 text (is this an HLO proto, not text?)") \
+            from None
+    return parse_module(text, str(p))

@@ -1,0 +1,432 @@
+"""GPT-2-style decoder in Flax NNX, with prefill and one-step KV-cache decode.
+
+Architecture (Radford et al. 2019, "Language Models are Unsupervised Multitask
+Learners"; the layout of Hugging Face ``GPT2LMHeadModel``):
+
+  token embedding ``wte`` [vocab, d_model] + learned position embedding
+  ``wpe`` [seq_len, d_model]  ->  ``layers`` x pre-LN block
+  (``ln1`` -> causal self-attention -> residual, ``ln2`` -> MLP(gelu) -> residual)
+  -> final LayerNorm ``ln_f`` -> LM head.
+
+The LM head is **tied** to ``wte`` like GPT-2 (logits = h @ wte.T), so GPT-2 small
+has the familiar 124,439,808 parameters.  The position table has ``seq_len`` rows:
+``seq_len`` is both the prompt length of prefill and the cache length of decode.
+
+Attention supports multi-head (``kv_heads == heads``), grouped-query
+(``kv_heads`` divides ``heads``) and multi-query (``kv_heads == 1``) attention.
+All projections carry biases, as in GPT-2.
+
+KV-cache layout (one step of decode reads and writes this):
+
+  unstacked (``scan_layers=False``)::
+
+      {"layers": [{"k_cache": T, "v_cache": T}, ...]}   # one dict per layer
+      T = [batch, seq_len, kv_heads, head_dim] in the model dtype
+
+  stacked (``scan_layers=True``)::
+
+      {"k_cache": [layers, batch, seq_len, kv_heads, head_dim],
+       "v_cache": [layers, batch, seq_len, kv_heads, head_dim]}
+
+Parameters (pure dict from ``nnx.to_pure_dict``) follow the module attribute
+names: ``wte/embedding``, ``wpe/embedding``, ``layers/<i>/ln1/{scale,bias}``,
+``layers/<i>/attn/{query,key,value}/{kernel,bias}`` (kernel [d_model, heads or
+kv_heads, head_dim]), ``layers/<i>/attn/out/{kernel,bias}`` (kernel
+[heads, head_dim, d_model]), ``layers/<i>/mlp/{fc,proj}/{kernel,bias}``,
+``ln_f/{scale,bias}``.  With ``scan_layers`` the ``<i>`` level is absent and
+every layer leaf gains a leading ``layers`` dimension.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import Any
+
+import jax
+import jax.numpy as jnp
+from flax import nnx
+
+from jaxmove.workload import Workload
+
+DTYPES = {
+    "bf16": jnp.bfloat16, "bfloat16": jnp.bfloat16,
+    "f32": jnp.float32, "float32": jnp.float32,
+    "f16": jnp.float16, "float16": jnp.float16,
+}
+
+
+def canonical_dtype(name: str) -> str:
+    """Map a dtype spelling (``bf16``, ``bfloat16``, ...) to its numpy name.
+
+    Raises:
+      ValueError: the name is not one of ``DTYPES``.
+    """
+    try:
+        return jnp.dtype(DTYPES[name]).name
+    except KeyError:
+        raise ValueError(f"unknown dtype {name!r}; expected one of {sorted(DTYPES)}") from None
+
+
+@dataclasses.dataclass(frozen=True)
+class GPTConfig:
+    """GPT configuration.
+
+    Attributes:
+      vocab: vocabulary size V.
+      d_model: model width d.
+      heads: query heads H; ``head_dim = d_model // heads``.
+      kv_heads: key/value heads H_kv (None -> ``heads``); must divide ``heads``.
+      d_ff: MLP hidden width (None -> ``4 * d_model``).
+      layers: number of blocks L.
+      batch: batch size B.
+      seq_len: prompt length (prefill) / KV-cache length (decode); also the number
+        of rows of the position table.
+      dtype: parameter, activation and cache dtype: ``bfloat16`` / ``float32`` /
+        ``float16`` (short spellings accepted).
+      scan_layers: stack the layer parameters (leading ``layers`` dim) and run the
+        blocks with ``jax.lax.scan`` (one HLO ``while`` loop).
+
+    Raises:
+      ValueError: on non-positive sizes, ``heads`` not dividing ``d_model`` or
+        ``kv_heads`` not dividing ``heads``.
+    """
+
+    vocab: int = 256
+    d_model: int = 64
+    heads: int = 4
+    kv_heads: int | None = None
+    d_ff: int | None = None
+    layers: int = 2
+    batch: int = 2
+    seq_len: int = 16
+    dtype: str = "float32"
+    scan_layers: bool = False
+
+    def __post_init__(self):
+        if self.kv_heads is None:
+            object.__setattr__(self, "kv_heads", self.heads)
+        if self.d_ff is None:
+            object.__setattr__(self, "d_ff", 4 * self.d_model)
+        object.__setattr__(self, "dtype", canonical_dtype(self.dtype))
+        for k in ("vocab", "d_model", "heads", "kv_heads", "d_ff", "layers", "batch", "seq_len"):
+            v = getattr(self, k)
+            if not isinstance(v, int) or isinstance(v, bool) or v <= 0:
+                raise ValueError(f"GPTConfig.{k} must be a positive int, got {v!r}")
+        if self.d_model % self.heads:
+            raise ValueError(f"heads={self.heads} must divide d_model={self.d_model}")
+        if self.heads % self.kv_heads:
+            raise ValueError(f"kv_heads={self.kv_heads} must divide heads={self.heads}")
+
+    @property
+    def head_dim(self) -> int:
+        return self.d_model // self.heads
+
+    @property
+    def jnp_dtype(self):
+        return jnp.dtype(self.dtype)
+
+
+# ----------------------------------------------------------------------------- modules
+
+
+def attend(q: jax.Array, k: jax.Array, v: jax.Array, mask: jax.Array) -> jax.Array:
+    """Grouped-query softmax attention.
+
+    Args:
+      q: [B, T, H, D] queries.
+      k, v: [B, S, H_kv, D] keys / values; H_kv divides H (query head h uses
+        kv head h // (H // H_kv)).
+      mask: bool, broadcastable to [T, S]; True where a query may attend a key.
+
+    Returns:
+      [B, T, H, D] in q's dtype.  Scores and softmax are computed in float32.
+    """
+    b, t, h, d = q.shape
+    hkv = k.shape[2]
+    qg = q.reshape(b, t, hkv, h // hkv, d)
+    scores = jnp.einsum("btkgd,bskd->bkgts", qg, k, preferred_element_type=jnp.float32)
+    scores = scores * (d ** -0.5)
+    scores = jnp.where(mask, scores, jnp.finfo(jnp.float32).min)
+    probs = jax.nn.softmax(scores, axis=-1).astype(v.dtype)
+    out = jnp.einsum("bkgts,bskd->btkgd", probs, v)
+    return out.reshape(b, t, h, d)
+
+
+class Attention(nnx.Module):
+    """Causal self-attention with separate q/k/v projections (MHA/GQA/MQA)."""
+
+    def __init__(self, cfg: GPTConfig, *, rngs: nnx.Rngs):
+        dt = cfg.jnp_dtype
+        lin = dict(dtype=dt, param_dtype=dt, rngs=rngs)
+        d, h, hkv, hd = cfg.d_model, cfg.heads, cfg.kv_heads, cfg.head_dim
+        self.query = nnx.LinearGeneral(d, (h, hd), **lin)
+        self.key = nnx.LinearGeneral(d, (hkv, hd), **lin)
+        self.value = nnx.LinearGeneral(d, (hkv, hd), **lin)
+        self.out = nnx.LinearGeneral((h, hd), d, axis=(-2, -1), **lin)
+
+    def prefill(self, x: jax.Array) -> tuple[jax.Array, tuple[jax.Array, jax.Array]]:
+        """x [B, T, d] -> (y [B, T, d], (k, v) each [B, T, H_kv, D])."""
+        q, k, v = self.query(x), self.key(x), self.value(x)
+        t = x.shape[1]
+        mask = jnp.tril(jnp.ones((t, t), bool))
+        return self.out(attend(q, k, v, mask)), (k, v)
+
+    def decode(self, x, k_cache, v_cache, pos):
+        """One step.
+
+        Args:
+          x: [B, 1, d] the new token's hidden state.
+          k_cache, v_cache: [B, S, H_kv, D].
+          pos: int32 scalar, 0 <= pos < S: where the new k/v are written.
+
+        Returns:
+          (y [B, 1, d], (k_cache, v_cache)) with row ``pos`` replaced
+          (``jax.lax.dynamic_update_slice``); keys at positions > pos are masked.
+        """
+        q, k, v = self.query(x), self.key(x), self.value(x)
+        zero = jnp.zeros((), jnp.int32)
+        start = (zero, pos.astype(jnp.int32), zero, zero)
+        k_cache = jax.lax.dynamic_update_slice(k_cache, k.astype(k_cache.dtype), start)
+        v_cache = jax.lax.dynamic_update_slice(v_cache, v.astype(v_cache.dtype), start)
+        mask = (jnp.arange(k_cache.shape[1]) <= pos)[None, :]
+        return self.out(attend(q, k_cache, v_cache, mask)), (k_cache, v_cache)
+
+
+class MLP(nnx.Module):
+    """d -> d_ff (gelu, tanh approximation as GPT-2) -> d."""
+
+    def __init__(self, cfg: GPTConfig, *, rngs: nnx.Rngs):
+        dt = cfg.jnp_dtype
+        self.fc = nnx.Linear(cfg.d_model, cfg.d_ff, dtype=dt, param_dtype=dt, rngs=rngs)
+        self.proj = nnx.Linear(cfg.d_ff, cfg.d_model, dtype=dt, param_dtype=dt, rngs=rngs)
+
+    def __call__(self, x):
+        return self.proj(jax.nn.gelu(self.fc(x), approximate=True))
+
+
+class Block(nnx.Module):
+    """Pre-LN transformer block (LayerNorm epsilon 1e-5 as GPT-2)."""
+
+    def __init__(self, cfg: GPTConfig, *, rngs: nnx.Rngs):
+        dt = cfg.jnp_dtype
+        ln = dict(epsilon=1e-5, dtype=dt, param_dtype=dt, rngs=rngs)
+        self.ln1 = nnx.LayerNorm(cfg.d_model, **ln)
+        self.attn = Attention(cfg, rngs=rngs)
+        self.ln2 = nnx.LayerNorm(cfg.d_model, **ln)
+        self.mlp = MLP(cfg, rngs=rngs)
+
+    def prefill(self, x):
+        a, kv = self.attn.prefill(self.ln1(x))
+        x = x + a
+        return x + self.mlp(self.ln2(x)), kv
+
+    def decode(self, x, k_cache, v_cache, pos):
+        a, kv = self.attn.decode(self.ln1(x), k_cache, v_cache, pos)
+        x = x + a
+        return x + self.mlp(self.ln2(x)), kv
+
+
+class GPT(nnx.Module):
+    """GPT-2-style decoder; see the module docstring for names and layouts."""
+
+    def __init__(self, cfg: GPTConfig, *, rngs: nnx.Rngs):
+        self.cfg = cfg
+        dt = cfg.jnp_dtype
+        self.wte = nnx.Embed(cfg.vocab, cfg.d_model, dtype=dt, param_dtype=dt, rngs=rngs)
+        self.wpe = nnx.Embed(cfg.seq_len, cfg.d_model, dtype=dt, param_dtype=dt, rngs=rngs)
+        if cfg.scan_layers:
+            @nnx.split_rngs(splits=cfg.layers)
+            @nnx.vmap(in_axes=(0,), out_axes=0)
+            def make(rngs):
+                return Block(cfg, rngs=rngs)
+
+            self.layers = make(rngs)
+        else:
+            self.layers = nnx.List([Block(cfg, rngs=rngs) for _ in range(cfg.layers)])
+        self.ln_f = nnx.LayerNorm(cfg.d_model, epsilon=1e-5, dtype=dt, param_dtype=dt, rngs=rngs)
+
+    def _logits(self, x):
+        return self.wte.attend(self.ln_f(x))
+
+    def prefill(self, tokens: jax.Array) -> tuple[jax.Array, dict]:
+        """tokens int32 [B, T] (T <= seq_len) -> (logits [B, T, V], cache).
+
+        The cache has the layout of the module docstring with length T.
+        """
+        t = tokens.shape[1]
+        x = self.wte(tokens) + self.wpe(jnp.arange(t))[None]
+        if self.cfg.scan_layers:
+            graphdef, state = nnx.split(self.layers)
+
+            def body(x, layer_state):
+                x, kv = nnx.merge(graphdef, layer_state).prefill(x)
+                return x, kv
+
+            x, (k, v) = jax.lax.scan(body, x, state)
+            cache = {"k_cache": k, "v_cache": v}
+        else:
+            entries = []
+            for block in self.layers:
+                x, (k, v) = block.prefill(x)
+                entries.append({"k_cache": k, "v_cache": v})
+            cache = {"layers": entries}
+        return self._logits(x), cache
+
+    def decode(self, cache: dict, tokens: jax.Array, pos: jax.Array) -> tuple[jax.Array, dict]:
+        """One decode step.
+
+        Args:
+          cache: KV cache (module docstring layout), length S = seq_len.
+          tokens: int32 [B, 1], the new token ids.
+          pos: int32 scalar, its position (0 <= pos < S).
+
+        Returns:
+          (logits [B, 1, V], cache with position ``pos`` written in every layer).
+        """
+        x = self.wte(tokens) + self.wpe(jnp.reshape(pos, (1,)))[None]
+        if self.cfg.scan_layers:
+            graphdef, state = nnx.split(self.layers)
+
+            def body(x, xs):
+                layer_state, kc, vc = xs
+                x, kv = nnx.merge(graphdef, layer_state).decode(x, kc, vc, pos)
+                return x, kv
+
+            x, (k, v) = jax.lax.scan(body, x, (state, cache["k_cache"], cache["v_cache"]))
+            new_cache = {"k_cache": k, "v_cache": v}
+        else:
+            entries = []
+            for block, c in zip(self.layers, cache["layers"]):
+                x, (k, v) = block.decode(x, c["k_cache"], c["v_cache"], pos)
+                entries.append({"k_cache": k, "v_cache": v})
+            new_cache = {"layers": entries}
+        return self._logits(x), new_cache
+
+
+# ----------------------------------------------------------------------------- workloads
+
+
+def abstract_params(cfg: GPTConfig) -> tuple[nnx.GraphDef, dict]:
+    """(graphdef, pure-dict params of ``jax.ShapeDtypeStruct``); nothing is allocated."""
+    model = nnx.eval_shape(lambda: GPT(cfg, rngs=nnx.Rngs(0)))
+    graphdef, state = nnx.split(model)
+    return graphdef, nnx.to_pure_dict(state)
+
+
+def abstract_cache(cfg: GPTConfig) -> dict:
+    """The decode KV cache as ``jax.ShapeDtypeStruct`` leaves (module docstring layout)."""
+    shape = (cfg.batch, cfg.seq_len, cfg.kv_heads, cfg.head_dim)
+    if cfg.scan_layers:
+        leaf = jax.ShapeDtypeStruct((cfg.layers, *shape), cfg.jnp_dtype)
+        return {"k_cache": leaf, "v_cache": leaf}
+    leaf = jax.ShapeDtypeStruct(shape, cfg.jnp_dtype)
+    return {"layers": [{"k_cache": leaf, "v_cache": leaf} for _ in range(cfg.layers)]}
+
+
+# Logical axes of each parameter, by the last two path components (module, leaf).
+_PARAM_AXES = {
+    ("wte", "embedding"): ("vocab", "embed"),
+    ("wpe", "embedding"): ("length", "embed"),
+    ("query", "kernel"): ("embed", "heads", "kv"),
+    ("query", "bias"): ("heads", "kv"),
+    ("key", "kernel"): ("embed", "kv_heads", "kv"),
+    ("key", "bias"): ("kv_heads", "kv"),
+    ("value", "kernel"): ("embed", "kv_heads", "kv"),
+    ("value", "bias"): ("kv_heads", "kv"),
+    ("out", "kernel"): ("heads", "kv", "embed"),
+    ("out", "bias"): ("embed",),
+    ("fc", "kernel"): ("embed", "mlp"),
+    ("fc", "bias"): ("mlp",),
+    ("proj", "kernel"): ("mlp", "embed"),
+    ("proj", "bias"): ("embed",),
+}
+
+
+def _key_name(k) -> str:
+    for attr in ("key", "idx", "name"):
+        if hasattr(k, attr):
+            return str(getattr(k, attr))
+    return str(k)
+
+
+def param_logical_axes(params: dict, scan_layers: bool) -> Any:
+    """A pytree like ``params`` of logical axis-name tuples (None where unknown).
+
+    Names: ``vocab``, ``embed``, ``length`` (positions), ``heads``, ``kv_heads``,
+    ``kv`` (head_dim), ``mlp`` (d_ff), ``layers`` (stacked layer dim).
+    """
+
+    def axes(path, leaf):
+        names = [_key_name(k) for k in path]
+        key = tuple(names[-2:])
+        if key in _PARAM_AXES:
+            ax = _PARAM_AXES[key]
+        elif names[-1] in ("scale", "bias"):  # LayerNorm
+            ax = ("embed",)
+        else:
+            ax = (None,) * (len(leaf.shape) - (1 if scan_layers and names[0] == "layers" else 0))
+        if scan_layers and names[0] == "layers":
+            ax = ("layers", *ax)
+        assert len(ax) == len(leaf.shape), (names, ax, leaf.shape)
+        return ax
+
+    return jax.tree_util.tree_map_with_path(axes, params)
+
+
+def cache_logical_axes(cache: dict, scan_layers: bool) -> Any:
+    ax = ("batch", "length", "kv_heads", "kv")
+    if scan_layers:
+        ax = ("layers", *ax)
+    return jax.tree.map(lambda _: ax, cache)
+
+
+def prefill_workload(cfg: GPTConfig, name: str) -> Workload:
+    """``fn(params, tokens) -> (logits [B, S, V], cache)`` with tokens int32 [B, S]."""
+    graphdef, params = abstract_params(cfg)
+
+    def prefill(params, tokens):
+        return nnx.merge(graphdef, params).prefill(tokens)
+
+    tokens = jax.ShapeDtypeStruct((cfg.batch, cfg.seq_len), jnp.int32)
+    return Workload(
+        name=name,
+        fn=prefill,
+        args=(params, tokens),
+        roles=(jax.tree.map(lambda _: "weights", params), "activations"),
+        config={**dataclasses.asdict(cfg), "model": "gpt", "mode": "prefill"},
+        logical_axes=(param_logical_axes(params, cfg.scan_layers), ("batch", "length")),
+    )
+
+
+def decode_workload(cfg: GPTConfig, name: str) -> Workload:
+    """``fn(params, cache, tokens, pos) -> (logits [B, 1, V], cache)``; cache donated.
+
+    tokens int32 [B, 1]; pos int32 scalar in [0, seq_len).
+    """
+    graphdef, params = abstract_params(cfg)
+
+    def decode(params, cache, tokens, pos):
+        return nnx.merge(graphdef, params).decode(cache, tokens, pos)
+
+    cache = abstract_cache(cfg)
+    tokens = jax.ShapeDtypeStruct((cfg.batch, 1), jnp.int32)
+    pos = jax.ShapeDtypeStruct((), jnp.int32)
+    return Workload(
+        name=name,
+        fn=decode,
+        args=(params, cache, tokens, pos),
+        roles=(
+            jax.tree.map(lambda _: "weights", params),
+            jax.tree.map(lambda _: "kv_cache", cache),
+            "activations",
+            "activations",
+        ),
+        donate_argnums=(1,),
+        config={**dataclasses.asdict(cfg), "model": "gpt", "mode": "decode"},
+        logical_axes=(
+            param_logical_axes(params, cfg.scan_layers),
+            cache_logical_axes(cache, cfg.scan_layers),
+            ("batch", None),
+            (),
+        ),
+    )
