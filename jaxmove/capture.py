@@ -1,0 +1,552 @@
+"""Capture: JAX / Flax -> ``Program`` (optimized HLO text + entry parameter roles).
+
+``capture`` lowers and compiles a target with ``jax.jit`` (abstract
+``jax.ShapeDtypeStruct`` arguments are fine: nothing is allocated), then maps every
+HLO ENTRY parameter back to the argument leaf it came from.
+
+Parameter mapping.  ``jax.jit`` flattens the non-static arguments into leaves
+(``jax.tree_util`` order) and *drops* leaves the function never uses.  The kept
+leaves are ``lowered._lowering.compile_args["kept_var_idx"]`` (a set of flat
+leaf indices; ``compiled._executable._kept_var_idx`` on a ``Compiled``), and HLO
+entry parameter ``i`` is the ``i``-th kept leaf in increasing order.  capture
+checks that the number of ENTRY parameters equals the number of kept leaves, and
+that each parameter's ``metadata={op_name=...}`` (jax writes the leaf's pytree
+path there, e.g. ``p['w']``) equals the expected path; either mismatch raises
+``CaptureError`` instead of guessing.
+
+Path scheme (``EntryParameter.path``): the Python parameter name of the argument,
+then each pytree key, joined by ``/``: dict keys and attribute names as written,
+sequence indices as numbers.  A trailing Flax ``Variable`` ``.value`` is dropped.
+Examples: ``params/layers/0/attn/query/kernel``, ``cache/layers/0/k_cache``,
+``tokens``, ``pos``; for ``def f(*args)`` the leaves are ``args/0``, ``args/1/w``.
+It is jax's own argument naming (``debug_info.arg_names``, the same string as the
+HLO metadata) with ``['k']`` / ``[i]`` / ``.a`` turned into ``/k`` / ``/i`` / ``/a``.
+"""
+
+from __future__ import annotations
+
+import inspect
+import math
+import re
+from dataclasses import dataclass, field
+from typing import Any
+
+import jax
+import numpy as np
+
+from jaxmove.workload import ROLES, Workload
+
+__all__ = [
+    "CaptureError", "EntryParameter", "Program", "capture", "program_from_hlo_file",
+    "role_from_name", "keystr_to_path",
+]
+
+
+class CaptureError(ValueError):
+    """The compiled program cannot be mapped back to its arguments unambiguously."""
+
+
+@dataclass(frozen=True)
+class EntryParameter:
+    """One HLO ENTRY parameter of a captured program.
+
+    Attributes:
+      number: the HLO entry parameter number.
+      path: the argument leaf's path (module docstring scheme).
+      role: ``weights`` | ``kv_cache`` | ``activations`` | ``unknown``.
+      donated: the caller donated the buffer (``donate_argnums``).
+      shape: the HLO shape without layout, e.g. ``bf16[1,1024,12,64]``.
+      byte_size: bytes of the array, ``ceil(num_elements * bit_width / 8)``.
+      aliased: XLA aliases it to an output (``input_output_alias`` in the HLO
+        module header), i.e. the donation is honoured in place.
+    """
+
+    number: int
+    path: str
+    role: str
+    donated: bool
+    shape: str
+    byte_size: int
+    aliased: bool = False
+
+
+@dataclass(frozen=True)
+class Program:
+    """A compiled program and what capture knows about it.
+
+    Attributes:
+      name: program name (workload name, function name or HLO module name).
+      hlo_text: optimized HLO text (``compiled.as_text()``).
+      backend: ``cpu`` | ``gpu`` | ``tpu`` | ``unknown``.
+      num_devices: devices the executable runs on (1 for a plain jit).
+      memory_stats: ``compiled.memory_analysis()`` fields, in bytes.
+      parameters: one ``EntryParameter`` per ENTRY parameter, by number.
+      source: ``zoo:<preset>``, ``workload:<name>``, ``callable:<module>.<qualname>``,
+        ``module:<class>``, ``lowered:<name>``, ``compiled:<name>`` or ``hlo:<path>``.
+      xla_cost_analysis: ``compiled.cost_analysis()`` (None if unavailable).
+      config: the model configuration (empty if none).
+    """
+
+    name: str
+    hlo_text: str
+    backend: str
+    num_devices: int
+    memory_stats: dict[str, int]
+    parameters: tuple[EntryParameter, ...]
+    source: str
+    xla_cost_analysis: dict | None = None
+    config: dict = field(default_factory=dict)
+
+
+# ----------------------------------------------------------------------------- names -> roles
+
+_KV_TOKENS = {"cache", "cached_key", "cached_value", "k_cache", "v_cache", "kv_cache"}
+_WEIGHT_TOKENS = {"params", "param", "kernel", "weight", "weights", "embedding", "bias", "scale"}
+
+
+def _name_components(name: str) -> list[str]:
+    """Split a path / HLO name into lower-case components (``/ . [ ] ' " %`` etc.)."""
+    return [c for c in re.split(r"[^0-9A-Za-z_]+", name.lower()) if c]
+
+
+def role_from_name(path_or_name: str) -> str:
+    """Tensor role from a name alone (for HLO dumps without Python objects).
+
+    Components are split on any non ``[A-Za-z0-9_]`` character, then also on runs
+    of ``_`` (so jax's mangled HLO names such as ``params__layers___0___kernel``
+    and op_name metadata ``params['layers'][0]['kernel']`` work too).  Rules, in
+    order:
+
+    1. a component containing ``cache`` (``cache``, ``k_cache``, ``cached_key``,
+       ``cached_value`` ...) -> ``kv_cache``;
+    2. a component or sub-token in ``params, param, kernel, weight, weights,
+       embedding, bias, scale`` -> ``weights``;
+    3. a component or sub-token equal to ``kv`` -> ``kv_cache`` (after rule 2, so
+       a fused ``kv`` projection kernel stays a weight);
+    4. otherwise ``unknown`` (never a guess).
+    """
+    comps = _name_components(path_or_name)
+    subs = {s for c in comps for s in c.split("_") if s}
+    if any("cache" in c for c in comps) or subs & {"cache", "cached"}:
+        return "kv_cache"
+    if subs & _WEIGHT_TOKENS or set(comps) & _WEIGHT_TOKENS:
+        return "weights"
+    if "kv" in subs or "kv" in comps:
+        return "kv_cache"
+    return "unknown"
+
+
+# ----------------------------------------------------------------------------- paths
+
+_KEY_TOKEN = re.compile(
+    r"""\[\s*'((?:[^'\\]|\\.)*)'\s*\]"""     # ['key']
+    r"""|\[\s*"((?:[^"\\]|\\.)*)"\s*\]"""    # ["key"]
+    r"""|\[([^\]]*)\]"""                     # [0] or [other]
+    r"""|\.([A-Za-z_]\w*)"""                 # .attr
+)
+
+
+def keystr_to_path(name: str) -> str:
+    """``p['layers'][0].w.value`` -> ``p/layers/0/w`` (trailing ``.value`` dropped).
+
+    ``name`` is jax's argument naming (``jax.tree_util.keystr`` after the Python
+    parameter name), as found in ``debug_info.arg_names`` and HLO parameter
+    metadata (whose ``\\'`` escapes are undone first).  An unparseable name is
+    returned unchanged.
+    """
+    s = name.replace("\\'", "'").replace('\\"', '"')
+    m = re.match(r"[A-Za-z_]\w*", s)
+    parts, pos, last_attr = ([m.group(0)], m.end(), False) if m else ([], 0, False)
+    while pos < len(s):
+        t = _KEY_TOKEN.match(s, pos)
+        if t is None:
+            return name
+        parts.append(next(g for g in t.groups() if g is not None))
+        last_attr = t.group(4) is not None
+        pos = t.end()
+    if last_attr and len(parts) > 1 and parts[-1] == "value":
+        parts.pop()
+    return "/".join(parts)
+
+
+def _bit_width(dtype) -> int:
+    dtype = np.dtype(dtype)
+    try:
+        return int(jax.dtypes.itemsize_bits(dtype))
+    except (AttributeError, TypeError):  # pragma: no cover - older jax
+        return dtype.itemsize * 8
+
+
+def _leaf_byte_size(shape, dtype) -> int:
+    return math.ceil(math.prod(shape) * _bit_width(dtype) / 8)
+
+
+# ----------------------------------------------------------------------------- HLO text
+
+_PARAM_LINE = re.compile(
+    r"^\s*(?:ROOT\s+)?%?(?P<name>[^\s=]+)\s*=\s*(?P<shape>.+?)\s+parameter\((?P<num>\d+)\)(?P<rest>.*)$")
+_LAYOUT = re.compile(r"\{[^{}]*\}")
+_OP_NAME = re.compile(r'op_name="((?:[^"\\]|\\.)*)"')
+
+
+def _entry_block(hlo_text: str) -> list[str]:
+    lines = hlo_text.splitlines()
+    for i, line in enumerate(lines):
+        if line.startswith("ENTRY"):
+            block = []
+            for body in lines[i + 1:]:
+                if body.startswith("}"):
+                    return block
+                block.append(body)
+            return block
+    raise CaptureError("optimized HLO has no ENTRY computation")
+
+
+def _entry_parameters(hlo_text: str) -> list[tuple[int, str, str | None]]:
+    """[(number, shape without layout, op_name metadata or None)] sorted by number."""
+    out = []
+    for line in _entry_block(hlo_text):
+        m = _PARAM_LINE.match(line)
+        if not m:
+            continue
+        shape = m.group("shape").strip()
+        if shape.startswith("("):
+            raise CaptureError(
+                f"ENTRY parameter {m.group('num')} is a tuple {shape}: tupled arguments "
+                "(jax tuple_args) are not supported")
+        op = _OP_NAME.search(m.group("rest"))
+        out.append((int(m.group("num")), _LAYOUT.sub("", shape), op.group(1) if op else None))
+    out.sort()
+    if [n for n, _, _ in out] != list(range(len(out))):
+        raise CaptureError(f"ENTRY parameter numbers are not 0..N-1: {[n for n, _, _ in out]}")
+    return out
+
+
+def _header(hlo_text: str) -> str:
+    """The ``HloModule`` header, which may continue over several lines."""
+    m = re.search(r"^\s*HloModule\b", hlo_text, re.M)
+    if not m:
+        return ""
+    ends = [i for i in (hlo_text.find(t, m.start()) for t in ("\n\n", "\nENTRY", "\n%")) if i >= 0]
+    return hlo_text[m.start():min(ends) if ends else len(hlo_text)]
+
+
+def _aliased_parameters(hlo_text: str) -> set[int]:
+    """Parameter numbers named in the module header's ``input_output_alias``."""
+    header = _header(hlo_text)
+    m = re.search(r"input_output_alias=\{(.*?)\}\s*(?:,\s*\w+=|$)", header, re.S)
+    if not m:
+        return set()
+    return {int(p) for p in re.findall(r":\s*\((\d+)\s*,", m.group(1))}
+
+
+def _header_num_devices(hlo_text: str) -> int | None:
+    header = _header(hlo_text)
+    parts = re.search(r"num_partitions=(\d+)", header)
+    reps = re.search(r"replica_count=(\d+)", header)
+    if not parts and not reps:
+        return None
+    return (int(parts.group(1)) if parts else 1) * (int(reps.group(1)) if reps else 1)
+
+
+# ----------------------------------------------------------------------------- capture core
+
+
+@dataclass(frozen=True)
+class _Leaf:
+    """A flat, non-static argument leaf as jax.jit sees it."""
+
+    name: str          # jax's naming, e.g. "p['w']"
+    path: str          # our path, e.g. "p/w"
+    role: str
+    donated: bool
+    shape: tuple
+    dtype: Any
+
+
+def _check_role(role: Any, where: str) -> str:
+    if role not in ROLES:
+        raise ValueError(f"role {role!r} for {where} is not one of {ROLES}")
+    return role
+
+
+def _resolve_roles(roles, args: tuple, leaves_by_arg: list[list[tuple[str, Any]]],
+                   static: set[int]) -> list[list[str]]:
+    """Roles per leaf of every argument.
+
+    ``roles``: None (all ``activations``), a role string (all), a callable
+    ``(path, leaf) -> role``, or a tuple/list with one entry per positional
+    argument, each a role string (the whole argument) or a pytree like the
+    argument with role-string leaves.  Static arguments get no roles.
+    """
+    out: list[list[str]] = []
+    if roles is None or isinstance(roles, str) or callable(roles):
+        for i, leaves in enumerate(leaves_by_arg):
+            if i in static:
+                out.append([])
+            elif roles is None:
+                out.append(["activations"] * len(leaves))
+            elif isinstance(roles, str):
+                out.append([_check_role(roles, "all arguments")] * len(leaves))
+            else:
+                out.append([_check_role(roles(p, leaf), p) for p, leaf in leaves])
+        return out
+    if not isinstance(roles, (tuple, list)) or len(roles) != len(args):
+        raise ValueError(f"roles must have one entry per positional argument ({len(args)}), got {roles!r}")
+    for i, (arg, r) in enumerate(zip(args, roles)):
+        if i in static:
+            out.append([])
+        elif isinstance(r, str):
+            out.append([_check_role(r, f"argument {i}")] * len(leaves_by_arg[i]))
+        else:
+            treedef = jax.tree_util.tree_structure(arg)
+            try:
+                flat = treedef.flatten_up_to(r)
+            except (ValueError, TypeError) as e:
+                raise ValueError(f"roles[{i}] does not match the structure of argument {i}: {e}") from None
+            out.append([_check_role(x, f"argument {i} leaf {j}") for j, x in enumerate(flat)])
+    return out
+
+
+def _trace_leaves(fn, args, roles, donate_argnums, static_argnums):
+    """Trace ``fn`` with jit; return (lowered, flat non-static leaves with names/roles)."""
+    jitted = jax.jit(fn, donate_argnums=donate_argnums, static_argnums=static_argnums)
+    traced = jitted.trace(*args)
+    names = list(traced.jaxpr.debug_info.arg_names or ())
+    static = {i % len(args) for i in static_argnums} if args else set()
+    donate = {i % len(args) for i in donate_argnums} if args else set()
+    dyn = [i for i in range(len(args)) if i not in static]
+    flat_by_arg = [jax.tree_util.tree_flatten_with_path(args[i])[0] for i in range(len(args))]
+    n = sum(len(flat_by_arg[i]) for i in dyn)
+    if len(names) != n:  # no usable debug names: fall back to our own keystr naming
+        names = [f"args[{i}]{jax.tree_util.keystr(p)}" for i in dyn for p, _ in flat_by_arg[i]]
+    # Role callables see our path strings; compute them per argument first.
+    it = iter(names)
+    leaves_by_arg: list[list[tuple[str, Any]]] = []
+    names_by_arg: list[list[str]] = []
+    for i in range(len(args)):
+        if i in static:
+            leaves_by_arg.append([])
+            names_by_arg.append([])
+            continue
+        arg_names = [next(it) for _ in flat_by_arg[i]]
+        names_by_arg.append(arg_names)
+        leaves_by_arg.append([(keystr_to_path(nm), leaf) for nm, (_, leaf) in zip(arg_names, flat_by_arg[i])])
+    role_lists = _resolve_roles(roles, args, leaves_by_arg, static)
+    # jax's own view of each dynamic leaf (dtype after weak-type canonicalisation, donation).
+    infos = jax.tree_util.tree_leaves(traced.args_info[0])
+    if len(infos) != n:
+        raise CaptureError(f"jax sees {len(infos)} argument leaves, capture flattened {n}")
+    leaves, infos = [], iter(infos)
+    for i in dyn:
+        for nm, (path, _), role in zip(names_by_arg[i], leaves_by_arg[i], role_lists[i]):
+            info = next(infos)
+            leaves.append(_Leaf(nm, path, role, bool(info.donated) or i in donate,
+                                tuple(info.shape), info.dtype))
+    return traced.lower(), leaves
+
+
+def _build_parameters(hlo_text: str, leaves: list[_Leaf], kept: set[int] | None) -> tuple[EntryParameter, ...]:
+    """Map ENTRY parameters to kept leaves and cross-check with HLO metadata."""
+    entry = _entry_parameters(hlo_text)
+    kept_idx = sorted(kept) if kept is not None else list(range(len(leaves)))
+    if any(k >= len(leaves) for k in kept_idx):
+        raise CaptureError(f"kept_var_idx {kept_idx} refers past the {len(leaves)} argument leaves")
+    if len(entry) != len(kept_idx):
+        raise CaptureError(
+            f"the optimized HLO ENTRY has {len(entry)} parameters but jax kept {len(kept_idx)} of "
+            f"{len(leaves)} argument leaves (kept_var_idx={kept_idx}); cannot map parameters to "
+            "arguments (extra effect tokens or tupled arguments?)")
+    aliased = _aliased_parameters(hlo_text)
+    params = []
+    for (number, shape, op_name), k in zip(entry, kept_idx):
+        leaf = leaves[k]
+        if op_name is not None and op_name.replace("\\'", "'").replace('\\"', '"') != leaf.name:
+            raise CaptureError(
+                f"ENTRY parameter {number} has metadata op_name={op_name!r} but the kept-leaf "
+                f"mapping gives {leaf.name!r}; refusing to guess the parameter-to-argument mapping")
+        dims = re.search(r"\[([^\]]*)\]", shape)
+        hlo_dims = tuple(int(d.lstrip("<=")) for d in dims.group(1).split(",") if d) if dims else ()
+        if hlo_dims != leaf.shape:
+            raise CaptureError(
+                f"ENTRY parameter {number} ({leaf.path}) has HLO shape {shape} but the argument "
+                f"leaf has shape {list(leaf.shape)}")
+        params.append(EntryParameter(
+            number=number, path=leaf.path, role=leaf.role, donated=leaf.donated, shape=shape,
+            byte_size=_leaf_byte_size(leaf.shape, leaf.dtype), aliased=number in aliased))
+    return tuple(params)
+
+
+def _compiled_info(compiled: jax.stages.Compiled) -> tuple[str, int, dict[str, int], dict | None]:
+    """(backend, num_devices, memory_stats, cost_analysis) of a compiled executable."""
+    devices = set()
+    for shardings in (compiled.input_shardings, compiled.output_shardings):
+        for s in jax.tree.leaves(shardings):
+            devices |= set(getattr(s, "device_set", ()))
+    backend = next(iter(devices)).platform if devices else jax.default_backend()
+    num_devices = max(1, len(devices))
+    stats: dict[str, int] = {}
+    try:
+        mem = compiled.memory_analysis()
+    except Exception:  # noqa: BLE001 - not implemented on some backends
+        mem = None
+    if mem is not None:
+        for k in ("argument_size_in_bytes", "output_size_in_bytes", "alias_size_in_bytes",
+                  "temp_size_in_bytes", "generated_code_size_in_bytes", "peak_memory_in_bytes"):
+            v = getattr(mem, k, None)
+            if v is not None:
+                stats[k] = int(v)
+    try:
+        cost = compiled.cost_analysis()
+    except Exception:  # noqa: BLE001
+        cost = None
+    if isinstance(cost, (list, tuple)):
+        cost = cost[0] if cost else None
+    return backend, num_devices, stats, (dict(cost) if cost is not None else None)
+
+
+def _program(name, source, config, compiled, parameters) -> Program:
+    backend, num_devices, stats, cost = _compiled_info(compiled)
+    return Program(name=name, hlo_text=compiled.as_text(), backend=backend, num_devices=num_devices,
+                   memory_stats=stats, parameters=parameters, source=source,
+                   xla_cost_analysis=cost, config=dict(config))
+
+
+def _capture_fn(fn, args, roles, donate_argnums, static_argnums, name, source, config) -> Program:
+    lowered, leaves = _trace_leaves(fn, tuple(args), roles, tuple(donate_argnums), tuple(static_argnums))
+    kept = lowered._lowering.compile_args["kept_var_idx"]
+    compiled = lowered.compile()
+    params = _build_parameters(compiled.as_text(), leaves, set(kept))
+    return _program(name, source, config, compiled, params)
+
+
+def _capture_stage(stage, roles, name) -> Program:
+    """A ``Lowered`` / ``Compiled``: paths from HLO metadata, roles from names."""
+    if isinstance(stage, jax.stages.Lowered):
+        kept = stage._lowering.compile_args["kept_var_idx"]
+        compiled, kind = stage.compile(), "lowered"
+    else:
+        compiled, kind = stage, "compiled"
+        kept = compiled._executable._kept_var_idx
+    infos = jax.tree_util.tree_flatten_with_path(compiled.args_info[0])[0]
+    hlo = compiled.as_text()
+    metadata = {k: op for k, (_, _, op) in zip(sorted(kept), _entry_parameters(hlo))}
+    leaves = []
+    for j, (kp, info) in enumerate(infos):
+        op = metadata.get(j)
+        nm = op.replace("\\'", "'").replace('\\"', '"') if op else f"args{jax.tree_util.keystr(kp)}"
+        path = keystr_to_path(nm)
+        role = roles(path, info) if callable(roles) else role_from_name(path)
+        leaves.append(_Leaf(nm, path, _check_role(role, path), bool(info.donated),
+                            tuple(info.shape), info.dtype))
+    mod = re.match(r"HloModule\s+([^\s,]+)", hlo)
+    name = name or (mod.group(1) if mod else kind)
+    return _program(name, f"{kind}:{name}", {}, compiled, _build_parameters(hlo, leaves, set(kept)))
+
+
+def _capture_module(module, args, name) -> Program:
+    """A Flax NNX module called as ``module(*args)``.
+
+    Roles: ``nnx.Param`` -> weights; a variable whose type name contains ``Cache``
+    or whose path contains a ``cache`` component -> kv_cache; other variables ->
+    activations; call inputs -> activations.  The state is passed as a pure dict
+    argument named ``state`` (paths ``state/<attr>/...``); the inputs as ``args/<i>``.
+    """
+    from flax import nnx
+
+    graphdef, state = nnx.split(module)
+    kinds = {}
+    for kp, var in jax.tree_util.tree_flatten_with_path(
+            state, is_leaf=lambda x: isinstance(x, nnx.Variable))[0]:
+        path = "state/" + "/".join(str(getattr(k, "key", getattr(k, "idx", k))) for k in kp)
+        if isinstance(var, nnx.Param):
+            role = "weights"
+        elif "cache" in type(var).__name__.lower() or any(
+                "cache" in c for c in path.lower().split("/")):
+            role = "kv_cache"
+        else:
+            role = "activations"
+        kinds[path] = role
+    pure = nnx.to_pure_dict(state)
+
+    def call(state, *args):
+        m = nnx.merge(graphdef, state)
+        return m(*args)
+
+    def role_of(path, leaf):
+        return kinds.get(path, "activations")
+
+    cls = type(module).__qualname__
+    return _capture_fn(call, (pure, *args), role_of, (), (), name or cls, f"module:{cls}", {})
+
+
+def capture(target, *args, roles=None, donate_argnums=(), static_argnums=(), name=None) -> Program:
+    """Lower and compile ``target`` and label its ENTRY parameters.
+
+    Args:
+      target: a ``Workload``; a Python callable (``args`` are its positional
+        arguments, arrays or ``jax.ShapeDtypeStruct``); a ``jax.stages.Lowered``;
+        a ``jax.stages.Compiled``; or a Flax NNX module (``args`` are the call
+        inputs; see ``_capture_module`` for its roles).
+      roles: for a callable: None (all ``activations``), a role string, a callable
+        ``(path, leaf) -> role``, or one entry per positional argument (a role
+        string or a pytree like the argument).  For Lowered/Compiled: None
+        (``role_from_name`` of each path) or a callable.  Ignored for Workload
+        (it has its own) and modules.
+      donate_argnums, static_argnums: as ``jax.jit`` (callables only).
+      name: program name (default: workload name / function ``__name__``).
+
+    Returns:
+      A ``Program``; ``parameters`` has one entry per HLO ENTRY parameter in
+      parameter-number order (unused, pruned arguments have none).
+
+    Raises:
+      CaptureError: ENTRY parameters cannot be mapped to argument leaves
+        (count, metadata or shape disagree).
+      ValueError: a role is not one of ``ROLES`` or ``roles`` has the wrong structure.
+      TypeError: unsupported target.
+    """
+    if isinstance(target, Workload):
+        if args:
+            raise TypeError("capture(Workload) takes no extra positional arguments")
+        src = f"zoo:{target.config['preset']}" if "preset" in target.config else f"workload:{target.name}"
+        return _capture_fn(target.fn, target.args, target.roles, target.donate_argnums,
+                           target.static_argnums, name or target.name, src, target.config)
+    if isinstance(target, (jax.stages.Lowered, jax.stages.Compiled)):
+        if args:
+            raise TypeError("capture(Lowered/Compiled) takes no arguments")
+        return _capture_stage(target, roles, name)
+    try:
+        from flax import nnx
+        is_module = isinstance(target, nnx.Module)
+    except ImportError:  # pragma: no cover
+        is_module = False
+    if is_module:
+        return _capture_module(target, args, name)
+    if callable(target):
+        fn = inspect.unwrap(target) if not hasattr(target, "lower") else target
+        qual = getattr(fn, "__qualname__", type(fn).__name__)
+        src = f"callable:{getattr(fn, '__module__', '?')}.{qual}"
+        return _capture_fn(target, args, roles, donate_argnums, static_argnums,
+                           name or getattr(fn, "__name__", "fn"), src, {})
+    raise TypeError(f"cannot capture a {type(target).__name__}: expected a Workload, callable, "
+                    "jax.stages.Lowered, jax.stages.Compiled or flax.nnx.Module")
+
+
+def program_from_hlo_file(path) -> Program:
+    """A ``Program`` from an HLO text dump (no Python objects: parameters left empty).
+
+    ``name`` is the ``HloModule`` name; ``num_devices`` is ``num_partitions *
+    replica_count`` from the module header (1 if absent); ``backend`` is ``gpu``
+    when the text names cuBLAS/cuDNN/Triton custom calls, else ``unknown``.
+
+    Raises:
+      FileNotFoundError: the file does not exist (propagated unchanged).
+    """
+    with open(path, encoding="utf-8") as f:
+        text = f.read()
+    mod = re.search(r"^\s*HloModule\s+([^\s,]+)", text, re.M)
+    backend = "gpu" if re.search(r'custom_call_target="(__cublas|__cudnn|__triton)', text) else "unknown"
+    return Program(name=mod.group(1) if mod else str(path), hlo_text=text, backend=backend,
+                   num_devices=_header_num_devices(text) or 1, memory_stats={}, parameters=(),
+                   source=f"hlo:{path}", xla_cost_analysis=None, config={})

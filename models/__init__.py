@@ -1,0 +1,171 @@
+"""The jaxmove model zoo: named presets that build abstract ``Workload`` s.
+
+>>> import models
+>>> wl = models.build("gpt-tiny-decode", {"kv_heads": "1"})   # MQA variant
+>>> wl.args[1]["layers"][0]["k_cache"].shape                    # [B, S, H_kv, D]
+(2, 16, 1, 16)
+
+``build`` never allocates parameters: every argument leaf is a
+``jax.ShapeDtypeStruct`` (``nnx.eval_shape``), so a multi-billion-parameter
+configuration costs nothing until ``materialize`` is called.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import inspect
+from dataclasses import dataclass
+from typing import Any, Callable
+
+import jax
+import jax.numpy as jnp
+
+from jaxmove.workload import Workload
+from models import gpt, mlp
+
+__all__ = ["PRESETS", "OVERRIDE_KEYS", "Preset", "build", "list_presets", "materialize"]
+
+
+@dataclass(frozen=True)
+class Preset:
+    """A named configuration: which model, which entry point, and its config."""
+
+    description: str
+    config_cls: type
+    builder: Callable[[Any, str], Workload]
+    config: dict
+
+
+_GPT2_SMALL = dict(vocab=50257, d_model=768, heads=12, layers=12, dtype="bfloat16", batch=1, seq_len=1024)
+_GPT_TINY = dict(vocab=256, d_model=64, heads=4, layers=2, dtype="float32", batch=2, seq_len=16)
+
+PRESETS: dict[str, Preset] = {
+    "mlp": Preset("MLP, 4 layers 2048->8192->2048, batch 128, bf16",
+                  mlp.MLPConfig, mlp.forward_workload,
+                  dict(batch=128, d_model=2048, d_ff=8192, layers=4, dtype="bfloat16")),
+    "mlp-tiny": Preset("MLP, 2 layers 32->128->32, batch 4, f32",
+                       mlp.MLPConfig, mlp.forward_workload,
+                       dict(batch=4, d_model=32, d_ff=128, layers=2, dtype="float32")),
+    "gpt2-small-prefill": Preset("GPT-2 small (124M) prefill of 1024 tokens, batch 1, bf16",
+                                 gpt.GPTConfig, gpt.prefill_workload, _GPT2_SMALL),
+    "gpt2-small-decode": Preset("GPT-2 small (124M) one decode step, KV cache 1024, batch 1, bf16",
+                                gpt.GPTConfig, gpt.decode_workload, _GPT2_SMALL),
+    "gpt-tiny-prefill": Preset("tiny GPT (V256 d64 H4 L2) prefill of 16 tokens, batch 2, f32",
+                               gpt.GPTConfig, gpt.prefill_workload, _GPT_TINY),
+    "gpt-tiny-decode": Preset("tiny GPT (V256 d64 H4 L2) one decode step, KV cache 16, batch 2, f32",
+                              gpt.GPTConfig, gpt.decode_workload, _GPT_TINY),
+}
+
+#: Every key ``--set key=value`` may name (a preset accepts those its config has).
+OVERRIDE_KEYS = ("batch", "seq_len", "layers", "d_model", "heads", "kv_heads",
+                 "dtype", "scan_layers", "vocab", "d_ff")
+
+
+def _parse_int(key: str, s: str) -> int:
+    try:
+        v = int(s)
+    except (TypeError, ValueError):
+        raise ValueError(f"--set {key}={s!r}: expected a positive integer") from None
+    if v <= 0:
+        raise ValueError(f"--set {key}={s!r}: expected a positive integer")
+    return v
+
+
+def _parse_bool(key: str, s: str) -> bool:
+    t = str(s).strip().lower()
+    if t in ("true", "1", "yes", "on"):
+        return True
+    if t in ("false", "0", "no", "off"):
+        return False
+    raise ValueError(f"--set {key}={s!r}: expected true/false/1/0")
+
+
+def _parse_dtype(key: str, s: str) -> str:
+    try:
+        return gpt.canonical_dtype(str(s).strip().lower())
+    except ValueError as e:
+        raise ValueError(f"--set {key}={s!r}: {e}") from None
+
+
+_PARSERS = {k: _parse_int for k in OVERRIDE_KEYS}
+_PARSERS["dtype"] = _parse_dtype
+_PARSERS["scan_layers"] = _parse_bool
+
+
+def list_presets() -> list[tuple[str, str]]:
+    """[(name, one-line description)] in registry order."""
+    return [(name, p.description) for name, p in PRESETS.items()]
+
+
+def build(name: str, overrides: dict[str, str] | None = None) -> Workload:
+    """Build the abstract workload of preset ``name``.
+
+    Args:
+      name: a key of ``PRESETS``.
+      overrides: ``{key: value}`` strings as given on the CLI (``--set key=value``);
+        values are parsed to the config's types (ints, dtype names, booleans
+        true/false/1/0).  Non-string values are accepted too.
+
+    Returns:
+      A ``Workload`` whose argument leaves are ``jax.ShapeDtypeStruct``;
+      ``config["preset"]`` is ``name``.
+
+    Raises:
+      KeyError: unknown preset (the message lists the presets).
+      ValueError: unknown or inapplicable override key, or a bad value (the
+        message lists the valid keys), or an inconsistent config (e.g. kv_heads
+        not dividing heads).
+    """
+    if name not in PRESETS:
+        raise KeyError(f"unknown preset {name!r}; available presets: {', '.join(PRESETS)}")
+    preset = PRESETS[name]
+    fields = {f.name for f in dataclasses.fields(preset.config_cls)}
+    valid = [k for k in OVERRIDE_KEYS if k in fields]
+    config = dict(preset.config)
+    for key, value in (overrides or {}).items():
+        if key not in valid:
+            raise ValueError(
+                f"unknown override key {key!r} for preset {name!r}; valid keys: {', '.join(valid)}")
+        config[key] = _PARSERS[key](key, value) if isinstance(value, str) else value
+    cfg = preset.config_cls(**config)
+    wl = preset.builder(cfg, name)
+    return dataclasses.replace(wl, config={**wl.config, "preset": name})
+
+
+def materialize(workload: Workload, seed: int = 0) -> tuple:
+    """Concrete random arguments for ``workload.args`` (same structure and dtypes).
+
+    Floating leaves are N(0, 0.02^2) in their dtype.  Integer leaves are token ids
+    uniform in [0, config["vocab"]), except the argument whose parameter name in
+    ``workload.fn`` is ``pos``: uniform in [0, config["seq_len"]), a valid cache
+    position.  Boolean leaves are uniform.  Allocates every parameter: use small
+    configs.
+    """
+    vocab = int(workload.config.get("vocab", 2))
+    seq_len = int(workload.config.get("seq_len", 1))
+    key = jax.random.key(seed)
+    leaves, treedef = jax.tree_util.tree_flatten_with_path(workload.args)
+    out = []
+    for i, (path, leaf) in enumerate(leaves):
+        k = jax.random.fold_in(key, i)
+        shape, dtype = tuple(leaf.shape), jnp.dtype(leaf.dtype)
+        if jnp.issubdtype(dtype, jnp.floating):
+            out.append((0.02 * jax.random.normal(k, shape, jnp.float32)).astype(dtype))
+        elif dtype == jnp.bool_:
+            out.append(jax.random.bernoulli(k, 0.5, shape))
+        elif jnp.issubdtype(dtype, jnp.integer):
+            hi = seq_len if _arg_name(workload, path) == "pos" else vocab
+            out.append(jax.random.randint(k, shape, 0, hi, dtype))
+        else:
+            raise ValueError(f"materialize: unsupported dtype {dtype} at {jax.tree_util.keystr(path)}")
+    return jax.tree_util.tree_unflatten(treedef, out)
+
+
+def _arg_name(workload: Workload, path) -> str:
+    """The Python parameter name of the positional argument a leaf path starts in."""
+    try:
+        params = [p.name for p in inspect.signature(workload.fn).parameters.values()
+                  if p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD)]
+        return params[path[0].idx] if path and path[0].idx < len(params) else ""
+    except (TypeError, ValueError, AttributeError):
+        return ""
