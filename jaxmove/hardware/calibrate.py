@@ -1,0 +1,381 @@
+"""Calibration: measure the local default JAX device and return it as a `HardwareSpec`.
+
+What is measured, with JAX itself (each timing ends with ``block_until_ready``):
+
+- ``hbm_bytes_per_s``: a stream ``x <- x + 1`` over a float32 array far larger than
+  any cache, with the input donated so the update is in place; bytes per call =
+  read + write = 2 * x.nbytes. The best (shortest) of several timed calls is kept,
+  as an attainable peak comparable to a datasheet's.
+- ``flops_per_s.f32`` / ``.bf16`` (+ ``.f16`` in full mode, ``.tf32`` on NVIDIA GPUs):
+  square matmuls, FLOPs = 2 * n**3 (one multiply and one add per term), n doubled
+  until one call takes long enough to time; best of several calls. f32 uses
+  ``precision=HIGHEST`` (true f32; on TPU that is 6 bf16 passes), tf32 the default.
+- ``kernel_launch_overhead_s``: a jitted chain of k tiny 8x8 dots; the kernels XLA
+  emits are counted in the compiled HLO, and
+  (median t(chain of k) - median t(chain of 1)) / (kernels(k) - kernels(1)) is the cost
+  of one more kernel, with the per-call dispatch cost subtracted out.
+- ``intra_node_bytes_per_s`` (only with 2+ local devices): ``jax.device_put`` of a
+  large array from device 0 to device 1.
+
+Capacity comes from ``Device.memory_stats()['bytes_limit']`` (host RAM on CPU), the
+CPU last-level cache from sysfs, and the GPU SM count from ``Device.core_count``.
+`quick=True` uses smaller problems and fewer repetitions (about 10 s on a 2-core CPU).
+"""
+
+from __future__ import annotations
+
+import datetime as _dt
+import os
+import platform as _platform
+import re
+import statistics
+import time
+import warnings
+from collections import Counter
+from pathlib import Path
+from typing import Any, Callable
+
+from jaxmove.hardware.spec import HardwareSpec
+
+__all__ = ["CalibrationError", "calibrate"]
+
+Progress = Callable[[str], None]
+
+# Entry-computation opcodes that move nothing and launch no kernel.
+_NOT_KERNELS = {"parameter", "constant", "tuple", "get-tuple-element", "bitcast", "after-all"}
+
+
+class CalibrationError(RuntimeError):
+    """A measurement produced no usable number (e.g. timings all zero)."""
+
+
+class _Plan:
+    def __init__(self, quick: bool) -> None:
+        self.quick = quick
+        self.stream_bytes = (128 if quick else 512) * 2**20
+        self.stream_reps = 5 if quick else 20
+        self.matmul_start_n = 512
+        self.matmul_max_n = 2048 if quick else 8192
+        self.matmul_target_s = 0.03 if quick else 0.2
+        self.matmul_reps = 3 if quick else 10
+        self.chain_len = 64 if quick else 256
+        self.chain_reps = 100 if quick else 1000
+        self.copy_bytes = (64 if quick else 256) * 2**20
+        self.budget_s = 1.5 if quick else 10.0  # per measurement, beyond the minimum reps
+
+
+def _timed(fn: Callable[[], Any], *, reps: int, budget_s: float, warmup: int = 1) -> list[float]:
+    """Wall times of `reps` (or more, up to `budget_s` and 10 * reps) calls of `fn`,
+    each waited for with ``jax.block_until_ready``."""
+    import jax
+
+    for _ in range(warmup):
+        jax.block_until_ready(fn())
+    times: list[float] = []
+    start = time.perf_counter()
+    while len(times) < reps or (time.perf_counter() - start < budget_s and len(times) < 10 * reps):
+        t0 = time.perf_counter()
+        jax.block_until_ready(fn())
+        times.append(time.perf_counter() - t0)
+    return times
+
+
+def _platform_kind(platform: str) -> str:
+    p = platform.lower()
+    if p == "tpu":
+        return "tpu"
+    if p in ("gpu", "cuda", "rocm"):
+        return "gpu"
+    return "cpu"
+
+
+def _cpu_info() -> dict[str, str]:
+    info: dict[str, str] = {}
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            key, _, value = line.partition(":")
+            key = key.strip()
+            if key in ("vendor_id", "model name") and key not in info:
+                info[key] = value.strip()
+    except OSError:
+        pass
+    return info
+
+
+def _vendor(kind: str, device_kind: str) -> str:
+    if kind == "tpu":
+        return "Google"
+    if kind == "gpu":
+        first = device_kind.split()[0] if device_kind.split() else ""
+        return first or "unknown"
+    vendor_id = _cpu_info().get("vendor_id", "")
+    return {"AuthenticAMD": "AMD", "GenuineIntel": "Intel"}.get(vendor_id, vendor_id or _platform.machine() or "unknown")
+
+
+def _cpu_last_level_cache_bytes() -> tuple[int, str] | None:
+    """(size, sysfs path) of the highest-level data/unified cache of cpu0, if readable."""
+    best: tuple[int, int, str] | None = None
+    root = Path("/sys/devices/system/cpu/cpu0/cache")
+    try:
+        entries = sorted(root.glob("index*"))
+    except OSError:
+        return None
+    for idx in entries:
+        try:
+            level = int((idx / "level").read_text())
+            ctype = (idx / "type").read_text().strip()
+            size = (idx / "size").read_text().strip()
+        except (OSError, ValueError):
+            continue
+        if ctype == "Instruction":
+            continue
+        m = re.fullmatch(r"(\d+)([KMG]?)", size)
+        if not m:
+            continue
+        nbytes = int(m.group(1)) * {"": 1, "K": 2**10, "M": 2**20, "G": 2**30}[m.group(2)]
+        if best is None or level > best[0]:
+            best = (level, nbytes, str(idx / "size"))
+    return None if best is None else (best[1], best[2])
+
+
+def _count_kernels(hlo_text: str) -> int:
+    """Instructions of the ENTRY computation that launch a kernel."""
+    entry = hlo_text[hlo_text.index("ENTRY") :] if "ENTRY" in hlo_text else hlo_text
+    body = entry.split("\n}", 1)[0]
+    ops = re.findall(r"=\s*[^=\s]+\s+([a-z][a-z0-9\-]*)\(", body)
+    return sum(n for op, n in Counter(ops).items() if op not in _NOT_KERNELS)
+
+
+def _measure_stream(plan: _Plan, device: Any) -> tuple[float, dict[str, Any]]:
+    import jax
+    import jax.numpy as jnp
+
+    nbytes = plan.stream_bytes
+    capacity, _ = _capacity_bytes(device)
+    nbytes = min(nbytes, capacity // 8)  # leave room on small devices
+    n = nbytes // 4
+    holder = [jax.device_put(jnp.zeros((n,), jnp.float32), device)]
+    step = jax.jit(lambda x: x + 1.0, donate_argnums=0)
+
+    def call() -> Any:
+        holder[0] = step(holder[0])
+        return holder[0]
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # "donated buffers were not usable" on some backends
+        times = _timed(call, reps=plan.stream_reps, budget_s=plan.budget_s)
+    moved = 2 * n * 4
+    best = min(times)
+    del holder[0]
+    return moved / best, {
+        "stream_array_bytes": n * 4,
+        "stream_median_bytes_per_s": moved / statistics.median(times),
+        "stream_calls": len(times),
+    }
+
+
+def _measure_matmul(plan: _Plan, device: Any, dtype: Any, precision: Any) -> tuple[float, dict[str, Any]]:
+    import jax
+    import jax.numpy as jnp
+
+    mm = jax.jit(lambda a, b: jnp.dot(a, b, precision=precision))
+    n = plan.matmul_start_n
+    while True:
+        a = jax.device_put(jnp.full((n, n), 0.5, dtype), device)
+        b = jax.device_put(jnp.full((n, n), 0.25, dtype), device)
+        first = _timed(lambda: mm(a, b), reps=1, budget_s=0.0)
+        if min(first) >= plan.matmul_target_s or n * 2 > plan.matmul_max_n:
+            break
+        n *= 2
+    times = _timed(lambda: mm(a, b), reps=plan.matmul_reps, budget_s=plan.budget_s, warmup=0)
+    flops = 2 * n**3
+    return flops / min(times), {"n": n, "median_flops_per_s": flops / statistics.median(times), "calls": len(times)}
+
+
+def _measure_kernel_overhead(plan: _Plan, device: Any) -> tuple[float, dict[str, Any]]:
+    import jax
+    import jax.numpy as jnp
+
+    def chain(k: int) -> Callable[..., Any]:
+        def f(x: Any, w: Any) -> Any:
+            for _ in range(k):
+                x = jnp.dot(x, w) + 1.0
+            return x
+
+        return jax.jit(f)
+
+    x = jax.device_put(jnp.ones((8, 8), jnp.float32), device)
+    w = jax.device_put(jnp.eye(8, dtype=jnp.float32) * 0.5, device)
+    results = {}
+    for k in (1, plan.chain_len):
+        compiled = chain(k).lower(x, w).compile()
+        kernels = _count_kernels(compiled.as_text())
+        times = _timed(lambda: compiled(x, w), reps=plan.chain_reps, budget_s=plan.budget_s, warmup=3)
+        results[k] = (kernels, statistics.median(times), min(times))
+    (k1, med1, min1), (kn, medn, minn) = results[1], results[plan.chain_len]
+    extra = kn - k1
+    if extra <= 0:
+        raise CalibrationError(f"kernel-overhead chain compiled to {kn} kernels vs {k1}; cannot separate them")
+    per_kernel = (medn - med1) / extra
+    method = "median difference"
+    if per_kernel <= 0:
+        per_kernel = (minn - min1) / extra
+        method = "minimum difference"
+    if per_kernel <= 0:
+        per_kernel = medn / kn
+        method = "upper bound: median time / kernels"
+    return per_kernel, {
+        "kernel_chain_kernels": kn,
+        "kernel_chain_median_s": medn,
+        "dispatch_overhead_s": med1,
+        "kernel_overhead_estimator": method,
+    }
+
+
+def _measure_device_copy(plan: _Plan, devices: list[Any]) -> float:
+    import jax
+    import jax.numpy as jnp
+
+    n = plan.copy_bytes // 4
+    x = jax.device_put(jnp.ones((n,), jnp.float32), devices[0])
+    times = _timed(lambda: jax.device_put(x, devices[1]), reps=3 if plan.quick else 10, budget_s=plan.budget_s)
+    return n * 4 / min(times)
+
+
+def _capacity_bytes(device: Any) -> tuple[int, str]:
+    try:
+        stats = device.memory_stats()
+    except Exception:  # noqa: BLE001 - some backends raise instead of returning None
+        stats = None
+    if stats and stats.get("bytes_limit"):
+        return int(stats["bytes_limit"]), "jax Device.memory_stats()['bytes_limit']"
+    try:
+        return os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES"), "host physical memory (os.sysconf SC_PHYS_PAGES x SC_PAGE_SIZE)"
+    except (ValueError, OSError, AttributeError):
+        raise CalibrationError("cannot determine device memory capacity") from None
+
+
+def calibrate(quick: bool = False, progress: Progress | None = None) -> HardwareSpec:
+    """Measure the local default JAX device (``jax.devices()[0]``) and return its spec.
+
+    The spec is named ``local``; every measured number's ``sources`` entry reads
+    "measured by jaxmove calibrate on <device> at <UTC time>: <method>". Extra detail
+    (problem sizes, medians, dispatch overhead, jax version) is in ``calibration``.
+
+    quick: smaller problems and fewer repetitions; under 30 s on a 2-core CPU.
+      Full mode takes up to a couple of minutes.
+    progress: called with a one-line message before each measurement.
+
+    Raises CalibrationError when a measurement yields no positive number.
+    """
+    import jax
+    import jax.numpy as jnp
+
+    say: Progress = progress or (lambda _msg: None)
+    t_start = time.perf_counter()
+    plan = _Plan(quick)
+    device = jax.devices()[0]
+    platform = device.platform
+    kind = _platform_kind(platform)
+    device_kind = str(device.device_kind)
+    label = device_kind
+    if kind == "cpu":
+        model = _cpu_info().get("model name")
+        label = f"{model} ({os.cpu_count()} CPUs)" if model else f"{_platform.processor() or 'CPU'} ({os.cpu_count()} CPUs)"
+    when = _dt.datetime.now(_dt.timezone.utc).replace(microsecond=0).isoformat()
+    stamp = f"measured by jaxmove calibrate{' --quick' if quick else ''} on {label} [jax {jax.__version__}, {platform}] at {when}"
+
+    sources: dict[str, str] = {}
+    details: dict[str, Any] = {
+        "device_kind": device_kind,
+        "platform": platform,
+        "jax_version": jax.__version__,
+        "date": when,
+        "quick": quick,
+    }
+
+    say(f"memory bandwidth: streaming x + 1 over up to {plan.stream_bytes // 2**20} MiB of float32")
+    hbm, d = _measure_stream(plan, device)
+    details.update(d)
+    sources["hbm_bytes_per_s"] = (
+        f"{stamp}: best of {d['stream_calls']} calls of jit(x + 1) on float32[{d['stream_array_bytes'] // 4}] "
+        f"with x donated; bytes = read + write = 2 x {d['stream_array_bytes']}"
+    )
+
+    flops: dict[str, float] = {}
+    dtypes: list[tuple[str, Any, Any]] = [
+        ("f32", jnp.float32, jax.lax.Precision.HIGHEST),
+        ("bf16", jnp.bfloat16, None),
+    ]
+    if not quick:
+        dtypes.append(("f16", jnp.float16, None))
+    if kind == "gpu" and device_kind.upper().startswith("NVIDIA"):
+        dtypes.append(("tf32", jnp.float32, jax.lax.Precision.DEFAULT))
+    for key, dtype, precision in dtypes:
+        say(f"peak FLOP/s ({key}): square matmuls")
+        value, d = _measure_matmul(plan, device, dtype, precision)
+        flops[key] = value
+        details[f"matmul_{key}_n"] = d["n"]
+        details[f"matmul_{key}_median_flops_per_s"] = d["median_flops_per_s"]
+        prec = f", precision={precision.name}" if precision is not None else ""
+        sources[f"flops_per_s.{key}"] = (
+            f"{stamp}: best of {d['calls']} calls of jit(dot) on {jnp.dtype(dtype).name}[{d['n']},{d['n']}] "
+            f"x [{d['n']},{d['n']}]{prec}; FLOPs = 2 n^3"
+        )
+
+    say(f"per-kernel overhead: chain of {plan.chain_len} tiny dots")
+    overhead, d = _measure_kernel_overhead(plan, device)
+    details.update(d)
+    sources["kernel_launch_overhead_s"] = (
+        f"{stamp}: (median time of a jitted chain of {plan.chain_len} 8x8 dots ({d['kernel_chain_kernels']} kernels "
+        f"in the compiled HLO) - median time of a chain of 1) / extra kernels ({d['kernel_overhead_estimator']})"
+    )
+
+    capacity, cap_how = _capacity_bytes(device)
+    sources["hbm_capacity_bytes"] = f"{stamp}: {cap_how}"
+
+    local = [d for d in jax.local_devices() if d.platform == platform]
+    sources["devices_per_node"] = f"{stamp}: number of local {platform} devices (jax.local_devices())"
+    extra: dict[str, Any] = {}
+    if len(local) > 1:
+        say("device-to-device bandwidth: jax.device_put from device 0 to device 1")
+        extra["intra_node_bytes_per_s"] = _measure_device_copy(plan, local)
+        sources["intra_node_bytes_per_s"] = (
+            f"{stamp}: best time of jax.device_put of {plan.copy_bytes} bytes from device 0 to device 1"
+        )
+    if kind == "cpu":
+        llc = _cpu_last_level_cache_bytes()
+        if llc:
+            extra["l2_bytes"] = llc[0]
+            sources["l2_bytes"] = f"{stamp}: last-level cache size read from {llc[1]}"
+    if kind == "gpu":
+        cores = getattr(device, "core_count", None)
+        if isinstance(cores, int) and cores > 0:
+            extra["num_sms"] = cores
+            sources["num_sms"] = f"{stamp}: jax Device.core_count"
+
+    details["duration_s"] = round(time.perf_counter() - t_start, 3)
+    for key, value in {"hbm_bytes_per_s": hbm, "kernel_launch_overhead_s": overhead, **{f"flops_per_s.{k}": v for k, v in flops.items()}}.items():
+        if not (value > 0 and value != float("inf")):
+            raise CalibrationError(f"calibration of {key} gave {value!r}")
+
+    return HardwareSpec(
+        name="local",
+        display_name=f"{label} (calibrated)",
+        vendor=_vendor(kind, device_kind),
+        kind=kind,
+        device_kinds=(device_kind,),
+        flops_per_s=flops,
+        hbm_bytes_per_s=hbm,
+        hbm_capacity_bytes=capacity,
+        kernel_launch_overhead_s=overhead,
+        devices_per_node=len(local),
+        notes=(
+            "Measured on this machine by `jaxmove calibrate`. Attainable peaks (best of repeated runs), not "
+            "datasheet figures; for CPUs 'hbm' is host DRAM. Interconnect figures are absent unless 2+ local "
+            "devices were present."
+        ),
+        sources=sources,
+        calibration=details,
+        **extra,
+    )

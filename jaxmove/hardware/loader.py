@@ -1,0 +1,339 @@
+"""Reading hardware specs from TOML: built-in names, the calibrated ``local`` spec, or a path.
+
+File format (see ``specs/h100-sxm.toml`` for a complete example)::
+
+    name = "h100-sxm"
+    vendor = "NVIDIA"
+    kind = "gpu"                      # gpu | tpu | cpu
+    hbm_bytes_per_s = 3.35e12
+    ...
+    [flops_per_s]
+    bf16 = 989.4e12
+    [sources]                         # one citation per numeric key
+    hbm_bytes_per_s = "NVIDIA H100 Tensor Core GPU datasheet, https://..."
+    "flops_per_s.bf16" = "..."
+    [[alternatives]]                  # published values we do not use, and why
+    key = "hbm_bytes_per_s"
+    value = 3.0e12
+    source = "..."
+    note = "..."
+
+Every error is a `HardwareSpecError` naming the file, and the key and line when known.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import importlib.resources
+import math
+import os
+import re
+import tomllib
+from pathlib import Path
+from typing import Any
+
+from jaxmove.hardware.spec import FLOPS_DTYPES, KINDS, Alternative, HardwareSpec, HardwareSpecError
+
+__all__ = [
+    "builtin_spec_names",
+    "list_specs",
+    "load_spec",
+    "local_spec_path",
+    "parse_spec",
+    "spec_for_device_kind",
+]
+
+LOCAL_SPEC_NAME = "local"
+_CACHE_ENV = "JAXMOVE_CACHE_DIR"
+
+_FIELDS = {f.name: f for f in dataclasses.fields(HardwareSpec)}
+# Keys a file may hold at top level (``path`` is set by the loader, never read).
+_TOP_LEVEL_KEYS = [n for n in _FIELDS if n != "path"]
+_INT_FIELDS = {n for n, f in _FIELDS.items() if f.metadata.get("numeric") and str(f.type).startswith("int")}
+_FLOAT_FIELDS = {n for n, f in _FIELDS.items() if f.metadata.get("numeric") and n not in _INT_FIELDS}
+_STR_FIELDS = {"name", "vendor", "kind", "display_name", "notes"}
+_ALTERNATIVE_KEYS = ("key", "value", "source", "note")
+
+
+def local_spec_path() -> Path:
+    """Where `jaxmove calibrate` writes the calibrated spec of this machine:
+    ``$JAXMOVE_CACHE_DIR/local.toml``, else ``~/.cache/jaxmove/local.toml``."""
+    base = os.environ.get(_CACHE_ENV)
+    root = Path(base).expanduser() if base else Path.home() / ".cache" / "jaxmove"
+    return root / "local.toml"
+
+
+def _specs_dir() -> Any:
+    return importlib.resources.files("jaxmove.hardware") / "specs"
+
+
+def builtin_spec_names() -> list[str]:
+    """Names of the specs shipped in ``jaxmove/hardware/specs``, sorted."""
+    return sorted(
+        p.name[: -len(".toml")] for p in _specs_dir().iterdir() if p.name.endswith(".toml")
+    )
+
+
+def list_specs(*, include_local: bool = False) -> list[HardwareSpec]:
+    """Every built-in spec, sorted by name; with `include_local`, the calibrated
+    ``local`` spec too when it exists."""
+    specs = [load_spec(n) for n in builtin_spec_names()]
+    if include_local and local_spec_path().is_file():
+        specs.append(load_spec(LOCAL_SPEC_NAME))
+    return specs
+
+
+def load_spec(name_or_path: str | os.PathLike[str]) -> HardwareSpec:
+    """Load a spec by built-in name (``h100-sxm``, ``tpu-v5e``; case-insensitive), the
+    name ``local`` (the file `jaxmove calibrate` wrote, see `local_spec_path`), or a path
+    to a ``.toml`` file.
+
+    Raises HardwareSpecError for an unknown name, a missing file, invalid TOML, or a
+    missing / mistyped / unknown key.
+    """
+    if isinstance(name_or_path, os.PathLike):
+        return _load_path(Path(name_or_path))
+    text = str(name_or_path).strip()
+    looks_like_path = text.endswith(".toml") or os.sep in text or "/" in text
+    if looks_like_path:
+        return _load_path(Path(text).expanduser())
+    name = text.lower()
+    if name == LOCAL_SPEC_NAME:
+        path = local_spec_path()
+        if not path.is_file():
+            raise HardwareSpecError(
+                f"{path}: no calibrated spec for this machine; run `jaxmove calibrate` "
+                f"(or `jaxmove calibrate --quick`) to measure the local device first"
+            )
+        return _load_path(path)
+    names = builtin_spec_names()
+    if name in names:
+        resource = _specs_dir() / f"{name}.toml"
+        spec = parse_spec(resource.read_text(encoding="utf-8"), str(resource))
+        if spec.name != name:
+            raise HardwareSpecError(f"{resource}: key 'name' is {spec.name!r} but the file is {name}.toml")
+        return spec
+    raise HardwareSpecError(
+        f"unknown hardware {text!r}: expected a built-in name ({', '.join(names)}), "
+        f"'local', or a path to a .toml file"
+    )
+
+
+def spec_for_device_kind(device_kind: str) -> HardwareSpec | None:
+    """The built-in spec whose ``device_kinds`` lists `device_kind` (a jax
+    ``Device.device_kind`` such as ``"NVIDIA H100 80GB HBM3"`` or ``"TPU v5 lite"``),
+    compared case-insensitively; None when no built-in spec matches."""
+    want = device_kind.strip().lower()
+    for spec in list_specs():
+        if any(want == k.lower() for k in spec.device_kinds):
+            return spec
+    return None
+
+
+def _load_path(path: Path) -> HardwareSpec:
+    try:
+        data = path.read_bytes()
+    except FileNotFoundError:
+        raise HardwareSpecError(f"{path}: no such hardware spec file") from None
+    except OSError as e:
+        raise HardwareSpecError(f"{path}: cannot read: {e.strerror or e}") from None
+    try:
+        text = data.decode("utf-8")
+    except UnicodeDecodeError as e:
+        raise HardwareSpecError(f"{path}: not UTF-8 text (byte {e.start})") from None
+    return parse_spec(text, str(path))
+
+
+# --------------------------------------------------------------------------- parsing
+
+
+def _line_of(text: str, table: str | None, key: str) -> int | None:
+    """1-based line of ``key = ...`` inside ``[table]`` (None: top level), if found."""
+    current: str | None = None
+    key_re = re.compile(r"""^\s*(?:"([^"]*)"|'([^']*)'|([A-Za-z0-9_\-.]+))\s*=""")
+    for i, line in enumerate(text.splitlines(), start=1):
+        stripped = line.strip()
+        if stripped.startswith("[["):
+            current = stripped.strip("[] \t")
+            continue
+        if stripped.startswith("["):
+            current = stripped.split("]")[0].strip("[ \t")
+            continue
+        m = key_re.match(line)
+        if m and current == table and (m.group(1) or m.group(2) or m.group(3)) == key:
+            return i
+    return None
+
+
+class _Ctx:
+    def __init__(self, text: str, origin: str) -> None:
+        self.text = text
+        self.origin = origin
+
+    def error(self, msg: str, table: str | None = None, key: str | None = None) -> HardwareSpecError:
+        where = self.origin
+        if key is not None:
+            line = _line_of(self.text, table, key)
+            if line is not None:
+                where += f", line {line}"
+        return HardwareSpecError(f"{where}: {msg}")
+
+
+def _describe(value: Any) -> str:
+    return f"{type(value).__name__} {value!r}"
+
+
+def _number(ctx: _Ctx, value: Any, key: str, *, integer: bool, table: str | None = None) -> float | int:
+    shown = f"{table}.{key}" if table else key
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        raise ctx.error(f"key {shown!r} must be a number, got {_describe(value)}", table, key)
+    if not math.isfinite(value) or value <= 0:
+        raise ctx.error(f"key {shown!r} must be a positive finite number, got {value!r}", table, key)
+    if integer:
+        if isinstance(value, float):
+            if not value.is_integer():
+                raise ctx.error(f"key {shown!r} must be a whole number, got {value!r}", table, key)
+            value = int(value)
+        return value
+    return float(value)
+
+
+def _string(ctx: _Ctx, value: Any, key: str, table: str | None = None) -> str:
+    if not isinstance(value, str):
+        shown = f"{table}.{key}" if table else key
+        raise ctx.error(f"key {shown!r} must be a string, got {_describe(value)}", table, key)
+    return value
+
+
+def parse_spec(text: str, origin: str = "<string>") -> HardwareSpec:
+    """Parse the TOML `text` of a spec; `origin` (a file name) prefixes every error.
+
+    Raises HardwareSpecError for invalid TOML (with tomllib's line and column), a
+    missing required key, an unknown key, a value of the wrong type or sign, a numeric
+    key without a ``[sources]`` entry, or a source for a key that does not exist.
+    """
+    ctx = _Ctx(text, origin)
+    try:
+        doc = tomllib.loads(text)
+    except tomllib.TOMLDecodeError as e:
+        raise HardwareSpecError(f"{origin}: invalid TOML: {e}") from None
+
+    for key in doc:
+        if key not in _TOP_LEVEL_KEYS:
+            raise ctx.error(
+                f"unknown key {key!r}; expected one of: {', '.join(_TOP_LEVEL_KEYS)}", None, key
+            )
+    for name, f in _FIELDS.items():
+        if f.metadata.get("required") and name not in doc:
+            unit = f.metadata.get("unit")
+            raise ctx.error(f"missing required key {name!r}" + (f" ({unit})" if unit else ""))
+
+    kwargs: dict[str, Any] = {"path": origin}
+    for key, value in doc.items():
+        if key in _STR_FIELDS:
+            kwargs[key] = _string(ctx, value, key)
+        elif key in _INT_FIELDS:
+            kwargs[key] = _number(ctx, value, key, integer=True)
+        elif key in _FLOAT_FIELDS:
+            kwargs[key] = _number(ctx, value, key, integer=False)
+        elif key == "device_kinds":
+            if not isinstance(value, list) or not all(isinstance(v, str) for v in value):
+                raise ctx.error(f"key 'device_kinds' must be a list of strings, got {_describe(value)}", None, key)
+            kwargs[key] = tuple(value)
+        elif key == "flops_per_s":
+            kwargs[key] = _parse_flops(ctx, value)
+        elif key == "sources":
+            kwargs[key] = _parse_str_table(ctx, value, "sources")
+        elif key == "calibration":
+            kwargs[key] = _parse_calibration(ctx, value)
+        elif key == "alternatives":
+            kwargs[key] = _parse_alternatives(ctx, value)
+
+    if kwargs["kind"] not in KINDS:
+        raise ctx.error(f"key 'kind' must be one of {', '.join(KINDS)}, got {kwargs['kind']!r}", None, "kind")
+
+    try:
+        spec = HardwareSpec(**kwargs)
+    except HardwareSpecError as e:
+        raise HardwareSpecError(f"{origin}: {e}") from None
+
+    numeric = spec.numeric_fields()
+    for key in numeric:
+        if not spec.sources.get(key, "").strip():
+            table, _, sub = key.rpartition(".")
+            raise ctx.error(
+                f"no source for {key!r}: every number needs a [sources] entry citing a "
+                f"datasheet, documentation page, paper or measurement",
+                table or None,
+                sub,
+            )
+    for key in spec.sources:
+        if key not in numeric:
+            raise ctx.error(
+                f"[sources] cites {key!r}, which is not a numeric key of this spec "
+                f"(known: {', '.join(numeric)})",
+                "sources",
+                key,
+            )
+    for alt in spec.alternatives:
+        if alt.key not in numeric:
+            raise ctx.error(f"[[alternatives]] names key {alt.key!r}, which is not a numeric key of this spec")
+    return spec
+
+
+def _parse_flops(ctx: _Ctx, value: Any) -> dict[str, float]:
+    if not isinstance(value, dict):
+        raise ctx.error(f"'flops_per_s' must be a table of dtype = FLOP/s, got {_describe(value)}", None, "flops_per_s")
+    if not value:
+        raise ctx.error("table [flops_per_s] is empty; give at least one dtype's peak FLOP/s")
+    out: dict[str, float] = {}
+    for k, v in value.items():
+        if k not in FLOPS_DTYPES:
+            raise ctx.error(
+                f"unknown dtype {k!r} in [flops_per_s]; expected one of: {', '.join(FLOPS_DTYPES)}",
+                "flops_per_s",
+                k,
+            )
+        out[k] = float(_number(ctx, v, k, integer=False, table="flops_per_s"))
+    return out
+
+
+def _parse_str_table(ctx: _Ctx, value: Any, table: str) -> dict[str, str]:
+    if not isinstance(value, dict):
+        raise ctx.error(f"'{table}' must be a table of strings, got {_describe(value)}", None, table)
+    return {k: _string(ctx, v, k, table) for k, v in value.items()}
+
+
+def _parse_calibration(ctx: _Ctx, value: Any) -> dict[str, str | int | float | bool]:
+    if not isinstance(value, dict):
+        raise ctx.error(f"'calibration' must be a table, got {_describe(value)}", None, "calibration")
+    out: dict[str, str | int | float | bool] = {}
+    for k, v in value.items():
+        if not isinstance(v, (str, int, float, bool)):
+            raise ctx.error(
+                f"key 'calibration.{k}' must be a string, number or boolean, got {_describe(v)}", "calibration", k
+            )
+        out[k] = v
+    return out
+
+
+def _parse_alternatives(ctx: _Ctx, value: Any) -> tuple[Alternative, ...]:
+    if not isinstance(value, list) or not all(isinstance(v, dict) for v in value):
+        raise ctx.error("'alternatives' must be an array of tables ([[alternatives]])", None, "alternatives")
+    out = []
+    for i, entry in enumerate(value, start=1):
+        for k in _ALTERNATIVE_KEYS:
+            if k not in entry:
+                raise ctx.error(f"[[alternatives]] entry {i} misses key {k!r} (needs {', '.join(_ALTERNATIVE_KEYS)})")
+        for k in entry:
+            if k not in _ALTERNATIVE_KEYS:
+                raise ctx.error(f"[[alternatives]] entry {i} has unknown key {k!r}", "alternatives", k)
+        out.append(
+            Alternative(
+                key=_string(ctx, entry["key"], "key", "alternatives"),
+                value=float(_number(ctx, entry["value"], "value", integer=False, table="alternatives")),
+                source=_string(ctx, entry["source"], "source", "alternatives"),
+                note=_string(ctx, entry["note"], "note", "alternatives"),
+            )
+        )
+    return tuple(out)
