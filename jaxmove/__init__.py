@@ -1,0 +1,14 @@
+"""jaxmove: where do the bytes of a compiled JAX/XLA program go?
+
+>>> import jaxmove
+>>> report = jaxmove.analyze("gpt-tiny-decode")
+>>> report.totals.kv_cache_read_bytes
+"""
+
+from .api import TargetError, analyze, resolve_program
+from .hlo import HloParseError, parse_file, parse_module
+from .report.report import Report
+
+__all__ = ["analyze", "resolve_program", "Report", "TargetError", "HloParseError", "parse_file",
+           "parse_module"]
+__version__ = "0.1.0"

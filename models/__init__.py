@@ -2,8 +2,8 @@
 
 >>> import models
 >>> wl = models.build("gpt-tiny-decode", {"kv_heads": "1"})   # MQA variant
->>> wl.args[1]["layers"][0]["k_cache"].shape                    # [B, S, H_kv, D]
-(2, 16, 1, 16)
+>>> wl.args[1]["layers"][0]["k_cache"].shape                    # [B, H_kv, S, D]
+(2, 1, 16, 16)
 
 ``build`` never allocates parameters: every argument leaf is a
 ``jax.ShapeDtypeStruct`` (``nnx.eval_shape``), so a multi-billion-parameter

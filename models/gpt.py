@@ -21,12 +21,17 @@ KV-cache layout (one step of decode reads and writes this):
   unstacked (``scan_layers=False``)::
 
       {"layers": [{"k_cache": T, "v_cache": T}, ...]}   # one dict per layer
-      T = [batch, seq_len, kv_heads, head_dim] in the model dtype
+      T = [batch, kv_heads, seq_len, head_dim] in the model dtype
 
   stacked (``scan_layers=True``)::
 
-      {"k_cache": [layers, batch, seq_len, kv_heads, head_dim],
-       "v_cache": [layers, batch, seq_len, kv_heads, head_dim]}
+      {"k_cache": [layers, batch, kv_heads, seq_len, head_dim],
+       "v_cache": [layers, batch, kv_heads, seq_len, head_dim]}
+
+Heads before positions: both attention dots then contract the cache in its stored
+layout (keys over head_dim, values over positions), so XLA reads the cache once
+instead of first copying it into a transposed layout (XLA:CPU does that copy for a
+[batch, seq_len, kv_heads, head_dim] cache, doubling the cache traffic).
 
 Parameters (pure dict from ``nnx.to_pure_dict``) follow the module attribute
 names: ``wte/embedding``, ``wpe/embedding``, ``layers/<i>/ln1/{scale,bias}``,
@@ -134,7 +139,7 @@ def attend(q: jax.Array, k: jax.Array, v: jax.Array, mask: jax.Array) -> jax.Arr
 
     Args:
       q: [B, T, H, D] queries.
-      k, v: [B, S, H_kv, D] keys / values; H_kv divides H (query head h uses
+      k, v: [B, H_kv, S, D] keys / values; H_kv divides H (query head h uses
         kv head h // (H // H_kv)).
       mask: bool, broadcastable to [T, S]; True where a query may attend a key.
 
@@ -142,13 +147,13 @@ def attend(q: jax.Array, k: jax.Array, v: jax.Array, mask: jax.Array) -> jax.Arr
       [B, T, H, D] in q's dtype.  Scores and softmax are computed in float32.
     """
     b, t, h, d = q.shape
-    hkv = k.shape[2]
+    hkv = k.shape[1]
     qg = q.reshape(b, t, hkv, h // hkv, d)
-    scores = jnp.einsum("btkgd,bskd->bkgts", qg, k, preferred_element_type=jnp.float32)
+    scores = jnp.einsum("btkgd,bksd->bkgts", qg, k, preferred_element_type=jnp.float32)
     scores = scores * (d ** -0.5)
     scores = jnp.where(mask, scores, jnp.finfo(jnp.float32).min)
     probs = jax.nn.softmax(scores, axis=-1).astype(v.dtype)
-    out = jnp.einsum("bkgts,bskd->btkgd", probs, v)
+    out = jnp.einsum("bkgts,bksd->btkgd", probs, v)
     return out.reshape(b, t, h, d)
 
 
@@ -165,8 +170,10 @@ class Attention(nnx.Module):
         self.out = nnx.LinearGeneral((h, hd), d, axis=(-2, -1), **lin)
 
     def prefill(self, x: jax.Array) -> tuple[jax.Array, tuple[jax.Array, jax.Array]]:
-        """x [B, T, d] -> (y [B, T, d], (k, v) each [B, T, H_kv, D])."""
-        q, k, v = self.query(x), self.key(x), self.value(x)
+        """x [B, T, d] -> (y [B, T, d], (k, v) each [B, H_kv, T, D])."""
+        q = self.query(x)
+        k = self.key(x).transpose(0, 2, 1, 3)
+        v = self.value(x).transpose(0, 2, 1, 3)
         t = x.shape[1]
         mask = jnp.tril(jnp.ones((t, t), bool))
         return self.out(attend(q, k, v, mask)), (k, v)
@@ -176,19 +183,21 @@ class Attention(nnx.Module):
 
         Args:
           x: [B, 1, d] the new token's hidden state.
-          k_cache, v_cache: [B, S, H_kv, D].
+          k_cache, v_cache: [B, H_kv, S, D].
           pos: int32 scalar, 0 <= pos < S: where the new k/v are written.
 
         Returns:
           (y [B, 1, d], (k_cache, v_cache)) with row ``pos`` replaced
           (``jax.lax.dynamic_update_slice``); keys at positions > pos are masked.
         """
-        q, k, v = self.query(x), self.key(x), self.value(x)
+        q = self.query(x)
+        k = self.key(x).transpose(0, 2, 1, 3)    # [B, H_kv, 1, D]
+        v = self.value(x).transpose(0, 2, 1, 3)
         zero = jnp.zeros((), jnp.int32)
-        start = (zero, pos.astype(jnp.int32), zero, zero)
+        start = (zero, zero, pos.astype(jnp.int32), zero)
         k_cache = jax.lax.dynamic_update_slice(k_cache, k.astype(k_cache.dtype), start)
         v_cache = jax.lax.dynamic_update_slice(v_cache, v.astype(v_cache.dtype), start)
-        mask = (jnp.arange(k_cache.shape[1]) <= pos)[None, :]
+        mask = (jnp.arange(k_cache.shape[2]) <= pos)[None, :]
         return self.out(attend(q, k_cache, v_cache, mask)), (k_cache, v_cache)
 
 
@@ -315,7 +324,7 @@ def abstract_params(cfg: GPTConfig) -> tuple[nnx.GraphDef, dict]:
 
 def abstract_cache(cfg: GPTConfig) -> dict:
     """The decode KV cache as ``jax.ShapeDtypeStruct`` leaves (module docstring layout)."""
-    shape = (cfg.batch, cfg.seq_len, cfg.kv_heads, cfg.head_dim)
+    shape = (cfg.batch, cfg.kv_heads, cfg.seq_len, cfg.head_dim)
     if cfg.scan_layers:
         leaf = jax.ShapeDtypeStruct((cfg.layers, *shape), cfg.jnp_dtype)
         return {"k_cache": leaf, "v_cache": leaf}
@@ -374,7 +383,7 @@ def param_logical_axes(params: dict, scan_layers: bool) -> Any:
 
 
 def cache_logical_axes(cache: dict, scan_layers: bool) -> Any:
-    ax = ("batch", "length", "kv_heads", "kv")
+    ax = ("batch", "kv_heads", "length", "kv")
     if scan_layers:
         ax = ("layers", *ax)
     return jax.tree.map(lambda _: ax, cache)

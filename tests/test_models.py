@@ -52,7 +52,7 @@ def test_gpt2_small_is_abstract_and_has_124m_params():
     # The published GPT-2 small size (n_ctx 1024, tied head): 124,439,808.
     assert n_elems(params) == 124_439_808 == gpt_param_count(50257, 768, 12, 12, 12, 1024)
     assert {x.dtype for x in leaves(params)} == {jnp.dtype(jnp.bfloat16)}
-    assert cache["layers"][0]["k_cache"].shape == (1, 1024, 12, 64)
+    assert cache["layers"][0]["k_cache"].shape == (1, 12, 1024, 64)  # [B, H_kv, S, D]
     assert tokens.shape == (1, 1) and tokens.dtype == jnp.int32
     assert pos.shape == () and pos.dtype == jnp.int32
     assert wl.donate_argnums == (1,)
@@ -89,10 +89,10 @@ def test_gpt_tiny_decode_roles_and_bytes(kv_heads, scan):
     assert sorted(p.path for p in acts) == ["pos", "tokens"]
     assert sum(p.byte_size for p in acts) == B * 1 * 4 + 4
     if scan:
-        assert len(cache) == 2 and cache[0].shape == f"f32[{L},{B},{S},{kv_heads},{D}]"
+        assert len(cache) == 2 and cache[0].shape == f"f32[{L},{B},{kv_heads},{S},{D}]"
         assert " while(" in prog.hlo_text
     else:
-        assert len(cache) == 2 * L and cache[0].shape == f"f32[{B},{S},{kv_heads},{D}]"
+        assert len(cache) == 2 * L and cache[0].shape == f"f32[{B},{kv_heads},{S},{D}]"
 
 
 def test_gpt_tiny_prefill_bytes():
@@ -119,7 +119,7 @@ def test_overrides_parse_and_validate():
                                           "heads": "8", "kv_heads": "2", "d_model": "32"})
     c = wl.config
     assert (c["batch"], c["seq_len"], c["dtype"], c["scan_layers"], c["d_ff"]) == (3, 8, "bfloat16", True, 96)
-    assert wl.args[1]["k_cache"].shape == (2, 3, 8, 2, 4)
+    assert wl.args[1]["k_cache"].shape == (2, 3, 2, 8, 4)  # [L, B, H_kv, S, D]
     assert models.build("gpt-tiny-decode", {"scan_layers": "false"}).config["scan_layers"] is False
     with pytest.raises(ValueError, match="valid keys: .*kv_heads"):
         models.build("gpt-tiny-decode", {"colour": "red"})

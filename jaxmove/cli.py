@@ -1,0 +1,101 @@
+"""The ``jaxmove`` command line. Thin: parses arguments, calls the Python API, renders.
+
+Exit status: 0 success, 2 bad input (missing or malformed file, unknown target, bad
+``--set``), with one line on stderr naming file:line:col and what was expected.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+
+from .hlo import HloParseError
+
+
+def _parse_sets(items: list[str]) -> dict[str, str]:
+    out: dict[str, str] = {}
+    for item in items:
+        key, eq, value = item.partition("=")
+        if not eq or not key:
+            raise ValueError(f"--set expects key=value, got '{item}'")
+        out[key.strip()] = value.strip()
+    return out
+
+
+def _cmd_analyze(args: argparse.Namespace) -> int:
+    from .api import analyze
+    from .report.table import render_report
+
+    report = analyze(args.target, overrides=_parse_sets(args.set))
+    if args.json:
+        json.dump(report.to_json(), sys.stdout, indent=1)
+        sys.stdout.write("\n")
+    else:
+        render_report(report, top=args.top)
+    return 0
+
+
+def _cmd_models(args: argparse.Namespace) -> int:
+    import models
+    from rich.console import Console
+    from rich.table import Table
+
+    table = Table(title="jaxmove model zoo (use: jaxmove analyze NAME [--set key=value])")
+    table.add_column("preset", style="bold")
+    table.add_column("description")
+    for name, desc in models.list_presets():
+        table.add_row(name, desc)
+    Console().print(table)
+    print(f"--set keys: {', '.join(models.OVERRIDE_KEYS)}")
+    return 0
+
+
+def build_parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(
+        prog="jaxmove",
+        description="Where do the bytes of a compiled JAX/XLA program go? Per-instruction HBM "
+                    "traffic by path and tensor role, from a Flax model or an HLO dump.")
+    sub = p.add_subparsers(dest="command", required=True)
+
+    a = sub.add_parser("analyze", help="per-instruction HBM traffic and flops of a program",
+                       description="Analyse TARGET: a zoo preset (see `jaxmove models`), a path to an "
+                                   "HLO text file, or package.module:function / path/file.py:function "
+                                   "returning a Workload (or a jax Lowered/Compiled).")
+    a.add_argument("target")
+    a.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
+                   help="override a preset's config (batch, seq_len, layers, d_model, heads, "
+                        "kv_heads, dtype, scan_layers, ...); repeatable")
+    a.add_argument("--top", type=int, default=15, help="instructions to show (default 15)")
+    a.add_argument("--json", action="store_true", help="print the stable JSON report instead")
+    a.set_defaults(func=_cmd_analyze)
+
+    m = sub.add_parser("models", help="list the built-in model presets")
+    m.set_defaults(func=_cmd_models)
+    return p
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    from .api import TargetError
+
+    try:
+        return args.func(args)
+    except HloParseError as e:
+        print(f"jaxmove: error: {e}", file=sys.stderr)
+    except FileNotFoundError as e:
+        name = e.filename if e.filename else str(e)
+        print(f"jaxmove: error: {name}: no such file", file=sys.stderr)
+    except IsADirectoryError as e:
+        print(f"jaxmove: error: {e.filename}: is a directory, expected an HLO text file", file=sys.stderr)
+    except (TargetError, KeyError, ValueError) as e:
+        msg = e.args[0] if isinstance(e, KeyError) and e.args else str(e)
+        print(f"jaxmove: error: {msg}", file=sys.stderr)
+    except BrokenPipeError:  # e.g. `jaxmove analyze ... | head`
+        return 0
+    return 2
+
+
+if __name__ == "__main__":  # pragma: no cover
+    sys.exit(main())

@@ -1,0 +1,57 @@
+"""Cost records: typed, frozen, and closed under + and scaling by a trip count.
+
+One ``Cost`` holds what one instruction (or a whole computation) moves and computes
+per execution: flops, HBM bytes by role, bytes by data path. ``cost * n`` is the cost of
+n executions, so a loop body's cost times its trip count is one expression (the idea of
+JAX's ``RooflineResult``, jax/experimental/roofline/roofline.py).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, fields
+
+PATHS = ("host_to_device", "hbm_to_onchip", "onchip_to_hbm", "device_to_device", "device_to_host")
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Cost:
+    """Flops and bytes; every byte field counts bytes, every flop field operations."""
+
+    flops: int = 0
+    transcendentals: int = 0
+    hbm_read_bytes: int = 0
+    hbm_write_bytes: int = 0
+    onchip_read_bytes: int = 0    # operands already in on-chip memory spaces (S(1), S(6))
+    onchip_write_bytes: int = 0
+    weights_read_bytes: int = 0
+    weights_write_bytes: int = 0
+    kv_cache_read_bytes: int = 0
+    kv_cache_write_bytes: int = 0
+    activations_read_bytes: int = 0
+    activations_write_bytes: int = 0
+    unknown_read_bytes: int = 0
+    unknown_write_bytes: int = 0
+    host_to_device_bytes: int = 0
+    hbm_to_onchip_bytes: int = 0
+    onchip_to_hbm_bytes: int = 0
+    device_to_device_bytes: int = 0
+    device_to_host_bytes: int = 0
+
+    def __add__(self, other: "Cost") -> "Cost":
+        return Cost(**{f.name: getattr(self, f.name) + getattr(other, f.name) for f in fields(Cost)})
+
+    def __mul__(self, k: int) -> "Cost":
+        return Cost(**{f.name: getattr(self, f.name) * k for f in fields(Cost)})
+
+    __rmul__ = __mul__
+
+    def role_bytes(self, role: str) -> tuple[int, int]:
+        """(read, write) HBM bytes of one role."""
+        return getattr(self, f"{role}_read_bytes"), getattr(self, f"{role}_write_bytes")
+
+    def path_bytes(self, path: str) -> int:
+        return getattr(self, f"{path}_bytes")
+
+    @property
+    def hbm_bytes(self) -> int:
+        return self.hbm_read_bytes + self.hbm_write_bytes

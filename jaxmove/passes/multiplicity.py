@@ -1,0 +1,80 @@
+"""Multiplicity: how many times each computation runs in one run of the program.
+
+XLA's HloCostAnalysis walks a while body once ("for now compute the cost of a single
+iteration", xla/service/hlo_cost_analysis.cc); jaxmove multiplies by the loop's
+``known_trip_count`` (the while's backend_config, set by XLA's WhileLoopTripCountAnnotator).
+
+Rules, applied from the ENTRY computation down the call graph:
+  * while: body runs ``n`` times and condition ``n + 1`` times per execution of the
+    while, with ``n = known_trip_count``; nested loops multiply. When the trip count is
+    unknown the body is counted once and the computation is flagged ``unknown_trip_count``.
+  * conditional: every branch is reported with the conditional's multiplicity and
+    flagged with the conditional that selects it (program totals take the max branch).
+  * call / async-start ``calls``: the callee runs once per execution of the caller.
+  * fusion ``calls``, and ``to_apply``/``scatter``/``select`` of reduce-like ops are part
+    of their instruction's kernel; they are *not* kernel-level computations.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from ..hlo import Instruction, Module
+
+# Opcodes whose called computations run as separate kernels (control flow).
+CONTROL_FLOW_OPCODES = frozenset({"while", "conditional", "call", "async-start"})
+
+
+@dataclass(frozen=True, slots=True)
+class Multiplicity:
+    """Executions of one kernel-level computation per program run.
+
+    Attributes:
+      count: executions per program run (trip counts multiplied down the call chain).
+      unknown_trip_count: some enclosing while has no known trip count (counted as 1).
+      branch_of: (conditional instruction name, branch index) of the innermost enclosing
+        conditional branch, or None.
+    """
+
+    count: int
+    unknown_trip_count: bool = False
+    branch_of: tuple[str, int] | None = None
+
+
+def callee_counts(instr: Instruction) -> list[tuple[str, int, bool, tuple[str, int] | None]]:
+    """(callee, executions per execution of instr, trip count unknown, branch) for control flow."""
+    op = instr.opcode
+    if op == "while":
+        n = instr.known_trip_count
+        unknown = n is None
+        n = 1 if n is None else n
+        return [(instr.attrs["body"].lstrip("%"), n, unknown, None),
+                (instr.attrs["condition"].lstrip("%"), n + 1, unknown, None)]
+    if op == "conditional":
+        return [(c, 1, False, (instr.name, i)) for i, c in enumerate(instr.called_computations)]
+    if op in ("call", "async-start"):
+        return [(c, 1, False, None) for c in instr.called_computations]
+    return []
+
+
+def multiplicity_pass(module: Module) -> dict[str, Multiplicity]:
+    """Kernel-level computation name -> Multiplicity, for every computation reachable from
+    ENTRY through control flow (while, conditional, call, async-start).
+
+    Computations reachable several ways (a body shared by two calls) sum their counts.
+    """
+    out: dict[str, Multiplicity] = {}
+
+    def visit(name: str, m: Multiplicity) -> None:
+        old = out.get(name)
+        out[name] = m if old is None else Multiplicity(
+            old.count + m.count, old.unknown_trip_count or m.unknown_trip_count,
+            old.branch_of or m.branch_of)
+        for instr in module.computations[name].instructions:
+            if instr.opcode in CONTROL_FLOW_OPCODES:
+                for callee, k, unknown, branch in callee_counts(instr):
+                    visit(callee, Multiplicity(m.count * k, m.unknown_trip_count or unknown,
+                                               branch if branch is not None else m.branch_of))
+
+    visit(module.entry.name, Multiplicity(1))
+    return out

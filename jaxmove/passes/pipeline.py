@@ -1,0 +1,153 @@
+"""Run every pass over a module and combine their columns into per-instruction costs.
+
+Order: multiplicity -> roles -> (per kernel-level instruction) traffic and flops ->
+per-instruction ``Cost`` -> program totals. Passes never print.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from ..hlo import Computation, Instruction, Module
+from .cost import Cost
+from .flops import FlopCount, instruction_flops
+from .multiplicity import Multiplicity, callee_counts, multiplicity_pass
+from .roles import leaf_position, roles_pass
+from .traffic import HOST_MEMORY_SPACE, ON_CHIP_MEMORY_SPACES, InstrTraffic, instruction_traffic
+
+
+@dataclass(frozen=True, slots=True)
+class InstructionCost:
+    """One kernel-level instruction: its cost per execution and per program run.
+
+    Attributes:
+      instr: the instruction; computation: its computation's name.
+      multiplicity: executions per program run.
+      per_execution: Cost of one execution; total: per_execution * multiplicity.count.
+      traffic: the traffic pass's accesses; flop_count: the flops pass's result.
+      unmodeled: reasons this instruction's figures are incomplete (empty when modeled).
+      notes: how the figures were derived where it is not obvious (in-place updates...).
+    """
+
+    instr: Instruction
+    computation: str
+    multiplicity: Multiplicity
+    per_execution: Cost
+    total: Cost
+    traffic: InstrTraffic
+    flop_count: FlopCount
+    unmodeled: tuple[str, ...]
+    notes: tuple[str, ...]
+
+
+@dataclass
+class ModuleAnalysis:
+    """Everything the passes computed for one module."""
+
+    module: Module
+    rows: list[InstructionCost]
+    totals: Cost
+    multiplicity: dict[str, Multiplicity]
+    notes: list[str] = field(default_factory=list)
+
+    @property
+    def unmodeled(self) -> list[InstructionCost]:
+        return [r for r in self.rows if r.unmodeled]
+
+
+def _access_cost(nbytes: int, ms: int, role: str, is_read: bool) -> dict[str, int]:
+    if ms in ON_CHIP_MEMORY_SPACES:
+        return {"onchip_read_bytes" if is_read else "onchip_write_bytes": nbytes}
+    if ms == HOST_MEMORY_SPACE:
+        return {"host_to_device_bytes" if is_read else "device_to_host_bytes": nbytes}
+    if is_read:
+        return {"hbm_read_bytes": nbytes, "hbm_to_onchip_bytes": nbytes, f"{role}_read_bytes": nbytes}
+    return {"hbm_write_bytes": nbytes, "onchip_to_hbm_bytes": nbytes, f"{role}_write_bytes": nbytes}
+
+
+def instruction_cost(instr: Instruction, comp: Computation, module: Module, roles,
+                     traffic: InstrTraffic, flop_count: FlopCount) -> tuple[Cost, list[str]]:
+    acc: dict[str, int] = {"flops": flop_count.flops, "transcendentals": flop_count.transcendentals}
+    notes: list[str] = []
+
+    def add(d: dict[str, int]) -> None:
+        for k, v in d.items():
+            acc[k] = acc.get(k, 0) + v
+
+    for a in traffic.reads:
+        oname = instr.operands[a.operand]
+        oshape = comp.by_name[oname].shape
+        r = roles[(comp.name, oname)]
+        role = r[leaf_position(oshape, a.index)] if oshape.is_tuple else r[0]
+        add(_access_cost(a.nbytes, a.memory_space, role, True))
+    out_roles = roles[(comp.name, instr.name)]
+    for a in traffic.writes:
+        if instr.shape.is_tuple:
+            try:
+                role = out_roles[leaf_position(instr.shape, a.index)]
+            except (IndexError, KeyError):
+                role = "activations"
+        else:
+            role = out_roles[0]
+        add(_access_cost(a.nbytes, a.memory_space, role, False))
+        if role == "kv_cache" and a.memory_space not in ON_CHIP_MEMORY_SPACES:
+            leaf = instr.shape.subshape(a.index) if instr.shape.is_tuple else instr.shape
+            if a.nbytes == leaf.byte_size and leaf.byte_size > 0:
+                why = ("its result is a new buffer, not an in-place dynamic-update-slice"
+                       if instr.opcode == "fusion" else f"'{instr.opcode}' copies it")
+                notes.append(f"rewrites the whole KV-cache buffer {leaf} ({a.nbytes} bytes): {why}")
+    return Cost(**acc), notes
+
+
+def analyze_module(module: Module, entry_roles: dict[int, str] | None = None) -> ModuleAnalysis:
+    """Run the passes over ``module``.
+
+    Args:
+      entry_roles: ENTRY parameter number -> role (from capture); None reads roles from
+        parameter names and metadata.
+    """
+    mult = multiplicity_pass(module)
+    roles = roles_pass(module, entry_roles)
+    rows: list[InstructionCost] = []
+    per_comp: dict[str, list[InstructionCost]] = {}
+    for cname, m in mult.items():
+        comp = module.computations[cname]
+        for instr in comp.instructions:
+            traffic = instruction_traffic(instr, comp, module)
+            fc = instruction_flops(instr, module)
+            cost, notes = instruction_cost(instr, comp, module, roles, traffic, fc)
+            unmodeled = tuple(dict.fromkeys(traffic.unmodeled + fc.unmodeled))
+            if m.unknown_trip_count and instr.opcode != "parameter":
+                notes.append("inside a while loop with no known trip count: counted once per loop run")
+            row = InstructionCost(instr, cname, m, cost, cost * m.count, traffic, fc, unmodeled,
+                                  tuple(traffic.notes) + tuple(notes))
+            rows.append(row)
+            per_comp.setdefault(cname, []).append(row)
+
+    notes: list[str] = []
+    memo: dict[str, Cost] = {}
+
+    def total(cname: str) -> Cost:
+        """Cost of one execution of a kernel-level computation, callees included."""
+        if cname in memo:
+            return memo[cname]
+        c = Cost()
+        for row in per_comp.get(cname, []):
+            c = c + row.per_execution
+            instr = row.instr
+            if instr.opcode == "conditional":
+                branches = [(b, total(b)) for b in instr.called_computations]
+                best = max(branches, key=lambda bc: (bc[1].hbm_bytes, bc[1].flops))
+                c = c + best[1]
+                notes.append(f"conditional '{instr.name}': totals use its costliest branch "
+                             f"'{best[0]}' (which branch runs is not known statically)")
+            elif instr.opcode in ("while", "call", "async-start"):
+                for callee, k, _unknown, _branch in callee_counts(instr):
+                    c = c + total(callee) * k
+        memo[cname] = c
+        return c
+
+    totals = total(module.entry.name)
+    if any(m.unknown_trip_count for m in mult.values()):
+        notes.append("some while loops have no known trip count; their bodies are counted once")
+    return ModuleAnalysis(module, rows, totals, mult, notes)

@@ -1,0 +1,195 @@
+"""Roles: which tensor role (weights, kv_cache, activations, unknown) each buffer holds.
+
+Roles start at the ENTRY parameters — from the captured Flax/pytree information, or,
+for an HLO file, from the parameter's name and ``op_name`` metadata (``role_from_name``)
+— and flow to the buffers derived from them by ops that only move or re-type data:
+bitcast, copy, convert, reshape, transpose, tuple / get-tuple-element, while-loop
+carries, call/conditional parameters, slicing (slice, dynamic-slice, gather), the
+buffer of a dynamic-update-slice, all-gather / collective-permute (a sharded weight
+gathered for use is still a weight), and fusions whose root is such a chain from one
+of their parameters. Everything a program computes is ``activations``.
+
+An entry parameter whose role cannot be told is ``unknown``, never a guess.
+"""
+
+from __future__ import annotations
+
+import re
+
+from ..hlo import Computation, Instruction, Module, Shape
+
+ROLES = ("weights", "kv_cache", "activations", "unknown")
+
+PASSTHROUGH = frozenset({
+    "bitcast", "copy", "convert", "reshape", "transpose", "slice", "dynamic-slice", "gather",
+    "dynamic-update-slice", "bitcast-convert", "all-gather", "all-gather-start", "all-gather-done",
+    "collective-permute", "collective-permute-start", "collective-permute-done", "copy-start",
+    "copy-done", "optimization-barrier",
+})
+_FUSED_PASSTHROUGH = frozenset({
+    "bitcast", "copy", "convert", "reshape", "transpose", "slice", "dynamic-slice", "gather",
+    "dynamic-update-slice", "bitcast-convert",
+})
+
+_KV_WORDS = ("cache", "cached_key", "cached_value", "k_cache", "v_cache", "kv_cache")
+_WEIGHT_WORDS = ("params", "param", "kernel", "weight", "weights", "embedding", "bias",
+                 "scale", "wte", "wpe", "w")
+
+
+def role_from_name(name: str) -> str:
+    """Role of an entry parameter from its name or pytree path (HLO files carry no Python).
+
+    A path component naming a cache (``cache``, ``cached_key``, ``cached_value``,
+    ``k_cache``, anything ending ``_cache``) gives ``kv_cache``; one naming parameters
+    (``params``, ``kernel``, ``weight``, ``embedding``, ``bias``, ``scale``, ``w``) gives
+    ``weights``; anything else ``unknown`` — never a guess.
+    """
+    parts = [p for p in re.split(r"[^A-Za-z0-9_]+", name.lower()) if p]
+    if any(p in _KV_WORDS or p.endswith("_cache") for p in parts):
+        return "kv_cache"
+    if any(p in _WEIGHT_WORDS for p in parts):
+        return "weights"
+    return "unknown"
+
+
+def entry_parameter_name(instr: Instruction) -> str:
+    """The pytree path JAX recorded for an entry parameter (``op_name`` metadata), else its name."""
+    md = instr.metadata
+    return md.op_name if md is not None and md.op_name else instr.name
+
+
+def _nleaves(shape: Shape) -> int:
+    return len(shape.leaves()) if shape.is_tuple else 1
+
+
+def leaf_position(shape: Shape, index: tuple[int, ...]) -> int:
+    """Flat leaf number of ShapeIndex ``index`` within ``shape``."""
+    pos = 0
+    s = shape
+    for i in index:
+        for k in range(i):
+            pos += _nleaves(s.tuple_shapes[k])
+        s = s.tuple_shapes[i]
+    return pos
+
+
+RoleMap = dict[tuple[str, str], tuple[str, ...]]
+
+
+class _RolePropagation:
+    def __init__(self, module: Module):
+        self.module = module
+        self.roles: RoleMap = {}
+        self.done: set[str] = set()
+
+    def of(self, comp: Computation, name: str) -> tuple[str, ...]:
+        return self.roles[(comp.name, name)]
+
+    def run(self, comp: Computation, params: dict[int, tuple[str, ...]]) -> tuple[str, ...]:
+        if comp.name in self.done:
+            return self.roles[(comp.name, comp.root.name)]
+        self.done.add(comp.name)
+        for instr in comp.instructions:
+            self.roles[(comp.name, instr.name)] = self.instr_roles(comp, instr, params)
+        return self.roles[(comp.name, comp.root.name)]
+
+    def instr_roles(self, comp: Computation, instr: Instruction,
+                    params: dict[int, tuple[str, ...]]) -> tuple[str, ...]:
+        n = _nleaves(instr.shape)
+        op = instr.opcode
+        ops = [self.of(comp, o) for o in instr.operands]
+        if op == "parameter":
+            r = params.get(instr.parameter_number)
+            return r if r is not None and len(r) == n else ("activations",) * n
+        if op == "tuple":
+            return tuple(x for r in ops for x in r)
+        if op == "get-tuple-element":
+            src = comp.by_name[instr.operands[0]].shape
+            start = leaf_position(src, (instr.tuple_index,))
+            return ops[0][start:start + n]
+        if op == "while":
+            init = ops[0]
+            body = self.module.computations[instr.attrs["body"].lstrip("%")]
+            cond = self.module.computations[instr.attrs["condition"].lstrip("%")]
+            self.run(body, {0: init})
+            self.run(cond, {0: init})
+            return init if len(init) == n else ("activations",) * n
+        if op in ("call", "conditional"):
+            outs = []
+            for b, callee in enumerate(instr.called_computations):
+                c = self.module.computations[callee]
+                if op == "call":
+                    p = {i: r for i, r in enumerate(ops)}
+                else:
+                    p = {0: ops[b + 1]} if b + 1 < len(ops) else {}
+                outs.append(self.run(c, p))
+            if outs and all(o == outs[0] for o in outs) and len(outs[0]) == n:
+                return outs[0]
+            return ("activations",) * n
+        if op == "async-start":
+            for callee in instr.called_computations:
+                self.run(self.module.computations[callee], {i: r for i, r in enumerate(ops)})
+            return ("activations",) * n
+        if op == "fusion":
+            return self.fusion_roles(comp, instr, ops)
+        if op in PASSTHROUGH or (op == "custom-call" and instr.custom_call_target in ("MoveToHost", "MoveToDevice")):
+            if ops and len(ops[0]) == n:
+                return ops[0]
+            if ops and ops[0]:
+                return (ops[0][0],) * n
+        return ("activations",) * n
+
+    def fusion_roles(self, comp: Computation, instr: Instruction, ops: list[tuple[str, ...]]) -> tuple[str, ...]:
+        fused = self.module.computations[instr.called_computations[0]]
+        root = fused.root
+        leaves = [fused.by_name[o] for o in root.operands] if root.opcode == "tuple" else [root]
+        out: list[str] = []
+        for leaf in leaves:
+            k = _trace_to_parameter(self.module, fused, leaf)
+            role = ops[k][0] if k is not None and k < len(ops) and ops[k] else "activations"
+            out.extend([role] * _nleaves(leaf.shape))
+        n = _nleaves(instr.shape)
+        return tuple(out) if len(out) == n else ("activations",) * n
+
+
+def _trace_to_parameter(module: Module, comp: Computation, instr: Instruction) -> int | None:
+    """Parameter number that ``instr`` is a data-moving chain of, inside a fused computation."""
+    seen = 0
+    while seen < 10_000:
+        seen += 1
+        if instr.opcode == "parameter":
+            return instr.parameter_number
+        if instr.opcode in _FUSED_PASSTHROUGH:
+            instr = comp.by_name[instr.operands[0]]
+            continue
+        if instr.opcode == "fusion":
+            nested = module.computations[instr.called_computations[0]]
+            k = _trace_to_parameter(module, nested, nested.root)
+            if k is None or k >= len(instr.operands):
+                return None
+            instr = comp.by_name[instr.operands[k]]
+            continue
+        return None
+    return None
+
+
+def roles_pass(module: Module, entry_roles: dict[int, str] | None = None,
+               kernel_computations: set[str] | None = None) -> RoleMap:
+    """(computation name, instruction name) -> role of each leaf of the instruction's value.
+
+    Args:
+      module: the HLO module.
+      entry_roles: ENTRY parameter number -> role, from capture. When None, roles come
+        from parameter names and metadata (``role_from_name``).
+    Returns a map covering every instruction of every kernel-level computation.
+    """
+    entry_params: dict[int, tuple[str, ...]] = {}
+    for p in module.entry.parameters:
+        if entry_roles is not None and p.parameter_number in entry_roles:
+            role = entry_roles[p.parameter_number]
+        else:
+            role = role_from_name(entry_parameter_name(p))
+        entry_params[p.parameter_number] = (role,) * _nleaves(p.shape)
+    prop = _RolePropagation(module)
+    prop.run(module.entry, entry_params)
+    return prop.roles

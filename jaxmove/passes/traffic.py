@@ -1,0 +1,374 @@
+"""Traffic: bytes each kernel-level instruction reads and writes, per execution.
+
+A *kernel-level* instruction is one in a computation that runs as its own kernels
+(ENTRY, while bodies and conditions, conditional branches, called computations; see
+``multiplicity``). Instructions inside fusions are not kernels: the fusion is.
+
+Semantics (DESIGN.md, and where jaxmove deliberately differs from XLA's
+``HloCostAnalysis::HandleFusion``/``FusionParameterReadBytes``):
+
+* bitcast, tuple, get-tuple-element, parameter, constant, after-all, add-dependency,
+  while/conditional/call (their bodies are costed), async-start/done (the wrapped
+  computation is costed), *-done of async pairs (the *-start carries the transfer),
+  and domain/opt-barrier move nothing.
+* A kernel reads each distinct operand once (``add(x, x)`` reads x once) and writes
+  each leaf of its result once.
+* In a fusion, a parameter used only through slice / dynamic-slice / gather (also
+  through element-count-preserving ops: elementwise, convert, copy, bitcast, reshape,
+  transpose, and nested fusions) is read only for the elements those users touch.
+* A dynamic-update-slice whose buffer operand is (through bitcasts) a fusion parameter
+  of the same size as its result, and that is the fusion root or an element of the root
+  tuple, is in place: the buffer is not read, and only the update is written. An
+  unfused dynamic-update-slice is in place too. Anything else rewrites the whole buffer.
+* scatter updates its operand in place: it reads the updates and indices and reads
+  and writes the scattered elements (as many as the updates) of the operand.
+* Library custom calls do not count a trailing u8/s8 workspace result (cuBLAS/cuDNN
+  scratch) as traffic.
+* Every access carries the memory space of the shape it touches: S(0) is HBM, S(5)
+  host memory, S(1) and S(6) on-chip (TPU VMEM and SMEM), which are not HBM traffic.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from ..hlo import Computation, Instruction, Module, Shape
+
+# Opcodes that never move data on their own.
+FREE_OPCODES = frozenset({
+    "parameter", "constant", "bitcast", "tuple", "get-tuple-element", "after-all",
+    "add-dependency", "while", "conditional", "call", "async-start", "async-update",
+    "async-done", "domain", "optimization-barrier", "all-reduce-done", "all-gather-done",
+    "collective-permute-done", "copy-done", "send-done", "recv-done", "get-dimension-size",
+    "partition-id", "replica-id",
+})
+
+# Every opcode XLA prints that jaxmove models (xla/hlo/ir/hlo_opcode.h).
+KNOWN_OPCODES = FREE_OPCODES | frozenset({
+    "abs", "add", "all-gather", "all-gather-start", "all-reduce", "all-reduce-start",
+    "all-to-all", "ragged-all-to-all", "atan2", "batch-norm-grad", "batch-norm-inference",
+    "batch-norm-training", "bitcast-convert", "broadcast", "cbrt", "ceil", "cholesky", "clamp",
+    "collective-broadcast", "collective-permute", "collective-permute-start", "compare",
+    "complex", "concatenate", "convert", "convolution", "copy", "copy-start", "cosine",
+    "count-leading-zeros", "custom-call", "divide", "dot", "dynamic-reshape", "dynamic-slice",
+    "dynamic-update-slice", "erf", "exponential", "exponential-minus-one", "fft", "floor",
+    "fusion", "gather", "imag", "infeed", "iota", "is-finite", "log", "log-plus-one",
+    "logistic", "map", "maximum", "minimum", "multiply", "negate", "not", "or", "outfeed",
+    "pad", "popcnt", "power", "real", "recv", "reduce", "reduce-precision", "reduce-scatter",
+    "reduce-window", "remainder", "reshape", "reverse", "rng", "rng-bit-generator",
+    "rng-get-and-update-state", "round-nearest-afz", "round-nearest-even", "rsqrt", "scatter",
+    "select", "select-and-scatter", "send", "set-dimension-size", "shift-left",
+    "shift-right-arithmetic", "shift-right-logical", "sign", "sine", "slice", "sort", "sqrt",
+    "stochastic-convert", "subtract", "tan", "tanh", "topk", "transpose", "triangular-solve",
+    "xor", "ragged-dot", "and",
+})
+
+# Ops that touch each element of their operand at most once per output element and keep
+# the element count: a footprint demanded of their output is demanded of their operands.
+ELEMENT_PRESERVING = frozenset({
+    "bitcast", "reshape", "transpose", "copy", "convert", "bitcast-convert", "negate", "abs",
+    "exponential", "exponential-minus-one", "log", "log-plus-one", "logistic", "tanh", "sqrt",
+    "rsqrt", "cbrt", "sine", "cosine", "tan", "erf", "floor", "ceil", "sign", "not",
+    "round-nearest-afz", "round-nearest-even", "is-finite", "popcnt", "count-leading-zeros",
+    "reduce-precision", "real", "imag", "add", "subtract", "multiply", "divide", "maximum",
+    "minimum", "power", "remainder", "atan2", "and", "or", "xor", "compare", "select", "clamp",
+    "shift-left", "shift-right-arithmetic", "shift-right-logical", "complex",
+    "stochastic-convert",
+})
+
+ON_CHIP_MEMORY_SPACES = frozenset({1, 6})  # TPU VMEM (S(1)), SMEM (S(6))
+HOST_MEMORY_SPACE = 5
+
+LIBRARY_PREFIXES = ("__cublas", "__cudnn", "__onednn", "__ynn", "__op$")
+
+
+@dataclass(frozen=True, slots=True)
+class Access:
+    """One read or write of a buffer leaf by a kernel, per execution.
+
+    Attributes:
+      nbytes: bytes moved.
+      operand: operand number for a read, None for a write of the result.
+      index: ShapeIndex of the leaf within the operand (read) or result (write).
+      memory_space: memory space of the leaf (0 HBM, 5 host, 1/6 on-chip).
+    """
+
+    nbytes: int
+    operand: int | None
+    index: tuple[int, ...]
+    memory_space: int
+
+
+@dataclass(frozen=True, slots=True)
+class InstrTraffic:
+    """Reads and writes of one kernel-level instruction, per execution."""
+
+    reads: tuple[Access, ...] = ()
+    writes: tuple[Access, ...] = ()
+    notes: tuple[str, ...] = ()
+    unmodeled: tuple[str, ...] = ()
+    inplace_buffer_bytes: int = 0  # bytes of buffers updated in place (not read, not rewritten)
+
+    @property
+    def read_bytes(self) -> int:
+        return sum(a.nbytes for a in self.reads)
+
+    @property
+    def write_bytes(self) -> int:
+        return sum(a.nbytes for a in self.writes)
+
+
+def _elems_to_bytes(shape: Shape, elems: int) -> int:
+    return (elems * shape.bit_width + 7) // 8
+
+
+def _full_reads(instr: Instruction, comp: Computation, skip: frozenset[int] = frozenset()) -> list[Access]:
+    """Read every leaf of every distinct operand once."""
+    out: list[Access] = []
+    seen: set[str] = set()
+    for i, name in enumerate(instr.operands):
+        if i in skip or name in seen:
+            continue
+        seen.add(name)
+        shape = comp.by_name[name].shape
+        for idx, leaf in shape.leaves_with_index():
+            if leaf.is_array:
+                out.append(Access(leaf.byte_size, i, idx, leaf.memory_space))
+    return out
+
+
+def _full_writes(shape: Shape, skip_index: set[tuple[int, ...]] | None = None) -> list[Access]:
+    return [Access(leaf.byte_size, None, idx, leaf.memory_space)
+            for idx, leaf in shape.leaves_with_index()
+            if leaf.is_array and not (skip_index and idx in skip_index)]
+
+
+# ---- fusions ---------------------------------------------------------------------------
+
+class _FusionAnalysis:
+    """Footprint and in-place analysis of one fused computation."""
+
+    def __init__(self, module: Module, comp: Computation):
+        self.module = module
+        self.comp = comp
+        self.users: dict[str, list[tuple[Instruction, int]]] = {i.name: [] for i in comp.instructions}
+        for instr in comp.instructions:
+            for k, o in enumerate(instr.operands):
+                self.users[o].append((instr, k))
+        self.inplace: dict[str, Instruction] = {}  # DUS name -> DUS, in place
+        self.root_leaves = self._root_leaves()
+        for _idx, producer in self.root_leaves:
+            if producer.opcode == "dynamic-update-slice" and self._is_inplace(producer):
+                self.inplace[producer.name] = producer
+        self._memo: dict[str, int] = {}
+
+    def _through_bitcast(self, instr: Instruction) -> Instruction:
+        while instr.opcode == "bitcast":
+            instr = self.comp.by_name[instr.operands[0]]
+        return instr
+
+    def _root_leaves(self) -> list[tuple[tuple[int, ...], Instruction]]:
+        root = self.comp.root
+        if root.opcode == "tuple":
+            return [((k,), self._through_bitcast(self.comp.by_name[o])) for k, o in enumerate(root.operands)]
+        return [((), self._through_bitcast(root))]
+
+    def _is_inplace(self, dus: Instruction) -> bool:
+        buf = self._through_bitcast(self.comp.by_name[dus.operands[0]])
+        return buf.opcode == "parameter" and buf.shape.byte_size == dus.shape.byte_size
+
+    def demand_elems(self, value: Instruction) -> int:
+        """Elements of ``value`` that the fusion's kernel actually reads."""
+        hit = self._memo.get(value.name)
+        if hit is not None:
+            return hit
+        if not value.shape.is_array:
+            return 0
+        total = value.shape.num_elements
+        demand = 0
+        for user, k in self.users[value.name]:
+            op = user.opcode
+            if op in ("slice", "dynamic-slice") and k == 0:
+                d = user.shape.num_elements
+            elif op == "gather" and k == 0:
+                d = min(user.shape.num_elements, total)
+            elif op == "dynamic-update-slice" and k == 0 and user.name in self.inplace:
+                d = 0
+            elif op in ELEMENT_PRESERVING and user.shape.is_array and user.shape.num_elements == total:
+                # a value that leaves the fusion is computed (and its inputs read) in full
+                leaves_fusion = user.is_root or any(p is user for _i, p in self.root_leaves)
+                d = total if leaves_fusion else self.demand_elems(user)
+            elif op == "fusion" and user.called_computations:
+                nested = self.module.computations[user.called_computations[0]]
+                fa = _FusionAnalysis(self.module, nested)
+                p = nested.parameters[k]
+                d = fa.demand_elems(p) if p.shape.is_array else total
+            else:
+                d = total
+            demand += d
+            if demand >= total:
+                demand = total
+                break
+        self._memo[value.name] = demand
+        return demand
+
+
+def fusion_traffic(instr: Instruction, comp: Computation, module: Module) -> InstrTraffic:
+    fused = module.computations[instr.called_computations[0]]
+    fa = _FusionAnalysis(module, fused)
+    reads: list[Access] = []
+    notes: list[str] = []
+    seen: set[str] = set()
+    for k, name in enumerate(instr.operands):
+        if name in seen:
+            continue
+        seen.add(name)
+        # all fusion parameters bound to the same operand (rare) are read once, as their union
+        params = [fused.parameters[j] for j, o in enumerate(instr.operands) if o == name
+                  and j < len(fused.parameters)]
+        oshape = comp.by_name[name].shape
+        if not oshape.is_array:
+            for idx, leaf in oshape.leaves_with_index():
+                if leaf.is_array:
+                    reads.append(Access(leaf.byte_size, k, idx, leaf.memory_space))
+            continue
+        elems = min(oshape.num_elements, sum(fa.demand_elems(p) for p in params))
+        nbytes = _elems_to_bytes(oshape, elems)
+        if elems < oshape.num_elements:
+            if elems == 0:
+                notes.append(f"operand {k} ({name}) is updated in place: not read")
+            else:
+                notes.append(f"operand {k} ({name}) read only for its slice footprint: "
+                             f"{nbytes} of {oshape.byte_size} bytes")
+        if nbytes:
+            reads.append(Access(nbytes, k, (), oshape.memory_space))
+    writes: list[Access] = []
+    inplace_bytes = 0
+    for idx, producer in fa.root_leaves:
+        leaf = instr.shape.subshape(idx) if instr.shape.is_tuple else instr.shape
+        if not leaf.is_array:
+            continue
+        if producer.name in fa.inplace:
+            upd = fused.by_name[producer.operands[1]].shape
+            writes.append(Access(upd.byte_size, None, idx, leaf.memory_space))
+            inplace_bytes += leaf.byte_size
+            notes.append(f"in-place dynamic-update-slice: writes {upd.byte_size} of "
+                         f"{leaf.byte_size} bytes of result {list(idx)}")
+        else:
+            writes.append(Access(leaf.byte_size, None, idx, leaf.memory_space))
+    if instr.shape.is_tuple and fused.root.opcode != "tuple":
+        writes = _full_writes(instr.shape)
+    return InstrTraffic(tuple(reads), tuple(writes), tuple(notes), (), inplace_bytes)
+
+
+# ---- rules for unfused instructions ------------------------------------------------------
+
+def _default(instr, comp, module) -> InstrTraffic:
+    return InstrTraffic(tuple(_full_reads(instr, comp)), tuple(_full_writes(instr.shape)))
+
+
+def _free(instr, comp, module) -> InstrTraffic:
+    return InstrTraffic()
+
+
+def _slice_like(instr, comp, module) -> InstrTraffic:
+    """slice / dynamic-slice / gather: read the footprint (output size) of operand 0."""
+    src = comp.by_name[instr.operands[0]].shape
+    elems = min(instr.shape.num_elements, src.num_elements)
+    reads = [Access(_elems_to_bytes(src, elems), 0, (), src.memory_space)]
+    reads += _full_reads(instr, comp, skip=frozenset({0}))
+    return InstrTraffic(tuple(reads), tuple(_full_writes(instr.shape)))
+
+
+def _dus(instr, comp, module) -> InstrTraffic:
+    """Unfused dynamic-update-slice: in place; reads update and indices, writes the update."""
+    upd = comp.by_name[instr.operands[1]].shape
+    reads = _full_reads(instr, comp, skip=frozenset({0}))
+    return InstrTraffic(tuple(reads), (Access(upd.byte_size, None, (), instr.shape.memory_space),),
+                        ("in-place dynamic-update-slice: buffer operand not read",), (),
+                        instr.shape.byte_size)
+
+
+def _scatter(instr, comp, module) -> InstrTraffic:
+    """scatter: in place on operand 0; reads indices+updates and the touched operand elements."""
+    n_in = (len(instr.operands) - 1) // 2  # variadic: operands..., indices, updates...
+    reads = _full_reads(instr, comp, skip=frozenset(range(n_in)))
+    writes = []
+    for k in range(n_in):
+        src = comp.by_name[instr.operands[k]].shape
+        upd = comp.by_name[instr.operands[n_in + 1 + k]].shape
+        nb = _elems_to_bytes(src, min(upd.num_elements, src.num_elements))
+        reads.append(Access(nb, k, (), src.memory_space))
+        writes.append(Access(nb, None, (k,) if n_in > 1 else (), src.memory_space))
+    return InstrTraffic(tuple(reads), tuple(writes), ("scatter updates its operand in place",))
+
+
+def _custom_call(instr, comp, module) -> InstrTraffic:
+    target = instr.custom_call_target or ""
+    skip: set[tuple[int, ...]] = set()
+    notes: list[str] = []
+    if target.startswith(LIBRARY_PREFIXES) and instr.shape.is_tuple and instr.shape.tuple_shapes:
+        last = instr.shape.tuple_shapes[-1]
+        if last.element_type in ("u8", "s8") and len(last.dims) == 1:
+            skip.add((len(instr.shape.tuple_shapes) - 1,))
+            notes.append(f"workspace result of {last.byte_size} bytes not counted")
+    if target in ("MoveToHost", "MoveToDevice"):
+        ms = HOST_MEMORY_SPACE
+        src = comp.by_name[instr.operands[0]].shape
+        if target == "MoveToHost":
+            return InstrTraffic((Access(src.byte_size, 0, (), src.memory_space),),
+                                (Access(instr.shape.byte_size, None, (), ms),))
+        return InstrTraffic((Access(src.byte_size, 0, (), ms),),
+                            (Access(instr.shape.byte_size, None, (), instr.shape.memory_space),))
+    return InstrTraffic(tuple(_full_reads(instr, comp)), tuple(_full_writes(instr.shape, skip)),
+                        tuple(notes))
+
+
+def _collective_start(instr, comp, module) -> InstrTraffic:
+    """*-start: the pair moves the operands in and the *-done's result out."""
+    done = [u for u in comp.instructions if u.opcode.endswith("-done") and instr.name in u.operands]
+    out_shape = done[0].shape if done else instr.shape
+    reads = _full_reads(instr, comp)
+    return InstrTraffic(tuple(reads), tuple(_full_writes(out_shape)))
+
+
+def _copy_start(instr, comp, module) -> InstrTraffic:
+    src = comp.by_name[instr.operands[0]].shape
+    dst = instr.shape.tuple_shapes[0] if instr.shape.is_tuple and instr.shape.tuple_shapes else instr.shape
+    return InstrTraffic((Access(src.byte_size, 0, (), src.memory_space),),
+                        (Access(dst.byte_size, None, (0,), dst.memory_space),))
+
+
+def _infeed(instr, comp, module) -> InstrTraffic:
+    return InstrTraffic((), tuple(Access(a.nbytes, None, a.index, HOST_MEMORY_SPACE)
+                                  for a in _full_writes(instr.shape)))
+
+
+def _outfeed(instr, comp, module) -> InstrTraffic:
+    return InstrTraffic(tuple(Access(a.nbytes, a.operand, a.index, HOST_MEMORY_SPACE)
+                              for a in _full_reads(instr, comp)), ())
+
+
+TRAFFIC_RULES = {op: _free for op in FREE_OPCODES}
+TRAFFIC_RULES.update({
+    "fusion": fusion_traffic,
+    "slice": _slice_like, "dynamic-slice": _slice_like, "gather": _slice_like,
+    "dynamic-update-slice": _dus,
+    "scatter": _scatter,
+    "custom-call": _custom_call,
+    "all-reduce-start": _collective_start, "all-gather-start": _collective_start,
+    "collective-permute-start": _collective_start,
+    "copy-start": _copy_start,
+    "infeed": _infeed, "outfeed": _outfeed,
+})
+
+
+def instruction_traffic(instr: Instruction, comp: Computation, module: Module) -> InstrTraffic:
+    """Bytes read and written by one kernel-level instruction per execution.
+
+    Unknown opcodes return an empty InstrTraffic with ``unmodeled`` set, never a guess.
+    """
+    if instr.opcode not in KNOWN_OPCODES:
+        return InstrTraffic(unmodeled=(f"opcode '{instr.opcode}' has no traffic rule",))
+    rule = TRAFFIC_RULES.get(instr.opcode, _default)
+    return rule(instr, comp, module)
