@@ -7,10 +7,51 @@ parameter of the compiled program as ``weights``, ``kv_cache`` or ``activations`
 
 from __future__ import annotations
 
+import re
+
 from dataclasses import dataclass, field
 from typing import Any, Callable
 
 ROLES = ("weights", "kv_cache", "activations", "unknown")
+
+# Names -> roles (HLO dumps carry no Python objects).
+
+_KV_TOKENS = {"cache", "cached_key", "cached_value", "k_cache", "v_cache", "kv_cache"}
+_WEIGHT_TOKENS = {"params", "param", "kernel", "weight", "weights", "embedding", "bias", "scale"}
+
+
+def _name_components(name: str) -> list[str]:
+    """Split a path / HLO name into lower-case components (``/ . [ ] ' " %`` etc.)."""
+    return [c for c in re.split(r"[^0-9A-Za-z_]+", name.lower()) if c]
+
+
+def role_from_name(path_or_name: str) -> str:
+    """Tensor role from a name alone (for HLO dumps without Python objects).
+
+    Components are split on any non ``[A-Za-z0-9_]`` character, then also on runs
+    of ``_`` (so jax's mangled HLO names such as ``params__layers___0___kernel``
+    and op_name metadata ``params['layers'][0]['kernel']`` work too).  Rules, in
+    order:
+
+    1. a component containing ``cache`` (``cache``, ``k_cache``, ``cached_key``,
+       ``cached_value`` ...) -> ``kv_cache``;
+    2. a component or sub-token in ``params, param, kernel, weight, weights,
+       embedding, bias, scale`` -> ``weights``;
+    3. a component or sub-token equal to ``kv`` -> ``kv_cache`` (after rule 2, so
+       a fused ``kv`` projection kernel stays a weight);
+    4. otherwise ``unknown`` (never a guess).
+    """
+    comps = _name_components(path_or_name)
+    subs = {s for c in comps for s in c.split("_") if s}
+    if any("cache" in c for c in comps) or subs & {"cache", "cached"}:
+        return "kv_cache"
+    if subs & _WEIGHT_TOKENS or set(comps) & _WEIGHT_TOKENS:
+        return "weights"
+    if "kv" in subs or "kv" in comps:
+        return "kv_cache"
+    return "unknown"
+
+
 
 
 @dataclass(frozen=True)

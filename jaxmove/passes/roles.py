@@ -14,9 +14,9 @@ An entry parameter whose role cannot be told is ``unknown``, never a guess.
 
 from __future__ import annotations
 
-import re
 
 from ..hlo import Computation, Instruction, Module, Shape
+from ..workload import role_from_name
 
 ROLES = ("weights", "kv_cache", "activations", "unknown")
 
@@ -30,27 +30,6 @@ _FUSED_PASSTHROUGH = frozenset({
     "bitcast", "copy", "convert", "reshape", "transpose", "slice", "dynamic-slice", "gather",
     "dynamic-update-slice", "bitcast-convert",
 })
-
-_KV_WORDS = ("cache", "cached_key", "cached_value", "k_cache", "v_cache", "kv_cache")
-_WEIGHT_WORDS = ("params", "param", "kernel", "weight", "weights", "embedding", "bias",
-                 "scale", "wte", "wpe", "w")
-
-
-def role_from_name(name: str) -> str:
-    """Role of an entry parameter from its name or pytree path (HLO files carry no Python).
-
-    A path component naming a cache (``cache``, ``cached_key``, ``cached_value``,
-    ``k_cache``, anything ending ``_cache``) gives ``kv_cache``; one naming parameters
-    (``params``, ``kernel``, ``weight``, ``embedding``, ``bias``, ``scale``, ``w``) gives
-    ``weights``; anything else ``unknown`` — never a guess.
-    """
-    parts = [p for p in re.split(r"[^A-Za-z0-9_]+", name.lower()) if p]
-    if any(p in _KV_WORDS or p.endswith("_cache") for p in parts):
-        return "kv_cache"
-    if any(p in _WEIGHT_WORDS for p in parts):
-        return "weights"
-    return "unknown"
-
 
 def entry_parameter_name(instr: Instruction) -> str:
     """The pytree path JAX recorded for an entry parameter (``op_name`` metadata), else its name."""
