@@ -1,0 +1,508 @@
+"""On-chip reuse: what fusion saves, and how often a matmul re-reads its operands from HBM.
+
+Two models, both per execution of one kernel-level instruction:
+
+**Fusion reuse.** The *unfused* traffic of a fusion is what it would move if every fused
+instruction ran as its own kernel, reading its operands from HBM and writing its result
+back, with the same footprint rules as the traffic pass (``passes/traffic.py``: a slice
+reads its footprint, an in-place dynamic-update-slice writes only the update, bitcast /
+tuple / get-tuple-element / parameter / constant move nothing); a nested fusion counts as
+its own fused instructions, recursively. The *fused* traffic is the traffic pass's figure
+for the fusion itself. ``onchip_reuse_bytes = unfused - fused``: the bytes that fusion kept
+on chip. The fused instructions whose values never leave the kernel (not parameters, not
+free, not an output) are the *intermediates* that stayed on chip. The *working set* is the
+data the kernel touches (its fused HBM reads plus writes), compared with the device's
+on-chip capacity (`onchip_capacity_bytes`).
+
+For a fused chain of k elementwise ops on N elements of b bytes: unfused = 2·k·N·b
+(each op reads N·b and writes N·b), fused = 2·N·b, reuse = (2k - 2)·N·b.
+
+**Tiling model for dot and convolution** (``dot``, ``convolution``, dots and convolutions
+inside fusions, and library gemm / convolution custom calls). The traffic pass counts the
+*compulsory* traffic: each operand read once, the result written once. That is only
+attainable when the operands fit on chip. With a fast memory of S elements, a matmul
+``C[M,N] = A[M,K] · B[K,N]`` needs at least ``2·M·N·K / sqrt(S) + M·N`` element transfers
+(the red-blue pebble game of Hong & Kung, "I/O complexity: the red-blue pebble game",
+STOC 1981; the constant from Irony, Toledo & Tiskin, JPDC 2004, and Kwasniewski et al.,
+"Red-blue pebbling revisited: near optimal parallel matrix-matrix multiplication", SC
+2019). The schedule that attains it (Kwasniewski et al. 2019, section 5) keeps an
+``a × a`` tile of C on chip, ``a = floor(sqrt(S + 1) - 1)`` (``a²`` accumulators plus a
+column of A and a row of B fit in S), and streams A and B through it; A is then read
+``ceil(N / t_n)`` times and B ``ceil(M / t_m)`` times, with a tile of ``t_m × t_n``
+(``t_m = min(M, a)``; a skinny matrix widens the other tile side so the tile keeps ``a²``
+elements). jaxmove uses that schedule:
+
+    tiled  = bytes(A) · ceil(N / t_n) + bytes(B) · ceil(M / t_m) + bytes(C)
+
+clamped to lie between the compulsory traffic ``bytes(A) + bytes(B) + bytes(C)`` and the
+*no-reuse* traffic ``(flops / 2) · (b_A + b_B) + bytes(C)`` (every multiply-add fetches
+both of its operands from HBM). A convolution is costed as its implicit GEMM: ``M`` =
+output elements / output features, ``N`` = output features, ``K`` = flops / (2·M·N), with A
+the input and B the kernel. S is the last on-chip level in front of HBM: the L2 cache on
+GPUs (where tiles of concurrently running thread blocks share operands), the vector
+memory (VMEM) of one TensorCore on TPUs, the last-level cache on CPUs; S in elements is
+that size divided by the widest element of A, B and C.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+
+from ..hlo import Computation, Instruction, Module, Shape
+from .flops import CUSTOM_CALL_RULES, KFMA_FLOPS, convolution_flops, instruction_flops
+from .traffic import (FREE_OPCODES, HOST_MEMORY_SPACE, ON_CHIP_MEMORY_SPACES, InstrTraffic,
+                      instruction_traffic)
+
+TILING_SOURCE = ("tiled-matmul I/O bound 2·M·N·K/sqrt(S) + M·N (Hong & Kung 1981; Irony, Toledo & "
+                 "Tiskin 2004; Kwasniewski et al. SC 2019), output-stationary a×a tiles, "
+                 "a = floor(sqrt(S+1) - 1)")
+
+_MATMUL_TARGETS = frozenset(t for t, r in CUSTOM_CALL_RULES.items()
+                            if r.__name__ in ("_cc_gemm", "_cc_onednn_matmul", "_cc_block_scaled_dot"))
+_CONV_TARGETS = frozenset(t for t, r in CUSTOM_CALL_RULES.items() if r.__name__ == "_cc_convolution")
+
+
+# ---- records ----------------------------------------------------------------------------
+
+@dataclass(frozen=True, slots=True)
+class TilingEstimate:
+    """HBM traffic of one dot / convolution under the tiling model, per execution (bytes).
+
+    Attributes:
+      instruction: the dot / convolution / custom call (inside a fusion: the fused one).
+      kind: "dot" or "convolution".
+      batch, m, n, k: the (implicit) GEMM C[batch, m, n] = A[batch, m, k] · B[batch, k, n].
+      lhs_bytes, rhs_bytes, out_bytes: bytes of A, B and C.
+      fast_memory_bytes: S in bytes; tile: a, the tile edge in elements.
+      lhs_passes, rhs_passes: how many times A and B are read from HBM.
+      compulsory_bytes: A + B + C once each; no_reuse_bytes: every multiply-add fetches
+        both operands, C written once; tiled_bytes: the model, between the two.
+      lower_bound_bytes: 2·M·N·K/sqrt(S)·b + M·N·b_C summed over the batch, the I/O
+        lower bound the schedule approaches (b = mean operand element size).
+    """
+
+    instruction: str
+    kind: str
+    batch: int
+    m: int
+    n: int
+    k: int
+    lhs_bytes: int
+    rhs_bytes: int
+    out_bytes: int
+    fast_memory_bytes: int
+    tile: int
+    lhs_passes: int
+    rhs_passes: int
+    compulsory_bytes: int
+    no_reuse_bytes: int
+    tiled_bytes: int
+    lower_bound_bytes: int
+
+    @property
+    def extra_read_bytes(self) -> int:
+        """Re-reads beyond the compulsory traffic (what the tiling model adds), bytes."""
+        return self.tiled_bytes - self.compulsory_bytes
+
+
+@dataclass(frozen=True, slots=True)
+class FusionReuse:
+    """Traffic of one fusion fused against unfused, per execution (bytes).
+
+    Attributes:
+      fused_bytes: HBM bytes read + written by the fusion (the traffic pass).
+      unfused_bytes: HBM bytes if every fused instruction were its own kernel.
+      onchip_reuse_bytes: unfused_bytes - fused_bytes.
+      intermediates: (name, bytes) of fused values that stayed on chip, largest first.
+      intermediate_bytes: their sum.
+      working_set_bytes: data the kernel touches (= fused_bytes).
+      onchip_capacity_bytes: the device's on-chip capacity (None without a spec).
+      fits_on_chip: working_set_bytes <= onchip_capacity_bytes (None without a capacity).
+      unmodeled: fused instructions the traffic pass has no rule for.
+    """
+
+    fused_bytes: int
+    unfused_bytes: int
+    intermediates: tuple[tuple[str, int], ...]
+    onchip_capacity_bytes: int | None = None
+    unmodeled: tuple[str, ...] = ()
+
+    @property
+    def onchip_reuse_bytes(self) -> int:
+        return self.unfused_bytes - self.fused_bytes
+
+    @property
+    def intermediate_bytes(self) -> int:
+        return sum(b for _n, b in self.intermediates)
+
+    @property
+    def working_set_bytes(self) -> int:
+        return self.fused_bytes
+
+    @property
+    def fits_on_chip(self) -> bool | None:
+        if self.onchip_capacity_bytes is None:
+            return None
+        return self.working_set_bytes <= self.onchip_capacity_bytes
+
+
+@dataclass(frozen=True, slots=True)
+class InstructionReuse:
+    """Reuse figures of one kernel-level instruction, per execution.
+
+    Attributes:
+      fusion: FusionReuse for fusions, else None.
+      tilings: tiling estimates of the dots / convolutions this kernel runs.
+      notes: why a tiling could not be estimated, etc.
+    """
+
+    fusion: FusionReuse | None = None
+    tilings: tuple[TilingEstimate, ...] = ()
+    notes: tuple[str, ...] = ()
+
+    @property
+    def onchip_reuse_bytes(self) -> int:
+        return self.fusion.onchip_reuse_bytes if self.fusion is not None else 0
+
+    @property
+    def tiling_extra_read_bytes(self) -> int:
+        return sum(t.extra_read_bytes for t in self.tilings)
+
+
+@dataclass
+class ReuseAnalysis:
+    """Reuse of every kernel-level instruction of a module.
+
+    Attributes:
+      rows: (computation, instruction name) -> InstructionReuse (per execution).
+      total_onchip_reuse_bytes: bytes fusion kept on chip over one program run (loops by
+        trip count; a conditional counts its branch with the most reuse).
+      onchip_capacity_bytes, onchip_capacity_key: the spec's capacity used (None without).
+    """
+
+    rows: dict[tuple[str, str], InstructionReuse]
+    total_onchip_reuse_bytes: int
+    onchip_capacity_bytes: int | None = None
+    onchip_capacity_key: str | None = None
+    notes: list[str] = field(default_factory=list)
+
+
+# ---- helpers ----------------------------------------------------------------------------
+
+def _hbm(accesses) -> int:
+    return sum(a.nbytes for a in accesses
+               if a.memory_space not in ON_CHIP_MEMORY_SPACES and a.memory_space != HOST_MEMORY_SPACE)
+
+
+def hbm_bytes(traffic: InstrTraffic) -> int:
+    """HBM bytes (memory space other than on-chip S(1)/S(6) and host S(5)) read + written."""
+    return _hbm(traffic.reads) + _hbm(traffic.writes)
+
+
+def onchip_capacity_bytes(spec) -> tuple[int, str] | None:
+    """(bytes, field name) of the on-chip memory in front of HBM: ``l2_bytes`` on GPUs and
+    CPUs (last-level cache), ``vmem_bytes`` on TPUs; None when the spec lacks it."""
+    if spec is None:
+        return None
+    key = "vmem_bytes" if spec.kind == "tpu" else "l2_bytes"
+    v = getattr(spec, key, None)
+    if v is None and spec.kind == "tpu" and spec.l2_bytes is not None:
+        key, v = "l2_bytes", spec.l2_bytes
+    return (int(v), key) if v else None
+
+
+# ---- unfused traffic of a fused computation ---------------------------------------------
+
+def _root_names(comp: Computation) -> set[str]:
+    names = {comp.root.name}
+    if comp.root.opcode == "tuple":
+        names.update(comp.root.operands)
+    # a bitcast at the root exposes its operand as an output too
+    frontier = list(names)
+    while frontier:
+        i = comp.by_name.get(frontier.pop())
+        if i is not None and i.opcode == "bitcast" and i.operands[0] not in names:
+            names.add(i.operands[0])
+            frontier.append(i.operands[0])
+    return names
+
+
+def unfused_traffic(fused: Computation, module: Module,
+                    _memo: dict[str, tuple[int, tuple[str, ...]]] | None = None
+                    ) -> tuple[int, tuple[str, ...]]:
+    """HBM bytes (read + written, per execution) of ``fused`` run one instruction per kernel.
+
+    Each fused instruction is costed by the traffic pass's rule for it, as if unfused
+    (``instruction_traffic(instr, fused, module)``); a nested fusion contributes its own
+    unfused traffic, recursively. Returns (bytes, unmodeled reasons).
+    """
+    memo = {} if _memo is None else _memo
+    hit = memo.get(fused.name)
+    if hit is not None:
+        return hit
+    total = 0
+    unmodeled: list[str] = []
+    for instr in fused.instructions:
+        if instr.opcode == "fusion" and instr.called_computations \
+                and instr.called_computations[0] in module.computations:
+            b, u = unfused_traffic(module.computations[instr.called_computations[0]], module, memo)
+            total += b
+            unmodeled.extend(u)
+            continue
+        t = instruction_traffic(instr, fused, module)
+        total += hbm_bytes(t)
+        unmodeled.extend(f"{instr.name}: {r}" for r in t.unmodeled)
+    out = (total, tuple(dict.fromkeys(unmodeled)))
+    memo[fused.name] = out
+    return out
+
+
+def onchip_intermediates(fused: Computation) -> tuple[tuple[str, int], ...]:
+    """(name, bytes) of fused values computed but never written to HBM, largest first:
+    every instruction that is not free (parameter, constant, bitcast, tuple, ...) and is
+    not an output of the fusion."""
+    outputs = _root_names(fused)
+    out = [(i.name, i.shape.byte_size) for i in fused.instructions
+           if i.opcode not in FREE_OPCODES and i.name not in outputs and i.shape.is_array]
+    out.sort(key=lambda nb: -nb[1])
+    return tuple(out)
+
+
+def fusion_reuse(instr: Instruction, comp: Computation, module: Module,
+                 capacity_bytes: int | None = None,
+                 _memo: dict | None = None) -> FusionReuse:
+    """Fused against unfused traffic of the fusion ``instr`` in ``comp``, per execution.
+
+    Raises ValueError when ``instr`` is not a fusion with a fused computation.
+    """
+    if instr.opcode != "fusion" or not instr.called_computations \
+            or instr.called_computations[0] not in module.computations:
+        raise ValueError(f"'{instr.name}' is not a fusion with a fused computation")
+    fused_comp = module.computations[instr.called_computations[0]]
+    fused = hbm_bytes(instruction_traffic(instr, comp, module))
+    unfused, unmodeled = unfused_traffic(fused_comp, module, _memo)
+    return FusionReuse(fused, unfused, onchip_intermediates(fused_comp), capacity_bytes, unmodeled)
+
+
+# ---- tiling model -----------------------------------------------------------------------
+
+def tile_edge(fast_memory_elems: int) -> int:
+    """a = floor(sqrt(S + 1) - 1): a² accumulators plus a column of A and a row of B
+    (2a elements) fit in S (Kwasniewski et al. SC 2019). At least 1."""
+    return max(1, math.isqrt(fast_memory_elems + 1) - 1)
+
+
+def matmul_traffic(batch: int, m: int, n: int, k: int, lhs_bytes: int, rhs_bytes: int,
+                   out_bytes: int, elem_bytes: tuple[float, float, float],
+                   fast_memory_bytes: int, *, instruction: str = "", kind: str = "dot",
+                   macs: int | None = None) -> TilingEstimate:
+    """The tiling model for C[batch, m, n] = A[batch, m, k] · B[batch, k, n].
+
+    Args:
+      lhs_bytes, rhs_bytes, out_bytes: bytes of A, B, C (all batches).
+      elem_bytes: bytes per element of A, B, C.
+      fast_memory_bytes: S in bytes (must be > 0).
+      macs: multiply-adds (default batch·m·n·k), for the no-reuse traffic.
+    Raises ValueError for a non-positive size.
+    """
+    if fast_memory_bytes <= 0 or min(batch, m, n, k) <= 0:
+        raise ValueError(f"bad matmul sizes batch={batch} m={m} n={n} k={k} S={fast_memory_bytes}")
+    widest = max(elem_bytes)
+    s_elems = max(1, int(fast_memory_bytes // widest))
+    a = tile_edge(s_elems)
+    area = a * a
+    tm = min(m, a)
+    tn = min(n, max(a, area // tm))
+    if tn == n:
+        tm = min(m, max(a, area // tn))
+    lhs_passes = -(-n // tn)
+    rhs_passes = -(-m // tm)
+    compulsory = lhs_bytes + rhs_bytes + out_bytes
+    macs = batch * m * n * k if macs is None else macs
+    no_reuse = max(compulsory, int(macs * (elem_bytes[0] + elem_bytes[1])) + out_bytes)
+    tiled = lhs_bytes * lhs_passes + rhs_bytes * rhs_passes + out_bytes
+    tiled = min(max(tiled, compulsory), no_reuse)
+    b_in = (elem_bytes[0] + elem_bytes[1]) / 2
+    lower = int(batch * (2 * m * n * k / math.sqrt(s_elems) * b_in + m * n * elem_bytes[2]))
+    return TilingEstimate(instruction, kind, batch, m, n, k, lhs_bytes, rhs_bytes, out_bytes,
+                          int(fast_memory_bytes), a, lhs_passes, rhs_passes, compulsory, no_reuse,
+                          tiled, lower)
+
+
+def _elem_bytes(shape: Shape) -> float:
+    return shape.bit_width / 8
+
+
+def _first_array(shape: Shape) -> Shape:
+    return shape.tuple_shapes[0] if shape.is_tuple and shape.tuple_shapes else shape
+
+
+def _dot_tiling(instr: Instruction, comp: Computation, fast: int) -> TilingEstimate:
+    lhs = comp.by_name[instr.operands[0]].shape
+    rhs = comp.by_name[instr.operands[1]].shape
+    out = _first_array(instr.shape)
+    contracting = set(instr.int_list("lhs_contracting_dims") or ())
+    batch_dims = set(instr.int_list("lhs_batch_dims") or ())
+    k = math.prod(lhs.dims[d] for d in contracting)
+    b = math.prod(lhs.dims[d] for d in batch_dims)
+    m = math.prod(n for d, n in enumerate(lhs.dims) if d not in contracting | batch_dims)
+    n = out.num_elements // max(1, b * m)
+    return matmul_traffic(b, m, n, k, lhs.byte_size, rhs.byte_size, out.byte_size,
+                          (_elem_bytes(lhs), _elem_bytes(rhs), _elem_bytes(out)), fast,
+                          instruction=instr.name, kind="dot")
+
+
+def _gemm_tiling(instr: Instruction, comp: Computation, module: Module, fast: int) -> TilingEstimate:
+    """A library matmul from its element counts and flops: with E output elements,
+    K = flops / (2E); A·B elements = batch·E·K², so batch, M = A/(batch·K), N = B/(batch·K)."""
+    lhs = comp.by_name[instr.operands[0]].shape
+    rhs = comp.by_name[instr.operands[1]].shape
+    out = _first_array(instr.shape)
+    fc = instruction_flops(instr, module)
+    e = out.num_elements
+    if fc.unmodeled or not fc.flops or not e:
+        raise ValueError("no flops for this custom call")
+    k = fc.flops // (KFMA_FLOPS * e)
+    prod_ab = lhs.num_elements * rhs.num_elements
+    if k <= 0 or prod_ab % (e * k * k):
+        raise ValueError(f"cannot read M, N, K from {lhs} x {rhs} -> {out}")
+    b = prod_ab // (e * k * k)
+    m, n = lhs.num_elements // (b * k), rhs.num_elements // (b * k)
+    return matmul_traffic(b, m, n, k, lhs.byte_size, rhs.byte_size, out.byte_size,
+                          (_elem_bytes(lhs), _elem_bytes(rhs), _elem_bytes(out)), fast,
+                          instruction=instr.name, kind="dot")
+
+
+def _conv_tiling(instr: Instruction, comp: Computation, fast: int) -> TilingEstimate:
+    from .flops import parse_dim_labels
+
+    lhs = comp.by_name[instr.operands[0]].shape
+    rhs = comp.by_name[instr.operands[1]].shape
+    out = _first_array(instr.shape)
+    flops = convolution_flops(instr, lhs, rhs, out)
+    out_f = parse_dim_labels(instr.attrs["dim_labels"])[7]
+    n = out.dims[out_f]
+    m = out.num_elements // max(1, n)
+    macs = flops // KFMA_FLOPS
+    k = max(1, macs // max(1, m * n))
+    return matmul_traffic(1, m, n, k, lhs.byte_size, rhs.byte_size, out.byte_size,
+                          (_elem_bytes(lhs), _elem_bytes(rhs), _elem_bytes(out)), fast,
+                          instruction=instr.name, kind="convolution", macs=macs)
+
+
+def _tiling_of(instr: Instruction, comp: Computation, module: Module, fast: int) -> TilingEstimate | None:
+    """Tiling estimate of one dot-like instruction, or None when it is not one. Raises
+    ValueError / KeyError / IndexError when its shapes cannot be read."""
+    op = instr.opcode
+    if op == "dot":
+        return _dot_tiling(instr, comp, fast)
+    if op == "convolution":
+        return _conv_tiling(instr, comp, fast)
+    if op == "custom-call":
+        target = instr.custom_call_target or ""
+        if target in _MATMUL_TARGETS:
+            return _gemm_tiling(instr, comp, module, fast)
+        if target in _CONV_TARGETS:
+            return _conv_tiling(instr, comp, fast)
+    return None
+
+
+def kernel_tilings(instr: Instruction, comp: Computation, module: Module,
+                   fast_memory_bytes: int) -> tuple[tuple[TilingEstimate, ...], tuple[str, ...]]:
+    """Tiling estimates of the dots and convolutions one kernel runs: the instruction itself,
+    or those inside a fusion (recursively). Returns (estimates, notes on ones skipped)."""
+    found: list[TilingEstimate] = []
+    notes: list[str] = []
+
+    def visit(i: Instruction, c: Computation) -> None:
+        if i.opcode == "fusion":
+            for callee in i.called_computations[:1]:
+                fc = module.computations.get(callee)
+                if fc is not None:
+                    for inner in fc.instructions:
+                        visit(inner, fc)
+            return
+        try:
+            t = _tiling_of(i, c, module, fast_memory_bytes)
+        except (ValueError, KeyError, IndexError, ZeroDivisionError) as e:
+            notes.append(f"tiling of '{i.name}' unmodeled: {e}")
+            return
+        if t is not None:
+            found.append(t)
+
+    visit(instr, comp)
+    return tuple(found), tuple(notes)
+
+
+def is_dot_like(instr: Instruction, module: Module) -> bool:
+    """A dot, convolution, library matmul/convolution call, or a fusion containing one."""
+    if instr.opcode in ("dot", "convolution"):
+        return True
+    if instr.opcode == "custom-call":
+        return (instr.custom_call_target or "") in _MATMUL_TARGETS | _CONV_TARGETS
+    if instr.opcode == "fusion" and instr.called_computations:
+        fc = module.computations.get(instr.called_computations[0])
+        return fc is not None and any(is_dot_like(i, module) for i in fc.instructions)
+    return False
+
+
+# ---- the pass ---------------------------------------------------------------------------
+
+def reuse_pass(analysis, spec=None) -> ReuseAnalysis:
+    """Reuse of every kernel-level instruction of ``analysis`` (a pipeline ModuleAnalysis).
+
+    Fusion reuse needs no hardware; the tiling model and the working-set check need the
+    on-chip capacity of ``spec`` (a HardwareSpec, or None to skip them).
+    """
+    module = analysis.module
+    cap = onchip_capacity_bytes(spec)
+    cap_bytes, cap_key = (cap if cap else (None, None))
+    memo: dict = {}
+    rows: dict[tuple[str, str], InstructionReuse] = {}
+    notes: list[str] = []
+    if spec is not None and cap is None:
+        notes.append(f"hardware '{spec.name}' gives no on-chip size: the tiling model is off, "
+                     "dot/convolution traffic is the compulsory traffic")
+    for row in analysis.rows:
+        instr = row.instr
+        if instr.opcode != "fusion" and not is_dot_like(instr, module):
+            continue
+        comp = module.computations[row.computation]
+        fr = None
+        if instr.opcode == "fusion" and instr.called_computations \
+                and instr.called_computations[0] in module.computations:
+            fr = fusion_reuse(instr, comp, module, cap_bytes, memo)
+        tilings: tuple[TilingEstimate, ...] = ()
+        tnotes: tuple[str, ...] = ()
+        if cap_bytes and is_dot_like(instr, module):
+            tilings, tnotes = kernel_tilings(instr, comp, module, cap_bytes)
+        rows[(row.computation, instr.name)] = InstructionReuse(fr, tilings, tnotes)
+    total = _program_total(analysis, rows)
+    return ReuseAnalysis(rows, total, cap_bytes, cap_key, notes)
+
+
+def _program_total(analysis, rows: dict[tuple[str, str], InstructionReuse]) -> int:
+    from .multiplicity import callee_counts
+
+    module = analysis.module
+    memo: dict[str, int] = {}
+
+    def total(cname: str) -> int:
+        if cname in memo:
+            return memo[cname]
+        memo[cname] = 0  # guards against recursion in malformed modules
+        s = 0
+        for instr in module.computations[cname].instructions:
+            r = rows.get((cname, instr.name))
+            if r is not None:
+                s += r.onchip_reuse_bytes
+            if instr.opcode == "conditional":
+                s += max((total(b) for b in instr.called_computations), default=0)
+            elif instr.opcode in ("while", "call", "async-start"):
+                for callee, k, _u, _b in callee_counts(instr):
+                    s += total(callee) * k
+        memo[cname] = s
+        return s
+
+    return total(module.entry.name)
