@@ -169,21 +169,25 @@ class Computation:
         modules print the schedule).
       root: the ROOT instruction (the last one when no ROOT marker was printed).
       is_entry: True for the ENTRY computation.
-      line: 1-based line of the computation header.
+      line, column: 1-based position of the computation header.
     """
 
-    __slots__ = ("name", "instructions", "by_name", "root", "is_entry", "line", "parameters")
+    __slots__ = ("name", "instructions", "by_name", "root", "is_entry", "line", "parameters",
+                 "column", "_users")
 
     def __init__(self, name: str, instructions: list[Instruction], root: Instruction,
-                 is_entry: bool, line: int):
+                 is_entry: bool, line: int, column: int = 1,
+                 by_name: dict[str, Instruction] | None = None):
         self.name = name
         self.instructions = instructions
-        self.by_name = {i.name: i for i in instructions}
+        self.by_name = by_name if by_name is not None else {i.name: i for i in instructions}
         self.root = root
         self.is_entry = is_entry
         self.line = line
+        self.column = column
         params = [i for i in instructions if i.opcode == "parameter"]
         self.parameters: list[Instruction] = sorted(params, key=lambda i: i.parameter_number or 0)
+        self._users: dict[str, list[Instruction]] | None = None
 
     def __repr__(self) -> str:
         return f"<Computation {self.name}: {len(self.instructions)} instructions>"
@@ -196,6 +200,17 @@ class Computation:
 
     def operand_instructions(self, instr: Instruction) -> list[Instruction]:
         return [self.by_name[o] for o in instr.operands]
+
+    def users(self, name: str) -> list[Instruction]:
+        """Instructions of this computation that use ``name`` as an operand, in printed
+        order (each user once). The index is built once, on first use: O(instructions)."""
+        if self._users is None:
+            users: dict[str, list[Instruction]] = {}
+            for instr in self.instructions:
+                for o in dict.fromkeys(instr.operands):
+                    users.setdefault(o, []).append(instr)
+            self._users = users
+        return self._users.get(name, [])
 
 
 class Module:
@@ -267,8 +282,18 @@ class Module:
         """Source file and line of an instruction: metadata source_file/source_line, or the
         innermost frame of ``stack_frame_id`` through the module's StackFrames tables."""
         md = instr.metadata
-        if md is None:
-            return None
+        if md is None or not (md.source_file or md.stack_frame_id):
+            # A fusion often carries no metadata of its own: use its fused instructions'
+            # (root first), which XLA keeps from the ops it fused.
+            if instr.opcode == "fusion" and instr.called_computations:
+                fused = self.computations.get(instr.called_computations[0])
+                if fused is not None:
+                    for inner in [fused.root] + fused.instructions[::-1]:
+                        loc = self.source_location(inner) if inner is not instr else None
+                        if loc is not None:
+                            return loc
+            if md is None:
+                return None
         if md.source_file:
             return SourceLocation(md.source_file, md.source_line)
         if md.stack_frame_id and md.stack_frame_id in self.stack_frames:

@@ -28,8 +28,14 @@ def human_count(n: float) -> str:
     return f"{int(n)}"
 
 
+def make_console() -> Console:
+    """A console for tables: the terminal's width, or 160 columns when output is not a terminal."""
+    c = Console()
+    return c if c.is_terminal else Console(width=160)
+
+
 def render_report(report: Report, top: int = 15, console: Console | None = None) -> None:
-    console = console or Console()
+    console = console or make_console()
     p = report.program
     t = report.totals
     console.print(f"[bold]{p.name}[/bold]  backend={p.backend}  devices={p.num_devices}  "
@@ -40,9 +46,10 @@ def render_report(report: Report, top: int = 15, console: Console | None = None)
                   f"kernel-level instructions)")
 
     table = Table(title=f"Top {top} instructions by HBM bytes (totals over one program run)")
-    for col, kw in (("instruction", {}), ("op / fusion", {}), ("x", {"justify": "right"}),
-                    ("flops", {"justify": "right"}), ("read", {"justify": "right"}),
-                    ("written", {"justify": "right"}), ("role", {}), ("source", {})):
+    num = {"justify": "right", "no_wrap": True}
+    for col, kw in (("instruction", {"overflow": "fold"}), ("op / fusion", {"no_wrap": True}),
+                    ("x", num), ("flops", num), ("read", num), ("written", num),
+                    ("role", {"no_wrap": True}), ("source", {"overflow": "fold"})):
         table.add_column(col, **kw)
     for r in report.top(top):
         loc = report.module.source_location(r.instr)
