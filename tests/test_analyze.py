@@ -174,3 +174,22 @@ def test_gpt2_small_decode_runs():
     # GPT-2 small: 124,439,808 bf16 parameters; the step reads at least all of them once.
     assert r.totals.weights_read_bytes >= 124_439_808 * 2 * 0.95
     assert r.program.backend == "cpu" and not r.unmodeled
+
+
+def test_file_function_target_returning_a_workload(tmp_path, capsys):
+    src = tmp_path / "my_workload.py"
+    src.write_text('''
+import jax, jax.numpy as jnp
+from jaxmove.workload import Workload
+
+def make():
+    w = jax.ShapeDtypeStruct((512, 256), jnp.float32)
+    x = jax.ShapeDtypeStruct((8, 512), jnp.float32)
+    return Workload("proj", lambda w, x: x @ w, (w, x), ("weights", "activations"))
+''')
+    assert main(["analyze", f"{src}:make", "--json"]) == 0
+    out = json.loads(capsys.readouterr().out)
+    assert out["by_role"]["weights"]["read_bytes"] == 512 * 256 * 4
+    assert out["by_role"]["activations"]["read_bytes"] == 8 * 512 * 4
+    assert out["totals"]["flops"] == 2 * 8 * 512 * 256
+    assert main(["analyze", f"{src}:nothing"]) == 2
