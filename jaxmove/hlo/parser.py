@@ -180,6 +180,29 @@ class _Parser:
             self.pos = m.end()
             self.expect("=", f"after attribute '{key}' of {what}")
             into[key] = self.value(f"attribute '{key}' of {what}")
+            if into[key].startswith("mesh["):
+                into[key] = self._mesh_axes_tail(into[key], f"attribute '{key}' of {what}")
+
+    def _mesh_axes_tail(self, head: str, what: str) -> str:
+        """The rest of a mesh-axes replica group list, ``mesh[a=2,b=4][, device_ids=(...)] {a}``
+        (xla/hlo/ir/replica_group.cc ``MeshAxesReplicaGroupList::ToString``), whose
+        comma and space would otherwise end the value at ``mesh[...]``."""
+        parts = [head]
+        save = self.pos
+        self.ws()
+        m = re.compile(r",\s*device_ids\s*=\s*").match(self.text, self.pos)
+        if m:
+            self.pos = m.end()
+            if not self.peek("("):
+                raise self.error(f"expected '(' after device_ids= in {what}, found {self.found()}")
+            parts.append(", device_ids=" + self.balanced(what))
+            save = self.pos
+            self.ws()
+        if not self.peek("{"):
+            self.pos = save
+            return "".join(parts)
+        parts.append(" " + self.balanced(what))
+        return "".join(parts)
 
     # ---- shapes --------------------------------------------------------------------
     def shape(self, what: str) -> Shape:

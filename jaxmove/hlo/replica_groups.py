@@ -4,6 +4,13 @@ Forms (xla/hlo/ir/collective_device_list.h, ``IotaReplicaGroupList``):
   explicit  ``{{0,1},{2,3}}``;  empty ``{}`` means one group of all participants;
   iota      ``[G,S]<=[d0,d1,...]T(p0,p1,...)``: ``iota(prod(d))`` reshaped to ``d``,
             transposed by ``p``, reshaped to G groups of S devices; ``T(...)`` optional.
+  mesh axes ``mesh['a'=2,'b'=4] {'b'}`` (XLA's ``MeshAxesReplicaGroupList``, printed by
+            jax 0.10 for SPMD programs): the devices of a named mesh (row-major ids, or
+            ``, device_ids=([d0,d1]T(p))`` / ``device_ids=(3,1,2,0)`` when not in order);
+            each group holds the devices that differ only along the listed axes. A listed
+            axis may be a sub-axis ``'a':(pre)size`` (the ``size`` factor of axis ``a``
+            after the first ``pre``). Expansion follows xla/hlo/ir/replica_group.cc
+            (``ComputeReindexedAxes``, ``get_replica_groups_for_full_axes``).
 """
 
 from __future__ import annotations
@@ -27,11 +34,14 @@ def parse_replica_groups(text: str) -> list[list[int]]:
     """Expand a ``replica_groups`` value into explicit groups.
 
     Returns [] for ``{}`` (all participants form one group; the caller knows how many).
-    Raises ReplicaGroupsError when the text is malformed, when an iota list's group
+    Raises ReplicaGroupsError when the text is malformed, when a mesh-axes list names an
+    axis the mesh lacks or device_ids that do not fill the mesh, when an iota list's group
     shape [G,S] does not hold as many devices as its reshape dims, or when the
     transpose is not a permutation of the reshape dims.
     """
     t = re.sub(r"\s+", "", text)
+    if t.startswith("mesh["):
+        return parse_mesh_axes_groups(t)
     m = _IOTA.match(t)
     if m:
         shape = _ints(m.group(1))
@@ -61,3 +71,93 @@ def parse_replica_groups(text: str) -> list[list[int]]:
         return [_ints(g) if g else [] for g in groups]
     except ValueError:
         raise ReplicaGroupsError(f"replica groups {text}: expected integers") from None
+
+
+_MESH = re.compile(r"^mesh\[(?P<axes>[^\]]*)\](?:,device_ids=\((?P<ids>.*)\))?\{(?P<refs>[^{}]*)\}$")
+_MESH_AXIS = re.compile(r"^'?([^'=]+)'?=(\d+)$")
+_AXIS_REF = re.compile(r"^'?([^':]+)'?(?::\((\d+)\)(\d+))?$")
+_IOTA_IDS = re.compile(r"^\[(\d+(?:,\d+)*)\](?:T\((\d+(?:,\d+)*)\))?$")
+
+
+def _mesh_device_array(ids: str | None, sizes: list[int], text: str) -> np.ndarray:
+    n = int(np.prod(sizes))
+    if ids is None:
+        return np.arange(n).reshape(sizes)
+    m = _IOTA_IDS.match(ids)
+    if m:
+        dims = _ints(m.group(1))
+        perm = _ints(m.group(2)) if m.group(2) else list(range(len(dims)))
+        if int(np.prod(dims)) != n or sorted(perm) != list(range(len(dims))):
+            raise ReplicaGroupsError(f"replica groups {text}: device_ids [{m.group(1)}] do not "
+                                     f"fill a mesh of {n} devices (or T is not a permutation)")
+        return np.arange(n).reshape(dims).transpose(perm).reshape(sizes)
+    try:
+        flat = _ints(ids.strip("{}[]"))
+    except ValueError:
+        raise ReplicaGroupsError(f"replica groups {text}: device_ids=({ids}) is neither "
+                                 f"[dims]T(perm) nor a list of integers") from None
+    if sorted(flat) != list(range(n)):
+        raise ReplicaGroupsError(f"replica groups {text}: device_ids must be a permutation of "
+                                 f"0..{n - 1}, got {len(flat)} ids")
+    return np.array(flat).reshape(sizes)
+
+
+def parse_mesh_axes_groups(text: str) -> list[list[int]]:
+    """Expand ``mesh[...] [, device_ids=(...)] {axes}`` into explicit groups.
+
+    Raises ReplicaGroupsError for malformed text, an unknown axis, a sub-axis that does not
+    divide its axis, or device_ids that are not a permutation of the mesh's devices.
+    """
+    t = re.sub(r"\s+", "", text)
+    m = _MESH.match(t)
+    if not m:
+        raise ReplicaGroupsError(f"replica groups {text}: expected mesh[name=size,...] {{axes}}")
+    names, sizes = [], []
+    for part in m.group("axes").split(","):
+        am = _MESH_AXIS.match(part)
+        if not am:
+            raise ReplicaGroupsError(f"replica groups {text}: expected 'name'=size, got {part!r}")
+        names.append(am.group(1))
+        sizes.append(int(am.group(2)))
+    devices = _mesh_device_array(m.group("ids"), sizes, text)
+    refs: dict[int, list[tuple[int, int]]] = {}   # mesh dim -> [(pre_size, size)], listed order
+    for part in (p for p in m.group("refs").split(",") if p):
+        rm = _AXIS_REF.match(part)
+        if not rm or rm.group(1) not in names:
+            raise ReplicaGroupsError(f"replica groups {text}: axis {part!r} is not one of {names}")
+        dim = names.index(rm.group(1))
+        full = sizes[dim]
+        pre, size = (int(rm.group(2)), int(rm.group(3))) if rm.group(2) else (1, full)
+        if full % (pre * size):
+            raise ReplicaGroupsError(f"replica groups {text}: sub-axis {part} does not divide "
+                                     f"axis {rm.group(1)} of size {full}")
+        refs.setdefault(dim, []).append((pre, size))
+    reshape: list[int] = []
+    grouped: list[int] = []
+    for dim, full in enumerate(sizes):
+        if dim not in refs:
+            reshape.append(full)
+            continue
+        # Split the axis into [pad, sub, pad, sub, ..., rest] (HandleMultiAxisRefPerDimension).
+        subs = refs[dim]
+        order = sorted(range(len(subs)), key=lambda i: subs[i][0])
+        agg_sorted: list[int] = []
+        prefix = 1
+        for i in order:
+            pre, size = subs[i]
+            if pre != prefix:
+                reshape.append(pre // prefix)
+                prefix = pre
+            agg_sorted.append(len(reshape))
+            reshape.append(size)
+            prefix *= size
+        if prefix != full:
+            reshape.append(full // prefix)
+        agg = [0] * len(subs)
+        for k, i in enumerate(order):
+            agg[i] = agg_sorted[k]
+        grouped.extend(agg)
+    group_size = int(np.prod([reshape[g] for g in grouped])) if grouped else 1
+    perm = [i for i in range(len(reshape)) if i not in grouped] + grouped
+    arr = devices.reshape(reshape).transpose(perm).reshape(-1, group_size)
+    return arr.tolist()

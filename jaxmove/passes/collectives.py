@@ -1,0 +1,401 @@
+"""Collectives: who talks to whom, and how many bytes each device puts on the wire.
+
+For every collective instruction (all-reduce, all-gather, reduce-scatter, all-to-all,
+ragged-all-to-all, collective-permute, collective-broadcast, send, recv), synchronous,
+as a ``*-start``/``*-done`` pair, wrapped in a generic ``async-start``/``async-done``, or
+fused (a collective inside a fusion's computation is found and reported on the fusion),
+``collective_info`` gives its kind, its groups and the bytes ONE device sends per
+execution.
+
+Groups (xla/hlo/ir/collective_op_group_mode.h, ``GetCollectiveOpGroupMode``): the ids in
+``replica_groups`` are replica ids (no ``channel_id``: *cross_replica*), partition ids
+(``channel_id`` on ops without ``use_global_device_ids``: *cross_partition*), replica ids
+each spanning every partition (``channel_id`` on all-reduce / all-gather / reduce-scatter
+without ``use_global_device_ids``: *cross_replica_and_partition*), or global device ids
+``replica * num_partitions + partition`` (``use_global_device_ids=true``:
+*flattened_id*). An empty list means every participant of that mode. ``num_partitions``
+and ``replica_count`` come from the module header.
+
+Wire bytes per device for the ring algorithm (the NCCL bus-bandwidth factors,
+https://github.com/NVIDIA/nccl-tests/blob/master/doc/PERFORMANCE.md, and How To Scale
+Your Model, part 3 "Sharded matrices", https://jax-ml.github.io/scaling-book/sharding/),
+with ``n`` the group size and ``S`` the full buffer:
+
+=========================  ====================  ==========================================
+kind                       S                     bytes one device sends
+=========================  ====================  ==========================================
+all-reduce                 operand bytes         2 (n-1)/n * S  (reduce-scatter + all-gather)
+all-gather                 n * operand bytes     (n-1)/n * S    (= (n-1) * its own shard)
+reduce-scatter             operand bytes         (n-1)/n * S
+all-to-all                 operand bytes         (n-1)/n * S    (keeps its own 1/n)
+ragged-all-to-all          input bytes           (n-1)/n * S    (runtime sizes: assumes even)
+collective-permute         operand bytes         S per source-target pair it is the source of
+collective-broadcast       operand bytes         S              (NCCL broadcast factor 1)
+send                       operand bytes         S per pair it is the source of
+recv                       result bytes          0              (counted on the matching send)
+=========================  ====================  ==========================================
+
+A ``*-done`` carries nothing (its ``*-start`` carries the transfer), so a pair is counted
+once. Passes never print.
+"""
+
+from __future__ import annotations
+
+import weakref
+from dataclasses import dataclass
+
+from ..hlo import Computation, Instruction, Module
+from ..hlo.attrs import parse_kv_block
+from ..hlo.replica_groups import ReplicaGroupsError, parse_replica_groups
+
+COLLECTIVE_KINDS = ("all-reduce", "all-gather", "reduce-scatter", "all-to-all", "ragged-all-to-all",
+                    "collective-permute", "collective-broadcast", "send", "recv")
+_KINDS = frozenset(COLLECTIVE_KINDS)
+# Ops that carry ``use_global_device_ids`` (the others are cross-partition with a channel_id).
+_GLOBAL_ID_KINDS = frozenset({"all-reduce", "all-gather", "reduce-scatter"})
+_POINT_TO_POINT = frozenset({"collective-permute", "send", "recv"})
+
+
+@dataclass(frozen=True, slots=True)
+class CollectiveInfo:
+    """One collective, per execution.
+
+    Attributes:
+      kind: ``all-reduce`` | ``all-gather`` | ``reduce-scatter`` | ``all-to-all`` |
+        ``ragged-all-to-all`` | ``collective-permute`` | ``collective-broadcast`` |
+        ``send`` | ``recv`` (``-start`` dropped).
+      group_size: devices per group (2 for point-to-point ops: one source, one target).
+      num_groups: independent groups over all devices of the program (pairs for
+        point-to-point ops).
+      groups: the groups as printed, expanded (replica, partition or global ids per
+        ``mode``); source-target pairs for point-to-point ops.
+      device_groups: the same groups in global device ids ``replica * num_partitions +
+        partition``, one per independent group.
+      mode: ``cross_replica`` | ``cross_partition`` | ``cross_replica_and_partition`` |
+        ``flattened_id``.
+      buffer_bytes: the full buffer ``S`` of the wire formula (module docstring), bytes.
+      wire_bytes: bytes one device sends per execution (ring algorithm), bytes.
+      is_async: a ``*-start`` or a collective wrapped by ``async-start``.
+      instruction: the collective's own name (differs from the row for fused collectives).
+      notes: how the figures were derived where it is not obvious.
+    """
+
+    kind: str
+    group_size: int
+    num_groups: int
+    groups: tuple[tuple[int, ...], ...]
+    device_groups: tuple[tuple[int, ...], ...]
+    mode: str
+    buffer_bytes: int
+    wire_bytes: int
+    is_async: bool
+    instruction: str
+    notes: tuple[str, ...] = ()
+
+    def to_json(self) -> dict:
+        """The per-instruction ``collective`` object of the JSON report."""
+        return {"kind": self.kind, "group_size": self.group_size, "num_groups": self.num_groups,
+                "wire_bytes": self.wire_bytes, "buffer_bytes": self.buffer_bytes,
+                "mode": self.mode, "is_async": self.is_async}
+
+
+class CollectiveError(ValueError):
+    """A collective whose groups cannot be read (names the instruction and its line)."""
+
+
+def collective_kind(opcode: str) -> str | None:
+    """``all-reduce-start`` -> ``all-reduce``; None for non-collectives and ``*-done``."""
+    if opcode in _KINDS:
+        return opcode
+    if opcode.endswith("-start") and opcode[:-6] in _KINDS:
+        return opcode[:-6]
+    return None
+
+
+# ---- per-module caches --------------------------------------------------------------
+
+_ASYNC_WRAPPED: "weakref.WeakKeyDictionary[Module, frozenset[str]]" = weakref.WeakKeyDictionary()
+_FUSED: "weakref.WeakKeyDictionary[Module, dict[str, tuple]]" = weakref.WeakKeyDictionary()
+
+
+def _async_wrapped(module: Module) -> frozenset[str]:
+    """Computations run by a generic ``async-start`` (their collectives are asynchronous)."""
+    hit = _ASYNC_WRAPPED.get(module)
+    if hit is None:
+        hit = frozenset(c for i in module.instructions() if i.opcode == "async-start"
+                        for c in i.called_computations)
+        _ASYNC_WRAPPED[module] = hit
+    return hit
+
+
+def _fused_collectives(module: Module, cname: str) -> tuple[tuple[Instruction, Computation], ...]:
+    """Collectives inside a fused computation and its nested fusions."""
+    cache = _FUSED.setdefault(module, {})
+    hit = cache.get(cname)
+    if hit is not None:
+        return hit
+    cache[cname] = ()  # guards against (malformed) recursion
+    comp = module.computations[cname]
+    out: list[tuple[Instruction, Computation]] = []
+    for i in comp.instructions:
+        if collective_kind(i.opcode) is not None:
+            out.append((i, comp))
+        elif i.opcode == "fusion":
+            for c in i.called_computations:
+                out.extend(_fused_collectives(module, c))
+    cache[cname] = tuple(out)
+    return cache[cname]
+
+
+# ---- groups -------------------------------------------------------------------------
+
+def _mode(kind: str, instr: Instruction) -> str:
+    """Collective group mode (xla/service/collective_ops_utils.cc GetCollectiveOpGroupMode)."""
+    if "channel_id" not in instr.attrs:
+        return "cross_replica"
+    if kind in _GLOBAL_ID_KINDS:
+        ugdi = instr.attrs.get("use_global_device_ids", "false").strip() == "true"
+        return "flattened_id" if ugdi else "cross_replica_and_partition"
+    return "cross_partition"
+
+
+def _error(instr: Instruction, module: Module, e: Exception) -> CollectiveError:
+    return CollectiveError(f"{module.filename}:{instr.line}:{instr.column}: collective "
+                           f"'{instr.name}': {e}")
+
+
+def _counts(module: Module, ids: list[int], mode: str) -> tuple[int, int, list[str]]:
+    """(replicas, partitions) of the program, widened when groups name ids past the header."""
+    r, p = module.replica_count, module.num_partitions
+    notes: list[str] = []
+    top = max(ids) + 1 if ids else 0
+    if mode in ("cross_replica", "cross_replica_and_partition") and top > r:
+        notes.append(f"replica_count={r} in the header but groups name replica {top - 1}: "
+                     f"assumed {top} replicas")
+        r = top
+    elif mode == "cross_partition" and top > p:
+        notes.append(f"num_partitions={p} in the header but groups name partition {top - 1}: "
+                     f"assumed {top} partitions")
+        p = top
+    elif mode == "flattened_id" and top > r * p:
+        notes.append(f"the header has {r * p} devices but groups name device {top - 1}: "
+                     f"assumed {top} partitions")
+        r, p = 1, top
+    return r, p, notes
+
+
+def _device_groups(groups: list[list[int]], mode: str, r: int, p: int) -> list[tuple[int, ...]]:
+    """Groups in global device ids (replica * num_partitions + partition)."""
+    if mode == "cross_replica":
+        groups = groups or [list(range(r))]
+        return [tuple(rep * p + q for rep in g) for q in range(p) for g in groups]
+    if mode == "cross_partition":
+        groups = groups or [list(range(p))]
+        return [tuple(rep * p + q for q in g) for rep in range(r) for g in groups]
+    if mode == "cross_replica_and_partition":
+        groups = groups or [list(range(r))]
+        return [tuple(rep * p + q for rep in g for q in range(p)) for g in groups]
+    groups = groups or [list(range(r * p))]
+    return [tuple(g) for g in groups]
+
+
+def _pairs_text(kind: str, instr: Instruction) -> str | None:
+    if kind == "collective-permute":
+        return instr.attrs.get("source_target_pairs")
+    fa = instr.attrs.get("frontend_attributes")
+    if fa is None:
+        return None
+    return parse_kv_block(fa).get("_xla_send_recv_source_target_pairs")
+
+
+def _operand_bytes(instr: Instruction, comp: Computation, operands: range | list[int] | None = None) -> int:
+    idx = range(len(instr.operands)) if operands is None else operands
+    return sum(comp.by_name[instr.operands[k]].shape.byte_size for k in idx
+               if k < len(instr.operands) and instr.operands[k] in comp.by_name)
+
+
+# ---- the pass -----------------------------------------------------------------------
+
+def _info(instr: Instruction, comp: Computation, module: Module, kind: str) -> CollectiveInfo:
+    mode = _mode(kind, instr)
+    notes: list[str] = []
+    is_async = instr.opcode.endswith("-start") or comp.name in _async_wrapped(module)
+    if kind in _POINT_TO_POINT:
+        text = _pairs_text(kind, instr)
+        try:
+            pairs = parse_replica_groups(text) if text else []
+        except ReplicaGroupsError as e:
+            raise _error(instr, module, e) from None
+        if any(len(pr) != 2 for pr in pairs):
+            raise _error(instr, module, ValueError(f"source_target_pairs {text}: expected pairs"))
+        if not pairs:
+            notes.append("no source_target_pairs: assumed one pair")
+            pairs = [[0, 1]]
+        mode = "cross_partition" if "channel_id" in instr.attrs else "cross_replica"
+        r, p, more = _counts(module, [d for pr in pairs for d in pr], mode)
+        notes += more
+        if mode == "cross_partition":
+            dev = [(rep * p + s, rep * p + t) for rep in range(r) for s, t in pairs]
+        else:
+            dev = [(s * p + q, t * p + q) for q in range(p) for s, t in pairs]
+        if kind == "recv":
+            shape = instr.shape.tuple_shapes[0] if instr.shape.is_tuple else instr.shape
+            buffer = shape.byte_size
+            wire = 0
+            notes.append("received bytes are counted on the matching send")
+        else:
+            buffer = _operand_bytes(instr, comp, [0])
+            sends: dict[int, int] = {}
+            for s, t in pairs:
+                if s != t:
+                    sends[s] = sends.get(s, 0) + 1
+            wire = buffer * max(sends.values(), default=0)
+            if kind == "collective-permute" and len(instr.operands) >= 4:
+                notes.append("in-place collective-permute (slice_sizes): the whole operand is "
+                              "counted per pair, an upper bound")
+        return CollectiveInfo(kind, 2, len(dev), tuple(tuple(pr) for pr in pairs), tuple(dev), mode,
+                              buffer, wire, is_async, instr.name, tuple(notes))
+
+    text = instr.attrs.get("replica_groups", "{}")
+    try:
+        groups = parse_replica_groups(text)
+    except ReplicaGroupsError as e:
+        raise _error(instr, module, e) from None
+    groups = [g for g in groups if g] if any(groups) else []
+    r, p, more = _counts(module, [d for g in groups for d in g], mode)
+    notes += more
+    dev = _device_groups(groups, mode, r, p)
+    sizes = {len(g) for g in dev}
+    n = max(sizes)
+    if len(sizes) > 1:
+        notes.append(f"groups of unequal sizes {sorted(sizes)}: the largest is used")
+    if kind == "all-gather":
+        shard = _operand_bytes(instr, comp)
+        buffer = n * shard
+        wire = (n - 1) * shard
+    elif kind == "ragged-all-to-all":
+        buffer = _operand_bytes(instr, comp, [0])
+        wire = (n - 1) * buffer // n
+        notes.append("ragged-all-to-all sends runtime-sized pieces: assumes its input is spread "
+                     "evenly over the group")
+    else:
+        buffer = _operand_bytes(instr, comp)
+        if kind == "all-reduce":
+            wire = 2 * (n - 1) * buffer // n
+        elif kind == "collective-broadcast":
+            wire = buffer if n > 1 else 0
+        else:  # reduce-scatter, all-to-all
+            wire = (n - 1) * buffer // n
+    return CollectiveInfo(kind, n, len(dev), tuple(tuple(g) for g in groups), tuple(dev), mode,
+                          buffer, wire, is_async, instr.name, tuple(notes))
+
+
+def collective_info(instr: Instruction, comp: Computation, module: Module) -> CollectiveInfo | None:
+    """The collective an instruction runs, per execution, or None.
+
+    A collective or ``*-start`` returns its own info; a fusion returns the collective(s)
+    inside its computation (several are summed into one record, kind of the largest);
+    ``*-done``, ``async-start``/``async-done`` wrappers (the wrapped computation's own
+    instruction carries the transfer) and everything else return None.
+
+    Raises:
+      CollectiveError: unreadable ``replica_groups`` / ``source_target_pairs`` (names the
+        file, line and instruction).
+    """
+    kind = collective_kind(instr.opcode)
+    if kind is not None:
+        return _info(instr, comp, module, kind)
+    if instr.opcode != "fusion" or not instr.called_computations:
+        return None
+    found = [_info(i, c, module, collective_kind(i.opcode)) for cname in instr.called_computations
+             for i, c in _fused_collectives(module, cname)]
+    if not found:
+        return None
+    if len(found) == 1:
+        info = found[0]
+        return CollectiveInfo(info.kind, info.group_size, info.num_groups, info.groups,
+                              info.device_groups, info.mode, info.buffer_bytes, info.wire_bytes,
+                              info.is_async, info.instruction,
+                              info.notes + (f"fused: '{info.instruction}' inside this fusion",))
+    big = max(found, key=lambda i: i.wire_bytes)
+    return CollectiveInfo(big.kind, big.group_size, big.num_groups, big.groups, big.device_groups,
+                          big.mode, sum(i.buffer_bytes for i in found),
+                          sum(i.wire_bytes for i in found), big.is_async, big.instruction,
+                          big.notes + (f"{len(found)} fused collectives summed: "
+                                       + ", ".join(f"{i.instruction} ({i.kind})" for i in found),))
+
+
+# ---- time on a topology ---------------------------------------------------------------
+
+def ring_steps(info: CollectiveInfo) -> int:
+    """Latency steps of the ring algorithm: all-reduce 2(n-1) (reduce-scatter then
+    all-gather), all-gather / reduce-scatter / all-to-all / broadcast (n-1), point-to-point 1,
+    recv 0 (NCCL's ring; Thakur et al., "Optimization of Collective Communication Operations
+    in MPICH", IJHPCA 2005)."""
+    n = info.group_size
+    if info.kind == "recv" or n <= 1:
+        return 0
+    if info.kind in ("collective-permute", "send"):
+        return 1 if info.wire_bytes else 0
+    if info.kind == "all-reduce":
+        return 2 * (n - 1)
+    return n - 1
+
+
+def node_of(device: int, devices_per_node: int, device_to_node=None) -> int:
+    """The node a global device id sits in: ``device // devices_per_node`` (ids fill nodes
+    in order), unless ``device_to_node`` (a sequence or a callable) says otherwise."""
+    if device_to_node is None:
+        return device // max(1, devices_per_node)
+    return device_to_node(device) if callable(device_to_node) else device_to_node[device]
+
+
+def spans_nodes(info: CollectiveInfo, devices_per_node: int, device_to_node=None) -> bool:
+    """True when some group of the collective holds devices of more than one node."""
+    return any(len({node_of(d, devices_per_node, device_to_node) for d in g}) > 1
+               for g in info.device_groups)
+
+
+def link_bandwidth_bytes_per_s(info: CollectiveInfo, spec, device_to_node=None) -> float | None:
+    """Per-device, per-direction bandwidth of the slowest link the collective's groups span.
+
+    GPUs/CPUs: ``intra_node_bytes_per_s`` when every group stays inside one node (NVLink),
+    else ``inter_node_bytes_per_s`` (InfiniBand / DCN). TPUs with ICI figures: a group is
+    taken to be one torus axis, a bidirectional ring using 2 links, so
+    ``2 * ici_bytes_per_s_per_link`` (How To Scale Your Model, part 3: an AllGather over
+    one axis costs V / W_ici with W_ici the bidirectional bandwidth); groups that span
+    several torus axes get more bandwidth in reality, which this does not credit. None
+    when the spec lacks the number needed.
+    """
+    if spec.kind == "tpu" and spec.ici_bytes_per_s_per_link:
+        return 2 * spec.ici_bytes_per_s_per_link
+    if spans_nodes(info, spec.devices_per_node, device_to_node):
+        return spec.inter_node_bytes_per_s
+    return spec.intra_node_bytes_per_s
+
+
+def collective_time_s(info: CollectiveInfo, spec, device_to_node=None) -> float | None:
+    """Time of one execution: ``link_latency_s * ring_steps + wire_bytes / bandwidth`` of
+    the slowest link the groups span (``link_bandwidth_bytes_per_s``), in seconds.
+
+    Args:
+      info: from ``collective_info``.
+      spec: a ``jaxmove.hardware.HardwareSpec``.
+      device_to_node: optional map of global device id -> node (default: in order,
+        ``devices_per_node`` ids per node).
+    Returns:
+      Seconds, 0.0 for a collective that sends nothing, or None when the spec lacks the
+      bandwidth or ``link_latency_s`` the estimate needs.
+    """
+    steps = ring_steps(info)
+    if info.wire_bytes == 0 and steps == 0:
+        return 0.0
+    bw = link_bandwidth_bytes_per_s(info, spec, device_to_node)
+    if not bw or spec.link_latency_s is None:
+        return None
+    return spec.link_latency_s * steps + info.wire_bytes / bw
+
+
+__all__ = ["COLLECTIVE_KINDS", "CollectiveError", "CollectiveInfo", "collective_info",
+           "collective_kind", "collective_time_s", "link_bandwidth_bytes_per_s", "node_of",
+           "ring_steps", "spans_nodes"]
