@@ -1,0 +1,176 @@
+"""Annotated HLO: the optimized program text with every instruction's figures as a comment.
+
+``annotate(report, hlo_text)`` returns ``hlo_text`` with a ``//`` comment after each
+kernel-level instruction (one that has a row in the report):
+
+    %fusion.3 = bf16[1,768]{1,0} fusion(...), kind=kLoop, ...  // x=12 flops=9216 hbm_read_bytes=...
+
+A multi-line instruction, or one sharing its line with another, gets the comment on a
+line of its own before it, naming it: ``// %fusion.3: x=12 ...``. The HLO grammar treats
+``//`` comments as whitespace (xla/hlo/parser/hlo_lexer.cc), so the annotated text parses
+to the same instructions.
+
+Figures are totals over one program run (per execution x multiplicity), in the units of
+the ``--json`` report (bytes, flops), and equal its ``instructions`` entries:
+``x`` multiplicity, ``flops``, ``hbm_read_bytes``, ``hbm_write_bytes``, ``role`` (the role
+with the most HBM bytes), ``paths`` (non-zero data-path bytes), and when present
+``est_time_s``, ``bound``, ``intensity`` (flops per HBM byte), ``modeled_hbm_bytes`` (with
+the tiling re-reads of the time model, when it differs), ``onchip_reuse_bytes`` (bytes a
+fusion keeps on chip), the collective (``collective=all-reduce group=4 wire_bytes=...``,
+wire bytes per program run), ``unmodeled``, ``src`` and ``op_name``.
+Names and paths taken from the program are written as JSON strings, so a newline in them
+cannot end the comment.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from pathlib import Path
+
+from ..passes.cost import PATHS
+from ..passes.pipeline import InstructionCost
+from .attribution import attribute
+from .columns import QUIET_OPCODES, row_collective, row_reuse, row_time
+from .report import dominant_role
+
+_COMMENT_ONLY = re.compile(r"^\s*(//.*)?$")
+
+
+def _q(s: str) -> str:
+    """A program-derived string as a JSON string literal (quotes, control characters escaped)."""
+    return json.dumps(s, ensure_ascii=True)
+
+
+def _num(x: float) -> str:
+    """Exact (round-trip) text of a float, so the comment equals the JSON figure."""
+    return repr(float(x))
+
+
+def row_annotation(report, row: InstructionCost) -> str:
+    """The comment text (without ``//``) for one row: ``key=value`` pairs separated by spaces."""
+    t = row.total
+    if row.instr.opcode in QUIET_OPCODES:
+        return f"x={row.multiplicity.count} (moves nothing)"
+    mult = f"{row.multiplicity.count}{'?' if row.multiplicity.unknown_trip_count else ''}"
+    parts = [f"x={mult}", f"flops={t.flops}", f"hbm_read_bytes={t.hbm_read_bytes}",
+             f"hbm_write_bytes={t.hbm_write_bytes}", f"role={dominant_role(t)}"]
+    if t.transcendentals:
+        parts.insert(2, f"transcendentals={t.transcendentals}")
+    paths = [f"{p}:{t.path_bytes(p)}" for p in PATHS if t.path_bytes(p)]
+    if paths:
+        parts.append("paths=" + ",".join(paths))
+    if t.onchip_read_bytes or t.onchip_write_bytes:
+        parts.append(f"onchip_read_bytes={t.onchip_read_bytes} onchip_write_bytes={t.onchip_write_bytes}")
+    tm = row_time(report, row)
+    if tm is not None:
+        est = getattr(tm, "est_time_s", None)
+        if est is not None:
+            parts.append(f"est_time_s={_num(est)}")
+        bound = getattr(tm, "bound", None)
+        if bound:
+            parts.append(f"bound={bound}")
+        ai = getattr(tm, "arithmetic_intensity", None)
+        if ai is not None:
+            parts.append(f"intensity={_num(ai)}")
+    mult_n = row.multiplicity.count
+    if tm is not None:
+        modeled = getattr(tm, "hbm_bytes", None)
+        if modeled is not None and modeled != t.hbm_bytes:
+            parts.append(f"modeled_hbm_bytes={modeled}")
+    reuse = row_reuse(report, row)
+    kept = getattr(reuse, "onchip_reuse_bytes", None)
+    if kept:
+        parts.append(f"onchip_reuse_bytes={kept * mult_n}")
+    coll = row_collective(row)
+    if coll is not None:
+        parts.append(f"collective={getattr(coll, 'kind', '?')}")
+        if getattr(coll, "group_size", None) is not None:
+            parts.append(f"group={coll.group_size}")
+        if getattr(coll, "wire_bytes", None) is not None:
+            parts.append(f"wire_bytes={coll.wire_bytes * mult_n}")
+        if getattr(coll, "is_async", False):
+            parts.append("async")
+    if row.unmodeled:
+        parts.append("unmodeled=" + _q("; ".join(row.unmodeled)))
+    att = attribute(report.module, row.instr)
+    if att.source is not None:
+        parts.append("src=" + _q(att.source_key))
+    if att.op_name:
+        parts.append("op_name=" + _q(att.op_name))
+    return " ".join(parts)
+
+
+def _line_kinds(lines: list[str]) -> list[bool]:
+    """Per line: True when it is blank or holds only a ``//`` comment."""
+    return [bool(_COMMENT_ONLY.match(ln)) for ln in lines]
+
+
+def annotate(report, hlo_text: str | None = None) -> str:
+    """The program's HLO text with each kernel-level instruction's figures as a comment.
+
+    Args:
+      report: a Report whose module was parsed from ``hlo_text``.
+      hlo_text: the optimized HLO text (``Program.hlo_text``). None reads the file named by
+        an ``hlo:PATH`` program source.
+    Returns:
+      The annotated text (ends with a newline). It parses, with ``jaxmove.hlo.parse_module``,
+      to the same instructions as ``hlo_text``.
+    Raises:
+      ValueError: no text was given and the report was not read from an HLO file, or the
+        text does not match the report's module (an instruction's line holds another name).
+    """
+    if hlo_text is None:
+        src = report.program.source
+        if not src.startswith("hlo:"):
+            raise ValueError("annotate needs the program's HLO text (Program.hlo_text) for a "
+                             f"program captured from '{src}'")
+        hlo_text = Path(src[4:]).read_text()
+    lines = hlo_text.split("\n")
+    blank = _line_kinds(lines)
+    module = report.module
+    rows = {(r.computation, r.instr.name): r for r in report.rows}
+
+    after: dict[int, list[str]] = {}    # 0-based line -> comments appended at its end
+    before: dict[int, list[str]] = {}   # 0-based line -> comment lines inserted before it
+    starts: dict[int, int] = {}
+    for instr in module.instructions():
+        starts[instr.line - 1] = starts.get(instr.line - 1, 0) + 1
+
+    for comp in module.computations.values():
+        instrs = comp.instructions
+        for k, instr in enumerate(instrs):
+            row = rows.get((comp.name, instr.name))
+            if row is None:
+                continue
+            i = instr.line - 1
+            if i >= len(lines) or f"{instr.name}" not in lines[i]:
+                raise ValueError(f"line {instr.line} of the HLO text does not hold instruction "
+                                 f"'{instr.name}': the text is not the one the report was parsed from")
+            text = row_annotation(report, row)
+            # Does the instruction end on its own line? Its successor (next instruction, or
+            # the computation's closing brace) must follow after only blank/comment lines.
+            nxt = instrs[k + 1].line - 1 if k + 1 < len(instrs) else None
+            j = i + 1
+            while j < len(lines) and (nxt is None or j < nxt) and blank[j]:
+                j += 1
+            if nxt is not None:
+                single = j == nxt
+            else:
+                single = j >= len(lines) or lines[j].lstrip().startswith("}")
+            if single and starts.get(i, 0) == 1:
+                after.setdefault(i, []).append(text)
+            else:
+                indent = re.match(r"\s*", lines[i]).group(0)
+                before.setdefault(i, []).append(f"{indent}// %{instr.name}: {text}")
+
+    out: list[str] = []
+    for i, ln in enumerate(lines):
+        out.extend(before.get(i, ()))
+        if i in after:
+            ln = f"{ln}  // {' '.join(after[i])}"
+        out.append(ln)
+    header = ("// jaxmove annotate: figures are totals over one program run (per execution x "
+              "multiplicity x=); bytes in bytes; role = the tensor role with the most HBM bytes")
+    text = header + "\n" + "\n".join(out)
+    return text if text.endswith("\n") else text + "\n"

@@ -1,0 +1,106 @@
+"""The Report as a pandas DataFrame, and its compact HTML for Jupyter (``_repr_html_``).
+
+pandas is an optional dependency (``pip install jaxmove[notebooks]``); it is imported
+only when ``to_dataframe`` is called.
+"""
+
+from __future__ import annotations
+
+from ..passes.cost import PATHS
+from ..workload import ROLES
+from .attribution import attribute, report_rows
+from .columns import row_collective, row_measured_s, row_reuse, row_time
+from .report import dominant_role
+
+#: Columns always present, in order. Figures are totals over one program run.
+BASE_COLUMNS = (
+    "computation", "name", "opcode", "fusion_kind", "multiplicity", "unknown_trip_count",
+    "flops", "transcendentals", "hbm_read_bytes", "hbm_write_bytes", "hbm_bytes",
+    "arithmetic_intensity",
+    *(f"{r}_{d}_bytes" for r in ROLES for d in ("read", "write")),
+    *(f"{p}_bytes" for p in PATHS),
+    "role", "source", "module", "op_name", "unmodeled", "hlo_line",
+)
+
+
+def report_records(report) -> list[dict]:
+    """One dict per instruction of the JSON ``instructions`` list, flat (no nesting).
+
+    Keys: ``BASE_COLUMNS`` plus, when the report has them, ``est_time_s``,
+    ``compute_time_s``, ``memory_time_s``, ``network_time_s``, ``bound`` (time model),
+    ``modeled_hbm_bytes`` (time model), ``collective``, ``group_size``, ``wire_bytes``
+    (collectives; wire bytes per program run), ``onchip_reuse_bytes`` (reuse pass, per
+    program run) and ``measured_s``. ``arithmetic_intensity`` is flops per HBM byte (None when the
+    instruction moves no HBM bytes).
+    """
+    has_times = getattr(report, "times", None) is not None
+    out = []
+    for r in report_rows(report):
+        t = r.total
+        att = attribute(report.module, r.instr)
+        rec = {
+            "computation": r.computation, "name": r.instr.name, "opcode": r.instr.opcode,
+            "fusion_kind": r.instr.fusion_kind, "multiplicity": r.multiplicity.count,
+            "unknown_trip_count": r.multiplicity.unknown_trip_count,
+            "flops": t.flops, "transcendentals": t.transcendentals,
+            "hbm_read_bytes": t.hbm_read_bytes, "hbm_write_bytes": t.hbm_write_bytes,
+            "hbm_bytes": t.hbm_bytes,
+            "arithmetic_intensity": (t.flops / t.hbm_bytes) if t.hbm_bytes else None,
+        }
+        for role in ROLES:
+            rd, wr = t.role_bytes(role)
+            rec[f"{role}_read_bytes"] = rd
+            rec[f"{role}_write_bytes"] = wr
+        for p in PATHS:
+            rec[f"{p}_bytes"] = t.path_bytes(p)
+        rec.update(role=dominant_role(t), source=att.source_key if att.source else None,
+                   module=att.module_key, op_name=att.op_name or None,
+                   unmodeled="; ".join(r.unmodeled) or None, hlo_line=r.instr.line)
+        if has_times:
+            tm = row_time(report, r)
+            for k in ("est_time_s", "compute_time_s", "memory_time_s", "network_time_s", "bound"):
+                rec[k] = getattr(tm, k, None) if tm is not None else None
+        coll = row_collective(r)
+        if coll is not None:
+            rec["collective"] = getattr(coll, "kind", None)
+            rec["group_size"] = getattr(coll, "group_size", None)
+            wb = getattr(coll, "wire_bytes", None)
+            rec["wire_bytes"] = wb * r.multiplicity.count if wb is not None else None
+        reuse = row_reuse(report, r)
+        if reuse is not None:
+            rec["onchip_reuse_bytes"] = (getattr(reuse, "onchip_reuse_bytes", 0) or 0) * r.multiplicity.count
+        if has_times and rec.get("est_time_s") is not None:
+            rec["modeled_hbm_bytes"] = getattr(tm, "hbm_bytes", None)
+        ms = row_measured_s(report, r)
+        if ms is not None:
+            rec["measured_s"] = ms
+        out.append(rec)
+    return out
+
+
+def to_dataframe(report):
+    """A pandas DataFrame with one row per instruction (see ``report_records``).
+
+    Raises:
+      ImportError: pandas is not installed (``pip install jaxmove[notebooks]``).
+    """
+    try:
+        import pandas as pd
+    except ImportError as e:  # pragma: no cover - depends on the environment
+        raise ImportError("Report.to_dataframe needs pandas: pip install 'jaxmove[notebooks]'") from e
+    recs = report_records(report)
+    cols = list(BASE_COLUMNS)
+    for rec in recs:
+        for k in rec:
+            if k not in cols:
+                cols.append(k)
+    return pd.DataFrame.from_records(recs, columns=cols)
+
+
+def repr_html(report, top: int = 10) -> str:
+    """Compact HTML for Jupyter: program line, totals, bytes by path and role, top rows.
+
+    Every program-derived string is escaped (``html.escape``).
+    """
+    from .html import summary_html
+    return summary_html(report, top=top)

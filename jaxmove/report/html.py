@@ -1,0 +1,376 @@
+"""A self-contained HTML report: one file, inline CSS, JS and SVG charts, no network access.
+
+``render_html(report)`` returns the page; ``jaxmove analyze TARGET --html FILE`` writes it.
+The page holds the program summary, bar charts (bytes by path, HBM bytes by role, by source
+line, by opcode; estimated time by bound when the report has times), a sortable and
+filterable table of every instruction (click a column header; ``#sort=TABLE:COL:asc|desc``
+in the URL sorts on load), aggregation tables by source, module, opcode, fusion kind and
+role, the unmodeled instructions and the notes.
+
+HLO text is untrusted input: every string taken from the program (instruction and
+computation names, op_name, source paths, notes) goes through ``html.escape`` and is never
+placed inside the script. Figures are totals over one program run.
+"""
+
+from __future__ import annotations
+
+import html as _html
+from datetime import datetime, timezone
+
+from ..passes.cost import PATHS
+from ..workload import ROLES
+from .attribution import BY_KEYS, aggregate, attribute, report_rows
+from .columns import row_collective, row_measured_s, row_time, times_of
+from .report import dominant_role
+from .table import human_bytes, human_count
+
+#: At most this many instruction rows are written (the costliest by HBM bytes).
+MAX_ROWS = 5000
+
+_CSS = """
+body{font-family:system-ui,-apple-system,Segoe UI,Roboto,sans-serif;margin:1.5em;color:#1d2330;max-width:1600px}
+h1{font-size:1.4em;margin-bottom:.2em} h2{font-size:1.15em;margin-top:1.6em;border-bottom:1px solid #dde}
+.meta{color:#556;font-size:.9em} .cards{display:flex;flex-wrap:wrap;gap:.8em;margin:1em 0}
+.card{background:#f4f6fb;border-radius:6px;padding:.6em 1em;min-width:9em}
+.card b{display:block;font-size:1.25em} .card span{color:#556;font-size:.85em}
+.charts{display:flex;flex-wrap:wrap;gap:1.5em} .chart{flex:1 1 460px}
+table{border-collapse:collapse;font-size:.85em;margin:.5em 0}
+th,td{padding:.25em .6em;border-bottom:1px solid #e6e8ef;text-align:left;vertical-align:top}
+td.n,th.n{text-align:right;font-variant-numeric:tabular-nums;white-space:nowrap}
+table.sortable th{cursor:pointer;background:#f4f6fb;position:sticky;top:0;user-select:none}
+table.sortable th.asc:after{content:" \\25B2"} table.sortable th.desc:after{content:" \\25BC"}
+td.name{font-family:ui-monospace,Menlo,Consolas,monospace;word-break:break-all;max-width:28em}
+td.src,td.op{font-family:ui-monospace,Menlo,Consolas,monospace;font-size:.9em;color:#445;word-break:break-all;max-width:26em}
+.unmodeled{color:#b3261e} .note{color:#7a5b00} #filter{margin:.4em 0;padding:.3em;width:24em}
+details{margin:.4em 0} summary{cursor:pointer;font-weight:600}
+"""
+
+# The only script on the page. It reads the DOM only; no program string is ever placed in it.
+_JS = r"""
+(function(){
+  function cellValue(row, i, num){
+    var c = row.cells[i]; if (!c) return num ? -Infinity : "";
+    var v = c.hasAttribute("data-v") ? c.getAttribute("data-v") : c.textContent;
+    if (num){ var f = parseFloat(v); return isNaN(f) ? -Infinity : f; }
+    return v.toLowerCase();
+  }
+  function sortTable(table, i, dir){
+    var th = table.tHead.rows[0].cells[i]; if (!th) return;
+    var num = th.getAttribute("data-type") === "num";
+    Array.prototype.forEach.call(table.tHead.rows[0].cells, function(h){ h.classList.remove("asc","desc"); });
+    th.classList.add(dir);
+    var body = table.tBodies[0];
+    var rows = Array.prototype.slice.call(body.rows);
+    rows.sort(function(a, b){
+      var x = cellValue(a, i, num), y = cellValue(b, i, num);
+      var c = num ? (x < y ? -1 : x > y ? 1 : 0) : x.localeCompare(y);
+      return dir === "asc" ? c : -c;
+    });
+    rows.forEach(function(r){ body.appendChild(r); });
+  }
+  Array.prototype.forEach.call(document.querySelectorAll("table.sortable"), function(table){
+    Array.prototype.forEach.call(table.tHead.rows[0].cells, function(th, i){
+      th.addEventListener("click", function(){
+        sortTable(table, i, th.classList.contains("desc") ? "asc" : "desc");
+      });
+    });
+  });
+  var filter = document.getElementById("filter");
+  if (filter) filter.addEventListener("input", function(){
+    var q = filter.value.toLowerCase();
+    Array.prototype.forEach.call(document.getElementById("instructions").tBodies[0].rows, function(r){
+      r.style.display = r.textContent.toLowerCase().indexOf(q) >= 0 ? "" : "none";
+    });
+  });
+  var m = /#sort=([A-Za-z0-9_-]+):(\d+):(asc|desc)/.exec(window.location.hash);
+  if (m){ var t = document.getElementById(m[1]); if (t) sortTable(t, parseInt(m[2], 10), m[3]); }
+  document.body.setAttribute("data-ready", "1");
+})();
+"""
+
+_PALETTE = ("#3b6fd4", "#e07b39", "#3aa17e", "#b84fb0", "#c9a227", "#6b7a8f", "#d14a4a", "#4fb0c9")
+
+
+def _e(s) -> str:
+    """Escape a string for HTML text and attribute values (quotes included)."""
+    return _html.escape("" if s is None else str(s), quote=True)
+
+
+def _fmt_s(x: float | None) -> str:
+    if x is None:
+        return ""
+    for scale, unit in ((1.0, "s"), (1e-3, "ms"), (1e-6, "\u00b5s")):
+        if abs(x) >= scale:
+            return f"{x / scale:.3g} {unit}"
+    return f"{x * 1e9:.3g} ns"
+
+
+def bar_chart(title: str, items: list[tuple[str, list[float]]], fmt=human_bytes,
+              legend: tuple[str, ...] = (), width: int = 560) -> str:
+    """An inline SVG horizontal bar chart.
+
+    Args:
+      items: (label, [segment values]) per bar; segments are stacked left to right.
+      fmt: formats a bar's total for its value label.
+      legend: one name per segment (shown when more than one).
+    Labels are escaped; the chart has no script.
+    """
+    bar_h, gap, label_w, value_w = 18, 6, 230, 90
+    top = 24 + (18 if len(legend) > 1 else 0)
+    height = top + len(items) * (bar_h + gap) + 6
+    vmax = max((sum(v) for _, v in items), default=0) or 1
+    plot_w = width - label_w - value_w
+    out = [f'<svg xmlns="http://www.w3.org/2000/svg" role="img" width="{width}" height="{height}" '
+           f'viewBox="0 0 {width} {height}" font-size="12" font-family="system-ui,sans-serif">',
+           f'<title>{_e(title)}</title><text x="0" y="14" font-weight="600">{_e(title)}</text>']
+    if len(legend) > 1:
+        x = label_w
+        for k, name in enumerate(legend):
+            out.append(f'<rect x="{x}" y="24" width="10" height="10" fill="{_PALETTE[k % len(_PALETTE)]}"/>'
+                       f'<text x="{x + 14}" y="33">{_e(name)}</text>')
+            x += 14 + 8 * len(name) + 12
+    for j, (label, values) in enumerate(items):
+        y = top + j * (bar_h + gap)
+        short = label if len(label) <= 34 else "\u2026" + label[-33:]
+        out.append(f'<text x="{label_w - 6}" y="{y + 13}" text-anchor="end"><title>{_e(label)}</title>'
+                   f'{_e(short)}</text>')
+        x = float(label_w)
+        for k, v in enumerate(values):
+            w = plot_w * v / vmax
+            if w > 0:
+                out.append(f'<rect x="{x:.1f}" y="{y}" width="{w:.1f}" height="{bar_h}" '
+                           f'fill="{_PALETTE[k % len(_PALETTE)]}"/>')
+            x += w
+        out.append(f'<text x="{x + 4:.1f}" y="{y + 13}">{_e(fmt(sum(values)))}</text>')
+    out.append("</svg>")
+    return "".join(out)
+
+
+def _th(label: str, num: bool = False) -> str:
+    attrs = ' class="n" data-type="num"' if num else ""
+    return f"<th{attrs}>{_e(label)}</th>"
+
+
+def _td_num(value, text: str | None = None) -> str:
+    if value is None:
+        return '<td class="n" data-v=""></td>'
+    return f'<td class="n" data-v="{_e(value)}">{_e(text if text is not None else value)}</td>'
+
+
+def _cards(report) -> str:
+    t = report.totals
+    cards = [(human_bytes(t.hbm_read_bytes), "HBM read"), (human_bytes(t.hbm_write_bytes), "HBM written"),
+             (human_count(t.flops) + "FLOP", "flops"),
+             (str(len(report_rows(report))), "instructions")]
+    for role in ("weights", "kv_cache"):
+        rd, wr = t.role_bytes(role)
+        if rd or wr:
+            cards.append((human_bytes(rd + wr), f"{role} bytes"))
+    if t.device_to_device_bytes:
+        cards.append((human_bytes(t.device_to_device_bytes), "device_to_device"))
+    times = times_of(report)
+    est = getattr(times, "est_time_s", None)
+    if est is not None:
+        cards.append((_fmt_s(est), "estimated time"))
+    return '<div class="cards">' + "".join(
+        f'<div class="card"><b>{_e(v)}</b><span>{_e(k)}</span></div>' for v, k in cards) + "</div>"
+
+
+def _program_line(report) -> str:
+    p = report.program
+    spec = getattr(times_of(report), "spec", None)
+    hw = f" &middot; hardware {_e(getattr(spec, 'name', spec))}" if spec is not None else ""
+    return (f'<p class="meta">backend {_e(p.backend)} &middot; {_e(p.num_devices)} device(s) &middot; '
+            f'source {_e(p.source)}{hw} &middot; figures are totals over one program run</p>')
+
+
+def _instruction_table(report, rows) -> str:
+    has_times = times_of(report) is not None
+    has_coll = any(row_collective(r) is not None for r in rows)
+    has_meas = any(row_measured_s(report, r) is not None for r in rows)
+    head = [_th("#", True), _th("instruction"), _th("computation"), _th("op / fusion"), _th("x", True),
+            _th("flops", True), _th("HBM read", True), _th("HBM written", True),
+            _th("flops/byte", True), _th("role")]
+    if has_times:
+        head += [_th("est. time", True), _th("bound")]
+    if has_coll:
+        head += [_th("collective"), _th("wire bytes", True)]
+    if has_meas:
+        head += [_th("measured", True)]
+    head += [_th("source"), _th("op_name")]
+    body = []
+    for k, r in enumerate(rows, 1):
+        t = r.total
+        att = attribute(report.module, r.instr)
+        kind = r.instr.opcode if r.instr.opcode != "fusion" else f"fusion:{r.instr.fusion_kind or '?'}"
+        name_cls = "name unmodeled" if r.unmodeled else "name"
+        title = f' title="{_e("unmodeled: " + "; ".join(r.unmodeled))}"' if r.unmodeled else ""
+        cells = [_td_num(k), f'<td class="{name_cls}"{title}>{_e(r.instr.name)}</td>',
+                 f'<td class="name">{_e(r.computation)}</td>', f"<td>{_e(kind)}</td>",
+                 _td_num(r.multiplicity.count,
+                         f"{r.multiplicity.count}{'?' if r.multiplicity.unknown_trip_count else ''}"),
+                 _td_num(t.flops, human_count(t.flops)),
+                 _td_num(t.hbm_read_bytes, human_bytes(t.hbm_read_bytes)),
+                 _td_num(t.hbm_write_bytes, human_bytes(t.hbm_write_bytes)),
+                 _td_num(t.flops / t.hbm_bytes if t.hbm_bytes else None,
+                         f"{t.flops / t.hbm_bytes:.3g}" if t.hbm_bytes else ""),
+                 f"<td>{_e(dominant_role(t))}</td>"]
+        if has_times:
+            tm = row_time(report, r)
+            est = getattr(tm, "est_time_s", None)
+            cells += [_td_num(est, _fmt_s(est)), f"<td>{_e(getattr(tm, 'bound', '') or '')}</td>"]
+        if has_coll:
+            c = row_collective(r)
+            wb = getattr(c, "wire_bytes", None)
+            wb = wb * r.multiplicity.count if wb is not None else None
+            label = "" if c is None else f"{getattr(c, 'kind', '?')} (n={getattr(c, 'group_size', '?')})"
+            cells += [f"<td>{_e(label)}</td>", _td_num(wb, human_bytes(wb) if wb is not None else "")]
+        if has_meas:
+            ms = row_measured_s(report, r)
+            cells += [_td_num(ms, _fmt_s(ms))]
+        cells += [f'<td class="src" title="{_e(" <- ".join(f"{s.file}:{s.line}" for s in att.stack))}">'
+                  f'{_e(att.source_key if att.source else "")}</td>',
+                  f'<td class="op">{_e(att.op_name)}</td>']
+        body.append("<tr>" + "".join(cells) + "</tr>")
+    return ('<table class="sortable" id="instructions"><thead><tr>' + "".join(head) +
+            "</tr></thead><tbody>" + "\n".join(body) + "</tbody></table>")
+
+
+def _group_table(report, by: str) -> str:
+    groups = aggregate(report, by)
+    has_time = any(g.est_time_s is not None for g in groups)
+    head = [_th(by), _th("instructions", True), _th("flops", True), _th("HBM read", True),
+            _th("HBM written", True)] + ([_th("est. time (sum)", True)] if has_time else []) + \
+        [_th("costliest instructions")]
+    body = []
+    for g in groups:
+        cells = [f'<td class="src">{_e(g.key)}</td>', _td_num(g.instructions),
+                 _td_num(g.flops, human_count(g.flops) if g.flops is not None else "n/a"),
+                 _td_num(g.total.hbm_read_bytes, human_bytes(g.total.hbm_read_bytes)),
+                 _td_num(g.total.hbm_write_bytes, human_bytes(g.total.hbm_write_bytes))]
+        if has_time:
+            cells.append(_td_num(g.est_time_s, _fmt_s(g.est_time_s)))
+        names = ", ".join(g.names[:3]) + (" \u2026" if len(g.names) > 3 else "")
+        cells.append(f'<td class="name">{_e(names)}</td>')
+        body.append("<tr>" + "".join(cells) + "</tr>")
+    return (f'<table class="sortable" id="by_{_e(by)}"><thead><tr>' + "".join(head) +
+            "</tr></thead><tbody>" + "\n".join(body) + "</tbody></table>")
+
+
+def _charts(report) -> str:
+    t = report.totals
+    charts = [bar_chart("Bytes by path", [(p, [t.path_bytes(p)]) for p in PATHS]),
+              bar_chart("HBM bytes by tensor role", [(r, list(t.role_bytes(r))) for r in ROLES],
+                        legend=("read", "written"))]
+    for by, title in (("source", "HBM bytes by source line (top 12)"),
+                      ("opcode", "HBM bytes by opcode"), ("module", "HBM bytes by module path (top 12)")):
+        groups = aggregate(report, by)[:12]
+        charts.append(bar_chart(title, [(g.key, [g.total.hbm_read_bytes, g.total.hbm_write_bytes])
+                                        for g in groups], legend=("read", "written")))
+    times = times_of(report)
+    if times is not None:
+        by_bound: dict[str, float] = {}
+        for r in report_rows(report):
+            tm = row_time(report, r)
+            est = getattr(tm, "est_time_s", None)
+            if est is not None:
+                b = getattr(tm, "bound", None) or "?"
+                by_bound[b] = by_bound.get(b, 0.0) + est
+        if by_bound:
+            charts.append(bar_chart("Estimated time by bound (sum over instructions)",
+                                    sorted(((b, [v]) for b, v in by_bound.items()), key=lambda x: -x[1][0]),
+                                    fmt=_fmt_s))
+    return '<div class="charts">' + "".join(f'<div class="chart">{c}</div>' for c in charts) + "</div>"
+
+
+def _notes(report) -> str:
+    parts = []
+    if report.unmodeled:
+        parts.append(f'<h2>Unmodeled ({len(report.unmodeled)})</h2><p>Figures for these instructions are '
+                     "incomplete; they are listed, never given a made-up number.</p><ul>")
+        for r in report.unmodeled:
+            parts.append(f'<li class="unmodeled"><code>{_e(r.instr.name)}</code> ({_e(r.instr.opcode)}): '
+                         f'{_e("; ".join(r.unmodeled))}</li>')
+        parts.append("</ul>")
+    else:
+        parts.append("<h2>Unmodeled</h2><p>none</p>")
+    if report.notes:
+        parts.append("<h2>Notes</h2><ul>" + "".join(f'<li class="note">{_e(n)}</li>' for n in report.notes)
+                     + "</ul>")
+    return "".join(parts)
+
+
+def render_html(report, title: str | None = None) -> str:
+    """The whole report as one self-contained HTML page (a str).
+
+    Args:
+      report: a Report (time, collective and measured columns appear when present).
+      title: page title; defaults to the program name.
+    Returns:
+      HTML text with inline CSS, JS and SVG; it loads nothing from the network.
+    """
+    rows = sorted(report_rows(report), key=lambda r: (r.total.hbm_bytes, r.total.flops), reverse=True)
+    shown = rows[:MAX_ROWS]
+    more = (f"<p>Showing the {MAX_ROWS} instructions that move the most bytes of {len(rows)}.</p>"
+            if len(rows) > MAX_ROWS else "")
+    title = title or f"jaxmove: {report.program.name}"
+    groups = "".join(f"<details{' open' if by == 'source' else ''}><summary>by {_e(by)}</summary>"
+                     f"{_group_table(report, by)}</details>" for by in BY_KEYS)
+    stamp = datetime.now(timezone.utc).strftime("%Y-%m-%d %H:%M UTC")
+    return (
+        "<!DOCTYPE html>\n<html lang=\"en\"><head><meta charset=\"utf-8\">"
+        "<meta name=\"viewport\" content=\"width=device-width, initial-scale=1\">"
+        "<meta http-equiv=\"Content-Security-Policy\" content=\"default-src 'none'; "
+        "style-src 'unsafe-inline'; script-src 'unsafe-inline'; img-src data:\">"
+        f"<title>{_e(title)}</title><style>{_CSS}</style></head><body>"
+        f"<h1>{_e(title)}</h1>{_program_line(report)}{_cards(report)}"
+        f"<h2>Breakdown</h2>{_charts(report)}"
+        f"<h2>Instructions</h2><p>Click a column header to sort. {len(rows)} kernel-level "
+        f"instructions.</p><input id=\"filter\" type=\"search\" placeholder=\"filter rows\u2026\">{more}"
+        f"{_instruction_table(report, shown)}"
+        f"<h2>Aggregated</h2>{groups}{_notes(report)}"
+        f"<p class=\"meta\">generated by jaxmove on {_e(stamp)}</p>"
+        f"<script>{_JS}</script></body></html>\n")
+
+
+def write_html(report, path) -> None:
+    """Write ``render_html(report)`` to ``path`` (UTF-8)."""
+    with open(path, "w", encoding="utf-8") as f:
+        f.write(render_html(report))
+
+
+def summary_html(report, top: int = 10) -> str:
+    """A compact, script-free HTML summary (for Jupyter's ``_repr_html_``)."""
+    t = report.totals
+    rows = report.top(top)
+    trs = []
+    for r in rows:
+        kind = r.instr.opcode if r.instr.opcode != "fusion" else f"fusion:{r.instr.fusion_kind or '?'}"
+        att = attribute(report.module, r.instr)
+        tm = row_time(report, r)
+        est = getattr(tm, "est_time_s", None)
+        trs.append(f"<tr><td>{_e(r.instr.name)}</td><td>{_e(kind)}</td>"
+                   f'<td style="text-align:right">{_e(r.multiplicity.count)}</td>'
+                   f'<td style="text-align:right">{_e(human_count(r.total.flops))}</td>'
+                   f'<td style="text-align:right">{_e(human_bytes(r.total.hbm_read_bytes))}</td>'
+                   f'<td style="text-align:right">{_e(human_bytes(r.total.hbm_write_bytes))}</td>'
+                   f"<td>{_e(dominant_role(r.total))}</td>"
+                   + (f'<td style="text-align:right">{_e(_fmt_s(est))}</td>' if times_of(report) is not None else "")
+                   + f"<td>{_e(att.source_key if att.source else '')}</td></tr>")
+    time_head = "<th>est. time</th>" if times_of(report) is not None else ""
+    paths = "".join(f"<tr><td>{_e(p)}</td><td style=\"text-align:right\">{_e(human_bytes(t.path_bytes(p)))}"
+                    f"</td></tr>" for p in PATHS)
+    roles = "".join(f"<tr><td>{_e(r)}</td><td style=\"text-align:right\">{_e(human_bytes(t.role_bytes(r)[0]))}"
+                    f"</td><td style=\"text-align:right\">{_e(human_bytes(t.role_bytes(r)[1]))}</td></tr>"
+                    for r in ROLES)
+    est = getattr(times_of(report), "est_time_s", None)
+    est_txt = f", estimated {_fmt_s(est)}" if est is not None else ""
+    p = report.program
+    return (f"<div><b>{_e(p.name)}</b> <small>backend={_e(p.backend)} devices={_e(p.num_devices)} "
+            f"source={_e(p.source)}</small><br>HBM read {_e(human_bytes(t.hbm_read_bytes))}, written "
+            f"{_e(human_bytes(t.hbm_write_bytes))}, {_e(human_count(t.flops))}FLOP{_e(est_txt)} per program run; "
+            f"{len(report.unmodeled)} unmodeled"
+            f"<div style=\"display:flex;gap:2em\"><table><tr><th>path</th><th>bytes</th></tr>{paths}</table>"
+            f"<table><tr><th>role</th><th>read</th><th>written</th></tr>{roles}</table></div>"
+            f"<table><tr><th>instruction</th><th>op</th><th>x</th><th>flops</th><th>read</th><th>written</th>"
+            f"<th>role</th>{time_head}<th>source</th></tr>{''.join(trs)}</table></div>")

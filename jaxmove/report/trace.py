@@ -1,0 +1,146 @@
+"""Chrome trace JSON of the estimated timeline (and measured lanes): opens in Perfetto.
+
+Format: the Trace Event Format (https://docs.google.com/document/d/1CvAClvFfyA5R-PhYUmn5OOQtYMH4h6I0nSsKchNAySU),
+a JSON object ``{"traceEvents": [...], "displayTimeUnit": "ns"}``; ``ts`` and ``dur`` are in
+microseconds. ui.perfetto.dev and chrome://tracing load it.
+
+Process 1, "estimate", holds one complete event (``"ph": "X"``) per entry of
+``report.times.timeline``: the ENTRY computation's schedule, one event per executed
+instruction (a while, conditional or call is one block), start and end from the time model.
+Synchronous work runs on thread 1 ("stream"); an asynchronous operation (``*-start`` ..
+``*-done``) runs on an "async" thread from its start to its done, so its overlap with the
+stream is visible. Process 2, "measured", appears when a Measurement is given: the measured
+exclusive time of the same instructions (a while block: the sum over the computations it
+calls), laid end to end in schedule order -- the profile's own start times are not kept,
+so only durations are measured there.
+
+No time is invented: without ``report.times`` (analyse with a hardware spec) there is no
+timeline and ``chrome_trace`` raises.
+"""
+
+from __future__ import annotations
+
+import json
+
+from .attribution import attribute
+from .columns import measurement_of, times_of
+
+_ASYNC_START_SUFFIX = "-start"
+_ASYNC_STARTS = frozenset({"send", "recv", "async-start", "copy-start"})
+
+
+def _is_async(opcode: str) -> bool:
+    return opcode.endswith(_ASYNC_START_SUFFIX) or opcode in _ASYNC_STARTS
+
+
+def _descendants(module, comps) -> set[str]:
+    seen: set[str] = set()
+    stack = list(comps)
+    while stack:
+        c = stack.pop()
+        if c in seen or c not in module.computations:
+            continue
+        seen.add(c)
+        for i in module.computations[c].instructions:
+            stack.extend(i.called_computations)
+    return seen
+
+
+def _measured_s(report, measurement, comp: str, name: str) -> float | None:
+    """Measured seconds per program run of one timeline entry, or None when not measured."""
+    table = getattr(measurement, "instructions", None) or {}
+    t = table.get((comp, name))
+    if t is not None:
+        return float(getattr(t, "time_s", t))
+    instr = report.module.computations.get(comp)
+    instr = instr.by_name.get(name) if instr is not None else None
+    if instr is None or not instr.called_computations or instr.opcode == "fusion":
+        return None
+    inside = _descendants(report.module, instr.called_computations)
+    ts = [float(getattr(v, "time_s", v)) for (c, _n), v in table.items() if c in inside]
+    return sum(ts) if ts else None
+
+
+def chrome_trace(report, measurement=None) -> dict:
+    """The trace as a dict (``json.dump`` it).
+
+    Args:
+      report: a Report with ``times`` (analysed with a hardware spec).
+      measurement: a ``jaxmove.measure.Measurement`` for the measured lane; defaults to
+        ``report.measurement`` when present.
+    Returns:
+      ``{"traceEvents": [...], "displayTimeUnit": "ns", "otherData": {...}}`` with one
+      ``"ph": "X"`` event per timeline entry in process 1 (plus, with a measurement, one per
+      measured entry in process 2) and ``"ph": "M"`` name events.
+    Raises:
+      ValueError: the report has no estimated times.
+    """
+    times = times_of(report)
+    if times is None or getattr(times, "timeline", None) is None:
+        raise ValueError("a trace needs the estimated timeline: analyse with a hardware spec "
+                         "(--hardware NAME|path.toml|local, or jaxmove.analyze(..., hardware=...))")
+    module = report.module
+    spec_name = getattr(times, "spec_name", "") or ""
+    events: list[dict] = [
+        {"ph": "M", "pid": 1, "name": "process_name", "args": {"name": f"estimate ({spec_name})"}},
+        {"ph": "M", "pid": 1, "tid": 1, "name": "thread_name", "args": {"name": "stream"}},
+    ]
+    lanes_end: list[float] = []   # async lanes: end time of their last event
+    rows = getattr(times, "rows", {}) or {}
+    for comp, name, start_s, end_s in times.timeline:
+        c = module.computations.get(comp)
+        instr = c.by_name.get(name) if c is not None else None
+        opcode = instr.opcode if instr is not None else "?"
+        tid = 1
+        if _is_async(opcode):
+            for k, end in enumerate(lanes_end):
+                if end <= start_s:
+                    lanes_end[k] = end_s
+                    tid = 2 + k
+                    break
+            else:
+                lanes_end.append(end_s)
+                tid = 1 + len(lanes_end)
+                events.append({"ph": "M", "pid": 1, "tid": tid, "name": "thread_name",
+                               "args": {"name": f"async {len(lanes_end)}"}})
+        args = {"computation": comp, "opcode": opcode}
+        it = rows.get((comp, name))
+        if it is not None:
+            for k in ("est_time_s", "bound", "flops", "hbm_bytes", "arithmetic_intensity", "multiplicity"):
+                v = getattr(it, k, None)
+                if v is not None:
+                    args[k] = v
+        if instr is not None:
+            att = attribute(module, instr)
+            if att.source is not None:
+                args["source"] = att.source_key
+            if att.op_name:
+                args["op_name"] = att.op_name
+        events.append({"name": name, "cat": getattr(it, "bound", None) or opcode, "ph": "X",
+                       "ts": start_s * 1e6, "dur": max(end_s - start_s, 0.0) * 1e6,
+                       "pid": 1, "tid": tid, "args": args})
+
+    m = measurement if measurement is not None else measurement_of(report)
+    other = {"program": report.program.name, "hardware": spec_name,
+             "est_time_s": getattr(times, "est_time_s", None)}
+    if m is not None:
+        events += [{"ph": "M", "pid": 2, "name": "process_name",
+                    "args": {"name": f"measured ({getattr(m, 'device_kind', '?')}; durations laid end to end)"}},
+                   {"ph": "M", "pid": 2, "tid": 1, "name": "thread_name", "args": {"name": "measured"}}]
+        cursor = 0.0
+        for comp, name, _s, _e in times.timeline:
+            ms = _measured_s(report, m, comp, name)
+            if ms is None:
+                continue
+            events.append({"name": name, "cat": "measured", "ph": "X", "ts": cursor * 1e6,
+                           "dur": ms * 1e6, "pid": 2, "tid": 1,
+                           "args": {"computation": comp, "measured_s": ms}})
+            cursor += ms
+        other["measured_wall_median_s"] = getattr(m, "wall_median_s", None)
+    return {"traceEvents": events, "displayTimeUnit": "ns", "otherData": other}
+
+
+def write_trace(report, path, measurement=None) -> None:
+    """Write ``chrome_trace(report, measurement)`` as JSON to ``path``."""
+    with open(path, "w", encoding="utf-8") as f:
+        json.dump(chrome_trace(report, measurement), f)
