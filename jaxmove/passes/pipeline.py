@@ -6,9 +6,10 @@ per-instruction ``Cost`` -> program totals. Passes never print.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 from ..hlo import Computation, Instruction, Module
+from .collectives import CollectiveInfo, collective_info
 from .cost import Cost
 from .flops import FlopCount, instruction_flops
 from .multiplicity import Multiplicity, callee_counts, multiplicity_pass
@@ -27,6 +28,8 @@ class InstructionCost:
       traffic: the traffic pass's accesses; flop_count: the flops pass's result.
       unmodeled: reasons this instruction's figures are incomplete (empty when modeled).
       notes: how the figures were derived where it is not obvious (in-place updates...).
+      collective: the collective it runs (groups, wire bytes per execution), or None;
+        its wire bytes are ``per_execution.device_to_device_bytes``.
     """
 
     instr: Instruction
@@ -38,6 +41,7 @@ class InstructionCost:
     flop_count: FlopCount
     unmodeled: tuple[str, ...]
     notes: tuple[str, ...]
+    collective: CollectiveInfo | None = None
 
 
 @dataclass
@@ -116,11 +120,15 @@ def analyze_module(module: Module, entry_roles: dict[int, str] | None = None) ->
             traffic = instruction_traffic(instr, comp, module)
             fc = instruction_flops(instr, module)
             cost, notes = instruction_cost(instr, comp, module, roles, traffic, fc)
+            coll = collective_info(instr, comp, module)
+            if coll is not None:
+                cost = replace(cost, device_to_device_bytes=cost.device_to_device_bytes
+                               + coll.wire_bytes)
             unmodeled = tuple(dict.fromkeys(traffic.unmodeled + fc.unmodeled))
             if m.unknown_trip_count and instr.opcode != "parameter":
                 notes.append("inside a while loop with no known trip count: counted once per loop run")
             row = InstructionCost(instr, cname, m, cost, cost * m.count, traffic, fc, unmodeled,
-                                  tuple(traffic.notes) + tuple(notes))
+                                  tuple(traffic.notes) + tuple(notes), coll)
             rows.append(row)
             per_comp.setdefault(cname, []).append(row)
 

@@ -79,7 +79,8 @@ class Report:
             "totals": {"flops": t.flops, "transcendentals": t.transcendentals,
                        "hbm_read_bytes": t.hbm_read_bytes, "hbm_write_bytes": t.hbm_write_bytes,
                        "onchip_read_bytes": t.onchip_read_bytes,
-                       "onchip_write_bytes": t.onchip_write_bytes},
+                       "onchip_write_bytes": t.onchip_write_bytes,
+                       "collective_wire_bytes": t.device_to_device_bytes},
             "by_path": {p: t.path_bytes(p) for p in PATHS},
             "by_role": {r: dict(zip(("read_bytes", "write_bytes"), t.role_bytes(r))) for r in ROLES},
             "instructions": [self._row_json(r) for r in self.rows if r.instr.opcode not in _QUIET],
@@ -111,7 +112,20 @@ class Report:
             "source": f"{loc.file}:{loc.line}" if loc else None,
             "op_name": md.op_name if md else None,
             "hlo_line": r.instr.line,
+            "collective": _collective_json(r),
         }
+
+
+def _collective_json(r: InstructionCost) -> dict | None:
+    """kind, group_size, num_groups, wire_bytes (per program run, like every row number)
+    and wire_bytes_per_execution of the row's collective, or None."""
+    c = r.collective
+    if c is None:
+        return None
+    return {"kind": c.kind, "group_size": c.group_size, "num_groups": c.num_groups,
+            "wire_bytes": c.wire_bytes * r.multiplicity.count,
+            "wire_bytes_per_execution": c.wire_bytes, "buffer_bytes": c.buffer_bytes,
+            "mode": c.mode, "is_async": c.is_async, "instruction": c.instruction}
 
 
 def dominant_role(c: Cost) -> str:
