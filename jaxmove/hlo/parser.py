@@ -22,10 +22,13 @@ from __future__ import annotations
 
 import bisect
 import re
+import sys
 from pathlib import Path
 
 from .errors import HloParseError
 from .ir import Computation, Instruction, Module
+from .replica_groups import ReplicaGroupsError, parse_replica_groups
+from .validate import validate_module
 from .shape import PRIMITIVE_BIT_WIDTHS, Layout, Shape
 
 _WS = re.compile(r"(?:\s+|//[^\n]*|/\*.*?\*/)*", re.S)
@@ -50,6 +53,29 @@ _SAME_SHAPE_AS_OPERAND0 = frozenset({
 })
 
 
+# ---- the fast path: one instruction on one line, in the form XLA prints ------------------
+# ``[ROOT] %name = shape opcode(%a, %b), key=value, ...`` with no comments, no operand
+# shapes, no nested instructions. A line that does not match in full is parsed by the
+# general recursive-descent code below, which also reports every error, so the fast path
+# never changes what is accepted or how it is read. Possessive quantifiers (``*+``, ``++``,
+# Python >= 3.11) keep every match linear in the line length, whatever the input.
+_F_NAME = r"%?(?:[A-Za-z_][A-Za-z0-9_.\-$]*+|[0-9][A-Za-z0-9_.\-$]*+)"
+_F_ARRAY = r"[a-z][a-z0-9]*+\[[^\]\[\n]*+\](?:\{[^{}\n]*+\})?"
+_F_SHAPE = rf"(?:{_F_ARRAY}|\((?:{_F_ARRAY}(?:,[ \t]*+{_F_ARRAY})*+)?\))"
+_F_STR = r'"(?:[^"\\\n]++|\\.)*+"'
+_F_BRACE = rf'\{{(?:[^{{}}"\n]++|{_F_STR})*+\}}'
+for _ in range(3):  # up to four levels of nested braces (GPU backend_config JSON)
+    _F_BRACE = rf'\{{(?:[^{{}}"\n]++|{_F_STR}|{_F_BRACE})*+\}}'
+_F_VALUE = (rf'(?:[^\s,(){{}}\[\]"]++|{_F_STR}|{_F_BRACE}|\[[^\[\](){{}}"\n]*+\]'
+            rf'|\([^\[\](){{}}"\n]*+\))++')
+_F_ATTR = rf'[ \t]*+,[ \t]*+([A-Za-z_][A-Za-z0-9_\-.]*+)[ \t]*+=[ \t]*+({_F_VALUE})'
+_FAST_INSTR = re.compile(
+    rf'(ROOT[ \t]++)?({_F_NAME})[ \t]*+=[ \t]*+({_F_SHAPE})[ \t]++([a-z][a-z0-9\-]*+)'
+    rf'\(([^()"\n]*+)\)((?:{_F_ATTR})*+)[ \t\r]*+')
+_FAST_ATTR = re.compile(_F_ATTR)
+_FAST_OPERANDS = re.compile(rf"[ \t]*+(?:{_F_NAME}[ \t]*+(?:,[ \t]*+{_F_NAME}[ \t]*+)*+)?")
+
+
 class _Parser:
     def __init__(self, text: str, filename: str):
         self.text = text
@@ -59,6 +85,7 @@ class _Parser:
         self._line_starts: list[int] | None = None
         self._shape_cache: dict[str, Shape] = {}
         self._anon = 0
+        self._checked_groups: set[str] = set()
 
     # ---- positions and errors ------------------------------------------------------
     def linecol(self, pos: int) -> tuple[int, int]:
@@ -179,9 +206,12 @@ class _Parser:
             key = m.group(0)
             self.pos = m.end()
             self.expect("=", f"after attribute '{key}' of {what}")
+            self.ws()
+            vpos = self.pos
             into[key] = self.value(f"attribute '{key}' of {what}")
             if into[key].startswith("mesh["):
                 into[key] = self._mesh_axes_tail(into[key], f"attribute '{key}' of {what}")
+            self.check_attr(key, into[key], vpos)
 
     def _mesh_axes_tail(self, head: str, what: str) -> str:
         """The rest of a mesh-axes replica group list, ``mesh[a=2,b=4][, device_ids=(...)] {a}``
@@ -412,7 +442,9 @@ class _Parser:
             if self.peek("}"):
                 self.pos += 1
                 break
-            instr = self.instruction(name, instrs, by_name)
+            instr = self.fast_instruction(name, instrs, by_name)
+            if instr is None:
+                instr = self.instruction(name, instrs, by_name)
             if instr.is_root:
                 if root is not None:
                     raise self.error(f"second ROOT instruction '{instr.name}' in computation '{name}' "
@@ -432,6 +464,68 @@ class _Parser:
                              f"'{instr.computation}' (first defined at line {prev.line})", pos)
         by_name[instr.name] = instr
         instrs.append(instr)
+
+    def fast_instruction(self, comp: str, instrs: list, by_name: dict) -> Instruction | None:
+        """The instruction at ``pos`` when its line is in XLA's one-line form, else None
+        (and ``pos`` unchanged): see ``_FAST_INSTR``."""
+        text = self.text
+        pos = self.pos
+        end = text.find("\n", pos)
+        if end < 0:
+            end = self.n
+        m = _FAST_INSTR.match(text, pos, end)
+        if m is None or m.end() != end:
+            return None
+        name = m.group(2)
+        if name[0] == "%":
+            name = name[1:]
+        if name == "ROOT":
+            return None
+        shape_text = m.group(3)
+        shape = self._shape_cache.get(shape_text)
+        if shape is None:
+            self.pos = m.start(3)
+            shape = self.shape(f"instruction '{name}'")
+            if self.pos != m.end(3):
+                self.pos = pos
+                return None
+            self._shape_cache[shape_text] = shape
+        opcode = m.group(4)
+        optext = m.group(5)
+        literal = param_no = None
+        if opcode == "constant" or opcode == "parameter":
+            operands: tuple[str, ...] = ()
+            literal = optext.strip()
+            if opcode == "parameter":
+                if not literal.isdigit():
+                    self.pos = pos
+                    return None
+                param_no = int(literal)
+                literal = None
+        elif _FAST_OPERANDS.fullmatch(optext) is None:
+            self.pos = pos
+            return None
+        else:
+            operands = tuple(o.strip().lstrip("%") for o in optext.split(",")) if optext.strip() else ()
+        attrs: dict[str, str] = {}
+        atext = m.group(6)
+        if atext:
+            if "mesh[" in atext:
+                self.pos = pos
+                return None
+            base = m.start(6)
+            for am in _FAST_ATTR.finditer(atext):
+                key, value = am.group(1, 2)
+                attrs[key] = value
+                if key == "replica_groups":
+                    self.check_attr(key, value, base + am.start(2))
+        line, col = self.linecol(m.start(2))
+        self._instr_pos = pos
+        instr = Instruction(name, sys.intern(opcode), shape, operands, attrs, literal,
+                            m.group(1) is not None, line, col, comp, param_no)
+        self._add(instr, instrs, by_name, pos)
+        self.pos = end
+        return instr
 
     def instruction(self, comp: str, instrs: list, by_name: dict) -> Instruction:
         self._instr_pos = start = self.pos
@@ -544,17 +638,19 @@ class _Parser:
 
     # ---- validation ----------------------------------------------------------------
     def validate(self, mod: Module) -> None:
-        for comp in mod.computations.values():
-            for instr in comp.instructions:
-                for o in instr.operands:
-                    if o not in comp.by_name:
-                        raise HloParseError(self.filename, instr.line, instr.column,
-                                            f"instruction '{instr.name}' uses undefined operand '{o}' "
-                                            f"in computation '{comp.name}'")
-                for c in instr.called_computations:
-                    if c not in mod.computations:
-                        raise HloParseError(self.filename, instr.line, instr.column,
-                                            f"instruction '{instr.name}' calls undefined computation '{c}'")
+        validate_module(mod)
+
+    def check_attr(self, key: str, value: str, pos: int) -> None:
+        """Attribute values checked at parse time: ``replica_groups`` must expand (an iota
+        list's sizes must multiply out). Raises HloParseError at the value's position."""
+        if key == "replica_groups" and value not in self._checked_groups:
+            try:
+                parse_replica_groups(value)
+            except ReplicaGroupsError as e:
+                raise self.error(str(e), pos) from None
+            except (ValueError, MemoryError, OverflowError) as e:
+                raise self.error(f"replica groups {value}: {e}", pos) from None
+            self._checked_groups.add(value)
 
 
 def parse_module(text: str, filename: str = "<string>") -> Module:

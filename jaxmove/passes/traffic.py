@@ -326,7 +326,7 @@ def _custom_call(instr, comp, module) -> InstrTraffic:
 
 def _collective_start(instr, comp, module) -> InstrTraffic:
     """*-start: the pair moves the operands in and the *-done's result out."""
-    done = [u for u in comp.instructions if u.opcode.endswith("-done") and instr.name in u.operands]
+    done = [u for u in comp.users(instr.name) if u.opcode.endswith("-done")]
     out_shape = done[0].shape if done else instr.shape
     reads = _full_reads(instr, comp)
     return InstrTraffic(tuple(reads), tuple(_full_writes(out_shape)))

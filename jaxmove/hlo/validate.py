@@ -1,0 +1,316 @@
+"""Structural checks of a parsed HLO module, as XLA's parser and ``HloVerifier`` make them.
+
+Each failed check is an :class:`HloParseError` naming the file, and the line and column of
+the offending instruction's name (or computation header). XLA's own parser aborts the
+process on some of these inputs (a reshape whose element counts differ hits a
+``CHECK`` in ``HloInstruction::CreateReshape``); jaxmove reports them.
+
+Checks, with their XLA source:
+
+* operands are defined, before their use (``HloParserImpl::ParseOperands``: "instruction
+  does not exist"); a use before the definition that closes a loop is an *operand cycle*;
+* called computations exist, and the call graph has no cycle (``CallGraph``; a computation
+  that calls itself would make every pass recurse forever);
+* parameter numbers of a computation are unique and contiguous from 0
+  (``HloComputation::AddParameter`` / the parser's "parameter number already used");
+* operand counts of opcodes with a fixed arity (``HloOpcodeArity``, xla/hlo/ir/hlo_opcode.h,
+  and the ``Create*`` factories; dynamic-slice takes 1 + rank operands, dynamic-update-slice
+  2 + rank, or the older 2 / 3 with one index vector);
+* element counts: reshape keeps the element count (``ShapeUtil::StaticExtentProduct``,
+  ``HloInstruction::CreateReshape``); bitcast keeps the byte size (``HloVerifier::
+  HandleBitcast``: "Bitcast cannot have different shape sizes of output and operand");
+  bitcast-convert follows ``ShapeInference::InferBitcastConvertShape`` (same dims for equal
+  bit widths, else one trailing dimension of size ratio added or removed);
+* get-tuple-element indexes a tuple element that exists, with that element's shape; a
+  tuple's shape is the tuple of its operands' shapes; control flow and fusions call
+  computations with as many parameters as they pass operands (``HloVerifier::
+  CheckParameterCount`` / ``HandleWhile`` / ``HandleConditional``); the attributes that name
+  the called computations are present (``calls=``, ``condition=``/``body=``, ``to_apply=``).
+"""
+
+from __future__ import annotations
+
+from .errors import HloParseError
+from .ir import Computation, Instruction, Module
+from .shape import Shape
+
+_UNARY = frozenset({
+    "abs", "bitcast", "bitcast-convert", "broadcast", "cbrt", "ceil", "cholesky",
+    "count-leading-zeros", "convert", "copy", "copy-start", "copy-done", "cosine", "erf",
+    "exponential", "exponential-minus-one", "fft", "floor", "get-tuple-element", "imag",
+    "is-finite", "log", "log-plus-one", "logistic", "negate", "not", "popcnt", "real",
+    "reduce-precision", "reshape", "reverse", "round-nearest-afz", "round-nearest-even",
+    "rsqrt", "sign", "sine", "slice", "sqrt", "tan", "tanh", "transpose", "while",
+    "all-reduce-done", "all-gather-done", "collective-permute-done", "send-done", "recv-done",
+    "async-done", "async-update", "get-dimension-size", "optimization-barrier", "domain",
+    "rng-bit-generator", "recv", "infeed", "topk",
+})
+_BINARY = frozenset({
+    "add", "atan2", "complex", "compare", "divide", "maximum", "minimum", "multiply", "power",
+    "remainder", "shift-left", "shift-right-arithmetic", "shift-right-logical", "subtract",
+    "and", "or", "xor", "pad", "convolution", "triangular-solve", "gather",
+    "set-dimension-size", "add-dependency", "outfeed", "send", "stochastic-convert", "rng",
+})
+_TERNARY = frozenset({"select", "clamp", "select-and-scatter", "batch-norm-training", "ragged-dot"})
+_NULLARY = frozenset({"iota", "partition-id", "replica-id", "rng-get-and-update-state",
+                      "parameter", "constant"})
+
+# opcode -> (description, predicate on the operand count)
+_ARITY: dict[str, tuple[str, object]] = {}
+for _op in _UNARY:
+    _ARITY[_op] = ("1 operand", lambda n: n == 1)
+for _op in _BINARY:
+    _ARITY[_op] = ("2 operands", lambda n: n == 2)
+for _op in _TERNARY:
+    _ARITY[_op] = ("3 operands", lambda n: n == 3)
+for _op in _NULLARY:
+    _ARITY[_op] = ("no operands", lambda n: n == 0)
+_ARITY.update({
+    "batch-norm-inference": ("5 operands", lambda n: n == 5),
+    "batch-norm-grad": ("5 operands", lambda n: n == 5),
+    "reduce": ("an even number (>= 2) of operands: inputs then init values",
+               lambda n: n >= 2 and n % 2 == 0),
+    "reduce-window": ("an even number (>= 2) of operands: inputs then init values",
+                      lambda n: n >= 2 and n % 2 == 0),
+    "scatter": ("an odd number (>= 3) of operands: inputs, indices, updates",
+                lambda n: n >= 3 and n % 2 == 1),
+    "concatenate": ("at least 1 operand", lambda n: n >= 1),
+    "sort": ("at least 1 operand", lambda n: n >= 1),
+    "map": ("at least 1 operand", lambda n: n >= 1),
+    "conditional": ("at least 1 operand (the predicate or branch index)", lambda n: n >= 1),
+    "all-reduce": ("at least 1 operand", lambda n: n >= 1),
+    "all-reduce-start": ("at least 1 operand", lambda n: n >= 1),
+    "all-gather": ("at least 1 operand", lambda n: n >= 1),
+    "all-gather-start": ("at least 1 operand", lambda n: n >= 1),
+    "reduce-scatter": ("at least 1 operand", lambda n: n >= 1),
+    "all-to-all": ("at least 1 operand", lambda n: n >= 1),
+    "collective-permute": ("1 or 4 operands", lambda n: n in (1, 4)),
+    "collective-permute-start": ("1 or 4 operands", lambda n: n in (1, 4)),
+    "dynamic-reshape": ("at least 1 operand", lambda n: n >= 1),
+    "scaled-dot": ("4 operands", lambda n: n == 4),
+    "ragged-all-to-all": ("6 operands", lambda n: n == 6),
+})
+
+# Attributes that must be present, per opcode, because they name the called computations.
+_REQUIRED_CALLS: dict[str, tuple[str, ...]] = {
+    "fusion": ("calls",), "while": ("condition", "body"), "call": ("to_apply",),
+    "map": ("to_apply",), "reduce": ("to_apply",), "reduce-window": ("to_apply",),
+    "all-reduce": ("to_apply",), "all-reduce-start": ("to_apply",),
+    "reduce-scatter": ("to_apply",), "scatter": ("to_apply",), "sort": ("to_apply",),
+    "select-and-scatter": ("select", "scatter"),
+}
+
+
+def _err(filename: str, instr: Instruction, msg: str) -> HloParseError:
+    return HloParseError(filename, instr.line, instr.column, msg)
+
+
+def compatible(a: Shape, b: Shape) -> bool:
+    """Same element types and dimensions, recursively, ignoring layouts (``ShapeUtil::Compatible``)."""
+    if a.is_tuple or b.is_tuple:
+        return (a.is_tuple and b.is_tuple and len(a.tuple_shapes) == len(b.tuple_shapes)
+                and all(compatible(x, y) for x, y in zip(a.tuple_shapes, b.tuple_shapes)))
+    return a.element_type == b.element_type and a.dims == b.dims
+
+
+def _unbounded(s: Shape) -> bool:
+    return any(d and n == 0 for n, d in zip(s.dims, s.dynamic))
+
+
+def _check_elements(filename: str, instr: Instruction, src: Shape) -> None:
+    op, out = instr.opcode, instr.shape
+    if not (src.is_array and out.is_array):
+        if op != "bitcast" or src.is_array != out.is_array:
+            raise _err(filename, instr, f"{op} '{instr.name}' of {src} to {out}: both must be arrays")
+        return
+    if _unbounded(src) or _unbounded(out):
+        return
+    if op == "reshape":
+        if src.num_elements != out.num_elements:
+            raise _err(filename, instr, f"reshape '{instr.name}' changes the element count: operand "
+                       f"{src} has {src.num_elements} elements, result {out} has {out.num_elements}")
+    elif op == "bitcast":
+        if src.byte_size != out.byte_size:
+            raise _err(filename, instr, f"bitcast '{instr.name}' changes the byte size: operand {src} "
+                       f"is {src.byte_size} bytes, result {out} is {out.byte_size}")
+    else:  # bitcast-convert
+        ib, ob = src.bit_width, out.bit_width
+        if ib == ob:
+            ok = src.dims == out.dims
+            want = f"the operand's dimensions {list(src.dims)}"
+        elif ib > ob:
+            ok = ob > 0 and ib % ob == 0 and out.dims == src.dims + (ib // ob,)
+            want = f"dimensions {list(src.dims) + [ib // ob if ob else '?']}"
+        else:
+            ok = ib > 0 and ob % ib == 0 and src.dims[-1:] == (ob // ib,) and out.dims == src.dims[:-1]
+            want = (f"the operand's dimensions without a last dimension of size {ob // ib if ib else '?'}")
+        if not ok:
+            raise _err(filename, instr, f"bitcast-convert '{instr.name}' of {src} ({ib}-bit) to {out} "
+                       f"({ob}-bit): the result must have {want} "
+                       f"({src.num_elements * ib} bits in, {out.num_elements * ob} bits out)")
+
+
+def _check_instruction(filename: str, mod: Module, comp: Computation, instr: Instruction) -> None:
+    op = instr.opcode
+    n = len(instr.operands)
+    by_name = comp.by_name
+    arity = _ARITY.get(op)
+    if arity is not None and not arity[1](n):
+        raise _err(filename, instr, f"'{op}' instruction '{instr.name}' takes {arity[0]}, got {n}")
+    if op in ("dynamic-slice", "dynamic-update-slice"):
+        base = 1 if op == "dynamic-slice" else 2
+        if n < base:
+            raise _err(filename, instr, f"'{op}' instruction '{instr.name}' takes at least {base} "
+                       f"operands, got {n}")
+        src = by_name[instr.operands[0]].shape
+        rank = len(src.dims) if src.is_array else 0
+        if n != base + rank and n != base + 1:
+            raise _err(filename, instr, f"'{op}' instruction '{instr.name}' of a rank-{rank} operand "
+                       f"takes {base + rank} operands ({base - 1 and 'operand, update' or 'operand'}"
+                       f" and one scalar index per dimension), got {n}")
+    elif op == "dot" and n != 2 and not ("sparsity" in instr.attrs and 2 < n <= 4):
+        raise _err(filename, instr, f"'dot' instruction '{instr.name}' takes 2 operands, got {n}")
+    if op in ("reshape", "bitcast", "bitcast-convert") and n == 1:
+        _check_elements(filename, instr, by_name[instr.operands[0]].shape)
+    elif op == "get-tuple-element" and n == 1:
+        src = by_name[instr.operands[0]].shape
+        idx = instr.attrs.get("index", "").strip()
+        if not idx.isdigit():
+            raise _err(filename, instr, f"get-tuple-element '{instr.name}' needs index=<integer>, "
+                       f"got {instr.attrs.get('index')!r}")
+        k = int(idx)
+        if not src.is_tuple or k >= len(src.tuple_shapes):
+            raise _err(filename, instr, f"get-tuple-element '{instr.name}': index={k} is not an "
+                       f"element of its operand's shape {src}")
+        if not compatible(src.tuple_shapes[k], instr.shape):
+            raise _err(filename, instr, f"get-tuple-element '{instr.name}' has shape {instr.shape} "
+                       f"but element {k} of its operand is {src.tuple_shapes[k]}")
+    elif op == "tuple":
+        if not instr.shape.is_tuple or len(instr.shape.tuple_shapes) != n or not all(
+                compatible(by_name[o].shape, s) for o, s in zip(instr.operands, instr.shape.tuple_shapes)):
+            raise _err(filename, instr, f"tuple '{instr.name}' has shape {instr.shape}, which is not "
+                       f"the tuple of its {n} operands' shapes")
+    for key in _REQUIRED_CALLS.get(op, ()):
+        if key not in instr.attrs:
+            raise _err(filename, instr, f"'{op}' instruction '{instr.name}' has no {key}= attribute")
+    called = instr.called_computations
+    for c in called:
+        if c not in mod.computations:
+            raise _err(filename, instr, f"instruction '{instr.name}' calls undefined computation '{c}'")
+    if op in ("fusion", "call") and called:
+        callee = mod.computations[called[0]]
+        if len(callee.parameters) != n:
+            raise _err(filename, instr, f"{op} '{instr.name}' passes {n} operands to computation "
+                       f"'{callee.name}', which has {len(callee.parameters)} parameters")
+    elif op == "while":
+        for key in ("condition", "body"):
+            callee = mod.computations[instr.attrs[key].strip().lstrip("%")]
+            if len(callee.parameters) != 1:
+                raise _err(filename, instr, f"while '{instr.name}': its {key} '{callee.name}' must have "
+                           f"1 parameter, has {len(callee.parameters)}")
+    elif op == "conditional":
+        if n != len(called) + 1:
+            raise _err(filename, instr, f"conditional '{instr.name}' has {len(called)} branches and "
+                       f"so takes {len(called) + 1} operands, got {n}")
+        for c in called:
+            if len(mod.computations[c].parameters) != 1:
+                raise _err(filename, instr, f"conditional '{instr.name}': branch '{c}' must have 1 "
+                           f"parameter, has {len(mod.computations[c].parameters)}")
+
+
+def _operand_order(filename: str, comp: Computation) -> None:
+    """Every operand is defined in ``comp`` before its use; else an error (cycle or order)."""
+    index = {i.name: k for k, i in enumerate(comp.instructions)}
+    for k, instr in enumerate(comp.instructions):
+        for o in instr.operands:
+            j = index.get(o)
+            if j is None:
+                raise _err(filename, instr, f"instruction '{instr.name}' uses undefined operand '{o}' "
+                           f"in computation '{comp.name}'")
+            if j >= k:
+                cycle = _operand_cycle(comp, instr)
+                if cycle:
+                    raise _err(filename, instr, "operand cycle: " + " -> ".join(cycle))
+                raise _err(filename, instr, f"instruction '{instr.name}' uses operand '{o}' before its "
+                           f"definition at line {comp.instructions[j].line} (HLO text defines "
+                           "operands first)")
+
+
+def _operand_cycle(comp: Computation, start: Instruction) -> list[str] | None:
+    """A path start -> ... -> start through operands, or None."""
+    stack = [(start.name, iter(start.operands))]
+    on_path = {start.name}
+    seen: set[str] = set()
+    while stack:
+        name, it = stack[-1]
+        nxt = next(it, None)
+        if nxt is None:
+            stack.pop()
+            on_path.discard(name)
+            seen.add(name)
+            continue
+        if nxt == start.name:
+            return [s for s, _ in stack] + [start.name]
+        if nxt in on_path or nxt in seen or nxt not in comp.by_name:
+            continue
+        on_path.add(nxt)
+        stack.append((nxt, iter(comp.by_name[nxt].operands)))
+    return None
+
+
+def _parameters(filename: str, comp: Computation) -> None:
+    seen: dict[int, Instruction] = {}
+    for p in comp.parameters:
+        if p.parameter_number in seen:
+            raise _err(filename, p, f"parameter number {p.parameter_number} of computation "
+                       f"'{comp.name}' is already used by '{seen[p.parameter_number].name}'")
+        seen[p.parameter_number] = p
+    for k, p in enumerate(comp.parameters):
+        if p.parameter_number != k:
+            raise _err(filename, p, f"computation '{comp.name}' has parameter({p.parameter_number}) "
+                       f"but no parameter({k}): parameter numbers must be 0, 1, ... without gaps")
+
+
+def _call_graph_cycles(filename: str, mod: Module) -> None:
+    """Iterative DFS over the call graph; a back edge is a cycle, reported at its call."""
+    state: dict[str, int] = {}  # 1 on the DFS path, 2 done
+    for root in mod.computations:
+        if root in state:
+            continue
+        path: list[tuple[str, Instruction | None]] = [(root, None)]
+        stack = [iter(_calls(mod.computations[root]))]
+        state[root] = 1
+        while stack:
+            nxt = next(stack[-1], None)
+            if nxt is None:
+                stack.pop()
+                state[path.pop()[0]] = 2
+                continue
+            callee, instr = nxt
+            st = state.get(callee)
+            if st == 1:
+                names = [p for p, _ in path]
+                cyc = names[names.index(callee):] + [callee]
+                raise _err(filename, instr, f"call graph cycle: {' -> '.join(cyc)} (instruction "
+                           f"'{instr.name}' calls '{callee}', which is already running)")
+            if st is None:
+                state[callee] = 1
+                path.append((callee, instr))
+                stack.append(iter(_calls(mod.computations[callee])))
+
+
+def _calls(comp: Computation):
+    for instr in comp.instructions:
+        for c in instr.called_computations:
+            yield c, instr
+
+
+def validate_module(mod: Module) -> None:
+    """Run every check above on ``mod``; raises HloParseError at the first failure."""
+    filename = mod.filename
+    for comp in mod.computations.values():
+        _operand_order(filename, comp)
+        _parameters(filename, comp)
+        for instr in comp.instructions:
+            _check_instruction(filename, mod, comp, instr)
+    _call_graph_cycles(filename, mod)
