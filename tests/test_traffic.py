@@ -314,3 +314,33 @@ ENTRY e {
     a = analyze_module(m)
     ds = rows_by_name(a)["row"]
     assert ds.total.weights_read_bytes == 4 * 64 * 4      # 4 iterations x one 256-byte row
+
+
+def test_scatter_fusion_root_is_in_place():
+    # embedding-gradient style: scatter-add 4 rows of 128 into a f32[50000,128] table.
+    a = analyze_module(parse_module("""HloModule t
+add {
+  x = f32[] parameter(0)
+  y = f32[] parameter(1)
+  ROOT s = f32[] add(x, y)
+}
+fused {
+  t = f32[50000,128]{1,0} parameter(0)
+  ids = s32[4,1]{1,0} parameter(1)
+  u = f32[4,128]{1,0} parameter(2)
+  two = f32[] constant(2)
+  b = f32[4,128]{1,0} broadcast(two), dimensions={}
+  m = f32[4,128]{1,0} multiply(u, b)
+  ROOT s = f32[50000,128]{1,0} scatter(t, ids, m), update_window_dims={1}, inserted_window_dims={0}, scatter_dims_to_operand_dims={0}, index_vector_dim=1, to_apply=add
+}
+ENTRY e {
+  t = f32[50000,128]{1,0} parameter(0)
+  ids = s32[4,1]{1,0} parameter(1)
+  u = f32[4,128]{1,0} parameter(2)
+  ROOT f = f32[50000,128]{1,0} fusion(t, ids, u), kind=kLoop, calls=fused
+}
+"""))
+    f = rows_by_name(a)["f"].total
+    rows = 4 * 128 * 4
+    assert f.hbm_read_bytes == rows + 4 * 4 + rows     # touched table rows, ids, updates
+    assert f.hbm_write_bytes == rows                  # only the scattered rows

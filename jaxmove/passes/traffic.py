@@ -20,8 +20,9 @@ Semantics (DESIGN.md, and where jaxmove deliberately differs from XLA's
   of the same size as its result, and that is the fusion root or an element of the root
   tuple, is in place: the buffer is not read, and only the update is written. An
   unfused dynamic-update-slice is in place too. Anything else rewrites the whole buffer.
-* scatter updates its operand in place: it reads the updates and indices and reads
-  and writes the scattered elements (as many as the updates) of the operand.
+* scatter updates its operand in place (unfused, or as a fusion root whose operand is
+  a same-size fusion parameter): it reads the updates and indices and reads and writes
+  the scattered elements (as many as the updates) of the operand.
 * Library custom calls do not count a trailing u8/s8 workspace result (cuBLAS/cuDNN
   scratch) as traffic.
 * Every access carries the memory space of the shape it touches: S(0) is HBM, S(5)
@@ -158,7 +159,7 @@ class _FusionAnalysis:
         self.inplace: dict[str, Instruction] = {}  # DUS name -> DUS, in place
         self.root_leaves = self._root_leaves()
         for _idx, producer in self.root_leaves:
-            if producer.opcode == "dynamic-update-slice" and self._is_inplace(producer):
+            if producer.opcode in ("dynamic-update-slice", "scatter") and self._is_inplace(producer):
                 self.inplace[producer.name] = producer
         self._memo: dict[str, int] = {}
 
@@ -194,6 +195,8 @@ class _FusionAnalysis:
                 d = min(user.shape.num_elements, total)
             elif op == "dynamic-update-slice" and k == 0 and user.name in self.inplace:
                 d = 0
+            elif op == "scatter" and k == 0 and user.name in self.inplace:
+                d = min(self.comp.by_name[user.operands[-1]].shape.num_elements, total)
             elif op in ELEMENT_PRESERVING and user.shape.is_array and user.shape.num_elements == total:
                 # a value that leaves the fusion is computed (and its inputs read) in full
                 leaves_fusion = user.is_root or any(p is user for _i, p in self.root_leaves)
@@ -248,7 +251,13 @@ def fusion_traffic(instr: Instruction, comp: Computation, module: Module) -> Ins
         leaf = instr.shape.subshape(idx) if instr.shape.is_tuple else instr.shape
         if not leaf.is_array:
             continue
-        if producer.name in fa.inplace:
+        if producer.name in fa.inplace and producer.opcode == "scatter":
+            upd = fused.by_name[producer.operands[-1]].shape
+            nb = _elems_to_bytes(leaf, min(upd.num_elements, leaf.num_elements))
+            writes.append(Access(nb, None, idx, leaf.memory_space))
+            inplace_bytes += leaf.byte_size
+            notes.append(f"in-place scatter: writes {nb} of {leaf.byte_size} bytes of result {list(idx)}")
+        elif producer.name in fa.inplace:
             upd = fused.by_name[producer.operands[1]].shape
             writes.append(Access(upd.byte_size, None, idx, leaf.memory_space))
             inplace_bytes += leaf.byte_size
