@@ -74,23 +74,39 @@ def resolve_program(target, *args, overrides: dict[str, str] | None = None, **ca
     return cap.capture(target, *args, **capture_kwargs)
 
 
-def analyze(target, *args, overrides: dict[str, str] | None = None, **capture_kwargs) -> Report:
+def analyze(target, *args, overrides: dict[str, str] | None = None, hardware=None,
+            **capture_kwargs) -> Report:
     """Analyse a program: where its bytes go, per instruction and in total.
 
     Args:
       target: see ``resolve_program`` (preset name, HLO path, ``module:function``,
         Workload, Program, callable + ``args``, jax Lowered/Compiled, NNX module).
       overrides: ``--set`` values for a zoo preset, e.g. ``{"layers": "2"}``.
+      hardware: a spec name (``h100-sxm``, ``tpu-v5e``, ``local`` = the calibrated spec of
+        this machine), a path to a spec ``.toml``, or a ``HardwareSpec``; sets
+        ``report.times`` (per-instruction and program time estimates, passes/timing.py)
+        and the tiling model of ``report.reuse``.
     Returns:
       A Report: per-instruction rows (totals over one program run) and program totals
-      by path and by role.
+      by path and by role; ``report.reuse`` (on-chip reuse of fusions) always,
+      ``report.times`` when ``hardware`` is given.
     Raises:
-      FileNotFoundError, TargetError, jaxmove.hlo.HloParseError, jaxmove.capture.CaptureError.
+      FileNotFoundError, TargetError, jaxmove.hlo.HloParseError, jaxmove.capture.CaptureError,
+      jaxmove.hardware.HardwareSpecError (unknown hardware name, bad spec file).
     """
+    spec = None
+    if hardware is not None:
+        from .hardware import HardwareSpec, load_spec
+        spec = hardware if isinstance(hardware, HardwareSpec) else load_spec(hardware)
     program = resolve_program(target, *args, overrides=overrides, **capture_kwargs)
     filename = program.source[4:] if program.source.startswith("hlo:") else f"<{program.name}>"
     module = parse_module(program.hlo_text, filename)
     entry_roles = {p.number: p.role for p in program.parameters} if program.parameters else None
     analysis = analyze_module(module, entry_roles)
+    from .passes.reuse import reuse_pass
+    from .passes.timing import estimate_times
+    reuse = reuse_pass(analysis, spec)
+    times = estimate_times(analysis, spec, reuse) if spec is not None else None
     return Report(ProgramInfo(program.name, program.backend, program.num_devices, program.source),
-                  analysis, program.parameters, dict(program.memory_stats), program.xla_cost_analysis)
+                  analysis, program.parameters, dict(program.memory_stats), program.xla_cost_analysis,
+                  reuse=reuse, times=times)

@@ -27,7 +27,7 @@ def _cmd_analyze(args: argparse.Namespace) -> int:
     from .api import analyze
     from .report.table import render_report
 
-    report = analyze(args.target, overrides=_parse_sets(args.set))
+    report = analyze(args.target, overrides=_parse_sets(args.set), hardware=args.hardware)
     if args.json:
         json.dump(report.to_json(), sys.stdout, indent=1)
         sys.stdout.write("\n")
@@ -68,10 +68,16 @@ def build_parser() -> argparse.ArgumentParser:
                         "kv_heads, dtype, scan_layers, ...); repeatable")
     a.add_argument("--top", type=int, default=15, help="instructions to show (default 15)")
     a.add_argument("--json", action="store_true", help="print the stable JSON report instead")
+    a.add_argument("--hardware", metavar="NAME|path.toml|local",
+                   help="estimate time on a device: a spec from `jaxmove hardware`, a .toml file, or "
+                        "'local' (written by `jaxmove calibrate`); adds time, bound, reuse columns")
     a.set_defaults(func=_cmd_analyze)
 
     m = sub.add_parser("models", help="list the built-in model presets")
     m.set_defaults(func=_cmd_models)
+
+    from .cli_hardware import add_hardware_commands
+    add_hardware_commands(sub)
     return p
 
 

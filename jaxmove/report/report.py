@@ -36,6 +36,9 @@ class Report:
       parameters: entry parameters with pytree path, role and donation (empty for HLO files).
       memory_stats: XLA's compiled memory statistics in bytes (empty for HLO files).
       xla_cost_analysis: ``Compiled.cost_analysis()`` when captured from JAX, else None.
+      reuse: on-chip reuse per fusion and tiling of dots (``passes/reuse.py``), or None.
+      times: estimated times on a hardware spec (``passes/timing.py``), or None when no
+        hardware was given.
     """
 
     program: ProgramInfo
@@ -43,6 +46,8 @@ class Report:
     parameters: tuple = ()
     memory_stats: dict[str, int] = field(default_factory=dict)
     xla_cost_analysis: dict | None = None
+    reuse: object | None = None   # passes.reuse.ReuseAnalysis
+    times: object | None = None   # passes.timing.TimeEstimate
 
     @property
     def module(self):
@@ -80,7 +85,8 @@ class Report:
                        "hbm_read_bytes": t.hbm_read_bytes, "hbm_write_bytes": t.hbm_write_bytes,
                        "onchip_read_bytes": t.onchip_read_bytes,
                        "onchip_write_bytes": t.onchip_write_bytes,
-                       "collective_wire_bytes": t.device_to_device_bytes},
+                       "collective_wire_bytes": t.device_to_device_bytes,
+                       **_totals_timing(self)},
             "by_path": {p: t.path_bytes(p) for p in PATHS},
             "by_role": {r: dict(zip(("read_bytes", "write_bytes"), t.role_bytes(r))) for r in ROLES},
             "instructions": [self._row_json(r) for r in self.rows if r.instr.opcode not in _QUIET],
@@ -90,6 +96,7 @@ class Report:
                            for p in self.parameters],
             "memory_stats": dict(self.memory_stats),
             "notes": self.notes,
+            **_timing_json(self),
         }
 
     def _row_json(self, r: InstructionCost) -> dict:
@@ -113,6 +120,7 @@ class Report:
             "op_name": md.op_name if md else None,
             "hlo_line": r.instr.line,
             "collective": _collective_json(r),
+            **_row_timing_json(self, r),
         }
 
 
@@ -126,6 +134,63 @@ def _collective_json(r: InstructionCost) -> dict | None:
             "wire_bytes": c.wire_bytes * r.multiplicity.count,
             "wire_bytes_per_execution": c.wire_bytes, "buffer_bytes": c.buffer_bytes,
             "mode": c.mode, "is_async": c.is_async, "instruction": c.instruction}
+
+
+def _totals_timing(report: Report) -> dict:
+    """``totals.onchip_reuse_bytes`` (bytes fusion kept on chip per program run) and
+    ``totals.est_time_s`` (None without a hardware spec)."""
+    return {"onchip_reuse_bytes": report.reuse.total_onchip_reuse_bytes if report.reuse is not None else None,
+            "est_time_s": report.times.est_time_s if report.times is not None else None}
+
+
+def _timing_json(report: Report) -> dict:
+    """``hardware`` (the spec's name or None) and, with a spec, the ``time`` section."""
+    tm = report.times
+    out: dict = {"hardware": tm.spec_name if tm is not None else None}
+    if tm is not None:
+        out["time"] = {"est_time_s": tm.est_time_s, "serial_time_s": tm.serial_time_s,
+                       "compute_time_s": tm.compute_time_s, "memory_time_s": tm.memory_time_s,
+                       "network_time_s": tm.network_time_s, "overhead_s": tm.overhead_s,
+                       "kernels": tm.kernels, "bound": tm.bound,
+                       "timeline": [list(t) for t in tm.timeline],
+                       "unmodeled": list(tm.unmodeled), "notes": list(tm.notes)}
+    return out
+
+
+def _row_timing_json(report: Report, r: InstructionCost) -> dict:
+    """Per instruction: ``onchip_reuse_bytes`` (per program run) and, with a hardware spec,
+    ``est_time_s``, ``bound``, ``arithmetic_intensity`` and the time components."""
+    key = (r.computation, r.instr.name)
+    mult = r.multiplicity.count
+    out: dict = {}
+    ru = report.reuse.rows.get(key) if report.reuse is not None else None
+    out["onchip_reuse_bytes"] = ru.onchip_reuse_bytes * mult if ru is not None else 0
+    if ru is not None and ru.fusion is not None:
+        f = ru.fusion
+        out["fusion_reuse"] = {"fused_bytes": f.fused_bytes * mult, "unfused_bytes": f.unfused_bytes * mult,
+                               "intermediates": len(f.intermediates),
+                               "intermediate_bytes": f.intermediate_bytes,
+                               "working_set_bytes": f.working_set_bytes,
+                               "onchip_capacity_bytes": f.onchip_capacity_bytes,
+                               "fits_on_chip": f.fits_on_chip}
+    if ru is not None and ru.tilings:
+        out["tiling"] = [{"instruction": t.instruction, "kind": t.kind, "batch": t.batch, "m": t.m,
+                          "n": t.n, "k": t.k, "tile": t.tile, "lhs_passes": t.lhs_passes,
+                          "rhs_passes": t.rhs_passes, "compulsory_bytes": t.compulsory_bytes * mult,
+                          "tiled_bytes": t.tiled_bytes * mult, "no_reuse_bytes": t.no_reuse_bytes * mult}
+                         for t in ru.tilings]
+    tm = report.times.rows.get(key) if report.times is not None else None
+    out.update({"est_time_s": None, "bound": None, "arithmetic_intensity": None})
+    if tm is None:
+        if r.total.hbm_bytes:
+            out["arithmetic_intensity"] = r.total.flops / r.total.hbm_bytes
+        return out
+    out.update({"est_time_s": tm.est_time_s, "bound": tm.bound,
+                "arithmetic_intensity": tm.arithmetic_intensity,
+                "compute_time_s": tm.compute_time_s, "memory_time_s": tm.memory_time_s,
+                "network_time_s": tm.network_time_s, "overhead_s": tm.overhead_s,
+                "modeled_hbm_bytes": tm.hbm_bytes, "time_unmodeled": list(tm.unmodeled)})
+    return out
 
 
 def dominant_role(c: Cost) -> str:

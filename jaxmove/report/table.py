@@ -44,21 +44,31 @@ def render_report(report: Report, top: int = 15, console: Console | None = None)
                   f"{human_count(t.flops)}FLOP per program run "
                   f"({sum(1 for r in report.rows if r.instr.opcode not in ('parameter', 'constant'))} "
                   f"kernel-level instructions)")
+    render_time_summary(report, console)
 
-    table = Table(title=f"Top {top} instructions by HBM bytes (totals over one program run)")
+    times = getattr(report, "times", None)
+    ordered = top_by_time(report, top) if times is not None else report.top(top)
+    table = Table(title=f"Top {top} instructions by {'estimated time' if times is not None else 'HBM bytes'} "
+                        "(totals over one program run)")
     num = {"justify": "right", "no_wrap": True}
     for col, kw in (("instruction", {"overflow": "fold"}), ("op / fusion", {"no_wrap": True}),
                     ("x", num), ("flops", num), ("read", num), ("written", num),
                     ("role", {"no_wrap": True}), ("source", {"overflow": "fold"})):
         table.add_column(col, **kw)
-    for r in report.top(top):
+    if times is not None:
+        for col in ("est. time", "bound", "flop/B", "on-chip reuse"):
+            table.add_column(col, **num)
+    for r in ordered:
         loc = report.module.source_location(r.instr)
         kind = r.instr.opcode if r.instr.opcode != "fusion" else f"fusion:{r.instr.fusion_kind or '?'}"
         mult = f"{r.multiplicity.count}{'?' if r.multiplicity.unknown_trip_count else ''}"
         name = r.instr.name + (" [red](unmodeled)[/red]" if r.unmodeled else "")
-        table.add_row(name, kind, mult, human_count(r.total.flops), human_bytes(r.total.hbm_read_bytes),
-                      human_bytes(r.total.hbm_write_bytes), dominant_role(r.total),
-                      f"{loc.file.rsplit('/', 1)[-1]}:{loc.line}" if loc else "")
+        cells = [name, kind, mult, human_count(r.total.flops), human_bytes(r.total.hbm_read_bytes),
+                 human_bytes(r.total.hbm_write_bytes), dominant_role(r.total),
+                 f"{loc.file.rsplit('/', 1)[-1]}:{loc.line}" if loc else ""]
+        if times is not None:
+            cells += time_cells(report, r)
+        table.add_row(*cells)
     console.print(table)
 
     paths = Table(title="Bytes by path")
@@ -88,4 +98,66 @@ def render_report(report: Report, top: int = 15, console: Console | None = None)
         notes.append(f"{len(whole)} instruction(s) rewrite a whole KV-cache buffer instead of updating it "
                      f"in place (e.g. {whole[0].instr.name}: {[n for n in whole[0].notes if 'whole' in n][0]})")
     for n in notes:
+        console.print(f"[yellow]note:[/yellow] {n}")
+
+
+# ---- estimated time (passes/timing.py, passes/reuse.py) -----------------------------------
+
+def human_seconds(s: float | None) -> str:
+    """2.5e-05 -> '25 µs'; None -> 'n/a'."""
+    if s is None:
+        return "n/a"
+    for scale, unit in ((1.0, "s"), (1e-3, "ms"), (1e-6, "µs")):
+        if abs(s) >= scale:
+            return f"{s / scale:.3g} {unit}"
+    return f"{s * 1e9:.3g} ns" if s else "0"
+
+
+def top_by_time(report: Report, n: int) -> list:
+    """The n rows with the largest estimated time per program run (ties: HBM bytes)."""
+    times = report.times
+    rows = [r for r in report.top(len(report.rows))
+            if (r.computation, r.instr.name) in times.rows]
+    rows.sort(key=lambda r: (times.rows[(r.computation, r.instr.name)].est_time_s, r.total.hbm_bytes),
+              reverse=True)
+    return rows[:n]
+
+
+def time_cells(report: Report, r) -> list[str]:
+    """est. time, bound, arithmetic intensity and on-chip reuse cells of one row."""
+    key = (r.computation, r.instr.name)
+    tm = report.times.rows.get(key)
+    ru = report.reuse.rows.get(key) if getattr(report, "reuse", None) is not None else None
+    reuse = ru.onchip_reuse_bytes * r.multiplicity.count if ru is not None and ru.fusion is not None else None
+    if tm is None:
+        return ["", "", "", human_bytes(reuse) if reuse is not None else ""]
+    ai = tm.arithmetic_intensity
+    est = human_seconds(tm.est_time_s) + (" [red]*[/red]" if tm.unmodeled else "")
+    return [est, tm.bound or "-", f"{ai:.3g}" if ai is not None else "-",
+            human_bytes(reuse) if reuse is not None else ""]
+
+
+def render_time_summary(report: Report, console: Console) -> None:
+    """Program time on the hardware spec and the bytes fusion kept on chip."""
+    times = getattr(report, "times", None)
+    reuse = getattr(report, "reuse", None)
+    if times is None:
+        if reuse is not None and reuse.total_onchip_reuse_bytes:
+            console.print(f"On-chip reuse by fusion: {human_bytes(reuse.total_onchip_reuse_bytes)} not moved "
+                          "through HBM (pass --hardware NAME for time estimates)")
+        return
+    t = times
+    console.print(f"[bold]Estimated time on {t.spec_name}: {human_seconds(t.est_time_s)}[/bold] per program run, "
+                  f"{t.bound}-bound (sums: compute {human_seconds(t.compute_time_s)}, memory "
+                  f"{human_seconds(t.memory_time_s)}, network {human_seconds(t.network_time_s)}, launch overhead "
+                  f"{human_seconds(t.overhead_s)} for {t.kernels} kernels; no-overlap sum "
+                  f"{human_seconds(t.serial_time_s)})")
+    if reuse is not None:
+        console.print(f"On-chip reuse by fusion: {human_bytes(reuse.total_onchip_reuse_bytes)} not moved through HBM"
+                      + (f"; on-chip capacity {human_bytes(reuse.onchip_capacity_bytes)} ({reuse.onchip_capacity_key})"
+                         if reuse.onchip_capacity_bytes else ""))
+    if t.unmodeled:
+        console.print(f"[red]*[/red] time incomplete for {len(t.unmodeled)} instruction(s), e.g. "
+                      f"{t.unmodeled[0]}", soft_wrap=True)
+    for n in t.notes:
         console.print(f"[yellow]note:[/yellow] {n}")

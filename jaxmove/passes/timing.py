@@ -1,0 +1,485 @@
+"""Time: a roofline estimate per instruction and a program time along the schedule.
+
+Per kernel-level instruction, per execution (Williams, Waterman & Patterson, "Roofline: an
+insightful visual performance model for multicore architectures", CACM 2009):
+
+    compute_time = sum over its dots/convolutions of flops / peak(dtype, precision)
+                   + (other flops + transcendentals) / vector peak
+    memory_time  = HBM bytes / hbm_bytes_per_s
+    network_time = collective_time_s(info, spec)        (passes/collectives.py)
+    est_time     = kernel_launch_overhead_s + max(compute_time, memory_time, network_time)
+
+* HBM bytes are the traffic pass's bytes plus the re-reads the tiling model of
+  ``passes/reuse.py`` adds for a dot or convolution whose operands do not fit on chip.
+* The matrix peak is ``spec.flops_per_s`` of the dot's operand type. An f32 dot at
+  DEFAULT/HIGH precision runs as tf32 on NVIDIA GPUs that have it, and on TPUs as 1
+  (DEFAULT), 3 (HIGH) or 6 (HIGHEST) bf16 passes (``jax.lax.Precision`` docs); a dot's
+  ``algorithm=dot_*`` attribute, when printed, decides instead.
+* The vector peak (elementwise work, reductions, transcendentals) is the spec's ``f32``
+  figure (NVIDIA: CUDA-core FP32, not the tensor cores). A transcendental counts as one
+  operation, so that part is a lower bound. Specs without an ``f32`` figure (TPUs) leave
+  vector work unmodeled, and say so.
+* The launch overhead is charged once per instruction that launches a kernel (every
+  opcode the traffic pass does not list as free), additive as in XLA's GPU performance
+  model (``kKernelLaunchOverhead``, xla/service/gpu/model/gpu_performance_model_base.h).
+* ``bound`` is the largest of compute, memory and network time, or ``overhead`` when the
+  launch overhead exceeds all three. ``arithmetic_intensity`` = flops / HBM bytes.
+
+Per program (`TimeEstimate.est_time_s`): each computation is walked in schedule order
+(the printed order of a module with ``is_scheduled=true``, else a topological order of
+operands and control predecessors), adding each instruction's time. An asynchronous
+operation (``*-start`` / ``*-done``, ``send``/``recv``, ``async-start``/``async-done``)
+runs on a side queue from its start and the main stream waits for it only at its done,
+so it overlaps the work scheduled between them; async transfers of one kind (network,
+copies) queue behind each other. A while costs trip count × body time plus (trip count +
+1) × condition time; a conditional its slowest branch; a call its callee.
+
+Nothing is invented: a collective whose time cannot be modeled (no collectives pass, or a
+spec without interconnect figures) gets ``network_time_s = None`` and is listed in
+``unmodeled``; its estimate then covers only its compute, memory and overhead.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from ..hlo import Computation, Instruction, Module
+from .multiplicity import callee_counts
+from .reuse import ReuseAnalysis, reuse_pass
+from .traffic import FREE_OPCODES
+
+BOUNDS = ("compute", "memory", "network", "overhead")
+
+COLLECTIVE_OPCODES = frozenset({
+    "all-reduce", "all-gather", "reduce-scatter", "all-to-all", "ragged-all-to-all",
+    "collective-permute", "collective-broadcast", "all-reduce-start", "all-gather-start",
+    "collective-permute-start", "send", "recv",
+})
+
+# An asynchronous start and the queue it runs on.
+_ASYNC_STARTS = {"all-reduce-start": "network", "all-gather-start": "network",
+                 "collective-permute-start": "network", "send": "network", "recv": "network",
+                 "copy-start": "copy", "async-start": "network"}
+_ASYNC_DONES = frozenset({"all-reduce-done", "all-gather-done", "collective-permute-done",
+                          "send-done", "recv-done", "copy-done", "async-done"})
+
+_PASSES = {"default": 1, "high": 3, "highest": 6}  # bf16 passes of an f32 dot on TPU
+
+
+@dataclass(frozen=True, slots=True)
+class InstructionTime:
+    """Estimated time of one kernel-level instruction. Every ``*_s`` is per program run
+    (per execution × multiplicity) except ``per_execution_s``.
+
+    Attributes:
+      est_time_s: overhead + max(compute, memory, network).
+      compute_time_s: None when some of its flops have no peak in the spec.
+      memory_time_s: modeled HBM bytes / HBM bandwidth.
+      network_time_s: None for a collective whose time is unmodeled; 0 for non-collectives.
+      overhead_s: kernel launch overhead (0 for instructions that launch no kernel).
+      bound: "compute" | "memory" | "network" | "overhead", or None when it takes no time.
+      arithmetic_intensity: flops per modeled HBM byte (None when it moves no HBM bytes).
+      hbm_bytes: modeled HBM bytes per program run (traffic + tiling re-reads).
+      flops: flops per program run.
+      peak_key: the ``flops_per_s`` key used for its matrix work (None without any).
+    """
+
+    computation: str
+    name: str
+    opcode: str
+    multiplicity: int
+    est_time_s: float
+    compute_time_s: float | None
+    memory_time_s: float
+    network_time_s: float | None
+    overhead_s: float
+    bound: str | None
+    arithmetic_intensity: float | None
+    hbm_bytes: int
+    flops: int
+    per_execution_s: float
+    peak_key: str | None = None
+    unmodeled: tuple[str, ...] = ()
+    notes: tuple[str, ...] = ()
+
+
+@dataclass
+class TimeEstimate:
+    """Time of one program run on one device.
+
+    Attributes:
+      spec_name: the hardware spec used.
+      rows: (computation, instruction name) -> InstructionTime.
+      est_time_s: program time along the schedule, async overlap included.
+      serial_time_s: sum of every instruction's est_time_s (no overlap).
+      compute_time_s, memory_time_s, network_time_s, overhead_s: sums over instructions
+        (per program run) of each component; network_time_s covers modeled collectives.
+      kernels: kernel launches per program run.
+      bound: the largest of the program's summed compute, memory and network time (the
+        roofline bound of the work; overhead is reported apart in ``overhead_s``).
+      timeline: (computation, instruction, start_s, end_s) of the ENTRY computation's
+        schedule; a while, conditional or call is one block; async ops span start to done.
+      reuse: the ReuseAnalysis the memory times used.
+      unmodeled: instructions whose time is incomplete, with the reason.
+    """
+
+    spec_name: str
+    rows: dict[tuple[str, str], InstructionTime]
+    est_time_s: float
+    serial_time_s: float
+    compute_time_s: float
+    memory_time_s: float
+    network_time_s: float
+    overhead_s: float
+    kernels: int
+    bound: str
+    timeline: list[tuple[str, str, float, float]]
+    reuse: ReuseAnalysis
+    unmodeled: list[str] = field(default_factory=list)
+    notes: list[str] = field(default_factory=list)
+
+    def row(self, computation: str, name: str) -> InstructionTime:
+        return self.rows[(computation, name)]
+
+
+# ---- compute peaks ----------------------------------------------------------------------
+
+def _precision(instr: Instruction) -> str:
+    v = instr.attrs.get("operand_precision")
+    if v:
+        first = v.strip("{} ").split(",")[0].strip().lower()
+        return first or "default"
+    bc = instr.backend_config or {}
+    cfg = bc.get("gemm_backend_config", bc) if isinstance(bc, dict) else {}
+    pc = cfg.get("precision_config") if isinstance(cfg, dict) else None
+    ops = pc.get("operand_precision") if isinstance(pc, dict) else None
+    if isinstance(ops, list) and ops:
+        return str(ops[0]).lower()
+    return "default"
+
+
+def matrix_peak(spec, dtype: str, precision: str = "default", algorithm: str | None = None
+                ) -> tuple[float | None, str | None, str]:
+    """(peak FLOP/s, flops_per_s key, how it was chosen) for a dot on ``dtype`` operands.
+
+    Returns (None, key, reason) when the spec has no figure for it.
+    """
+    from ..hardware import canonical_flops_dtype
+
+    if algorithm:
+        alg = algorithm.lower()
+        if alg.startswith("dot_bf16_bf16"):
+            passes = 6 if alg.endswith("x6") else 3 if alg.endswith("x3") else 9 if alg.endswith("x9") else 1
+            p = spec.flops_per_s.get("bf16")
+            return (p / passes if p else None), "bf16", f"algorithm={algorithm}: {passes} bf16 pass(es)"
+        if alg.startswith("dot_tf32"):
+            passes = 3 if alg.endswith("x3") else 1
+            p = spec.flops_per_s.get("tf32")
+            return (p / passes if p else None), "tf32", f"algorithm={algorithm}"
+    try:
+        key = canonical_flops_dtype(dtype)
+    except ValueError:
+        key = None
+    if key is None:
+        return None, None, f"no matrix peak for {dtype} operands"
+    if key == "f32" and spec.kind == "tpu":
+        passes = _PASSES.get(precision, 1)
+        p = spec.flops_per_s.get("bf16")
+        return (p / passes if p else None), "bf16", (f"f32 dot at {precision.upper()} precision runs as "
+                                                     f"{passes} bf16 pass(es) on TPU (jax.lax.Precision)")
+    if key == "f32" and spec.kind == "gpu" and precision != "highest" and "tf32" in spec.flops_per_s:
+        return spec.flops_per_s["tf32"], "tf32", (f"f32 dot at {precision.upper()} precision runs on "
+                                                  "tf32 tensor cores (jax.lax.Precision)")
+    p = spec.flops_per_s.get(key)
+    return p, key, (f"{key} peak" if p else f"spec '{spec.name}' has no flops_per_s.{key}")
+
+
+def _is_matrix_instr(instr: Instruction, module: Module) -> bool:
+    from .reuse import is_dot_like
+
+    if instr.opcode == "fusion":
+        return False
+    if instr.opcode == "custom-call" and (instr.custom_call_target or "").startswith("__cudnn$fmha"):
+        return True
+    return instr.opcode in ("dot", "ragged-dot", "scaled-dot") or is_dot_like(instr, module)
+
+
+def _matrix_work(instr: Instruction, module: Module) -> list[Instruction]:
+    """The dot-like instructions a kernel runs: itself, or those inside its fusion."""
+    if instr.opcode == "fusion":
+        out: list[Instruction] = []
+        for callee in instr.called_computations[:1]:
+            fc = module.computations.get(callee)
+            if fc is not None:
+                for inner in fc.instructions:
+                    out.extend(_matrix_work(inner, module))
+        return out
+    return [instr] if _is_matrix_instr(instr, module) else []
+
+
+def compute_time(instr: Instruction, comp: Computation, module: Module, spec, flops: int,
+                 transcendentals: int) -> tuple[float | None, str | None, list[str], list[str]]:
+    """(compute time s per execution or None, matrix peak key, unmodeled, notes)."""
+    from .flops import instruction_flops
+
+    unmodeled: list[str] = []
+    notes: list[str] = []
+    t = 0.0
+    matrix_flops = 0
+    key_used = None
+    for m in _matrix_work(instr, module):
+        fc = instruction_flops(m, module)
+        if not fc.flops:
+            continue
+        matrix_flops += fc.flops
+        owner = module.computations.get(m.computation)
+        lhs = owner.by_name[m.operands[0]].shape if owner and m.operands and m.operands[0] in owner.by_name \
+            else m.shape
+        dtype = lhs.element_type if lhs.is_array else "f32"
+        peak, key, how = matrix_peak(spec, dtype, _precision(m), m.attrs.get("algorithm"))
+        if peak is None:
+            unmodeled.append(f"compute time of '{m.name}': {how}")
+            continue
+        key_used = key_used or key
+        if key in ("tf32",) or "pass" in how:
+            notes.append(how)
+        t += fc.flops / peak
+    vector = max(0, flops - matrix_flops) + transcendentals
+    if vector:
+        vpeak = spec.flops_per_s.get("f32")
+        if vpeak is None:
+            unmodeled.append(f"spec '{spec.name}' has no f32 (vector unit) peak: time of {vector} "
+                             "elementwise/transcendental operations unmodeled")
+        else:
+            t += vector / vpeak
+    return (None if unmodeled and t == 0.0 else t), key_used, unmodeled, notes
+
+
+# ---- network ----------------------------------------------------------------------------
+
+def _is_collective(row) -> bool:
+    """A collective opcode, or a row the collectives pass recognised (e.g. a fused one)."""
+    return getattr(row, "collective", None) is not None or row.instr.opcode in COLLECTIVE_OPCODES
+
+
+def network_time(row, comp: Computation, module: Module, spec) -> tuple[float | None, str | None]:
+    """(seconds per execution, reason when unmodeled) of a collective, from
+    ``passes/collectives.py``; (None, reason) when that pass or the spec cannot say."""
+    try:
+        from . import collectives as coll  # built in parallel (issue 3); optional
+    except ImportError:
+        return None, "network time unmodeled: no collectives pass (jaxmove/passes/collectives.py)"
+    try:
+        info = getattr(row, "collective", None)
+        if info is None:
+            info = coll.collective_info(row.instr, comp, module)
+        if info is None:
+            return None, "network time unmodeled: collectives pass gave no information"
+        t = coll.collective_time_s(info, spec)
+    except (AttributeError, ValueError, KeyError, IndexError, TypeError) as e:
+        return None, f"network time unmodeled: {type(e).__name__}: {e}"
+    if t is None:
+        return None, f"network time unmodeled: spec '{spec.name}' lacks interconnect figures"
+    return float(t), None
+
+
+# ---- per instruction --------------------------------------------------------------------
+
+def _launches_kernel(instr: Instruction) -> bool:
+    return instr.opcode not in FREE_OPCODES
+
+
+def instruction_time(row, module: Module, spec, reuse: ReuseAnalysis) -> InstructionTime:
+    """The roofline time of one pipeline row (see the module docstring)."""
+    instr = row.instr
+    comp = module.computations[row.computation]
+    pe = row.per_execution
+    mult = row.multiplicity.count
+    unmodeled: list[str] = []
+    notes: list[str] = []
+    r = reuse.rows.get((row.computation, instr.name))
+    extra = r.tiling_extra_read_bytes if r is not None else 0
+    if r is not None:
+        notes.extend(r.notes)
+        if extra:
+            notes.append(f"tiling model: +{extra} bytes of operand re-reads from HBM")
+    hbm = pe.hbm_bytes + extra
+    mem = hbm / spec.hbm_bytes_per_s
+    if pe.host_to_device_bytes or pe.device_to_host_bytes:
+        unmodeled.append("host <-> device transfer time unmodeled (no host link bandwidth in the spec)")
+    comp_t, key, cu, cn = compute_time(instr, comp, module, spec, pe.flops, pe.transcendentals)
+    unmodeled.extend(cu)
+    notes.extend(cn)
+    net: float | None = 0.0
+    if _is_collective(row):
+        net, why = network_time(row, comp, module, spec)
+        if why:
+            unmodeled.append(why)
+    overhead = spec.kernel_launch_overhead_s if _launches_kernel(instr) else 0.0
+    parts = {"compute": comp_t or 0.0, "memory": mem, "network": net or 0.0}
+    work = max(parts.values())
+    per_exec = overhead + work
+    if per_exec <= 0.0:
+        bound = None
+    elif overhead > work:
+        bound = "overhead"
+    else:
+        bound = max(parts, key=lambda k: parts[k])
+    ai = (pe.flops / hbm) if hbm else None
+    return InstructionTime(
+        row.computation, instr.name, instr.opcode, mult, per_exec * mult,
+        None if comp_t is None else comp_t * mult, mem * mult,
+        None if net is None else net * mult, overhead * mult, bound, ai, hbm * mult,
+        pe.flops * mult, per_exec, key, tuple(dict.fromkeys(unmodeled)), tuple(dict.fromkeys(notes)))
+
+
+# ---- schedule ---------------------------------------------------------------------------
+
+def _control_predecessors(instr: Instruction) -> list[str]:
+    v = instr.attrs.get("control-predecessors")
+    if not v:
+        return []
+    return [p.strip().lstrip("%") for p in v.strip("{} ").split(",") if p.strip()]
+
+
+def schedule_order(comp: Computation, module: Module) -> list[Instruction]:
+    """The order instructions of ``comp`` run in: printed order when the module is scheduled,
+    else a topological order (operands and control predecessors first; ties in printed
+    order). Cycles (malformed input) fall back to printed order for the rest."""
+    if module.is_scheduled:
+        return list(comp.instructions)
+    import heapq
+
+    index = {i.name: k for k, i in enumerate(comp.instructions)}
+    preds = {i.name: {p for p in (*i.operands, *_control_predecessors(i)) if p in index}
+             for i in comp.instructions}
+    succs: dict[str, list[str]] = {i.name: [] for i in comp.instructions}
+    for name, ps in preds.items():
+        for p in ps:
+            succs[p].append(name)
+    indeg = {n: len(ps) for n, ps in preds.items()}
+    ready = [index[n] for n, d in indeg.items() if d == 0]
+    heapq.heapify(ready)
+    out: list[Instruction] = []
+    while ready:
+        k = heapq.heappop(ready)
+        instr = comp.instructions[k]
+        out.append(instr)
+        for s in succs[instr.name]:
+            indeg[s] -= 1
+            if indeg[s] == 0:
+                heapq.heappush(ready, index[s])
+    if len(out) < len(comp.instructions):
+        seen = {i.name for i in out}
+        out.extend(i for i in comp.instructions if i.name not in seen)
+    return out
+
+
+def _async_root(comp: Computation, instr: Instruction) -> str | None:
+    """The start instruction a done (or update) waits for."""
+    cur = instr
+    while cur.operands:
+        op = comp.by_name.get(cur.operands[0])
+        if op is None:
+            return None
+        if op.opcode == "async-update":
+            cur = op
+            continue
+        return op.name
+    return None
+
+
+class _Walker:
+    def __init__(self, module: Module, times: dict[tuple[str, str], InstructionTime]):
+        self.module = module
+        self.times = times
+        self.memo: dict[str, float] = {}
+        self.timeline: list[tuple[str, str, float, float]] = []
+
+    def own(self, cname: str, instr: Instruction) -> float:
+        t = self.times.get((cname, instr.name))
+        return t.per_execution_s if t is not None else 0.0
+
+    def comp_time(self, cname: str, record: bool = False) -> float:
+        if not record and cname in self.memo:
+            return self.memo[cname]
+        self.memo.setdefault(cname, 0.0)  # recursion guard
+        comp = self.module.computations[cname]
+        cursor = 0.0
+        queues: dict[str, float] = {}
+        pending: dict[str, tuple[float, float]] = {}  # start name -> (launch time, end time)
+        for instr in schedule_order(comp, self.module):
+            op = instr.opcode
+            start = cursor
+            if op in _ASYNC_STARTS:
+                dur = self.own(cname, instr)
+                if op == "async-start":
+                    dur += sum(self.comp_time(c) for c in instr.called_computations)
+                q = _ASYNC_STARTS[op]
+                begin = max(cursor, queues.get(q, 0.0))
+                queues[q] = begin + dur
+                pending[instr.name] = (cursor, begin + dur)
+                continue
+            if op in _ASYNC_DONES:
+                root = _async_root(comp, instr)
+                if root in pending:
+                    launched, end = pending.pop(root)
+                    cursor = max(cursor, end)
+                    if record:
+                        self.timeline.append((cname, root, launched, end))
+                continue
+            if op == "while":
+                counts = callee_counts(instr)
+                cursor += sum(self.comp_time(c) * k for c, k, _u, _b in counts)
+            elif op == "conditional":
+                cursor += max((self.comp_time(c) for c in instr.called_computations), default=0.0)
+            elif op == "call":
+                cursor += sum(self.comp_time(c) for c in instr.called_computations)
+            else:
+                cursor += self.own(cname, instr)
+            if record and cursor > start:
+                self.timeline.append((cname, instr.name, start, cursor))
+        for name, (launched, end) in pending.items():  # never waited for: the program waits at exit
+            cursor = max(cursor, end)
+            if record:
+                self.timeline.append((cname, name, launched, end))
+        self.memo[cname] = cursor
+        return cursor
+
+
+def estimate_times(analysis, spec, reuse: ReuseAnalysis | None = None) -> TimeEstimate:
+    """Estimated time of every kernel-level instruction and of one program run.
+
+    Args:
+      analysis: a pipeline ModuleAnalysis.
+      spec: a HardwareSpec (``jaxmove.hardware.load_spec``).
+      reuse: a ReuseAnalysis computed with ``spec`` (computed here when None).
+    """
+    module = analysis.module
+    reuse = reuse if reuse is not None else reuse_pass(analysis, spec)
+    rows: dict[tuple[str, str], InstructionTime] = {}
+    unmodeled: list[str] = []
+    for row in analysis.rows:
+        it = instruction_time(row, module, spec, reuse)
+        rows[(row.computation, row.instr.name)] = it
+        for why in it.unmodeled:
+            unmodeled.append(f"{row.instr.name}: {why}")
+    walker = _Walker(module, rows)
+    total = walker.comp_time(module.entry.name, record=True)
+    vals = rows.values()
+    comp_s = sum(r.compute_time_s or 0.0 for r in vals)
+    mem_s = sum(r.memory_time_s for r in vals)
+    net_s = sum(r.network_time_s or 0.0 for r in vals)
+    over_s = sum(r.overhead_s for r in vals)
+    kernels = sum(r.multiplicity for r in vals if r.overhead_s > 0)
+    parts = {"compute": comp_s, "memory": mem_s, "network": net_s}
+    bound = max(parts, key=lambda k: parts[k]) if any(parts.values()) else "overhead"
+    notes = list(reuse.notes)
+    if any(m.unknown_trip_count for m in analysis.multiplicity.values()):
+        notes.append("some while loops have no known trip count: their bodies are timed once")
+    if over_s > max(parts.values(), default=0.0):
+        notes.append(f"kernel launch overhead ({kernels} kernels x {spec.kernel_launch_overhead_s:g} s) "
+                     "exceeds the compute, memory and network time of the work")
+    return TimeEstimate(spec.name, rows, total, sum(r.est_time_s for r in vals), comp_s, mem_s, net_s,
+                        over_s, kernels, bound, walker.timeline, reuse, unmodeled, notes)
+

@@ -1,0 +1,316 @@
+"""Time estimates: roofline per instruction, program time along the schedule, CLI.
+
+Expected times are computed in the tests from datasheet figures (H100 SXM: 989.4e12 bf16
+FLOP/s dense, 66.9e12 f32 FLOP/s, 3.35e12 HBM bytes/s, 2e-6 s per kernel as the spec
+charges) and bytes / flops counted by hand from the HLO text.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+
+import pytest
+
+from jaxmove.cli import main
+from jaxmove.hardware import load_spec
+from jaxmove.hlo import parse_module
+from jaxmove.passes.pipeline import analyze_module
+from jaxmove.passes.timing import estimate_times, matrix_peak, schedule_order
+from jaxmove.passes.traffic import FREE_OPCODES
+
+H100_BF16 = 989.4e12
+H100_TF32 = 494.7e12
+H100_F32 = 66.9e12
+H100_HBM = 3.35e12
+H100_LAUNCH = 2e-6
+
+
+def _times(text: str, hw: str = "h100-sxm"):
+    return estimate_times(analyze_module(parse_module(text)), load_spec(hw))
+
+
+def _chain(n: int, dtype: str = "f32") -> str:
+    return f"""HloModule chain
+
+fused_chain {{
+  p0 = {dtype}[{n}]{{0}} parameter(0)
+  a = {dtype}[{n}]{{0}} negate(p0)
+  b = {dtype}[{n}]{{0}} exponential(a)
+  ROOT c = {dtype}[{n}]{{0}} tanh(b)
+}}
+
+ENTRY main {{
+  x = {dtype}[{n}]{{0}} parameter(0)
+  ROOT f = {dtype}[{n}]{{0}} fusion(x), kind=kLoop, calls=fused_chain
+}}
+"""
+
+
+def test_8192_cubed_bf16_matmul_is_compute_bound():
+    n = 8192
+    te = _times(f"""HloModule mm
+ENTRY main {{
+  a = bf16[{n},{n}]{{1,0}} parameter(0)
+  b = bf16[{n},{n}]{{1,0}} parameter(1)
+  ROOT d = bf16[{n},{n}]{{1,0}} dot(a, b), lhs_contracting_dims={{1}}, rhs_contracting_dims={{0}}
+}}""")
+    r = te.row("main", "d")
+    compute = 2 * n**3 / H100_BF16
+    assert r.bound == "compute" and te.bound == "compute"
+    assert r.compute_time_s == pytest.approx(compute, rel=1e-12)
+    assert r.est_time_s == pytest.approx(compute + H100_LAUNCH, rel=1e-12)
+    assert te.est_time_s == pytest.approx(compute + H100_LAUNCH, rel=1e-12)
+    compulsory = 3 * n * n * 2
+    no_reuse = n**3 * 4 + n * n * 2
+    assert compulsory < r.hbm_bytes < no_reuse          # tiling re-reads counted in memory time
+    assert r.memory_time_s == pytest.approx(r.hbm_bytes / H100_HBM)
+    assert r.arithmetic_intensity == pytest.approx(2 * n**3 / r.hbm_bytes)
+
+
+def test_large_elementwise_chain_is_memory_bound():
+    n = 2**24
+    r = _times(_chain(n)).row("main", "f")
+    assert r.bound == "memory"
+    assert r.hbm_bytes == 2 * n * 4
+    assert r.memory_time_s == pytest.approx(2 * n * 4 / H100_HBM)
+    # negate: n flops; exponential and tanh: 2n transcendentals, one operation each at the f32 rate
+    assert r.compute_time_s == pytest.approx(3 * n / H100_F32)
+    assert r.est_time_s == pytest.approx(H100_LAUNCH + 2 * n * 4 / H100_HBM)
+    assert r.arithmetic_intensity == pytest.approx(n / (2 * n * 4))
+
+
+def test_tiny_kernel_is_overhead_bound():
+    te = _times(_chain(8))
+    r = te.row("main", "f")
+    assert r.bound == "overhead" and r.overhead_s == H100_LAUNCH
+    assert te.kernels == 1
+    assert te.row("main", "x").bound is None and te.row("main", "x").est_time_s == 0
+
+
+def test_f32_dot_peaks_follow_precision():
+    h100, v5p = load_spec("h100-sxm"), load_spec("tpu-v5p")
+    assert matrix_peak(h100, "f32")[:2] == (H100_TF32, "tf32")
+    assert matrix_peak(h100, "f32", "highest")[:2] == (H100_F32, "f32")
+    assert matrix_peak(h100, "bf16")[:2] == (H100_BF16, "bf16")
+    assert matrix_peak(v5p, "f32", "highest")[0] == pytest.approx(459e12 / 6)
+    assert matrix_peak(v5p, "f32", "high")[0] == pytest.approx(459e12 / 3)
+    assert matrix_peak(v5p, "s32")[0] is None
+    text = """HloModule p
+ENTRY main {
+  a = f32[1024,1024]{1,0} parameter(0)
+  b = f32[1024,1024]{1,0} parameter(1)
+  ROOT d = f32[1024,1024]{1,0} dot(a, b), lhs_contracting_dims={1}, rhs_contracting_dims={0}, operand_precision={highest,highest}
+}"""
+    r = _times(text).row("main", "d")
+    assert r.peak_key == "f32" and r.compute_time_s == pytest.approx(2 * 1024**3 / H100_F32)
+
+
+def test_tpu_vector_work_is_unmodeled_not_invented():
+    te = _times(_chain(2**20), "tpu-v5e")
+    r = te.row("main", "f")
+    assert r.compute_time_s is None
+    assert any("no f32 (vector unit) peak" in u for u in r.unmodeled)
+    assert te.unmodeled and r.memory_time_s == pytest.approx(2 * 2**20 * 4 / 819e9)
+
+
+def _copy_overlap(done_first: bool) -> str:
+    n, m = 2**22, 2**23
+    fus = f"  f = f32[{m}]{{0}} fusion(p1), kind=kLoop, calls=fused_chain"
+    done = f"  cd = f32[{n}]{{0}} copy-done(cs)"
+    body = "\n".join([done, fus] if done_first else [fus, done])
+    return f"""HloModule overlap, is_scheduled=true
+
+fused_chain {{
+  q = f32[{m}]{{0}} parameter(0)
+  ROOT r = f32[{m}]{{0}} negate(q)
+}}
+
+ENTRY main {{
+  p0 = f32[{n}]{{0}} parameter(0)
+  p1 = f32[{m}]{{0}} parameter(1)
+  cs = (f32[{n}]{{0}}, f32[{n}]{{0}}, u32[]) copy-start(p0)
+{body}
+  ROOT t = (f32[{n}]{{0}}, f32[{m}]{{0}}) tuple(cd, f)
+}}
+"""
+
+
+def test_async_copy_overlaps_work_between_start_and_done():
+    n, m = 2**22, 2**23
+    t_copy = H100_LAUNCH + 2 * n * 4 / H100_HBM
+    t_fusion = H100_LAUNCH + 2 * m * 4 / H100_HBM
+    overlapped = _times(_copy_overlap(done_first=False))
+    assert overlapped.est_time_s == pytest.approx(max(t_copy, t_fusion))
+    assert overlapped.serial_time_s == pytest.approx(t_copy + t_fusion)
+    serial = _times(_copy_overlap(done_first=True))
+    assert serial.est_time_s == pytest.approx(t_copy + t_fusion)
+    spans = {name: (s, e) for _c, name, s, e in overlapped.timeline}
+    assert spans["cs"][0] == 0 and spans["f"] == (0, pytest.approx(t_fusion))
+
+
+def test_while_loop_time_is_trip_count_times_body():
+    n, trips = 2**20, 4
+    text = f"""HloModule loop
+
+fused_chain {{
+  p0 = f32[{n}]{{0}} parameter(0)
+  ROOT a = f32[{n}]{{0}} negate(p0)
+}}
+
+body {{
+  t = (s32[], f32[{n}]{{0}}) parameter(0)
+  i = s32[] get-tuple-element(t), index=0
+  x = f32[{n}]{{0}} get-tuple-element(t), index=1
+  one = s32[] constant(1)
+  i1 = s32[] add(i, one)
+  y = f32[{n}]{{0}} fusion(x), kind=kLoop, calls=fused_chain
+  ROOT r = (s32[], f32[{n}]{{0}}) tuple(i1, y)
+}}
+
+cond {{
+  t = (s32[], f32[{n}]{{0}}) parameter(0)
+  i = s32[] get-tuple-element(t), index=0
+  lim = s32[] constant({trips})
+  ROOT lt = pred[] compare(i, lim), direction=LT
+}}
+
+ENTRY main {{
+  x = f32[{n}]{{0}} parameter(0)
+  zero = s32[] constant(0)
+  init = (s32[], f32[{n}]{{0}}) tuple(zero, x)
+  w = (s32[], f32[{n}]{{0}}) while(init), condition=cond, body=body, backend_config={{"known_trip_count":{{"n":"{trips}"}}}}
+  ROOT out = f32[{n}]{{0}} get-tuple-element(w), index=1
+}}
+"""
+    te = _times(text)
+    t_add = H100_LAUNCH + max(1 / H100_F32, (4 + 4 + 4) / H100_HBM)   # reads i and one, writes i1
+    t_fusion = H100_LAUNCH + 2 * n * 4 / H100_HBM
+    t_cmp = H100_LAUNCH + max(1 / H100_F32, (4 + 4 + 1) / H100_HBM)   # reads i and lim, writes pred
+    assert te.est_time_s == pytest.approx(trips * (t_add + t_fusion) + (trips + 1) * t_cmp)
+    assert te.row("body", "y").est_time_s == pytest.approx(trips * t_fusion)
+    assert te.kernels == 2 * trips + trips + 1
+    (block,) = [t for t in te.timeline if t[1] == "w"]
+    assert block[3] - block[2] == pytest.approx(te.est_time_s)
+
+
+def test_topological_order_respects_control_predecessors():
+    m = parse_module("""HloModule t
+ENTRY main {
+  x = f32[4]{0} parameter(0)
+  a = f32[4]{0} negate(x), control-predecessors={b}
+  b = f32[4]{0} exponential(x)
+  ROOT t = (f32[4]{0}, f32[4]{0}) tuple(a, b)
+}""")
+    assert [i.name for i in schedule_order(m.entry, m)] == ["x", "b", "a", "t"]
+
+
+_ALL_REDUCE = """HloModule ar, replica_count=8
+
+add {
+  p0 = f32[] parameter(0)
+  p1 = f32[] parameter(1)
+  ROOT s = f32[] add(p0, p1)
+}
+
+ENTRY main {
+  x = f32[16777216]{0} parameter(0)
+  ROOT r = f32[16777216]{0} all-reduce(x), replica_groups={{0,1,2,3,4,5,6,7}}, to_apply=add
+}
+"""
+
+
+def test_collective_network_time_or_unmodeled():
+    pytest.importorskip("jaxmove.passes.collectives")
+    r = _times(_ALL_REDUCE).row("main", "r")
+    # ring all-reduce over 8 GPUs sends 2 * 7/8 of 64 MiB per device over 450 GB/s NVLink
+    wire = 2 * 7 / 8 * 16777216 * 4
+    assert r.network_time_s is not None and r.network_time_s >= wire / 450e9
+    assert r.bound == "network"
+    # cpu-generic has no intra-node bandwidth nor link latency: no number is made up
+    te = _times(_ALL_REDUCE, "cpu-generic")
+    r = te.row("main", "r")
+    assert r.network_time_s is None and any("network time unmodeled" in u for u in r.unmodeled)
+
+
+@pytest.fixture(scope="module")
+def gpt_decode_report():
+    import jaxmove
+
+    return jaxmove.analyze("gpt2-small-decode", hardware="h100-sxm")
+
+
+def test_gpt_decode_on_h100_is_memory_bound(gpt_decode_report):
+    rep = gpt_decode_report
+    te = rep.times
+    assert te.bound == "memory" and te.memory_time_s > 10 * te.compute_time_s
+    kernels = sum(r.multiplicity.count for r in rep.rows if r.instr.opcode not in FREE_OPCODES)
+    assert te.kernels == kernels
+    expected = rep.totals.hbm_bytes / H100_HBM + kernels * H100_LAUNCH
+    assert te.est_time_s == pytest.approx(expected, rel=0.10)
+    assert rep.reuse.total_onchip_reuse_bytes > 0
+
+
+def test_report_json_has_time_and_reuse_fields(gpt_decode_report):
+    out = gpt_decode_report.to_json()
+    assert out["totals"]["est_time_s"] == gpt_decode_report.times.est_time_s
+    assert out["totals"]["onchip_reuse_bytes"] == gpt_decode_report.reuse.total_onchip_reuse_bytes
+    assert out["hardware"] == "h100-sxm" and out["time"]["bound"] == "memory"
+    rows = out["instructions"]
+    for key in ("est_time_s", "bound", "arithmetic_intensity", "onchip_reuse_bytes"):
+        assert all(key in r for r in rows), key
+    assert math.isclose(sum(r["est_time_s"] for r in rows), out["time"]["serial_time_s"], rel_tol=1e-9)
+    assert sum(r["onchip_reuse_bytes"] for r in rows) == out["totals"]["onchip_reuse_bytes"]
+    json.dumps(out)
+
+
+def test_json_without_hardware_has_reuse_not_time(tmp_path):
+    import jaxmove
+
+    p = tmp_path / "chain.hlo"
+    p.write_text(_chain(1000))
+    out = jaxmove.analyze(str(p)).to_json()
+    assert out["totals"]["est_time_s"] is None
+    assert out["totals"]["onchip_reuse_bytes"] == 4 * 1000 * 4  # (2k - 2) N b with k = 3
+    (row,) = [r for r in out["instructions"] if r["name"] == "f"]
+    assert row["est_time_s"] is None and row["onchip_reuse_bytes"] == 4 * 1000 * 4
+
+
+# ---- CLI --------------------------------------------------------------------------------
+
+def test_cli_hardware_lists_specs(capsys):
+    assert main(["hardware"]) == 0
+    out = capsys.readouterr().out
+    for name in ("h100-sxm", "h200", "a100-80gb", "b200", "tpu-v4", "tpu-v5e", "tpu-v5p", "tpu-v6e"):
+        assert name in out
+    assert main(["hardware", "h100-sxm"]) == 0
+    assert "3.35 TB/s" in capsys.readouterr().out
+
+
+def test_cli_analyze_hardware_table_and_bad_name(tmp_path, capsys):
+    p = tmp_path / "chain.hlo"
+    p.write_text(_chain(2**20))
+    assert main(["analyze", str(p), "--hardware", "h100-sxm"]) == 0
+    out = capsys.readouterr().out
+    assert "Estimated time on h100-sxm" in out and "memory" in out
+    assert main(["analyze", str(p), "--hardware", "no-such-gpu"]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "no-such-gpu" in err
+
+
+def test_calibrate_quick_then_hardware_local(tmp_path, monkeypatch, capsys):
+    monkeypatch.setenv("JAXMOVE_CACHE_DIR", str(tmp_path))
+    assert main(["calibrate", "--quick"]) == 0
+    captured = capsys.readouterr()
+    assert "memory bandwidth" in captured.err  # progress lines
+    assert (tmp_path / "local.toml").is_file()
+    local = load_spec("local")
+    p = tmp_path / "chain.hlo"
+    p.write_text(_chain(2**16))
+    assert main(["analyze", str(p), "--hardware", "local", "--json"]) == 0
+    out = json.loads(capsys.readouterr().out)
+    assert out["hardware"] == "local"
+    (row,) = [r for r in out["instructions"] if r["name"] == "f"]
+    expected = local.kernel_launch_overhead_s + max(
+        2 * 2**16 * 4 / local.hbm_bytes_per_s, 3 * 2**16 / local.flops_per_s["f32"])
+    assert row["est_time_s"] == pytest.approx(expected)
