@@ -28,11 +28,46 @@ def _cmd_analyze(args: argparse.Namespace) -> int:
     from .report.table import render_report
 
     report = analyze(args.target, overrides=_parse_sets(args.set), hardware=args.hardware)
+    _write_outputs(report, args)
     if args.json:
-        json.dump(report.to_json(), sys.stdout, indent=1)
+        out = report.to_json()
+        if args.by:
+            from .report.attribution import by_json
+            out.update(by_json(report, args.by, out))
+        json.dump(out, sys.stdout, indent=1)
         sys.stdout.write("\n")
+    elif args.by:
+        from .report.table import render_groups
+        render_groups(report, args.by)
     else:
         render_report(report, top=args.top)
+    return 0
+
+
+def _write_outputs(report, args: argparse.Namespace) -> None:
+    """``--html FILE`` and ``--trace FILE`` (issue 6 renderings; report/html.py, report/trace.py)."""
+    if getattr(args, "html", None):
+        from .report.html import write_html
+        write_html(report, args.html)
+        print(f"jaxmove: wrote {args.html}", file=sys.stderr)
+    if getattr(args, "trace", None):
+        from .report.trace import write_trace
+        write_trace(report, args.trace)
+        print(f"jaxmove: wrote {args.trace}", file=sys.stderr)
+
+
+def _cmd_annotate(args: argparse.Namespace) -> int:
+    from .api import analyze, resolve_program
+    from .report.annotate import annotate
+
+    program = resolve_program(args.target, overrides=_parse_sets(args.set))
+    text = annotate(analyze(program, hardware=args.hardware), program.hlo_text)
+    if args.output and args.output != "-":
+        with open(args.output, "w", encoding="utf-8") as f:
+            f.write(text)
+        print(f"jaxmove: wrote {args.output}", file=sys.stderr)
+    else:
+        sys.stdout.write(text)
     return 0
 
 
@@ -71,7 +106,27 @@ def build_parser() -> argparse.ArgumentParser:
     a.add_argument("--hardware", metavar="NAME|path.toml|local",
                    help="estimate time on a device: a spec from `jaxmove hardware`, a .toml file, or "
                         "'local' (written by `jaxmove calibrate`); adds time, bound, reuse columns")
+    a.add_argument("--by", choices=("source", "module", "opcode", "fusion_kind", "role"),
+                   help="aggregate instructions by source line, module path (op_name), opcode, "
+                        "fusion kind or tensor role (table; with --json adds by_<key>)")
+    a.add_argument("--html", metavar="FILE", help="also write a self-contained HTML report")
+    a.add_argument("--trace", metavar="FILE",
+                   help="also write a Chrome trace (JSON, opens in Perfetto) of the estimated timeline")
     a.set_defaults(func=_cmd_analyze)
+
+    n = sub.add_parser("annotate", help="the optimized HLO with each instruction's figures as a comment",
+                       description="Print TARGET's optimized HLO text with a // comment after each "
+                                   "kernel-level instruction: multiplicity, flops, HBM bytes read and "
+                                   "written, role, data paths, source line and op_name (and time, "
+                                   "bound, collective figures when known). Totals over one program run; "
+                                   "the output parses back as HLO.")
+    n.add_argument("target")
+    n.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
+                   help="override a preset's config; repeatable")
+    n.add_argument("-o", "--output", metavar="FILE", help="write to FILE instead of stdout")
+    n.add_argument("--hardware", metavar="NAME|path.toml|local",
+                   help="also annotate estimated time, bound and arithmetic intensity on this device")
+    n.set_defaults(func=_cmd_annotate)
 
     m = sub.add_parser("models", help="list the built-in model presets")
     m.set_defaults(func=_cmd_models)

@@ -101,6 +101,30 @@ def render_report(report: Report, top: int = 15, console: Console | None = None)
         console.print(f"[yellow]note:[/yellow] {n}")
 
 
+def render_groups(report: Report, by: str, top: int = 40, console: Console | None = None) -> None:
+    """``jaxmove analyze --by BY``: instructions aggregated by source line, module path,
+    opcode, fusion kind or role (report/attribution.py), largest HBM bytes first."""
+    from .attribution import aggregate
+
+    console = console or make_console()
+    groups = aggregate(report, by)
+    has_time = any(g.est_time_s is not None for g in groups)
+    table = Table(title=f"HBM bytes and flops by {by} (totals over one program run)")
+    for col in (by, "instructions", "flops", "read", "written") + (("est. time (sum)",) if has_time else ()) \
+            + ("costliest instructions",):
+        table.add_column(col, justify="left" if col in (by, "costliest instructions") else "right")
+    for g in groups[:top]:
+        cells = [g.key, str(g.instructions), human_count(g.flops) if g.flops is not None else "n/a",
+                 human_bytes(g.total.hbm_read_bytes), human_bytes(g.total.hbm_write_bytes)]
+        if has_time:
+            cells.append(f"{g.est_time_s * 1e6:.3g} µs" if g.est_time_s is not None else "")
+        cells.append(", ".join(g.names[:3]) + (" …" if len(g.names) > 3 else ""))
+        table.add_row(*[c.replace("[", r"\[") for c in cells])  # program strings are not markup
+    console.print(table)
+    if len(groups) > top:
+        console.print(f"({len(groups) - top} more groups; --json lists them all)")
+
+
 # ---- estimated time (passes/timing.py, passes/reuse.py) -----------------------------------
 
 def human_seconds(s: float | None) -> str:

@@ -4,9 +4,12 @@ Format: the Trace Event Format (https://docs.google.com/document/d/1CvAClvFfyA5R
 a JSON object ``{"traceEvents": [...], "displayTimeUnit": "ns"}``; ``ts`` and ``dur`` are in
 microseconds. ui.perfetto.dev and chrome://tracing load it.
 
-Process 1, "estimate", holds one complete event (``"ph": "X"``) per entry of
-``report.times.timeline``: the ENTRY computation's schedule, one event per executed
-instruction (a while, conditional or call is one block), start and end from the time model.
+Process 1, "estimate", holds one complete event (``"ph": "X"``) per executed instruction:
+each entry of ``report.times.timeline`` (the ENTRY computation's schedule, start and end
+from the time model), and inside a while's block one event per instruction of every
+iteration (condition, body, ..., condition), nested; likewise inside a call. A conditional
+stays one block (which branch runs is not known). Past ``MAX_EVENTS`` a loop stays one
+block and ``otherData.notes`` says so.
 Synchronous work runs on thread 1 ("stream"); an asynchronous operation (``*-start`` ..
 ``*-done``) runs on an "async" thread from its start to its done, so its overlap with the
 stream is visible. Process 2, "measured", appears when a Measurement is given: the measured
@@ -22,8 +25,12 @@ from __future__ import annotations
 
 import json
 
+from ..passes.multiplicity import callee_counts
 from .attribution import attribute
 from .columns import measurement_of, times_of
+
+#: At most this many instruction events (while loops beyond it stay one block each).
+MAX_EVENTS = 200_000
 
 _ASYNC_START_SUFFIX = "-start"
 _ASYNC_STARTS = frozenset({"send", "recv", "async-start", "copy-start"})
@@ -61,6 +68,29 @@ def _measured_s(report, measurement, comp: str, name: str) -> float | None:
     return sum(ts) if ts else None
 
 
+class _SubTimelines:
+    """Schedules of called computations (start/end relative to the computation's start),
+    from the time model's own walker so that they agree with the program timeline."""
+
+    def __init__(self, module, rows):
+        self.module, self.rows = module, rows
+        self._cache: dict[str, tuple[list, float]] = {}
+
+    def _get(self, cname: str) -> tuple[list, float]:
+        if cname not in self._cache:
+            from ..passes.timing import _Walker  # the walker that built times.timeline
+            w = _Walker(self.module, self.rows)
+            length = w.comp_time(cname, record=True)
+            self._cache[cname] = (list(w.timeline), length)
+        return self._cache[cname]
+
+    def timeline(self, cname: str) -> list:
+        return self._get(cname)[0]
+
+    def length(self, cname: str) -> float:
+        return self._get(cname)[1]
+
+
 def chrome_trace(report, measurement=None) -> dict:
     """The trace as a dict (``json.dump`` it).
 
@@ -87,26 +117,31 @@ def chrome_trace(report, measurement=None) -> dict:
     ]
     lanes_end: list[float] = []   # async lanes: end time of their last event
     rows = getattr(times, "rows", {}) or {}
-    for comp, name, start_s, end_s in times.timeline:
+    notes: list[str] = []
+    budget = [MAX_EVENTS]
+    sub = _SubTimelines(module, rows)
+
+    def lane(opcode: str, start_s: float, end_s: float) -> int:
+        if not _is_async(opcode):
+            return 1
+        for k, end in enumerate(lanes_end):
+            if end <= start_s:
+                lanes_end[k] = end_s
+                return 2 + k
+        lanes_end.append(end_s)
+        events.append({"ph": "M", "pid": 1, "tid": 1 + len(lanes_end), "name": "thread_name",
+                       "args": {"name": f"async {len(lanes_end)}"}})
+        return 1 + len(lanes_end)
+
+    def emit(comp: str, name: str, start_s: float, end_s: float) -> None:
         c = module.computations.get(comp)
         instr = c.by_name.get(name) if c is not None else None
         opcode = instr.opcode if instr is not None else "?"
-        tid = 1
-        if _is_async(opcode):
-            for k, end in enumerate(lanes_end):
-                if end <= start_s:
-                    lanes_end[k] = end_s
-                    tid = 2 + k
-                    break
-            else:
-                lanes_end.append(end_s)
-                tid = 1 + len(lanes_end)
-                events.append({"ph": "M", "pid": 1, "tid": tid, "name": "thread_name",
-                               "args": {"name": f"async {len(lanes_end)}"}})
         args = {"computation": comp, "opcode": opcode}
         it = rows.get((comp, name))
         if it is not None:
-            for k in ("est_time_s", "bound", "flops", "hbm_bytes", "arithmetic_intensity", "multiplicity"):
+            for k in ("est_time_s", "per_execution_s", "bound", "flops", "hbm_bytes",
+                      "arithmetic_intensity", "multiplicity"):
                 v = getattr(it, k, None)
                 if v is not None:
                     args[k] = v
@@ -116,13 +151,38 @@ def chrome_trace(report, measurement=None) -> dict:
                 args["source"] = att.source_key
             if att.op_name:
                 args["op_name"] = att.op_name
+        budget[0] -= 1
         events.append({"name": name, "cat": getattr(it, "bound", None) or opcode, "ph": "X",
                        "ts": start_s * 1e6, "dur": max(end_s - start_s, 0.0) * 1e6,
-                       "pid": 1, "tid": tid, "args": args})
+                       "pid": 1, "tid": lane(opcode, start_s, end_s), "args": args})
+        if instr is not None and instr.opcode in ("while", "call"):
+            expand(instr, start_s)
+
+    def expand(instr, start_s: float) -> None:
+        """Lay out the computations a while (every iteration) or call runs, inside its block."""
+        if instr.opcode == "call":
+            plan = [(c, 1) for c in instr.called_computations]
+        else:
+            counts = callee_counts(instr)   # [(body, n, ...), (condition, n + 1, ...)]
+            (body, n, *_), (cond, _n1, *_) = counts
+            plan = [(cond, 1)] + [(body, 1), (cond, 1)] * n
+        needed = sum(len(sub.timeline(c)) for c, _k in plan)
+        if needed > budget[0]:
+            notes.append(f"{instr.name}: {needed} executed instructions inside not expanded "
+                         f"(trace limit {MAX_EVENTS} events); shown as one block")
+            return
+        cursor = start_s
+        for c, _k in plan:
+            for comp, name, s0, e0 in sub.timeline(c):
+                emit(comp, name, cursor + s0, cursor + e0)
+            cursor += sub.length(c)
+
+    for comp, name, start_s, end_s in times.timeline:
+        emit(comp, name, start_s, end_s)
 
     m = measurement if measurement is not None else measurement_of(report)
     other = {"program": report.program.name, "hardware": spec_name,
-             "est_time_s": getattr(times, "est_time_s", None)}
+             "est_time_s": getattr(times, "est_time_s", None), "notes": notes}
     if m is not None:
         events += [{"ph": "M", "pid": 2, "name": "process_name",
                     "args": {"name": f"measured ({getattr(m, 'device_kind', '?')}; durations laid end to end)"}},
