@@ -116,7 +116,9 @@ class TimeEstimate:
         (per program run) of each component; network_time_s covers modeled collectives.
       kernels: kernel launches per program run.
       bound: the largest of the program's summed compute, memory and network time (the
-        roofline bound of the work; overhead is reported apart in ``overhead_s``).
+        roofline bound of the work; overhead is reported apart in ``overhead_s``);
+        "overhead" when the program does no such work but launches kernels, "none" when
+        it does nothing.
       timeline: (computation, instruction, start_s, end_s) of the ENTRY computation's
         schedule; a while, conditional or call is one block; async ops span start to done.
       reuse: the ReuseAnalysis the memory times used.
@@ -473,7 +475,8 @@ def estimate_times(analysis, spec, reuse: ReuseAnalysis | None = None) -> TimeEs
     over_s = sum(r.overhead_s for r in vals)
     kernels = sum(r.multiplicity for r in vals if r.overhead_s > 0)
     parts = {"compute": comp_s, "memory": mem_s, "network": net_s}
-    bound = max(parts, key=lambda k: parts[k]) if any(parts.values()) else "overhead"
+    bound = (max(parts, key=lambda k: parts[k]) if any(parts.values())
+             else "overhead" if over_s else "none")
     notes = list(reuse.notes)
     if any(m.unknown_trip_count for m in analysis.multiplicity.values()):
         notes.append("some while loops have no known trip count: their bodies are timed once")
