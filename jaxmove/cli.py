@@ -133,6 +133,8 @@ def build_parser() -> argparse.ArgumentParser:
 
     from .cli_hardware import add_hardware_commands
     add_hardware_commands(sub)
+    from .cli_compare import add_compare_command
+    add_compare_command(sub)
     return p
 
 

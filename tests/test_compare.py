@@ -1,0 +1,137 @@
+"""compare: error statistics, Spearman, the overhead/bandwidth/peak fit, and the CLI.
+
+Statistics and the fit are checked on hand-made estimates and measurements (values worked
+out by hand or generated from known coefficients); the CLI runs real programs but asserts
+only on structure and coverage, never on speed.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from types import SimpleNamespace
+
+import numpy as np
+import pytest
+
+from jaxmove.cli import main
+from jaxmove.hardware import load_spec
+from jaxmove.measure.compare import _nnls_small, error_stats, fit_spec, spearman
+from jaxmove.measure.profile import InstructionTiming, ProfileJoin
+from jaxmove.measure.run import Measurement
+
+
+def test_spearman_by_hand():
+    # d = (0, 1, 1, 0): rho = 1 - 6 * 2 / (4 * (16 - 1)) = 0.8
+    assert spearman([1, 2, 3, 4], [1, 3, 2, 4]) == pytest.approx(0.8)
+    assert spearman([1, 2, 3], [30, 20, 10]) == pytest.approx(-1.0)
+    # ties: ranks (1.5, 1.5, 3) vs (1, 2, 3) -> 1.5 / sqrt(1.5 * 2)
+    assert spearman([5, 5, 9], [1, 2, 3]) == pytest.approx(1.5 / math.sqrt(3.0))
+    assert spearman([1], [2]) is None and spearman([1, 1], [1, 2]) is None
+
+
+def test_nnls_small_clamps_negative_coefficients():
+    A = np.array([[1.0, 0.0], [0.0, 1.0], [1.0, 1.0]])
+    # the unconstrained solution of A x = (1, -1, 0) is (1, -1); NNLS sets x2 = 0 and fits
+    # x1 alone: column (1, 0, 1) against (1, -1, 0) gives x1 = (1 + 0 + 0) / 2 = 0.5
+    x = _nnls_small(A, np.array([1.0, -1.0, 0.0]))
+    assert x == pytest.approx([0.5, 0.0])
+
+
+def _measurement(times_s: dict, wall_s: float = 1.0) -> Measurement:
+    instrs = {k: InstructionTiming(k[0], k[1], "fusion", t, 1, (t,)) for k, t in times_s.items()}
+    total = sum(times_s.values())
+    prof = ProfileJoin("m", 1, instrs, total, total, {}, total, total)
+    program = SimpleNamespace(name="p", source="test")
+    return Measurement(program, "cpu", "cpu", 0, (wall_s,), prof)
+
+
+def _times(est: dict, program_s: float):
+    rows = {k: SimpleNamespace(est_time_s=v, **extra) for k, (v, extra) in est.items()}
+    return SimpleNamespace(rows=rows, est_time_s=program_s)
+
+
+def test_error_stats_by_hand():
+    meas = {("e", "a"): 50.0, ("e", "b"): 30.0, ("e", "c"): 19.5, ("e", "d"): 0.5}
+    est = {("e", "a"): (60.0, {}), ("e", "b"): (15.0, {}), ("e", "c"): (19.5, {}),
+           ("e", "d"): (5.0, {}), ("e", "x"): (7.0, {})}   # x never ran: not in the statistics
+    s = error_stats(_times(est, 120.0), _measurement(meas, wall_s=100.0))
+    assert s.n_measured == 4
+    assert s.n_significant == 3            # d is 0.5% of the 100 s measured
+    # APE: a 10/50 = 0.2, b 15/30 = 0.5, c 0 -> median 0.2
+    assert s.mdape == pytest.approx(0.2)
+    # time-weighted over all four: (10 + 15 + 0 + 4.5) / 100
+    assert s.weighted_error == pytest.approx(0.295)
+    # ranks over a, b, c: est (3, 1, 2) vs meas (3, 2, 1): d^2 = 0 + 1 + 1 -> 1 - 12/24
+    assert s.spearman == pytest.approx(0.5)
+    assert s.program_error == pytest.approx(0.2)
+    assert s.est_sum_s == pytest.approx(99.5) and s.measured_sum_s == pytest.approx(100.0)
+
+
+def test_fit_recovers_known_overhead_bandwidth_and_peak():
+    spec = load_spec("cpu-generic")
+    a, beta, gamma = 2e-6, 1.7, 4.0     # true overhead, 1/bandwidth scale, 1/peak scale
+    rng = np.random.default_rng(0)
+    est, meas = {}, {}
+    for i in range(12):
+        launches = float(rng.integers(1, 4))
+        mem = float(rng.uniform(1e-6, 5e-5))
+        comp = float(rng.uniform(1e-6, 5e-5))
+        key = ("e", f"k{i}")
+        est[key] = (0.0, dict(overhead_s=launches * spec.kernel_launch_overhead_s, memory_time_s=mem,
+                              compute_time_s=comp, network_time_s=0.0))
+        meas[key] = a * launches + max(beta * mem, gamma * comp)
+    fitted, info = fit_spec(_times(est, 0.0), _measurement(meas), spec, "synthetic")
+    assert info["kept"] == ()
+    assert fitted.kernel_launch_overhead_s == pytest.approx(a, rel=1e-6)
+    assert fitted.hbm_bytes_per_s == pytest.approx(spec.hbm_bytes_per_s / beta, rel=1e-6)
+    assert fitted.flops_per_s["f32"] == pytest.approx(spec.flops_per_s["f32"] / gamma, rel=1e-6)
+    assert "jaxmove compare --fit" in fitted.source("hbm_bytes_per_s")
+
+
+def test_fit_needs_three_instructions():
+    spec = load_spec("cpu-generic")
+    est = {("e", "a"): (1.0, dict(overhead_s=1e-6, memory_time_s=1.0, compute_time_s=0.0, network_time_s=0.0))}
+    with pytest.raises(ValueError, match="at least 3"):
+        fit_spec(_times(est, 1.0), _measurement({("e", "a"): 1.0}), spec, "p")
+
+
+# ----------------------------------------------------------------------------- CLI (real runs)
+
+@pytest.fixture
+def no_local_spec(tmp_path, monkeypatch):
+    monkeypatch.setenv("JAXMOVE_CACHE_DIR", str(tmp_path / "cache"))
+
+
+def test_cli_compare_json_and_save_fit(tmp_path, capsys, no_local_spec):
+    out = tmp_path / "fit.toml"
+    rc = main(["compare", "mlp-tiny", "--runs", "2", "--warmup", "1", "--profile-runs", "2",
+               "--json", "--fit", "--save-fit", str(out)])
+    assert rc == 0
+    js = json.loads(capsys.readouterr().out)
+    assert js["hardware"] == "cpu-generic"          # no calibrated spec: the device kind's built-in
+    assert js["measurement"]["profile"]["coverage"] >= 0.95
+    assert len(js["instructions"]) == 8             # 2 layers x 4 kernel-level fusions
+    assert {"est_time_s", "measured_time_s", "ratio"} <= set(js["instructions"][0])
+    assert {"mdape", "weighted_error", "spearman", "program_error"} <= set(js["stats"])
+    assert {"before", "after"} <= set(js["fit"])
+    spec = load_spec(str(out))
+    assert spec.name == "cpu-generic-fit"
+
+
+def test_cli_compare_table_mlp_and_gpt2_decode(capsys, no_local_spec):
+    assert main(["compare", "mlp", "--runs", "1", "--warmup", "1", "--profile-runs", "1"]) == 0
+    text = capsys.readouterr().out
+    assert "MdAPE" in text and "Spearman" in text and "joined to instructions" in text
+    assert main(["compare", "gpt2-small-decode", "--set", "layers=2", "--runs", "1", "--warmup", "1",
+                 "--profile-runs", "1", "--hardware", "cpu-generic"]) == 0
+    assert "gpt2-small-decode" in capsys.readouterr().out
+
+
+def test_cli_compare_hlo_file_is_bad_input(tmp_path, capsys):
+    p = tmp_path / "m.hlo"
+    p.write_text("HloModule m\nENTRY %e () -> f32[] {\n  ROOT %c = f32[] constant(1)\n}\n")
+    assert main(["compare", str(p)]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "cannot be run" in err[0]
+    assert main(["compare", "mlp-tiny", "--save-fit", "x.toml"]) == 2
