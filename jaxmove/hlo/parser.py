@@ -25,6 +25,7 @@ import re
 import sys
 from pathlib import Path
 
+from .._perf import gc_paused
 from .errors import HloParseError
 from .ir import Computation, Instruction, Module
 from .replica_groups import ReplicaGroupsError, parse_replica_groups
@@ -83,12 +84,21 @@ class _Parser:
         self.filename = filename
         self.pos = 0
         self._line_starts: list[int] | None = None
+        self._lc = (0, 1, 0)  # (position, its line, start of that line) of the last linecol
         self._shape_cache: dict[str, Shape] = {}
         self._anon = 0
         self._checked_groups: set[str] = set()
 
     # ---- positions and errors ------------------------------------------------------
     def linecol(self, pos: int) -> tuple[int, int]:
+        lc_pos, lc_line, lc_start = self._lc
+        if pos >= lc_pos:  # moving forward (the usual case): count newlines since last time
+            nl = self.text.count("\n", lc_pos, pos)
+            if nl:
+                lc_line += nl
+                lc_start = self.text.rfind("\n", lc_pos, pos) + 1
+            self._lc = (pos, lc_line, lc_start)
+            return lc_line, pos - lc_start + 1
         if self._line_starts is None:
             self._line_starts = [0] + [m.end() for m in re.finditer("\n", self.text)]
         i = bisect.bisect_right(self._line_starts, pos) - 1
@@ -506,19 +516,22 @@ class _Parser:
             self.pos = pos
             return None
         else:
-            operands = tuple(o.strip().lstrip("%") for o in optext.split(",")) if optext.strip() else ()
-        attrs: dict[str, str] = {}
+            # names hold neither '%' nor blanks: the operand regex has checked the form
+            optext = optext.replace("%", "").replace(" ", "").replace("\t", "")
+            operands = tuple(optext.split(",")) if optext else ()
         atext = m.group(6)
         if atext:
             if "mesh[" in atext:
                 self.pos = pos
                 return None
-            base = m.start(6)
-            for am in _FAST_ATTR.finditer(atext):
-                key, value = am.group(1, 2)
-                attrs[key] = value
-                if key == "replica_groups":
-                    self.check_attr(key, value, base + am.start(2))
+            attrs = dict(_FAST_ATTR.findall(atext))
+            groups = attrs.get("replica_groups")
+            if groups is not None and groups not in self._checked_groups:
+                for am in _FAST_ATTR.finditer(atext):
+                    if am.group(1) == "replica_groups" and am.group(2) == groups:
+                        self.check_attr("replica_groups", groups, m.start(6) + am.start(2))
+        else:
+            attrs = {}
         line, col = self.linecol(m.start(2))
         self._instr_pos = pos
         instr = Instruction(name, sys.intern(opcode), shape, operands, attrs, literal,
@@ -653,6 +666,7 @@ class _Parser:
             self._checked_groups.add(value)
 
 
+@gc_paused
 def parse_module(text: str, filename: str = "<string>") -> Module:
     """Parse HLO text into a :class:`Module`.
 

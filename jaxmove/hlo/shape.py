@@ -72,19 +72,26 @@ class Shape:
     dynamic: tuple[bool, ...] = ()
     layout: Layout | None = None
     tuple_shapes: tuple["Shape", ...] = field(default=())
+    # Derived once at construction (shapes are immutable and shared by the parser's cache).
+    is_tuple: bool = field(init=False, repr=False, compare=False)
+    is_array: bool = field(init=False, repr=False, compare=False)
+    num_elements: int = field(init=False, repr=False, compare=False)
+    byte_size: int = field(init=False, repr=False, compare=False)
 
-    @property
-    def is_tuple(self) -> bool:
-        return self.element_type == "tuple"
-
-    @property
-    def is_array(self) -> bool:
-        return self.element_type not in ("tuple", "token", "opaque")
-
-    @property
-    def num_elements(self) -> int:
-        """Number of elements of an array shape (1 for a scalar)."""
-        return prod(self.dims)
+    def __post_init__(self) -> None:
+        """Sets ``is_tuple``, ``is_array``, ``num_elements`` (elements of an array shape, 1
+        for a scalar) and ``byte_size`` (ceil(elements * bits / 8) for arrays, the sum over
+        leaves for tuples). Raises KeyError for an unknown element type."""
+        is_tuple = self.element_type == "tuple"
+        n = prod(self.dims)
+        if is_tuple:
+            nbytes = sum(s.byte_size for s in self.tuple_shapes)
+        else:
+            nbytes = (n * PRIMITIVE_BIT_WIDTHS[self.element_type] + 7) // 8
+        object.__setattr__(self, "is_tuple", is_tuple)
+        object.__setattr__(self, "is_array", self.element_type not in ("tuple", "token", "opaque"))
+        object.__setattr__(self, "num_elements", n)
+        object.__setattr__(self, "byte_size", nbytes)
 
     @property
     def bit_width(self) -> int:
@@ -93,14 +100,6 @@ class Shape:
     @property
     def memory_space(self) -> int:
         return self.layout.memory_space if self.layout is not None else 0
-
-    @property
-    def byte_size(self) -> int:
-        """Bytes of data: ceil(elements * bits / 8) for arrays, sum over tuple leaves."""
-        if self.is_tuple:
-            return sum(s.byte_size for s in self.tuple_shapes)
-        bits = PRIMITIVE_BIT_WIDTHS[self.element_type]
-        return (self.num_elements * bits + 7) // 8
 
     def leaves(self) -> list["Shape"]:
         """Array/token leaves of this shape in tuple order (self for a non-tuple)."""

@@ -31,7 +31,7 @@ Checks, with their XLA source:
 from __future__ import annotations
 
 from .errors import HloParseError
-from .ir import Computation, Instruction, Module
+from .ir import CALLED_COMPUTATION_ATTRS, Computation, Instruction, Module
 from .shape import Shape
 
 _UNARY = frozenset({
@@ -101,6 +101,9 @@ _REQUIRED_CALLS: dict[str, tuple[str, ...]] = {
 }
 
 
+_CALLED_KEYS = frozenset(CALLED_COMPUTATION_ATTRS)
+
+
 def _err(filename: str, instr: Instruction, msg: str) -> HloParseError:
     return HloParseError(filename, instr.line, instr.column, msg)
 
@@ -150,7 +153,8 @@ def _check_elements(filename: str, instr: Instruction, src: Shape) -> None:
                        f"({src.num_elements * ib} bits in, {out.num_elements * ob} bits out)")
 
 
-def _check_instruction(filename: str, mod: Module, comp: Computation, instr: Instruction) -> None:
+def _check_instruction(filename: str, mod: Module, comp: Computation, instr: Instruction) -> tuple[str, ...]:
+    """Check one instruction; returns the computations it calls."""
     op = instr.opcode
     n = len(instr.operands)
     by_name = comp.by_name
@@ -193,7 +197,7 @@ def _check_instruction(filename: str, mod: Module, comp: Computation, instr: Ins
     for key in _REQUIRED_CALLS.get(op, ()):
         if key not in instr.attrs:
             raise _err(filename, instr, f"'{op}' instruction '{instr.name}' has no {key}= attribute")
-    called = instr.called_computations
+    called = () if _CALLED_KEYS.isdisjoint(instr.attrs) else instr.called_computations
     for c in called:
         if c not in mod.computations:
             raise _err(filename, instr, f"instruction '{instr.name}' calls undefined computation '{c}'")
@@ -216,6 +220,7 @@ def _check_instruction(filename: str, mod: Module, comp: Computation, instr: Ins
             if len(mod.computations[c].parameters) != 1:
                 raise _err(filename, instr, f"conditional '{instr.name}': branch '{c}' must have 1 "
                            f"parameter, has {len(mod.computations[c].parameters)}")
+    return called
 
 
 def _operand_order(filename: str, comp: Computation) -> None:
@@ -271,14 +276,15 @@ def _parameters(filename: str, comp: Computation) -> None:
                        f"but no parameter({k}): parameter numbers must be 0, 1, ... without gaps")
 
 
-def _call_graph_cycles(filename: str, mod: Module) -> None:
+def _call_graph_cycles(filename: str, mod: Module,
+                       calls: dict[str, list[tuple[str, Instruction]]]) -> None:
     """Iterative DFS over the call graph; a back edge is a cycle, reported at its call."""
     state: dict[str, int] = {}  # 1 on the DFS path, 2 done
     for root in mod.computations:
         if root in state:
             continue
         path: list[tuple[str, Instruction | None]] = [(root, None)]
-        stack = [iter(_calls(mod.computations[root]))]
+        stack = [iter(calls[root])]
         state[root] = 1
         while stack:
             nxt = next(stack[-1], None)
@@ -296,21 +302,18 @@ def _call_graph_cycles(filename: str, mod: Module) -> None:
             if st is None:
                 state[callee] = 1
                 path.append((callee, instr))
-                stack.append(iter(_calls(mod.computations[callee])))
-
-
-def _calls(comp: Computation):
-    for instr in comp.instructions:
-        for c in instr.called_computations:
-            yield c, instr
+                stack.append(iter(calls[callee]))
 
 
 def validate_module(mod: Module) -> None:
     """Run every check above on ``mod``; raises HloParseError at the first failure."""
     filename = mod.filename
+    calls: dict[str, list[tuple[str, Instruction]]] = {}
     for comp in mod.computations.values():
         _operand_order(filename, comp)
         _parameters(filename, comp)
+        out = calls[comp.name] = []
         for instr in comp.instructions:
-            _check_instruction(filename, mod, comp, instr)
-    _call_graph_cycles(filename, mod)
+            for c in _check_instruction(filename, mod, comp, instr):
+                out.append((c, instr))
+    _call_graph_cycles(filename, mod, calls)

@@ -8,6 +8,8 @@ JAX's ``RooflineResult``, jax/experimental/roofline/roofline.py).
 
 from __future__ import annotations
 
+import operator
+from collections.abc import Iterable
 from dataclasses import dataclass, fields
 
 PATHS = ("host_to_device", "hbm_to_onchip", "onchip_to_hbm", "device_to_device", "device_to_host")
@@ -38,10 +40,20 @@ class Cost:
     device_to_host_bytes: int = 0
 
     def __add__(self, other: "Cost") -> "Cost":
-        return Cost(**{f.name: getattr(self, f.name) + getattr(other, f.name) for f in fields(Cost)})
+        return Cost(**dict(zip(_NAMES, map(operator.add, _values(self), _values(other)))))
 
     def __mul__(self, k: int) -> "Cost":
-        return Cost(**{f.name: getattr(self, f.name) * k for f in fields(Cost)})
+        if k == 1:
+            return self  # frozen: sharing is safe
+        return Cost(**{n: v * k for n, v in zip(_NAMES, _values(self))})
+
+    @staticmethod
+    def sum(costs: "Iterable[Cost]") -> "Cost":
+        """Field-wise sum of many costs, built once (chaining ``+`` builds one per term)."""
+        columns = list(zip(*map(_values, costs)))
+        if not columns:
+            return Cost()
+        return Cost(**dict(zip(_NAMES, map(sum, columns))))
 
     __rmul__ = __mul__
 
@@ -55,3 +67,7 @@ class Cost:
     @property
     def hbm_bytes(self) -> int:
         return self.hbm_read_bytes + self.hbm_write_bytes
+
+
+_NAMES: tuple[str, ...] = tuple(f.name for f in fields(Cost))
+_values = operator.attrgetter(*_NAMES)  # Cost -> tuple of its fields, in _NAMES order

@@ -663,7 +663,12 @@ def computation_flops(comp: Computation, module: Module) -> FlopCount:
 
     Used for fused computations and for the per-application cost of ``to_apply``.
     """
-    total = ZERO
+    flops = transcendentals = 0
+    unmodeled: dict[str, None] = {}
     for instr in comp.instructions:
-        total = total + instruction_flops(instr, module)
-    return total
+        fc = instruction_flops(instr, module)
+        flops += fc.flops
+        transcendentals += fc.transcendentals
+        if fc.unmodeled:
+            unmodeled.update(dict.fromkeys(fc.unmodeled))
+    return FlopCount(flops=flops, transcendentals=transcendentals, unmodeled=tuple(unmodeled))

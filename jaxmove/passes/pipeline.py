@@ -8,6 +8,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field, replace
 
+from .._perf import gc_paused
 from ..hlo import Computation, Instruction, Module
 from .collectives import CollectiveInfo, collective_info
 from .cost import Cost
@@ -103,6 +104,7 @@ def instruction_cost(instr: Instruction, comp: Computation, module: Module, role
     return Cost(**acc), notes
 
 
+@gc_paused
 def analyze_module(module: Module, entry_roles: dict[int, str] | None = None) -> ModuleAnalysis:
     """Run the passes over ``module``.
 
@@ -139,20 +141,20 @@ def analyze_module(module: Module, entry_roles: dict[int, str] | None = None) ->
         """Cost of one execution of a kernel-level computation, callees included."""
         if cname in memo:
             return memo[cname]
-        c = Cost()
+        parts: list[Cost] = []  # summed once at the end: O(rows), not O(rows) Cost builds
         for row in per_comp.get(cname, []):
-            c = c + row.per_execution
+            parts.append(row.per_execution)
             instr = row.instr
             if instr.opcode == "conditional":
                 branches = [(b, total(b)) for b in instr.called_computations]
                 best = max(branches, key=lambda bc: (bc[1].hbm_bytes, bc[1].flops))
-                c = c + best[1]
+                parts.append(best[1])
                 notes.append(f"conditional '{instr.name}': totals use its costliest branch "
                              f"'{best[0]}' (which branch runs is not known statically)")
             elif instr.opcode in ("while", "call", "async-start"):
                 for callee, k, _unknown, _branch in callee_counts(instr):
-                    c = c + total(callee) * k
-        memo[cname] = c
+                    parts.append(total(callee) * k)
+        c = memo[cname] = Cost.sum(parts)
         return c
 
     totals = total(module.entry.name)

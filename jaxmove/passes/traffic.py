@@ -158,6 +158,7 @@ class _FusionAnalysis:
                 self.users[o].append((instr, k))
         self.inplace: dict[str, Instruction] = {}  # DUS name -> DUS, in place
         self.root_leaves = self._root_leaves()
+        self._root_names = {p.name for _i, p in self.root_leaves}
         for _idx, producer in self.root_leaves:
             if producer.opcode in ("dynamic-update-slice", "scatter") and self._is_inplace(producer):
                 self.inplace[producer.name] = producer
@@ -199,7 +200,7 @@ class _FusionAnalysis:
                 d = min(self.comp.by_name[user.operands[-1]].shape.num_elements, total)
             elif op in ELEMENT_PRESERVING and user.shape.is_array and user.shape.num_elements == total:
                 # a value that leaves the fusion is computed (and its inputs read) in full
-                leaves_fusion = user.is_root or any(p is user for _i, p in self.root_leaves)
+                leaves_fusion = user.is_root or user.name in self._root_names
                 d = total if leaves_fusion else self.demand_elems(user)
             elif op == "fusion" and user.called_computations:
                 nested = self.module.computations[user.called_computations[0]]

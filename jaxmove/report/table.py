@@ -172,7 +172,7 @@ def render_time_summary(report: Report, console: Console) -> None:
         return
     t = times
     console.print(f"[bold]Estimated time on {t.spec_name}: {human_seconds(t.est_time_s)}[/bold] per program run, "
-                  f"{t.bound}-bound (sums: compute {human_seconds(t.compute_time_s)}, memory "
+                  f"work {t.bound}-bound (sums: compute {human_seconds(t.compute_time_s)}, memory "
                   f"{human_seconds(t.memory_time_s)}, network {human_seconds(t.network_time_s)}, launch overhead "
                   f"{human_seconds(t.overhead_s)} for {t.kernels} kernels; no-overlap sum "
                   f"{human_seconds(t.serial_time_s)})")
