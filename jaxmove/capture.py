@@ -29,6 +29,7 @@ import inspect
 import math
 import re
 from dataclasses import dataclass, field
+from dataclasses import replace as dataclasses_replace
 from typing import Any
 
 import jax
@@ -224,6 +225,7 @@ class _Leaf:
     donated: bool
     shape: tuple
     dtype: Any
+    shard_shape: tuple | None = None   # per-device shape when captured with in_shardings
 
 
 def _check_role(role: Any, where: str) -> str:
@@ -270,9 +272,13 @@ def _resolve_roles(roles, args: tuple, leaves_by_arg: list[list[tuple[str, Any]]
     return out
 
 
-def _trace_leaves(fn, args, roles, donate_argnums, static_argnums):
-    """Trace ``fn`` with jit; return (lowered, flat non-static leaves with names/roles)."""
-    jitted = jax.jit(fn, donate_argnums=donate_argnums, static_argnums=static_argnums)
+def _trace_leaves(fn, args, roles, donate_argnums, static_argnums, shardings=None):
+    """Trace ``fn`` with jit; return (lowered, flat non-static leaves with names/roles).
+
+    ``shardings``: optional ``{"in_shardings": ..., "out_shardings": ...}`` for ``jax.jit``.
+    """
+    jitted = jax.jit(fn, donate_argnums=donate_argnums, static_argnums=static_argnums,
+                     **(shardings or {}))
     traced = jitted.trace(*args)
     names = list(traced.jaxpr.debug_info.arg_names or ())
     static = {i % len(args) for i in static_argnums} if args else set()
@@ -305,7 +311,32 @@ def _trace_leaves(fn, args, roles, donate_argnums, static_argnums):
             info = next(infos)
             leaves.append(_Leaf(nm, path, role, bool(info.donated) or i in donate,
                                 tuple(info.shape), info.dtype))
+    in_sh = (shardings or {}).get("in_shardings")
+    if in_sh is not None:
+        shard = iter(_leaf_shardings(in_sh, args, dyn))
+        leaves = [dataclasses_replace(lf, shard_shape=_shard_shape(next(shard), lf.shape))
+                  for lf in leaves]
     return traced.lower(), leaves
+
+
+def _leaf_shardings(in_shardings, args, dyn) -> list:
+    """One sharding (or None) per dynamic argument leaf; ``in_shardings`` has one entry per
+    non-static positional argument: a Sharding for the whole argument or a pytree like it."""
+    if not isinstance(in_shardings, (tuple, list)):
+        in_shardings = (in_shardings,) * len(dyn)
+    out = []
+    for k, i in enumerate(dyn):
+        sh = in_shardings[k] if k < len(in_shardings) else None
+        n = len(jax.tree_util.tree_leaves(args[i]))
+        if sh is None or isinstance(sh, jax.sharding.Sharding):
+            out.extend([sh] * n)
+        else:
+            out.extend(jax.tree_util.tree_structure(args[i]).flatten_up_to(sh))
+    return out
+
+
+def _shard_shape(sharding, shape: tuple) -> tuple:
+    return tuple(sharding.shard_shape(tuple(shape))) if sharding is not None else tuple(shape)
 
 
 def _build_parameters(hlo_text: str, leaves: list[_Leaf], kept: set[int] | None) -> tuple[EntryParameter, ...]:
@@ -329,13 +360,14 @@ def _build_parameters(hlo_text: str, leaves: list[_Leaf], kept: set[int] | None)
                 f"mapping gives {leaf.name!r}; refusing to guess the parameter-to-argument mapping")
         dims = re.search(r"\[([^\]]*)\]", shape)
         hlo_dims = tuple(int(d.lstrip("<=")) for d in dims.group(1).split(",") if d) if dims else ()
-        if hlo_dims != leaf.shape:
+        local = leaf.shard_shape if leaf.shard_shape is not None else leaf.shape
+        if hlo_dims != local:
             raise CaptureError(
                 f"ENTRY parameter {number} ({leaf.path}) has HLO shape {shape} but the argument "
-                f"leaf has shape {list(leaf.shape)}")
+                f"leaf has {'per-device ' if leaf.shard_shape is not None else ''}shape {list(local)}")
         params.append(EntryParameter(
             number=number, path=leaf.path, role=leaf.role, donated=leaf.donated, shape=shape,
-            byte_size=_leaf_byte_size(leaf.shape, leaf.dtype), aliased=number in aliased))
+            byte_size=_leaf_byte_size(local, leaf.dtype), aliased=number in aliased))
     return tuple(params)
 
 
@@ -374,8 +406,10 @@ def _program(name, source, config, compiled, parameters) -> Program:
                    xla_cost_analysis=cost, config=dict(config))
 
 
-def _capture_fn(fn, args, roles, donate_argnums, static_argnums, name, source, config) -> Program:
-    lowered, leaves = _trace_leaves(fn, tuple(args), roles, tuple(donate_argnums), tuple(static_argnums))
+def _capture_fn(fn, args, roles, donate_argnums, static_argnums, name, source, config,
+                shardings=None) -> Program:
+    lowered, leaves = _trace_leaves(fn, tuple(args), roles, tuple(donate_argnums), tuple(static_argnums),
+                                    shardings)
     kept = lowered._lowering.compile_args["kept_var_idx"]
     compiled = lowered.compile()
     params = _build_parameters(compiled.as_text(), leaves, set(kept))
@@ -442,7 +476,8 @@ def _capture_module(module, args, name) -> Program:
     return _capture_fn(call, (pure, *args), role_of, (), (), name or cls, f"module:{cls}", {})
 
 
-def capture(target, *args, roles=None, donate_argnums=(), static_argnums=(), name=None) -> Program:
+def capture(target, *args, roles=None, donate_argnums=(), static_argnums=(), name=None,
+            in_shardings=None, out_shardings=None) -> Program:
     """Lower and compile ``target`` and label its ENTRY parameters.
 
     Args:
@@ -457,6 +492,9 @@ def capture(target, *args, roles=None, donate_argnums=(), static_argnums=(), nam
         (it has its own) and modules.
       donate_argnums, static_argnums: as ``jax.jit`` (callables only).
       name: program name (default: workload name / function ``__name__``).
+      in_shardings, out_shardings: passed to ``jax.jit`` (Workloads and callables only;
+        None leaves them unspecified). With ``in_shardings`` the ENTRY parameters are
+        per-device shards: ``EntryParameter.byte_size`` is then the per-device size.
 
     Returns:
       A ``Program``; ``parameters`` has one entry per HLO ENTRY parameter in
@@ -473,7 +511,8 @@ def capture(target, *args, roles=None, donate_argnums=(), static_argnums=(), nam
             raise TypeError("capture(Workload) takes no extra positional arguments")
         src = f"zoo:{target.config['preset']}" if "preset" in target.config else f"workload:{target.name}"
         return _capture_fn(target.fn, target.args, target.roles, target.donate_argnums,
-                           target.static_argnums, name or target.name, src, target.config)
+                           target.static_argnums, name or target.name, src, target.config,
+                           _jit_shardings(in_shardings, out_shardings))
     if isinstance(target, (jax.stages.Lowered, jax.stages.Compiled)):
         if args:
             raise TypeError("capture(Lowered/Compiled) takes no arguments")
@@ -490,9 +529,19 @@ def capture(target, *args, roles=None, donate_argnums=(), static_argnums=(), nam
         qual = getattr(fn, "__qualname__", type(fn).__name__)
         src = f"callable:{getattr(fn, '__module__', '?')}.{qual}"
         return _capture_fn(target, args, roles, donate_argnums, static_argnums,
-                           name or getattr(fn, "__name__", "fn"), src, {})
+                           name or getattr(fn, "__name__", "fn"), src, {},
+                           _jit_shardings(in_shardings, out_shardings))
     raise TypeError(f"cannot capture a {type(target).__name__}: expected a Workload, callable, "
                     "jax.stages.Lowered, jax.stages.Compiled or flax.nnx.Module")
+
+
+def _jit_shardings(in_shardings, out_shardings) -> dict:
+    out = {}
+    if in_shardings is not None:
+        out["in_shardings"] = in_shardings
+    if out_shardings is not None:
+        out["out_shardings"] = out_shardings
+    return out
 
 
 def program_from_hlo_file(path) -> Program:

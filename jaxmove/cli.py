@@ -27,7 +27,13 @@ def _cmd_analyze(args: argparse.Namespace) -> int:
     from .api import analyze
     from .report.table import render_report
 
-    report = analyze(args.target, overrides=_parse_sets(args.set), hardware=args.hardware)
+    target = args.target
+    if getattr(args, "mesh", None) or getattr(args, "plan", None):
+        from .cli_plans import program_for_plan
+        target = program_for_plan(args)
+        if isinstance(target, int):  # re-ran in a child process with enough simulated devices
+            return target
+    report = analyze(target, overrides=_parse_sets(args.set), hardware=args.hardware)
     _write_outputs(report, args)
     if args.json:
         out = report.to_json()
@@ -112,6 +118,8 @@ def build_parser() -> argparse.ArgumentParser:
     a.add_argument("--html", metavar="FILE", help="also write a self-contained HTML report")
     a.add_argument("--trace", metavar="FILE",
                    help="also write a Chrome trace (JSON, opens in Perfetto) of the estimated timeline")
+    from .cli_plans import add_plan_options
+    add_plan_options(a)
     a.set_defaults(func=_cmd_analyze)
 
     n = sub.add_parser("annotate", help="the optimized HLO with each instruction's figures as a comment",
@@ -135,6 +143,8 @@ def build_parser() -> argparse.ArgumentParser:
     add_hardware_commands(sub)
     from .cli_compare import add_compare_command
     add_compare_command(sub)
+    from .cli_plans import add_plans_command
+    add_plans_command(sub)
     return p
 
 

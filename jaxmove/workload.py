@@ -68,6 +68,8 @@ class Workload:
       static_argnums: positional arguments that are static (hashable, not traced).
       config: the model configuration it was built from (for reports).
       logical_axes: optional pytree like ``args`` of logical axis-name tuples.
+      out_logical_axes: optional pytree like ``fn``'s output of logical axis-name tuples
+        (used by sharding plans for ``out_shardings``).
     """
 
     name: str
@@ -78,3 +80,4 @@ class Workload:
     static_argnums: tuple[int, ...] = ()
     config: dict = field(default_factory=dict)
     logical_axes: Any = None
+    out_logical_axes: Any = None

@@ -21,7 +21,7 @@ import jax
 import jax.numpy as jnp
 
 from jaxmove.workload import Workload
-from models import gpt, mlp
+from models import gpt, mlp, moe
 
 __all__ = ["PRESETS", "OVERRIDE_KEYS", "Preset", "build", "list_presets", "materialize"]
 
@@ -52,13 +52,21 @@ PRESETS: dict[str, Preset] = {
                                 gpt.GPTConfig, gpt.decode_workload, _GPT2_SMALL),
     "gpt-tiny-prefill": Preset("tiny GPT (V256 d64 H4 L2) prefill of 16 tokens, batch 2, f32",
                                gpt.GPTConfig, gpt.prefill_workload, _GPT_TINY),
+    "moe": Preset("MoE FFN stack, 4 layers, 8 experts top-2, d 1024 -> 4096, batch 8 x 512 tokens, bf16",
+                  moe.MoEConfig, moe.forward_workload,
+                  dict(batch=8, seq_len=512, d_model=1024, d_ff=4096, experts=8, top_k=2, layers=4,
+                       dtype="bfloat16")),
+    "moe-tiny": Preset("MoE FFN stack, 2 layers, 4 experts top-2, d 32 -> 64, batch 4 x 16 tokens, f32",
+                       moe.MoEConfig, moe.forward_workload,
+                       dict(batch=4, seq_len=16, d_model=32, d_ff=64, experts=4, top_k=2, layers=2,
+                            dtype="float32")),
     "gpt-tiny-decode": Preset("tiny GPT (V256 d64 H4 L2) one decode step, KV cache 16, batch 2, f32",
                               gpt.GPTConfig, gpt.decode_workload, _GPT_TINY),
 }
 
 #: Every key ``--set key=value`` may name (a preset accepts those its config has).
 OVERRIDE_KEYS = ("batch", "seq_len", "layers", "d_model", "heads", "kv_heads",
-                 "dtype", "scan_layers", "vocab", "d_ff")
+                 "dtype", "scan_layers", "vocab", "d_ff", "experts", "top_k")
 
 
 def _parse_int(key: str, s: str) -> int:

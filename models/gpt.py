@@ -404,6 +404,8 @@ def prefill_workload(cfg: GPTConfig, name: str) -> Workload:
         roles=(jax.tree.map(lambda _: "weights", params), "activations"),
         config={**dataclasses.asdict(cfg), "model": "gpt", "mode": "prefill"},
         logical_axes=(param_logical_axes(params, cfg.scan_layers), ("batch", "length")),
+        out_logical_axes=(("batch", "length", "vocab"),
+                          cache_logical_axes(abstract_cache(cfg), cfg.scan_layers)),
     )
 
 
@@ -438,4 +440,5 @@ def decode_workload(cfg: GPTConfig, name: str) -> Workload:
             ("batch", None),
             (),
         ),
+        out_logical_axes=(("batch", None, "vocab"), cache_logical_axes(cache, cfg.scan_layers)),
     )

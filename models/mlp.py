@@ -14,6 +14,7 @@ from flax import nnx
 
 from jaxmove.workload import Workload
 from models.gpt import canonical_dtype
+from models.sharding import constrain
 
 
 @dataclasses.dataclass(frozen=True)
@@ -45,7 +46,10 @@ class MLPBlock(nnx.Module):
         self.down = nnx.Linear(cfg.d_ff, cfg.d_model, dtype=dt, param_dtype=dt, rngs=rngs)
 
     def __call__(self, x):
-        return self.down(jax.nn.gelu(self.up(x)))
+        # Logical constraints (identity outside a sharding plan, see models/sharding.py):
+        # the hidden activation is [batch, mlp], the block output [batch, embed].
+        h = constrain(jax.nn.gelu(self.up(x)), ("batch", "mlp"))
+        return constrain(self.down(h), ("batch", "embed"))
 
 
 class MLP(nnx.Module):
@@ -83,4 +87,5 @@ def forward_workload(cfg: MLPConfig, name: str) -> Workload:
         roles=(jax.tree.map(lambda _: "weights", params), "activations"),
         config={**dataclasses.asdict(cfg), "model": "mlp", "mode": "forward"},
         logical_axes=(axes, ("batch", "embed")),
+        out_logical_axes=("batch", "embed"),
     )

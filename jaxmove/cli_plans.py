@@ -1,0 +1,81 @@
+"""``jaxmove plans`` and the ``--mesh``/``--plan`` options of ``jaxmove analyze``."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import sys
+
+
+def _sets(items: list[str]) -> dict[str, str]:
+    from .cli import _parse_sets
+    return _parse_sets(items)
+
+
+def _cmd_plans(args: argparse.Namespace) -> int:
+    from .plans import compare_plans, parse_mesh
+
+    cmp = compare_plans(args.model, parse_mesh(args.mesh), args.plan or None, _sets(args.set),
+                        args.hardware, progress=not args.no_progress)
+    if args.json:
+        json.dump(cmp.to_json(), sys.stdout, indent=1)
+        sys.stdout.write("\n")
+    else:
+        from .report.plans_table import render_plans
+        render_plans(cmp)
+    return 0
+
+
+def add_plans_command(sub) -> None:
+    """Register ``jaxmove plans``."""
+    from .plans import DEFAULT_HARDWARE, PRESETS
+
+    p = sub.add_parser(
+        "plans", help="compare sharding plans of a zoo model on simulated devices",
+        description="Compile MODEL (a zoo preset) under each sharding plan on a mesh of simulated "
+                    "CPU devices and print, per device: memory (arguments, temporaries, peak), HBM "
+                    "bytes, bytes on the wire by collective kind, estimated collective time and the "
+                    "three costliest collectives. Plans that do not fit the device's HBM are marked. "
+                    f"Preset plans: {', '.join(PRESETS)}; or a TOML plan file.")
+    p.add_argument("model")
+    p.add_argument("--mesh", required=True, metavar="AXIS=N,...", help="e.g. data=2,model=4")
+    p.add_argument("--plan", action="append", default=[], metavar="NAME|plan.toml",
+                   help="a preset or TOML plan; repeatable (default: dp, fsdp, tp, fsdp_tp, and ep "
+                        "for models with experts)")
+    p.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
+                   help="override the preset's config; repeatable")
+    p.add_argument("--hardware", default=DEFAULT_HARDWARE, metavar="NAME|path.toml",
+                   help=f"device for HBM capacity and collective time (default {DEFAULT_HARDWARE})")
+    p.add_argument("--json", action="store_true", help="print JSON instead of the table")
+    p.add_argument("--no-progress", action="store_true", help="no progress bar on stderr")
+    p.set_defaults(func=_cmd_plans)
+
+
+def add_plan_options(a: argparse.ArgumentParser) -> None:
+    """``--mesh`` and ``--plan`` for ``jaxmove analyze``."""
+    a.add_argument("--mesh", metavar="AXIS=N,...",
+                   help="analyse the per-device program of a zoo preset partitioned over this mesh "
+                        "of simulated devices (with --plan; default plan dp)")
+    a.add_argument("--plan", metavar="NAME|plan.toml",
+                   help="sharding plan for --mesh: dp, fsdp, tp, fsdp_tp, ep or a TOML file")
+
+
+def program_for_plan(args: argparse.Namespace):
+    """The Program of ``args.target`` under ``--plan`` over ``--mesh``, or an exit status
+    when the command re-ran itself in a child process with enough simulated devices."""
+    import models
+
+    from .plans import PlanError, capture_with_plan, ensure_cpu_devices, load_plan, parse_mesh
+
+    if not args.mesh:
+        raise PlanError("--plan needs --mesh (e.g. --mesh data=2,model=4)")
+    if args.target not in models.PRESETS:
+        raise PlanError(f"--mesh/--plan apply to zoo presets only, not to {args.target!r}")
+    mesh = parse_mesh(args.mesh)
+    plan = load_plan(args.plan or "dp")
+    n = math.prod(mesh.values())
+    if not ensure_cpu_devices(n):
+        from .plans import run_cli_with_devices
+        return run_cli_with_devices(n, sys.argv[1:]).returncode
+    return capture_with_plan(args.target, _sets(args.set), plan, mesh)

@@ -1,0 +1,28 @@
+"""Sharding plans: map a model's logical axes to a device mesh, compile each plan on
+simulated CPU devices, and compare memory, HBM bytes and collectives per device.
+
+    >>> from jaxmove.plans import compare_plans, parse_mesh
+    >>> cmp = compare_plans("mlp-tiny", parse_mesh("data=2,model=2"), ["dp", "tp"])
+    >>> [(r.plan, r.wire_bytes_by_kind) for r in cmp.results]      # doctest: +SKIP
+"""
+
+from .compare import (
+    DEFAULT_HARDWARE,
+    CollectiveSummary,
+    PlanComparison,
+    PlanResult,
+    capture_with_plan,
+    compare_plans,
+    default_plans,
+    make_mesh,
+    workload_shardings,
+)
+from .devices import ensure_cpu_devices, run_cli_with_devices
+from .plan import PRESETS, Plan, PlanError, load_plan, parse_mesh, parse_plan
+
+__all__ = [
+    "DEFAULT_HARDWARE", "PRESETS", "CollectiveSummary", "Plan", "PlanComparison", "PlanError",
+    "PlanResult", "capture_with_plan", "compare_plans", "default_plans", "ensure_cpu_devices",
+    "load_plan", "make_mesh", "parse_mesh", "parse_plan", "run_cli_with_devices",
+    "workload_shardings",
+]

@@ -1,0 +1,349 @@
+"""Compile a zoo workload under sharding plans on simulated CPU devices and compare them.
+
+For each plan: build the workload, turn its logical axes into ``NamedSharding`` s on a
+mesh of simulated CPU devices (``in_shardings`` for the arguments, ``out_shardings`` for
+the outputs, ``constrain`` for marked intermediates), let XLA's SPMD partitioner produce
+the per-device program, and analyse that program: per-device memory (XLA's
+``memory_analysis``), HBM bytes, collectives and their wire bytes and time on a hardware
+spec. Every figure is per device for one program run.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import time
+from dataclasses import asdict, dataclass, field
+
+from .plan import PRESETS, Plan, PlanError, load_plan
+
+DEFAULT_HARDWARE = "h100-sxm"
+
+
+@dataclass
+class CollectiveSummary:
+    """One collective instruction of a plan's program (totals over one program run)."""
+
+    name: str
+    kind: str
+    group_size: int
+    executions: int
+    wire_bytes: int
+    time_s: float | None
+    source: str | None
+
+
+@dataclass
+class PlanResult:
+    """One plan, per device, per program run.
+
+    Memory fields are XLA:CPU's ``memory_analysis`` of the partitioned program;
+    ``peak_bytes`` is arguments + outputs - aliased + temporaries (all live at once: an
+    upper bound; XLA:CPU's ``peak_memory_in_bytes`` leaves temporaries out, so it is not used).
+    ``collective_time_s`` sums ``collective_time_s`` of every collective (no overlap with
+    compute assumed); None when the spec lacks interconnect numbers.
+    """
+
+    plan: str
+    description: str
+    num_devices: int
+    argument_bytes: int | None = None
+    output_bytes: int | None = None
+    alias_bytes: int | None = None
+    temp_bytes: int | None = None
+    peak_bytes: int | None = None
+    fits: bool | None = None
+    hbm_bytes: int = 0
+    flops: int = 0
+    wire_bytes: int = 0
+    wire_bytes_by_kind: dict[str, int] = field(default_factory=dict)
+    collective_time_s: float | None = None
+    top_collectives: list[CollectiveSummary] = field(default_factory=list)
+    shardings: dict[str, str] = field(default_factory=dict)
+    notes: list[str] = field(default_factory=list)
+    error: str | None = None
+    compile_s: float = 0.0
+
+    @classmethod
+    def from_json(cls, d: dict) -> "PlanResult":
+        d = dict(d)
+        d["top_collectives"] = [CollectiveSummary(**c) for c in d.get("top_collectives", [])]
+        return cls(**d)
+
+
+@dataclass
+class PlanComparison:
+    """Every plan's result for one model and mesh, on one hardware spec."""
+
+    model: str
+    overrides: dict[str, str]
+    mesh: dict[str, int]
+    hardware: str
+    hbm_capacity_bytes: int
+    results: list[PlanResult]
+
+    def to_json(self) -> dict:
+        return {"model": self.model, "overrides": dict(self.overrides), "mesh": dict(self.mesh),
+                "hardware": self.hardware, "hbm_capacity_bytes": self.hbm_capacity_bytes,
+                "plans": [asdict(r) for r in self.results]}
+
+    @classmethod
+    def from_json(cls, d: dict) -> "PlanComparison":
+        return cls(d["model"], d["overrides"], d["mesh"], d["hardware"], d["hbm_capacity_bytes"],
+                   [PlanResult.from_json(r) for r in d["plans"]])
+
+
+# ---- shardings --------------------------------------------------------------------------
+
+def make_mesh(mesh_shape: dict[str, int]):
+    """A ``jax.sharding.Mesh`` of the first prod(sizes) CPU devices, row-major."""
+    import jax
+    import numpy as np
+
+    n = math.prod(mesh_shape.values())
+    devices = jax.devices("cpu")
+    if len(devices) < n:
+        raise PlanError(f"mesh {mesh_shape} needs {n} devices but jax has {len(devices)} CPU devices "
+                        "(set XLA_FLAGS=--xla_force_host_platform_device_count before jax starts)")
+    return jax.sharding.Mesh(np.array(devices[:n]).reshape(tuple(mesh_shape.values())),
+                             tuple(mesh_shape))
+
+
+def _spec_text(spec: tuple) -> str:
+    return "P(" + ", ".join("None" if s is None else repr(s) for s in spec) + ")"
+
+
+def workload_shardings(workload, plan: Plan, mesh, notes: list[str]):
+    """(in_shardings, out_shardings or None, {path: spec text}) of a workload under a plan.
+
+    Raises:
+      PlanError: the workload has no logical axes.
+    """
+    import jax
+    from jax.sharding import NamedSharding, PartitionSpec
+
+    if workload.logical_axes is None:
+        raise PlanError(f"workload {workload.name!r} names no logical axes; plans need them")
+    mesh_shape = dict(mesh.shape)
+    specs: dict[str, str] = {}
+
+    def named(leaf, axes, is_param, path):
+        spec = plan.partition_spec(axes, leaf.shape, mesh_shape, is_param, notes, path)
+        if any(s is not None for s in spec):
+            specs[path] = _spec_text(spec)
+        return NamedSharding(mesh, PartitionSpec(*spec))
+
+    roles = workload.roles
+    in_sh = []
+    for i, arg in enumerate(workload.args):
+        axes = workload.logical_axes[i]
+        role = roles[i] if isinstance(roles, (tuple, list)) else roles
+        flat, treedef = jax.tree_util.tree_flatten_with_path(arg)
+        axes_flat = treedef.flatten_up_to(axes) if axes is not None else [None] * len(flat)
+        roles_flat = ([role] * len(flat) if isinstance(role, str) or role is None
+                      else treedef.flatten_up_to(role))
+        leaves = [named(leaf, ax, r == "weights", f"arg{i}{jax.tree_util.keystr(kp)}")
+                  for (kp, leaf), ax, r in zip(flat, axes_flat, roles_flat)]
+        in_sh.append(jax.tree_util.tree_unflatten(treedef, leaves))
+    out_sh = None
+    if workload.out_logical_axes is not None:
+        out = jax.eval_shape(workload.fn, *workload.args)
+        flat, treedef = jax.tree_util.tree_flatten_with_path(out)
+        axes_flat = treedef.flatten_up_to(workload.out_logical_axes)
+        out_sh = jax.tree_util.tree_unflatten(treedef, [
+            named(leaf, ax, False, f"out{jax.tree_util.keystr(kp)}")
+            for (kp, leaf), ax in zip(flat, axes_flat)])
+    return tuple(in_sh), out_sh, specs
+
+
+def capture_with_plan(preset: str, overrides: dict[str, str] | None, plan: Plan,
+                      mesh_shape: dict[str, int], notes: list[str] | None = None,
+                      specs: dict[str, str] | None = None):
+    """Capture zoo preset ``preset`` partitioned by ``plan`` over ``mesh_shape``.
+
+    Needs prod(mesh sizes) CPU devices in this process (see ``devices.ensure_cpu_devices``).
+    Returns the ``Program`` (its HLO is the per-device SPMD program); ``notes`` receives
+    dropped rules, ``specs`` the PartitionSpec of every sharded argument / output leaf.
+    Raises:
+      PlanError, KeyError (unknown preset), ValueError (bad override), CaptureError.
+    """
+    import models
+    from models.sharding import logical_sharding
+
+    from ..capture import capture
+    from jax.sharding import NamedSharding, PartitionSpec
+
+    notes = [] if notes is None else notes
+    mesh = make_mesh(mesh_shape)
+    workload = models.build(preset, overrides or {})
+    in_sh, out_sh, leaf_specs = workload_shardings(workload, plan, mesh, notes)
+    if specs is not None:
+        specs.update(leaf_specs)
+
+    def resolver(axes, shape):
+        spec = plan.partition_spec(axes, shape, dict(mesh.shape), False, notes, "intermediate")
+        return NamedSharding(mesh, PartitionSpec(*spec))
+
+    with logical_sharding(resolver):
+        return capture(workload, in_shardings=in_sh, out_shardings=out_sh)
+
+
+# ---- one plan -----------------------------------------------------------------------------
+
+def _source(report, row) -> str | None:
+    module = report.module
+    loc = module.source_location(row.instr)
+    if loc is None and row.instr.opcode == "fusion" and row.collective is not None:
+        for cname in row.instr.called_computations:
+            inner = module.computations[cname].by_name.get(row.collective.instruction)
+            if inner is not None:
+                loc = module.source_location(inner)
+                break
+    return f"{loc.file}:{loc.line}" if loc else None
+
+
+def summarize(report, plan: Plan, spec, num_devices: int, memory_stats: dict[str, int]) -> PlanResult:
+    """A PlanResult from the analysis of a plan's partitioned program."""
+    from ..passes.collectives import collective_time_s
+
+    res = PlanResult(plan.name, plan.description, num_devices)
+    ms = memory_stats
+    if ms:
+        res.argument_bytes = ms.get("argument_size_in_bytes")
+        res.output_bytes = ms.get("output_size_in_bytes")
+        res.alias_bytes = ms.get("alias_size_in_bytes", 0)
+        res.temp_bytes = ms.get("temp_size_in_bytes")
+        if None not in (res.argument_bytes, res.output_bytes, res.temp_bytes):
+            res.peak_bytes = res.argument_bytes + res.output_bytes - res.alias_bytes + res.temp_bytes
+    if res.peak_bytes is not None:
+        res.fits = res.peak_bytes <= spec.hbm_capacity_bytes
+    t = report.totals
+    res.hbm_bytes, res.flops, res.wire_bytes = t.hbm_bytes, t.flops, t.device_to_device_bytes
+    colls = []
+    total_time: float | None = 0.0
+    for row in report.rows:
+        c = row.collective
+        if c is None:
+            continue
+        k = row.multiplicity.count
+        res.wire_bytes_by_kind[c.kind] = res.wire_bytes_by_kind.get(c.kind, 0) + c.wire_bytes * k
+        ts = collective_time_s(c, spec)
+        ts = None if ts is None else ts * k
+        total_time = None if (total_time is None or ts is None) else total_time + ts
+        colls.append(CollectiveSummary(row.instr.name, c.kind, c.group_size, k, c.wire_bytes * k, ts,
+                                       _source(report, row)))
+    res.collective_time_s = total_time
+    if total_time is None:
+        res.notes.append(f"{spec.name} lacks interconnect bandwidth or latency: no collective time")
+    colls.sort(key=lambda s: (s.time_s or 0.0, s.wire_bytes), reverse=True)
+    res.top_collectives = colls[:3]
+    return res
+
+
+def run_plan(preset: str, overrides: dict[str, str] | None, plan: Plan, mesh_shape: dict[str, int],
+             spec) -> PlanResult:
+    """Compile and analyse one plan (in this process; devices must be available)."""
+    from ..api import analyze
+
+    t0 = time.perf_counter()
+    notes: list[str] = []
+    specs: dict[str, str] = {}
+    n = math.prod(mesh_shape.values())
+    try:
+        program = capture_with_plan(preset, overrides, plan, mesh_shape, notes, specs)
+        report = analyze(program)
+    except (PlanError, ValueError, KeyError) as e:  # CaptureError is a ValueError
+        res = PlanResult(plan.name, plan.description, n, error=f"{type(e).__name__}: {e}")
+        res.compile_s = time.perf_counter() - t0
+        return res
+    res = summarize(report, plan, spec, n, dict(program.memory_stats))
+    res.notes = _count_notes(notes) + res.notes
+    res.shardings = specs
+    res.compile_s = time.perf_counter() - t0
+    return res
+
+
+def _count_notes(notes: list[str]) -> list[str]:
+    counts: dict[str, int] = {}
+    for n in notes:
+        counts[n] = counts.get(n, 0) + 1
+    return [n if k == 1 else f"{n} ({k} tensors)" for n, k in counts.items()]
+
+
+# ---- many plans -----------------------------------------------------------------------------
+
+def compare_plans(model: str, mesh_shape: dict[str, int], plans: list[str | Plan] | None = None,
+                  overrides: dict[str, str] | None = None, hardware: str = DEFAULT_HARDWARE,
+                  progress: bool = False) -> PlanComparison:
+    """Compile ``model`` (a zoo preset) under each plan and compare them per device.
+
+    Args:
+      model: a zoo preset name (``models.PRESETS``).
+      mesh_shape: mesh axis name -> size, e.g. {"data": 2, "model": 4}.
+      plans: preset names, TOML paths or Plans (default: dp, fsdp, tp, fsdp_tp, and ep when
+        the model has an ``expert`` axis).
+      overrides: ``--set`` values for the preset.
+      hardware: spec name or path for capacity and collective time (default h100-sxm).
+      progress: show a rich progress bar on stderr.
+    Returns:
+      A PlanComparison; a plan that fails to compile has ``error`` set (never dropped).
+      When this process's jax already has fewer CPU devices than the mesh needs, the work
+      runs in a child process with ``XLA_FLAGS=--xla_force_host_platform_device_count=N``.
+    Raises:
+      PlanError (bad mesh or plan), KeyError (unknown preset), HardwareSpecError.
+    """
+    import models
+
+    from ..hardware import load_spec
+    from .devices import ensure_cpu_devices, run_cli_with_devices
+
+    if model not in models.PRESETS:
+        raise KeyError(f"unknown preset {model!r}; available presets: {', '.join(models.PRESETS)}")
+    spec = load_spec(hardware)
+    loaded = [p if isinstance(p, Plan) else load_plan(p) for p in (plans or default_plans(model, overrides))]
+    n = math.prod(mesh_shape.values())
+    if not ensure_cpu_devices(n):
+        if any(p.source == "preset" and PRESETS.get(p.name) != p for p in loaded):
+            raise PlanError("in-memory Plan objects cannot be sent to a subprocess; use presets or files")
+        argv = ["plans", model, "--mesh", ",".join(f"{k}={v}" for k, v in mesh_shape.items()),
+                "--hardware", hardware, "--json"]
+        for p in loaded:
+            argv += ["--plan", p.name if p.source == "preset" else p.source]
+        for k, v in (overrides or {}).items():
+            argv += ["--set", f"{k}={v}"]
+        if not progress:
+            argv.append("--no-progress")
+        proc = run_cli_with_devices(n, argv, capture_stdout=True)
+        if proc.returncode != 0:
+            raise PlanError(f"the child process compiling the plans exited with {proc.returncode}")
+        return PlanComparison.from_json(json.loads(proc.stdout))
+    results = []
+    if progress:
+        from rich.console import Console
+        from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
+
+        with Progress(TextColumn("{task.description}"), BarColumn(), TextColumn("{task.completed}/{task.total}"),
+                      TimeElapsedColumn(), console=Console(stderr=True), transient=True) as bar:
+            task = bar.add_task(f"compiling {model} on {n} simulated devices", total=len(loaded))
+            for p in loaded:
+                bar.update(task, description=f"compiling {model} under plan {p.name} ({n} devices)")
+                results.append(run_plan(model, overrides, p, mesh_shape, spec))
+                bar.advance(task)
+    else:
+        results = [run_plan(model, overrides, p, mesh_shape, spec) for p in loaded]
+    return PlanComparison(model, dict(overrides or {}), dict(mesh_shape), spec.name,
+                          spec.hbm_capacity_bytes, results)
+
+
+def default_plans(model: str, overrides: dict[str, str] | None = None) -> list[str]:
+    """dp, fsdp, tp, fsdp_tp, plus ep for models with an ``expert`` logical axis."""
+    import jax
+    import models
+
+    out = ["dp", "fsdp", "tp", "fsdp_tp"]
+    wl = models.build(model, overrides or {})
+    names = {a for t in jax.tree_util.tree_leaves(wl.logical_axes, is_leaf=lambda x: isinstance(x, tuple))
+             for a in t if isinstance(a, str)}
+    if "expert" in names:
+        out.append("ep")
+    return out

@@ -1,0 +1,64 @@
+"""Terminal rendering of a PlanComparison (rich). Computes nothing; formats what it is given."""
+
+from __future__ import annotations
+
+from rich.console import Console
+from rich.table import Table
+
+from .table import human_bytes, make_console
+
+
+def _time(t: float | None) -> str:
+    if t is None:
+        return "n/a"
+    if t >= 1:
+        return f"{t:.3g} s"
+    if t >= 1e-3:
+        return f"{t * 1e3:.3g} ms"
+    return f"{t * 1e6:.3g} us"
+
+
+def _b(n: int | None) -> str:
+    return "n/a" if n is None else human_bytes(n)
+
+
+def render_plans(cmp, console: Console | None = None) -> None:
+    """One row per plan: per-device memory, HBM bytes, wire bytes by kind, collective time,
+    the three costliest collectives; then each plan's notes and errors."""
+    console = console or make_console()
+    mesh = ",".join(f"{k}={v}" for k, v in cmp.mesh.items())
+    n = 1
+    for v in cmp.mesh.values():
+        n *= v
+    sets = " ".join(f"--set {k}={v}" for k, v in cmp.overrides.items())
+    console.print(f"[bold]{cmp.model}[/bold] {sets}  mesh {mesh} ({n} simulated CPU devices)  "
+                  f"hardware [bold]{cmp.hardware}[/bold] (HBM {human_bytes(cmp.hbm_capacity_bytes)} "
+                  f"per device; collective time on its links)")
+    table = Table(title="Sharding plans, per device, one program run")
+    for col, just in (("plan", "left"), ("args", "right"), ("temp", "right"), ("peak", "right"),
+                      ("fits", "left"), ("HBM bytes", "right"), ("wire bytes by kind", "left"),
+                      ("coll. time", "right"), ("costliest collectives", "left")):
+        table.add_column(col, justify=just, no_wrap=col in ("plan", "costliest collectives"))
+    for r in cmp.results:
+        if r.error:
+            table.add_row(r.plan, "", "", "", "", "", f"[red]failed: {r.error}[/red]", "", "")
+            continue
+        fits = ("?" if r.fits is None else "yes" if r.fits else
+                f"[bold red]NO[/bold red] (> {human_bytes(cmp.hbm_capacity_bytes)})")
+        kinds = "\n".join(f"{k} {human_bytes(v)}" for k, v in
+                          sorted(r.wire_bytes_by_kind.items(), key=lambda kv: -kv[1])) or "none"
+        if len(r.wire_bytes_by_kind) > 1:
+            kinds += f"\n[bold]total {human_bytes(r.wire_bytes)}[/bold]"
+        top = "\n".join(
+            f"{c.kind} n={c.group_size} x{c.executions} {human_bytes(c.wire_bytes)} {_time(c.time_s)}"
+            + (f" @{c.source.rsplit('/', 1)[-1]}" if c.source else f" {c.name}")
+            for c in r.top_collectives) or "-"
+        table.add_row(r.plan, _b(r.argument_bytes), _b(r.temp_bytes), _b(r.peak_bytes), fits,
+                      human_bytes(r.hbm_bytes), kinds, _time(r.collective_time_s), top)
+    console.print(table)
+    console.print("peak = XLA's arguments + outputs - aliased + temporaries of the partitioned "
+                  "program (XLA:CPU buffer assignment); coll. time sums the collectives without "
+                  "overlap.")
+    for r in cmp.results:
+        for note in r.notes:
+            console.print(f"[yellow]note[/yellow] {r.plan}: {note}")
