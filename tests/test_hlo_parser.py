@@ -131,3 +131,124 @@ def test_replica_groups_forms():
     assert parse_replica_groups("{}") == []
     with pytest.raises(ReplicaGroupsError, match="hold 16"):
         parse_replica_groups("[2,2]<=[16]")
+
+
+# ---- validation: every check names file, line and column (issue 7) ------------------------
+
+_ADD = "add {\n  x = f32[] parameter(0)\n  y = f32[] parameter(1)\n  ROOT s = f32[] add(x, y)\n}\n"
+
+
+def _slow_form(text: str) -> str:
+    """The same module with a comment after every instruction: the parser's one-line fast
+    path declines such lines, so the general code reads them (same positions expected)."""
+    return "\n".join(ln + " // c" if " = " in ln else ln for ln in text.split("\n"))
+
+
+# (text, line, column, expected): columns are counted by hand from the text.
+VALIDATION_CASES = [
+    # element counts: 4*8 = 32 elements cannot become 31 (XLA's parser aborts on this one)
+    ("HloModule t\nENTRY e {\n  p = f32[4,8] parameter(0)\n  ROOT r = f32[31] reshape(p)\n}\n",
+     4, 8, "reshape 'r' changes the element count: operand f32[4,8] has 32 elements, result f32[31] has 31"),
+    # bitcast keeps bytes: 128 bytes vs 64
+    ("HloModule t\nENTRY e {\n  p = f32[4,8] parameter(0)\n  ROOT b = f32[16] bitcast(p)\n}\n",
+     4, 8, "bitcast 'b' changes the byte size: operand f32[4,8] is 128 bytes, result f32[16] is 64"),
+    # bitcast-convert f32 -> s16 must add a trailing dimension of 32/16 = 2
+    ("HloModule t\nENTRY e {\n  p = f32[4] parameter(0)\n  ROOT c = s16[4] bitcast-convert(p)\n}\n",
+     4, 8, "the result must have dimensions [4, 2]"),
+    # iota replica groups: 2 groups x 3 devices = 6, but [4] holds 4; column of '[' after '='
+    (_ADD + "ENTRY e {\n  p = f32[8] parameter(0)\n"
+     "  ROOT a = f32[8] all-reduce(p), replica_groups=[2,3]<=[4], to_apply=add\n}\n",
+     8, 49, "2x3 = 6 devices in groups but the reshape dims [4] hold 4"),
+    # duplicate names: computation, and parameter number
+    (_ADD + _ADD + "ENTRY e {\n  ROOT p = f32[] parameter(0)\n}\n", 6, 1, "duplicate computation name 'add'"),
+    ("HloModule t\nENTRY e {\n  p = f32[] parameter(0)\n  ROOT q = f32[] parameter(0)\n}\n",
+     4, 8, "parameter number 0 of computation 'e' is already used by 'p'"),
+    ("HloModule t\nENTRY e {\n  p = f32[] parameter(0)\n  ROOT q = f32[] parameter(2)\n}\n",
+     4, 8, "has parameter(2) but no parameter(1)"),
+    # cycles: through the call graph, through a computation calling itself, through operands
+    ("HloModule t\na {\n  p = f32[] parameter(0)\n  ROOT c = f32[] call(p), to_apply=b\n}\n"
+     "b {\n  p = f32[] parameter(0)\n  ROOT c = f32[] call(p), to_apply=a\n}\n"
+     "ENTRY e {\n  p = f32[] parameter(0)\n  ROOT c = f32[] call(p), to_apply=a\n}\n",
+     8, 8, "call graph cycle: a -> b -> a"),
+    ("HloModule t\nENTRY e {\n  p = f32[] parameter(0)\n  ROOT c = f32[] call(p), to_apply=e\n}\n",
+     4, 8, "call graph cycle: e -> e"),
+    ("HloModule t\nENTRY e {\n  p = f32[4] parameter(0)\n  a = f32[4] add(p, b)\n  ROOT b = f32[4] negate(a)\n}\n",
+     4, 3, "operand cycle: a -> b -> a"),
+    ("HloModule t\nENTRY e {\n  p = f32[4] parameter(0)\n  ROOT a = f32[4] add(p, b)\n  b = f32[4] negate(p)\n}\n",
+     4, 8, "uses operand 'b' before its definition at line 5"),
+    # operand counts of known opcodes
+    ("HloModule t\nENTRY e {\n  p = f32[4] parameter(0)\n  ROOT a = f32[4] add(p)\n}\n",
+     4, 8, "'add' instruction 'a' takes 2 operands, got 1"),
+    ("HloModule t\nENTRY e {\n  p = f32[4] parameter(0)\n  ROOT n = f32[4] negate(p, p)\n}\n",
+     4, 8, "'negate' instruction 'n' takes 1 operand, got 2"),
+    ("HloModule t\nENTRY e {\n  p = pred[4] parameter(0)\n  ROOT s = pred[4] select(p, p)\n}\n",
+     4, 8, "'select' instruction 's' takes 3 operands, got 2"),
+    ("HloModule t\nENTRY e {\n  p = f32[4,4] parameter(0)\n  ROOT d = f32[4,4] dot(p, p, p), "
+     "lhs_contracting_dims={1}, rhs_contracting_dims={0}\n}\n", 4, 8, "'dot' instruction 'd' takes 2 operands, got 3"),
+    # rank 2: operand + 2 scalar indices = 3 operands, not 4
+    ("HloModule t\nENTRY e {\n  p = f32[4,8] parameter(0)\n  i = s32[] parameter(1)\n"
+     "  ROOT d = f32[1,8] dynamic-slice(p, i, i, i), dynamic_slice_sizes={1,8}\n}\n",
+     5, 8, "of a rank-2 operand takes 3 operands"),
+    # dynamic-update-slice of rank 2: operand, update + 2 indices = 4, not 3 (index is a scalar)
+    ("HloModule t\nENTRY e {\n  p = f32[4,8] parameter(0)\n  u = f32[1,8] parameter(1)\n"
+     "  i = s32[] parameter(2)\n  ROOT d = f32[4,8] dynamic-update-slice(p, u, i)\n}\n",
+     6, 8, "of a rank-2 operand takes 4 operands"),
+    # shapes that tuple / get-tuple-element / fusion disagree on
+    ("HloModule t\nENTRY e {\n  p = (f32[4], s32[]) parameter(0)\n  ROOT g = f32[4] get-tuple-element(p), index=2\n}\n",
+     4, 8, "index=2 is not an element of its operand's shape (f32[4], s32[])"),
+    ("HloModule t\nENTRY e {\n  p = f32[4] parameter(0)\n  ROOT t = (f32[4], f32[4]) tuple(p)\n}\n",
+     4, 8, "which is not the tuple of its 1 operands' shapes"),
+    ("HloModule t\nf {\n  x = f32[4] parameter(0)\n  ROOT y = f32[4] negate(x)\n}\n"
+     "ENTRY e {\n  p = f32[4] parameter(0)\n  ROOT r = f32[4] fusion(p, p), kind=kLoop, calls=f\n}\n",
+     8, 8, "fusion 'r' passes 2 operands to computation 'f', which has 1 parameters"),
+    ("HloModule t\nENTRY e {\n  p = f32[4] parameter(0)\n  ROOT w = f32[4] while(p), body=e\n}\n",
+     4, 8, "'while' instruction 'w' has no condition= attribute"),
+]
+
+
+@pytest.mark.parametrize("form", ["fast", "slow"])
+@pytest.mark.parametrize("text,line,col,expected", VALIDATION_CASES)
+def test_validation_errors_name_exact_position(text, line, col, expected, form):
+    if form == "slow":
+        text = _slow_form(text)
+    with pytest.raises(HloParseError) as ei:
+        parse_module(text, "bad.hlo")
+    e = ei.value
+    assert expected in e.expected, str(e)
+    assert (e.filename, e.line, e.column) == ("bad.hlo", line, col), str(e)
+    assert str(e).startswith(f"bad.hlo:{line}:{col}: ")
+
+
+def test_valid_forms_pass_validation():
+    """The accepted side of each rule: equal counts, XLA's bitcast-convert shapes, the
+    vector-index forms of dynamic-(update-)slice, iota groups that multiply out."""
+    m = parse_module(_ADD + """ENTRY e {
+  p = f32[4,8] parameter(0)
+  r = f32[32] reshape(p)
+  b = s32[2,16] bitcast(p)
+  c = s16[4,8,2] bitcast-convert(p)
+  d = f32[4,8] bitcast-convert(c)
+  v = s32[2] parameter(1)
+  ds = f32[1,8] dynamic-slice(p, v), dynamic_slice_sizes={1,8}
+  u = f32[1,8] parameter(2)
+  dus = f32[4,8] dynamic-update-slice(p, u, v)
+  ar = f32[4,8] all-reduce(d), replica_groups=[2,4]<=[4,2]T(1,0), to_apply=add
+  ROOT t = (f32[32], s32[2,16], f32[4,8], f32[1,8], f32[4,8]) tuple(r, b, ar, ds, dus)
+}
+""")
+    assert m.entry.root.opcode == "tuple" and len(m.entry) == 11
+
+
+def test_xla_parser_aborts_where_ours_reports(tmp_path):
+    """XLA's own parser CHECK-fails (aborts the process) on a reshape of 32 elements to 31;
+    jaxmove raises HloParseError. Run XLA's in a subprocess so the abort cannot kill pytest."""
+    pytest.importorskip("jaxlib._hlo")
+    import subprocess
+    import sys
+    text = VALIDATION_CASES[0][0]
+    proc = subprocess.run([sys.executable, "-c", "import sys; from jaxlib import _hlo; "
+                           "_hlo.hlo_module_from_text(sys.stdin.read())"],
+                          input=text, capture_output=True, text=True, timeout=120)
+    assert proc.returncode != 0
+    with pytest.raises(HloParseError):
+        parse_module(text)

@@ -70,11 +70,13 @@ for _ in range(3):  # up to four levels of nested braces (GPU backend_config JSO
 _F_VALUE = (rf'(?:[^\s,(){{}}\[\]"]++|{_F_STR}|{_F_BRACE}|\[[^\[\](){{}}"\n]*+\]'
             rf'|\([^\[\](){{}}"\n]*+\))++')
 _F_ATTR = rf'[ \t]*+,[ \t]*+([A-Za-z_][A-Za-z0-9_\-.]*+)[ \t]*+=[ \t]*+({_F_VALUE})'
-_FAST_INSTR = re.compile(
+_F_ATTR_NC = rf'[ \t]*+,[ \t]*+[A-Za-z_][A-Za-z0-9_\-.]*+[ \t]*+=[ \t]*+{_F_VALUE}'
+_F_OPERANDS = rf"[ \t]*+(?:{_F_NAME}[ \t]*+(?:,[ \t]*+{_F_NAME}[ \t]*+)*+)?"
+# groups: ROOT, name, shape, opcode, operand names | literal text, attributes, next indent
+_FAST_LINE = re.compile(
     rf'(ROOT[ \t]++)?({_F_NAME})[ \t]*+=[ \t]*+({_F_SHAPE})[ \t]++([a-z][a-z0-9\-]*+)'
-    rf'\(([^()"\n]*+)\)((?:{_F_ATTR})*+)[ \t\r]*+')
+    rf'\((?:({_F_OPERANDS})|([^()"\n]*+))\)((?:{_F_ATTR_NC})*+)[ \t\r]*+(?:\n([ \t]*+)|\Z)')
 _FAST_ATTR = re.compile(_F_ATTR)
-_FAST_OPERANDS = re.compile(rf"[ \t]*+(?:{_F_NAME}[ \t]*+(?:,[ \t]*+{_F_NAME}[ \t]*+)*+)?")
 
 
 class _Parser:
@@ -452,9 +454,11 @@ class _Parser:
             if self.peek("}"):
                 self.pos += 1
                 break
-            instr = self.fast_instruction(name, instrs, by_name)
-            if instr is None:
-                instr = self.instruction(name, instrs, by_name)
+            n_before = len(instrs)
+            root = self.fast_block(name, instrs, by_name, root)
+            if len(instrs) > n_before:
+                continue
+            instr = self.instruction(name, instrs, by_name)
             if instr.is_root:
                 if root is not None:
                     raise self.error(f"second ROOT instruction '{instr.name}' in computation '{name}' "
@@ -475,70 +479,74 @@ class _Parser:
         by_name[instr.name] = instr
         instrs.append(instr)
 
-    def fast_instruction(self, comp: str, instrs: list, by_name: dict) -> Instruction | None:
-        """The instruction at ``pos`` when its line is in XLA's one-line form, else None
-        (and ``pos`` unchanged): see ``_FAST_INSTR``."""
+    def fast_block(self, comp: str, instrs: list, by_name: dict,
+                   root: Instruction | None) -> Instruction | None:
+        """Read consecutive instructions at ``pos`` that are in XLA's one-line form (see
+        ``_FAST_LINE``); stop, with ``pos`` at its start, at the first line that is not, or
+        that the general code must see (a duplicate name, a second ROOT). Returns the root."""
         text = self.text
         pos = self.pos
-        end = text.find("\n", pos)
-        if end < 0:
-            end = self.n
-        m = _FAST_INSTR.match(text, pos, end)
-        if m is None or m.end() != end:
-            return None
-        name = m.group(2)
-        if name[0] == "%":
-            name = name[1:]
-        if name == "ROOT":
-            return None
-        shape_text = m.group(3)
-        shape = self._shape_cache.get(shape_text)
-        if shape is None:
-            self.pos = m.start(3)
-            shape = self.shape(f"instruction '{name}'")
-            if self.pos != m.end(3):
-                self.pos = pos
-                return None
-            self._shape_cache[shape_text] = shape
-        opcode = m.group(4)
-        optext = m.group(5)
-        literal = param_no = None
-        if opcode == "constant" or opcode == "parameter":
-            operands: tuple[str, ...] = ()
-            literal = optext.strip()
-            if opcode == "parameter":
-                if not literal.isdigit():
-                    self.pos = pos
-                    return None
-                param_no = int(literal)
-                literal = None
-        elif _FAST_OPERANDS.fullmatch(optext) is None:
-            self.pos = pos
-            return None
-        else:
-            # names hold neither '%' nor blanks: the operand regex has checked the form
-            optext = optext.replace("%", "").replace(" ", "").replace("\t", "")
-            operands = tuple(optext.split(",")) if optext else ()
-        atext = m.group(6)
-        if atext:
-            if "mesh[" in atext:
-                self.pos = pos
-                return None
-            attrs = dict(_FAST_ATTR.findall(atext))
-            groups = attrs.get("replica_groups")
-            if groups is not None and groups not in self._checked_groups:
-                for am in _FAST_ATTR.finditer(atext):
-                    if am.group(1) == "replica_groups" and am.group(2) == groups:
-                        self.check_attr("replica_groups", groups, m.start(6) + am.start(2))
-        else:
-            attrs = {}
-        line, col = self.linecol(m.start(2))
-        self._instr_pos = pos
-        instr = Instruction(name, sys.intern(opcode), shape, operands, attrs, literal,
-                            m.group(1) is not None, line, col, comp, param_no)
-        self._add(instr, instrs, by_name, pos)
-        self.pos = end
-        return instr
+        line, col0 = self.linecol(pos)
+        line_start = pos - col0 + 1
+        match = _FAST_LINE.match
+        shapes = self._shape_cache
+        intern = sys.intern
+        while True:
+            m = match(text, pos)
+            if m is None:
+                break
+            is_root, name, shape_text, opcode, optext, literal, atext, indent = m.groups()
+            if name[0] == "%":
+                name = name[1:]
+            if name in by_name or name == "ROOT" or (is_root and root is not None):
+                break  # the general code raises the error
+            shape = shapes.get(shape_text)
+            if shape is None:
+                self.pos = m.start(3)
+                shape = self.shape(f"instruction '{name}'")
+                if self.pos != m.end(3):
+                    break
+                shapes[shape_text] = shape
+            param_no = None
+            if opcode == "constant" or opcode == "parameter":
+                operands: tuple[str, ...] = ()
+                literal = (optext if literal is None else literal).strip()
+                if opcode == "parameter":
+                    if not literal.isdigit():
+                        break
+                    param_no = int(literal)
+                    literal = None
+            elif optext is None:
+                break
+            else:
+                # names hold neither '%' nor blanks: the regex has checked the form
+                optext = optext.replace("%", "").replace(" ", "").replace("\t", "")
+                operands = tuple(optext.split(",")) if optext else ()
+            if atext:
+                if "mesh[" in atext:
+                    break
+                attrs = dict(_FAST_ATTR.findall(atext))
+                groups = attrs.get("replica_groups")
+                if groups is not None and groups not in self._checked_groups:
+                    for am in _FAST_ATTR.finditer(atext):
+                        if am.group(1) == "replica_groups" and am.group(2) == groups:
+                            self.check_attr("replica_groups", groups, m.start(7) + am.start(2))
+            else:
+                attrs = {}
+            instr = Instruction(name, intern(opcode), shape, operands, attrs, literal,
+                                is_root is not None, line, m.start(2) - line_start + 1, comp, param_no)
+            by_name[name] = instr
+            instrs.append(instr)
+            if is_root is not None:
+                root = instr
+            pos = m.end()
+            if indent is None:  # end of text
+                break
+            line += 1
+            line_start = m.start(8)
+        self.pos = pos
+        self._lc = (line_start, line, line_start) if line_start <= pos else self._lc
+        return root
 
     def instruction(self, comp: str, instrs: list, by_name: dict) -> Instruction:
         self._instr_pos = start = self.pos

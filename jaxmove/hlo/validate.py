@@ -91,6 +91,13 @@ _ARITY.update({
     "ragged-all-to-all": ("6 operands", lambda n: n == 6),
 })
 
+# Opcodes whose only check is a fixed operand count (no shapes to compare, nothing called).
+_CHEAP: dict[str, int] = {
+    op: (1 if op in _UNARY else 2 if op in _BINARY else 3 if op in _TERNARY else 0)
+    for op in _UNARY | _BINARY | _TERNARY | _NULLARY
+    if op not in ("reshape", "bitcast", "bitcast-convert", "get-tuple-element", "while")
+}
+
 # Attributes that must be present, per opcode, because they name the called computations.
 _REQUIRED_CALLS: dict[str, tuple[str, ...]] = {
     "fusion": ("calls",), "while": ("condition", "body"), "call": ("to_apply",),
@@ -168,7 +175,10 @@ def _check_instruction(filename: str, mod: Module, comp: Computation, instr: Ins
                        f"operands, got {n}")
         src = by_name[instr.operands[0]].shape
         rank = len(src.dims) if src.is_array else 0
-        if n != base + rank and n != base + 1:
+        idx = by_name[instr.operands[base]].shape if n == base + 1 else None
+        # the older form passes one rank-1 index vector of length rank
+        vector_form = idx is not None and idx.is_array and idx.dims == (rank,)
+        if n != base + rank and not vector_form:
             raise _err(filename, instr, f"'{op}' instruction '{instr.name}' of a rank-{rank} operand "
                        f"takes {base + rank} operands ({base - 1 and 'operand, update' or 'operand'}"
                        f" and one scalar index per dimension), got {n}")
@@ -223,22 +233,17 @@ def _check_instruction(filename: str, mod: Module, comp: Computation, instr: Ins
     return called
 
 
-def _operand_order(filename: str, comp: Computation) -> None:
-    """Every operand is defined in ``comp`` before its use; else an error (cycle or order)."""
-    index = {i.name: k for k, i in enumerate(comp.instructions)}
-    for k, instr in enumerate(comp.instructions):
-        for o in instr.operands:
-            j = index.get(o)
-            if j is None:
-                raise _err(filename, instr, f"instruction '{instr.name}' uses undefined operand '{o}' "
-                           f"in computation '{comp.name}'")
-            if j >= k:
-                cycle = _operand_cycle(comp, instr)
-                if cycle:
-                    raise _err(filename, instr, "operand cycle: " + " -> ".join(cycle))
-                raise _err(filename, instr, f"instruction '{instr.name}' uses operand '{o}' before its "
-                           f"definition at line {comp.instructions[j].line} (HLO text defines "
-                           "operands first)")
+def _operand_error(filename: str, comp: Computation, instr: Instruction, o: str) -> HloParseError:
+    """The error for operand ``o`` of ``instr``, not defined before ``instr``."""
+    d = comp.by_name.get(o)
+    if d is None:
+        return _err(filename, instr, f"instruction '{instr.name}' uses undefined operand '{o}' "
+                    f"in computation '{comp.name}'")
+    cycle = _operand_cycle(comp, instr)
+    if cycle:
+        return _err(filename, instr, "operand cycle: " + " -> ".join(cycle))
+    return _err(filename, instr, f"instruction '{instr.name}' uses operand '{o}' before its "
+                f"definition at line {d.line} (HLO text defines operands first)")
 
 
 def _operand_cycle(comp: Computation, start: Instruction) -> list[str] | None:
@@ -309,11 +314,19 @@ def validate_module(mod: Module) -> None:
     """Run every check above on ``mod``; raises HloParseError at the first failure."""
     filename = mod.filename
     calls: dict[str, list[tuple[str, Instruction]]] = {}
+    cheap, called_keys = _CHEAP, _CALLED_KEYS
     for comp in mod.computations.values():
-        _operand_order(filename, comp)
         _parameters(filename, comp)
         out = calls[comp.name] = []
+        defined: set[str] = set()
         for instr in comp.instructions:
-            for c in _check_instruction(filename, mod, comp, instr):
-                out.append((c, instr))
+            ops = instr.operands
+            for o in ops:
+                if o not in defined:
+                    raise _operand_error(filename, comp, instr, o)
+            # most instructions need only their operand count checked
+            if cheap.get(instr.opcode, -1) != len(ops) or not called_keys.isdisjoint(instr.attrs):
+                for c in _check_instruction(filename, mod, comp, instr):
+                    out.append((c, instr))
+            defined.add(instr.name)
     _call_graph_cycles(filename, mod, calls)
