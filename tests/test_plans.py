@@ -1,0 +1,212 @@
+"""Sharding plans: rule resolution, TOML plans, and closed-form collectives of partitioned
+programs compiled on simulated CPU devices (in subprocesses, as the device count is fixed
+when jax starts).
+
+Closed forms (b bytes per element, n devices in the group):
+  tp MLP, one all-reduce per layer of the [B, d] block output: B*d*b bytes, wire 2(n-1)/n of it;
+  fsdp: every sharded weight all-gathered once, wire (n-1)/n of its full bytes; dp: nothing;
+  ep MoE: two all-to-alls per layer of the per-device dispatched buffer E*(B/n)*C*d*b,
+  wire (n-1)/n of it.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
+import pytest
+
+from jaxmove.plans import PRESETS, PlanError, parse_mesh, parse_plan
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+# ---- pure rule resolution -----------------------------------------------------------------
+
+def test_partition_spec_rules_conflicts_and_divisibility():
+    mesh = {"data": 2, "model": 4}
+    tp = PRESETS["tp"]
+    assert tp.partition_spec(("embed", "mlp"), (64, 256), mesh, True) == (None, "model")
+    assert tp.partition_spec(("batch", "embed"), (8, 64), mesh, False) == ("data", None)
+    fsdp = PRESETS["fsdp"]
+    # batch takes every axis; embed of an activation is not a parameter rule
+    assert fsdp.partition_spec(("batch", "embed"), (8, 64), mesh, False) == (("data", "model"), None)
+    assert fsdp.partition_spec(("embed", "mlp"), (64, 256), mesh, True) == (("data", "model"), None)
+    notes: list[str] = []
+    # 50257 is odd: vocab stays replicated, and the note says why
+    assert tp.partition_spec(("vocab", "embed"), (50257, 768), mesh, True, notes) == (None, None)
+    assert notes and "50257" in notes[0] and "model" in notes[0]
+    # 6 is divisible by data=2 but not by data*model=8: the last axis is dropped
+    assert fsdp.partition_spec(("batch",), (6,), mesh, False) == ("data",)
+    # a mesh axis shards at most one dimension of a tensor
+    both = parse_plan('[rules]\nbatch = ["data"]\nembed = ["data"]\n')
+    assert both.partition_spec(("batch", "embed"), (8, 8), mesh, False) == ("data", None)
+    # axes the mesh lacks are skipped
+    assert PRESETS["ep"].partition_spec(("expert", "embed", "mlp"), (4, 8, 8), {"model": 4}, True) == \
+        ("model", None, None)
+    with pytest.raises(PlanError, match="logical axes"):
+        tp.partition_spec(("batch",), (2, 2), mesh, False)
+
+
+def test_toml_plans_and_mesh_errors(tmp_path):
+    p = parse_plan('name = "mine"\n[rules]\nbatch = ["data"]\n[params]\nembed = "model"\n', "x.toml")
+    assert p.name == "mine"
+    assert p.params == {"batch": ("data",), "embed": ("model",)}
+    assert p.activations == {"batch": ("data",)}
+    with pytest.raises(PlanError, match=r"x.toml:3: \[params\] mlp must be"):
+        parse_plan('name = "bad"\n[params]\nmlp = 3\n', "x.toml")
+    with pytest.raises(PlanError, match=r"x.toml:1: unknown key 'rulez'"):
+        parse_plan('rulez = 1\n', "x.toml")
+    with pytest.raises(PlanError, match="x.toml"):
+        parse_plan('[rules\n', "x.toml")
+    assert parse_mesh("data=2, model=4") == {"data": 2, "model": 4}
+    with pytest.raises(PlanError, match="name=size"):
+        parse_mesh("data:2")
+    with pytest.raises(PlanError, match="twice"):
+        parse_mesh("data=2,data=4")
+
+
+# ---- partitioned programs (subprocess with 8 simulated devices) ----------------------------
+
+_WORKER = textwrap.dedent("""
+    import json, sys
+    from jaxmove.plans import PRESETS, capture_with_plan, ensure_cpu_devices
+    from jaxmove.api import analyze
+    assert ensure_cpu_devices(8)
+    out = {}
+    for key, preset, sets, plan, mesh in [
+            ("tp", "mlp-tiny", {"batch": "64"}, "tp", {"model": 4}),
+            ("fsdp", "mlp-tiny", {"batch": "64"}, "fsdp", {"data": 8}),
+            ("dp", "mlp-tiny", {"batch": "64"}, "dp", {"data": 8}),
+            ("ep", "moe-tiny", {}, "ep", {"model": 4})]:
+        rep = analyze(capture_with_plan(preset, sets, PRESETS[plan], mesh))
+        out[key] = {"num_devices": rep.program.num_devices,
+                    "wire": rep.totals.device_to_device_bytes,
+                    "colls": [[r.collective.kind, r.collective.group_size, r.collective.buffer_bytes,
+                               r.collective.wire_bytes, r.multiplicity.count]
+                              for r in rep.rows if r.collective is not None]}
+    json.dump(out, sys.stdout)
+""")
+
+
+@pytest.fixture(scope="module")
+def partitioned():
+    env = dict(os.environ, XLA_FLAGS="--xla_force_host_platform_device_count=8", JAX_PLATFORMS="cpu")
+    proc = subprocess.run([sys.executable, "-c", _WORKER], cwd=ROOT, env=env, capture_output=True,
+                          text=True, timeout=600)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    return json.loads(proc.stdout)
+
+
+def test_tp_mlp_one_all_reduce_per_layer(partitioned):
+    b, d, layers, n, elem = 64, 32, 2, 4, 4   # mlp-tiny: d_model 32, 2 layers, f32
+    got = partitioned["tp"]
+    assert got["num_devices"] == n
+    buffer = b * d * elem
+    assert got["colls"] == [["all-reduce", n, buffer, 2 * (n - 1) * buffer // n, 1]] * layers
+    assert got["wire"] == layers * 2 * (n - 1) * buffer // n
+
+
+def test_fsdp_all_gathers_each_weight_once_and_dp_has_none(partitioned):
+    d, f, layers, n, elem = 32, 128, 2, 8, 4
+    got = partitioned["fsdp"]
+    # sharded weights (embed dim): up kernel [d, f], down kernel [f, d], down bias [d];
+    # the up bias [f] has no embed dim and stays replicated.
+    weights = sorted([d * f * elem, f * d * elem, d * elem] * layers)
+    assert all(k == "all-gather" and g == n for k, g, *_ in got["colls"])
+    assert sorted(c[2] for c in got["colls"]) == weights
+    for _, _, full, wire, mult in got["colls"]:
+        assert wire == (n - 1) * full // n and mult == 1
+    assert got["wire"] == sum((n - 1) * w // n for w in weights)
+    assert partitioned["dp"]["colls"] == [] and partitioned["dp"]["wire"] == 0
+
+
+def test_ep_moe_all_to_all_moves_three_quarters_of_dispatched_tokens(partitioned):
+    e, b, s, d, k, layers, n, elem = 4, 4, 16, 32, 2, 2, 4, 4   # moe-tiny
+    c = math.ceil(k * s * 1.0 / e)                            # capacity per expert and row
+    dispatched = e * (b // n) * c * d * elem                  # per-device token buffer
+    a2a = [x for x in partitioned["ep"]["colls"] if x[0] == "all-to-all"]
+    assert len(a2a) == 2 * layers                             # dispatch and combine
+    for _, g, buffer, wire, mult in a2a:
+        assert (g, buffer, wire, mult) == (n, dispatched, (n - 1) * dispatched // n, 1)
+
+
+# ---- the CLI ----------------------------------------------------------------------------------
+
+def _cli(*argv, env_extra=None, timeout=900):
+    env = dict(os.environ, **(env_extra or {}))
+    env.pop("XLA_FLAGS", None)
+    return subprocess.run([sys.executable, "-m", "jaxmove.cli", *argv], cwd=ROOT, env=env,
+                          capture_output=True, text=True, timeout=timeout)
+
+
+def test_cli_plans_gpt2_small_prefill_on_2x4_mesh():
+    proc = _cli("plans", "gpt2-small-prefill", "--mesh", "data=2,model=4", "--json", "--no-progress")
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    out = json.loads(proc.stdout)
+    assert out["mesh"] == {"data": 2, "model": 4} and out["hardware"] == "h100-sxm"
+    plans = {r["plan"]: r for r in out["plans"]}
+    assert set(plans) == {"dp", "fsdp", "tp", "fsdp_tp"}
+    for r in plans.values():
+        assert r["error"] is None and r["num_devices"] == 8 and r["fits"] is True
+        assert r["peak_bytes"] == r["argument_bytes"] + r["output_bytes"] - r["alias_bytes"] + r["temp_bytes"]
+    # dp with batch 1 cannot shard: every device holds the whole model, and nothing moves
+    assert plans["dp"]["wire_bytes"] == 0
+    # tp shards the weights over model=4: fewer argument bytes per device than dp
+    assert plans["tp"]["argument_bytes"] < plans["dp"]["argument_bytes"]
+    assert plans["tp"]["wire_bytes_by_kind"].get("all-reduce", 0) > 0
+
+
+def test_cli_plans_64_devices_and_marks_what_does_not_fit(tmp_path):
+    proc = _cli("plans", "gpt-tiny-prefill", "--set", "batch=8", "--mesh", "data=8,model=8",
+                "--plan", "dp", "--plan", "tp", "--hardware", "tpu-v5e", "--json", "--no-progress")
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    out = json.loads(proc.stdout)
+    assert [r["plan"] for r in out["plans"]] == ["dp", "tp"]
+    assert all(r["num_devices"] == 64 and r["error"] is None for r in out["plans"])
+    # a spec whose HBM is smaller than the program: the plan is kept and marked
+    small = tmp_path / "tiny-hbm.toml"
+    from jaxmove.hardware import load_spec, spec_to_toml
+    import dataclasses
+    spec = dataclasses.replace(load_spec("h100-sxm"), name="tiny-hbm", hbm_capacity_bytes=1024)
+    small.write_text(spec_to_toml(spec))
+    proc = _cli("plans", "mlp-tiny", "--mesh", "data=2", "--plan", "dp", "--hardware", str(small))
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert "NO" in proc.stdout and "tiny-hbm" in proc.stdout
+
+
+def test_reruns_itself_when_jax_has_too_few_devices():
+    code = textwrap.dedent("""
+        import jax, json
+        assert len(jax.devices()) == 1          # jax is up with one CPU device
+        from jaxmove.plans import compare_plans
+        cmp = compare_plans("mlp-tiny", {"data": 2, "model": 2}, ["tp"], {"batch": "8"})
+        r = cmp.results[0]
+        print(json.dumps([r.num_devices, r.wire_bytes_by_kind]))
+    """)
+    env = dict(os.environ)
+    env.pop("XLA_FLAGS", None)
+    proc = subprocess.run([sys.executable, "-c", code], cwd=ROOT, env=env, capture_output=True,
+                          text=True, timeout=600)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    n, kinds = json.loads(proc.stdout.strip().splitlines()[-1])
+    # batch 8 over data=2: each model=2 group all-reduces a [4, 32] f32 block per layer
+    layers, groups, local = 2, 2, (8 // 2) * 32 * 4
+    assert n == 4 and kinds == {"all-reduce": layers * 2 * (groups - 1) * local // groups}
+
+
+def test_analyze_mesh_plan_json_has_collectives():
+    proc = _cli("analyze", "mlp-tiny", "--set", "batch=16", "--mesh", "model=2", "--plan", "tp", "--json")
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    out = json.loads(proc.stdout)
+    buffer = 16 * 32 * 4
+    colls = [i["collective"] for i in out["instructions"] if i["collective"]]
+    assert [(c["kind"], c["group_size"], c["wire_bytes"]) for c in colls] == [("all-reduce", 2, buffer)] * 2
+    assert out["totals"]["collective_wire_bytes"] == 2 * buffer
+    bad = _cli("analyze", "mlp-tiny", "--mesh", "data=2", "--plan", "nonesuch")
+    assert bad.returncode == 2 and "nonesuch" in bad.stderr and "Traceback" not in bad.stderr
