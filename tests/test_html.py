@@ -158,3 +158,40 @@ def test_cli_html_for_a_zoo_model(chromium, tmp_path):
     n = len(jaxmove.analyze("gpt-tiny-decode").to_json()["instructions"])
     assert len(p.values) == n
     assert dom.count("<svg") >= 4        # breakdown charts
+
+
+def test_dataframe_matches_json():
+    pd = pytest.importorskip("pandas")
+    report = jaxmove.analyze("gpt-tiny-decode", hardware="h100-sxm")
+    df = report.to_dataframe()
+    rows = report.to_json()["instructions"]
+    assert isinstance(df, pd.DataFrame) and len(df) == len(rows)
+    by_name = df.set_index("name")
+    for r in rows:
+        got = by_name.loc[r["name"]]
+        assert got["hbm_read_bytes"] == r["hbm_read_bytes"] and got["flops"] == r["flops"]
+        assert got["est_time_s"] == r["est_time_s"] and got["bound"] == r["bound"]
+    # bytes by role add up to the HBM bytes of every row
+    roles = sum(df[f"{role}_{d}_bytes"] for role in ("weights", "kv_cache", "activations", "unknown")
+                for d in ("read", "write"))
+    assert (roles == df["hbm_bytes"]).all()
+    assert "<table>" in report._repr_html_()
+
+
+def test_plots_draw(tmp_path):
+    matplotlib = pytest.importorskip("matplotlib")
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    from jaxmove.report import plots
+
+    report = jaxmove.analyze("gpt-tiny-decode", hardware="h100-sxm")
+    fig, axes = plt.subplots(1, 3)
+    ax = plots.roofline(report, ax=axes[0])
+    assert len(ax.collections) >= 1 and ax.get_xscale() == "log"
+    plots.traffic_by_path(report, ax=axes[1])
+    plots.traffic_by_role(report, ax=axes[2])
+    fig.savefig(tmp_path / "p.png")
+    plt.close(fig)
+    with pytest.raises(ValueError, match="hardware"):
+        plots.roofline(jaxmove.analyze("gpt-tiny-decode"))

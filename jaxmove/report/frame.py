@@ -30,8 +30,9 @@ def report_records(report) -> list[dict]:
     ``compute_time_s``, ``memory_time_s``, ``network_time_s``, ``bound`` (time model),
     ``modeled_hbm_bytes`` (time model), ``collective``, ``group_size``, ``wire_bytes``
     (collectives; wire bytes per program run), ``onchip_reuse_bytes`` (reuse pass, per
-    program run) and ``measured_s``. ``arithmetic_intensity`` is flops per HBM byte (None when the
-    instruction moves no HBM bytes).
+    program run) and ``measured_s``. ``arithmetic_intensity`` is flops per HBM byte (the time model's,
+    over its modeled bytes, when the report has times; None when no HBM bytes move) --
+    the same figure as the JSON.
     """
     has_times = getattr(report, "times", None) is not None
     out = []
@@ -60,6 +61,8 @@ def report_records(report) -> list[dict]:
             tm = row_time(report, r)
             for k in ("est_time_s", "compute_time_s", "memory_time_s", "network_time_s", "bound"):
                 rec[k] = getattr(tm, k, None) if tm is not None else None
+            if tm is not None:  # the time model's intensity counts its modeled bytes (as the JSON)
+                rec["arithmetic_intensity"] = getattr(tm, "arithmetic_intensity", None)
         coll = row_collective(r)
         if coll is not None:
             rec["collective"] = getattr(coll, "kind", None)

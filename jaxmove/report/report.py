@@ -75,6 +75,16 @@ class Report:
     def unmodeled(self) -> list[InstructionCost]:
         return self.analysis.unmodeled
 
+    def to_dataframe(self):
+        """One pandas row per instruction of the JSON ``instructions`` (report/frame.py)."""
+        from .frame import to_dataframe
+        return to_dataframe(self)
+
+    def _repr_html_(self) -> str:
+        """Jupyter's rich display: a compact, escaped summary (report/html.py)."""
+        from .frame import repr_html
+        return repr_html(self)
+
     def to_json(self) -> dict:
         """The stable JSON contract of ``jaxmove analyze --json`` (keys may be added, never removed)."""
         t = self.totals
