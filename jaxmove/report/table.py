@@ -84,6 +84,7 @@ def render_report(report: Report, top: int = 15, console: Console | None = None)
         roles.add_row(role, human_bytes(rd), human_bytes(wr))
     console.print(paths)
     console.print(roles)
+    render_collectives(report, console)
 
     if report.unmodeled:
         console.print(f"[bold red]Unmodeled ({len(report.unmodeled)}):[/bold red] figures for these are "
@@ -185,3 +186,22 @@ def render_time_summary(report: Report, console: Console) -> None:
                       f"{t.unmodeled[0]}", soft_wrap=True)
     for n in t.notes:
         console.print(f"[yellow]note:[/yellow] {n}")
+
+
+def render_collectives(report: Report, console: Console, top: int = 10) -> None:
+    """The collectives that put the most bytes on the wire (per device, one program run)."""
+    rows = [r for r in report.rows if r.collective is not None]
+    if not rows:
+        return
+    rows.sort(key=lambda r: r.total.device_to_device_bytes, reverse=True)
+    table = Table(title=f"Collectives ({len(rows)}), bytes each device sends per program run")
+    for col in ("instruction", "kind", "group", "groups", "x", "buffer", "wire", "source"):
+        table.add_column(col, justify="right" if col in ("group", "groups", "x", "buffer", "wire") else "left")
+    for r in rows[:top]:
+        c = r.collective
+        loc = report.module.source_location(r.instr)
+        table.add_row(r.instr.name, c.kind + (" (async)" if c.is_async else ""), str(c.group_size),
+                      str(c.num_groups), str(r.multiplicity.count), human_bytes(c.buffer_bytes),
+                      human_bytes(r.total.device_to_device_bytes),
+                      f"{loc.file.rsplit('/', 1)[-1]}:{loc.line}" if loc else "")
+    console.print(table)
