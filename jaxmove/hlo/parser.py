@@ -23,6 +23,7 @@ from __future__ import annotations
 import bisect
 import re
 import sys
+from math import prod
 from pathlib import Path
 
 from .._perf import gc_paused
@@ -77,6 +78,27 @@ _FAST_LINE = re.compile(
     rf'(ROOT[ \t]++)?({_F_NAME})[ \t]*+=[ \t]*+({_F_SHAPE})[ \t]++([a-z][a-z0-9\-]*+)'
     rf'\((?:({_F_OPERANDS})|([^()"\n]*+))\)((?:{_F_ATTR_NC})*+)[ \t\r]*+(?:\n([ \t]*+)|\Z)')
 _FAST_ATTR = re.compile(_F_ATTR)
+
+# Device groups are expanded into explicit lists; a count above this (no real system has
+# 16M devices) is refused rather than allocated.
+MAX_DEVICES = 1 << 24
+_IOTA_DIMS = re.compile(r"<=\[([0-9,\s]*)\]")
+_MESH_SIZES = re.compile(r"=\s*(\d+)")
+
+
+def _device_count_bound(value: str) -> int:
+    """Devices an iota or mesh-axes group list spans (0 for explicit lists, bounded by
+    their text), computed without expanding it."""
+    m = _IOTA_DIMS.search(value)
+    if m:
+        try:
+            return prod(int(x) for x in m.group(1).split(",") if x.strip())
+        except ValueError:
+            return 0
+    if value.lstrip().startswith("mesh["):
+        head = value[:value.find("]") + 1]
+        return prod(int(x) for x in _MESH_SIZES.findall(head))
+    return 0
 
 
 class _Parser:
@@ -316,6 +338,12 @@ class _Parser:
         return shape
 
     def layout(self, text: str, pos: int) -> Layout:
+        try:
+            return self._layout(text, pos)
+        except ValueError:
+            raise self.error(f"expected integers in layout {{{text}}}", pos) from None
+
+    def _layout(self, text: str, pos: int) -> Layout:
         head, _, tail = text.partition(":")
         try:
             m2m = tuple(int(x) for x in head.split(",") if x.strip())
@@ -407,6 +435,10 @@ class _Parser:
             key = int(m.group(0))
             self.pos = m.end()
             self.ws()
+            wants_string = word in ("FileNames", "FunctionNames")
+            if self.peek("{" if wants_string else '"'):
+                raise self.error(f"expected {'a string' if wants_string else '{...}'} for {word} "
+                                 f"entry {key}, found {self.found()}")
             if self.peek('"'):
                 sm = _STRING.match(self.text, self.pos)
                 if sm is None:
@@ -664,13 +696,19 @@ class _Parser:
     def check_attr(self, key: str, value: str, pos: int) -> None:
         """Attribute values checked at parse time: ``replica_groups`` must expand (an iota
         list's sizes must multiply out). Raises HloParseError at the value's position."""
-        if key == "replica_groups" and value not in self._checked_groups:
+        if key in ("replica_groups", "source_target_pairs") and value not in self._checked_groups:
+            n = _device_count_bound(value)
+            if n > MAX_DEVICES:
+                raise self.error(f"{key}={value} spans {n} devices, more than the {MAX_DEVICES} "
+                                 "jaxmove expands", pos)
             try:
-                parse_replica_groups(value)
+                groups = parse_replica_groups(value)
             except ReplicaGroupsError as e:
                 raise self.error(str(e), pos) from None
             except (ValueError, MemoryError, OverflowError) as e:
-                raise self.error(f"replica groups {value}: {e}", pos) from None
+                raise self.error(f"{key} {value}: {e}", pos) from None
+            if key == "source_target_pairs" and any(len(g) != 2 for g in groups):
+                raise self.error(f"source_target_pairs={value}: expected {{source,target}} pairs", pos)
             self._checked_groups.add(value)
 
 

@@ -160,6 +160,45 @@ def _check_elements(filename: str, instr: Instruction, src: Shape) -> None:
                        f"({src.num_elements * ib} bits in, {out.num_elements * ob} bits out)")
 
 
+def _dims_attr(filename: str, instr: Instruction, key: str) -> tuple[int, ...]:
+    v = instr.attrs.get(key)
+    if v is None:
+        return ()
+    t = v.strip()
+    if not (t.startswith("{") and t.endswith("}")):
+        raise _err(filename, instr, f"{key}={v} of '{instr.name}': expected {{d0,d1,...}}")
+    try:
+        return tuple(int(x) for x in t[1:-1].split(",") if x.strip())
+    except ValueError:
+        raise _err(filename, instr, f"{key}={v} of '{instr.name}': expected integers") from None
+
+
+def _check_dot_dims(filename: str, instr: Instruction, lhs: Shape, rhs: Shape) -> None:
+    """Dimension numbers name dimensions the operands have, and contracted/batch sizes agree
+    (``ShapeInference::InferDotOpShape``)."""
+    if not (lhs.is_array and rhs.is_array):
+        raise _err(filename, instr, f"'{instr.opcode}' '{instr.name}' of {lhs} and {rhs}: operands "
+                   "must be arrays")
+    pairs = []
+    for side, shape in (("lhs", lhs), ("rhs", rhs)):
+        dims = {}
+        for kind in ("contracting", "batch"):
+            key = f"{side}_{kind}_dims"
+            dims[kind] = _dims_attr(filename, instr, key)
+            for d in dims[kind]:
+                if not 0 <= d < len(shape.dims):
+                    raise _err(filename, instr, f"{key}={{{','.join(map(str, dims[kind]))}}} of "
+                               f"'{instr.name}': operand {shape} has no dimension {d}")
+        pairs.append(dims)
+    if instr.opcode != "dot":
+        return
+    for kind in ("contracting", "batch"):
+        ls, rs = pairs[0][kind], pairs[1][kind]
+        if len(ls) != len(rs) or any(lhs.dims[a] != rhs.dims[b] for a, b in zip(ls, rs)):
+            raise _err(filename, instr, f"dot '{instr.name}': {kind} dimensions {list(ls)} of {lhs} "
+                       f"and {list(rs)} of {rhs} differ in number or size")
+
+
 def _check_instruction(filename: str, mod: Module, comp: Computation, instr: Instruction) -> tuple[str, ...]:
     """Check one instruction; returns the computations it calls."""
     op = instr.opcode
@@ -184,6 +223,9 @@ def _check_instruction(filename: str, mod: Module, comp: Computation, instr: Ins
                        f" and one scalar index per dimension), got {n}")
     elif op == "dot" and n != 2 and not ("sparsity" in instr.attrs and 2 < n <= 4):
         raise _err(filename, instr, f"'dot' instruction '{instr.name}' takes 2 operands, got {n}")
+    if op in ("dot", "ragged-dot", "scaled-dot") and n >= 2:
+        _check_dot_dims(filename, instr, by_name[instr.operands[0]].shape,
+                        by_name[instr.operands[1]].shape)
     if op in ("reshape", "bitcast", "bitcast-convert") and n == 1:
         _check_elements(filename, instr, by_name[instr.operands[0]].shape)
     elif op == "get-tuple-element" and n == 1:

@@ -237,6 +237,8 @@ def parse_window(text: str | None) -> list[WindowDim]:
     else:
         pads = [(0, 0)] * n
     stride, lhs_d, rhs_d = ints("stride", 1), ints("lhs_dilate", 1), ints("rhs_dilate", 1)
+    if min(sizes + stride + lhs_d + rhs_d) < 1:
+        raise ValueError(f"window {text!r}: sizes, strides and dilations must be >= 1")
     return [WindowDim(sizes[i], stride[i], pads[i][0], pads[i][1], rhs_d[i], lhs_d[i])
             for i in range(n)]
 
@@ -259,6 +261,11 @@ def parse_dim_labels(text: str) -> tuple[int, int, list[int], int, int, list[int
             spatial(rhs), out.index("b"), out.index("f"), spatial(out))
 
 
+# Positions _valid_positions counts one by one at most (a few seconds of Python); a larger
+# window (only seen in malformed modules) is reported as unmodeled instead.
+MAX_WINDOW_STEPS = 10_000_000
+
+
 def _valid_positions(window: WindowDim, input_limit: int, kernel_limit: int, output_limit: int) -> int:
     """Kernel/output position pairs that land on a real (non-padding, non-hole) input."""
     w = window
@@ -271,6 +278,9 @@ def _valid_positions(window: WindowDim, input_limit: int, kernel_limit: int, out
             and w.base_dilation == 1 and w.stride == 1
             and w.padding_high == output_limit - 1 and w.padding_low == output_limit - 1):
         return output_limit
+    steps = kernel_limit if w.stride == 1 and w.base_dilation == 1 else kernel_limit * output_limit
+    if steps > MAX_WINDOW_STEPS:
+        raise ValueError(f"window of {kernel_limit} x {output_limit} positions is too large to count")
     count = 0
     for k in range(kernel_limit):
         if w.stride == 1 and w.base_dilation == 1:
@@ -312,6 +322,8 @@ def convolution_flops(instr: Instruction, lhs: Shape, rhs: Shape, result: Shape)
     valid = math.prod(_valid_positions(w, i, k, o) for w, (i, k, o) in zip(window, limits))
     fgc = int(instr.attrs.get("feature_group_count", "1"))
     bgc = int(instr.attrs.get("batch_group_count", "1"))
+    if fgc < 1 or bgc < 1:
+        raise ValueError(f"feature_group_count={fgc}, batch_group_count={bgc}: must be >= 1")
     fma = (lhs.dims[in_f] // fgc) * result.dims[out_f] * (lhs.dims[in_b] // bgc) * valid
     return KFMA_FLOPS * fma
 

@@ -10,12 +10,17 @@ from dataclasses import dataclass, field, replace
 
 from .._perf import gc_paused
 from ..hlo import Computation, Instruction, Module
-from .collectives import CollectiveInfo, collective_info
+from .collectives import CollectiveError, CollectiveInfo, collective_info
 from .cost import Cost
 from .flops import FlopCount, instruction_flops
 from .multiplicity import Multiplicity, callee_counts, multiplicity_pass
 from .roles import leaf_position, roles_pass
 from .traffic import HOST_MEMORY_SPACE, ON_CHIP_MEMORY_SPACES, InstrTraffic, instruction_traffic
+
+
+# Start of the unmodeled reason of an instruction on which a pass raised (a rule that did
+# not foresee its shapes or attributes); tests/test_fuzz.py requires that none occurs.
+PASS_FAILURE = "no pass rule could cost this instruction"
 
 
 @dataclass(frozen=True, slots=True)
@@ -119,10 +124,17 @@ def analyze_module(module: Module, entry_roles: dict[int, str] | None = None) ->
     for cname, m in mult.items():
         comp = module.computations[cname]
         for instr in comp.instructions:
-            traffic = instruction_traffic(instr, comp, module)
-            fc = instruction_flops(instr, module)
-            cost, notes = instruction_cost(instr, comp, module, roles, traffic, fc)
-            coll = collective_info(instr, comp, module)
+            try:
+                traffic = instruction_traffic(instr, comp, module)
+                fc = instruction_flops(instr, module)
+                cost, notes = instruction_cost(instr, comp, module, roles, traffic, fc)
+                coll = collective_info(instr, comp, module)
+            except CollectiveError:
+                raise  # a positioned error about the input: the caller reports it
+            except (ArithmeticError, LookupError, ValueError, TypeError, AttributeError) as e:
+                # an input the rules did not foresee: list it as unmodeled, never guess
+                traffic = InstrTraffic(unmodeled=(f"{PASS_FAILURE} ({type(e).__name__}: {e})",))
+                fc, cost, notes, coll = FlopCount(), Cost(), [], None
             if coll is not None:
                 cost = replace(cost, device_to_device_bytes=cost.device_to_device_bytes
                                + coll.wire_bytes)
