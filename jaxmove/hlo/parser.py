@@ -79,6 +79,15 @@ _FAST_LINE = re.compile(
     rf'\((?:({_F_OPERANDS})|([^()"\n]*+))\)((?:{_F_ATTR_NC})*+)[ \t\r]*+(?:\n([ \t]*+)|\Z)')
 _FAST_ATTR = re.compile(_F_ATTR)
 
+# A computation's parameter list ``(p: f32[4]{0}, t: (s32[], f32[2]))`` on one line, every
+# bracket closed in order (up to three levels of tuples): what ``balanced`` accepts there.
+_S_ATOM = r'[^()\[\]{}"\n]++'
+_S_GROUP = rf'\[[^()\[\]{{}}"\n]*+\]|\{{(?:{_S_ATOM}|\([^()\[\]{{}}"\n]*+\))*+\}}'
+_S_PARENS = rf'\((?:{_S_ATOM}|{_S_GROUP})*+\)'
+for _ in range(3):
+    _S_PARENS = rf'\((?:{_S_ATOM}|{_S_GROUP}|{_S_PARENS})*+\)'
+_SIGNATURE = re.compile(_S_PARENS)
+
 # Device groups are expanded into explicit lists; a count above this (no real system has
 # 16M devices) is refused rather than allocated.
 MAX_DEVICES = 1 << 24
@@ -469,7 +478,12 @@ class _Parser:
         name = self.name("computation name (or 'HloModule', 'ENTRY')")
         line, _ = self.linecol(self._comp_pos)
         self.ws()
-        if self.peek("("):
+        sig = _SIGNATURE.match(self.text, self.pos) if self.peek("(") else None
+        if sig is not None:  # the common, well-nested case: what balanced() accepts, faster
+            self.pos = sig.end()
+            self.expect("->", f"after parameter list of computation '{name}'")
+            self.shape(f"result of computation '{name}'")
+        elif self.peek("("):
             self.balanced(f"parameter list of computation '{name}'")
             self.expect("->", f"after parameter list of computation '{name}'")
             self.shape(f"result of computation '{name}'")

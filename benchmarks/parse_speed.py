@@ -1,0 +1,147 @@
+"""Speed and scale of jaxmove's parser and passes, against XLA's own C++ parser.
+
+    python benchmarks/parse_speed.py            # corpus module, 10k, 100k, 1M instructions
+    python benchmarks/parse_speed.py --max 100000 --repeat 1
+
+For each module: the time to parse (``parse_module``) and to run every pass
+(``analyze_module``), instructions per second, microseconds per instruction (flat when cost
+grows linearly), peak memory of the process, and the time of
+``jaxlib._hlo.hlo_module_from_text`` (XLA's parser, no passes) on the same text in the same
+run. Each measurement runs in a fresh subprocess, so peak RSS (``VmHWM``) is that of one
+parse (+ analysis) alone; the text is read from a file before timing starts. Times are the
+best of ``--repeat`` runs in that subprocess (wall clock, ``time.perf_counter``).
+
+Modules: (a) the largest file of the HLO corpus (../shared/corpus/hlo, when present);
+(b)-(d) synthetic unrolled transformers of 10k / 100k / 1M instructions from
+``benchmarks/synth_hlo.py`` (fusions, dots, all-reduce start/done, a while loop, metadata).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+HERE = Path(__file__).resolve().parent
+CORPUS = HERE.parent.parent / "shared" / "corpus" / "hlo"
+
+
+def _peak_rss_bytes() -> int:
+    """This process's peak resident set: VmHWM from /proc (Linux; fresh after exec, unlike
+    ``ru_maxrss``, which a child inherits from the parent that forked it), else ru_maxrss."""
+    import resource
+    try:
+        for line in Path("/proc/self/status").read_text().splitlines():
+            if line.startswith("VmHWM:"):
+                return int(line.split()[1]) * 1024
+    except OSError:
+        pass
+    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
+
+
+def _child(kind: str, path: str, repeat: int) -> dict:
+    """Runs in the subprocess: time one parser on the text in ``path``; print JSON."""
+    import gc
+    text = Path(path).read_text()
+    out: dict = {}
+    if kind == "xla":
+        from jaxlib import _hlo
+        rss0 = _peak_rss_bytes()
+        best = float("inf")
+        for _ in range(repeat):
+            t = time.perf_counter()
+            mod = _hlo.hlo_module_from_text(text)
+            best = min(best, time.perf_counter() - t)
+            del mod
+        out.update(parse_s=best)
+    else:
+        sys.path.insert(0, str(HERE.parent))
+        from jaxmove.hlo import parse_module
+        from jaxmove.passes.pipeline import analyze_module
+        rss0 = _peak_rss_bytes()
+        best_p = best_a = float("inf")
+        for _ in range(repeat):
+            gc.collect()
+            t = time.perf_counter()
+            module = parse_module(text)
+            t1 = time.perf_counter()
+            analysis = analyze_module(module)
+            t2 = time.perf_counter()
+            best_p, best_a = min(best_p, t1 - t), min(best_a, t2 - t1)
+            out["instructions"] = sum(len(c) for c in module.computations.values())
+            out["rows"] = len(analysis.rows)
+            out["unmodeled"] = len(analysis.unmodeled)
+            del module, analysis
+        out.update(parse_s=best_p, analyze_s=best_a)
+    out["peak_rss_bytes"] = _peak_rss_bytes()
+    out["rss_before_bytes"] = rss0
+    return out
+
+
+def _run(kind: str, path: Path, repeat: int) -> dict:
+    proc = subprocess.run([sys.executable, __file__, "--child", kind, str(path), "--repeat", str(repeat)],
+                          capture_output=True, text=True)
+    if proc.returncode != 0:
+        return {"error": (proc.stderr.strip().splitlines() or ["exit %d" % proc.returncode])[-1]}
+    return json.loads(proc.stdout.strip().splitlines()[-1])
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--max", type=int, default=1_000_000, help="largest synthetic module (instructions)")
+    ap.add_argument("--repeat", type=int, default=3, help="best of N runs per module (1 for >= 1M)")
+    ap.add_argument("--no-xla", action="store_true", help="skip XLA's parser")
+    ap.add_argument("--child", nargs=2, metavar=("KIND", "FILE"), help=argparse.SUPPRESS)
+    args = ap.parse_args(argv)
+    if args.child:
+        print(json.dumps(_child(args.child[0], args.child[1], args.repeat)))
+        return 0
+
+    sys.path.insert(0, str(HERE))
+    from synth_hlo import generate
+
+    cases: list[tuple[str, str]] = []
+    if CORPUS.is_dir():
+        largest = max(CORPUS.glob("*.hlo"), key=lambda p: p.stat().st_size)
+        cases.append((f"corpus: {largest.stem[:38]}", largest.read_text()))
+    for n in (10_000, 100_000, 1_000_000):
+        if n <= args.max:
+            cases.append((f"synthetic {n // 1000}k", generate(n)))
+
+    hdr = (f"{'module':<44} {'instrs':>9} {'MB':>6} {'parse s':>8} {'passes s':>8} {'total s':>8} "
+           f"{'instr/s':>9} {'us/instr':>8} {'peak MiB':>8} {'XLA s':>7} {'XLA MiB':>7} {'ours/XLA':>8}")
+    print(hdr)
+    print("-" * len(hdr))
+    with tempfile.TemporaryDirectory() as tmp:
+        for label, text in cases:
+            path = Path(tmp) / "module.hlo"
+            path.write_text(text)
+            big = len(text) > 50_000_000
+            repeat = 1 if big else (args.repeat if len(text) > 100_000 else max(args.repeat, 20))
+            ours = _run("ours", path, repeat)
+            xla = {} if args.no_xla else _run("xla", path, repeat)
+            if "error" in ours:
+                print(f"{label:<44} jaxmove failed: {ours['error']}")
+                continue
+            total = ours["parse_s"] + ours["analyze_s"]
+            n = ours["instructions"]
+            xs = xla.get("parse_s")
+            ratio = f"{total / xs:8.2f}" if xs else f"{'-':>8}"
+            xmib = f"{xla['peak_rss_bytes'] / 2**20:7.0f}" if xs else f"{'-':>7}"
+            print(f"{label:<44} {n:>9,} {len(text) / 1e6:>6.1f} {ours['parse_s']:>8.3f} "
+                  f"{ours['analyze_s']:>8.3f} {total:>8.3f} {n / total:>9,.0f} {1e6 * total / n:>8.2f} "
+                  f"{ours['peak_rss_bytes'] / 2**20:>8.0f} {xs if xs else float('nan'):>7.3f} {xmib} {ratio}",
+                  flush=True)
+    print("\ntotal = parse + every pass (analyze_module); peak = max RSS of a fresh process that "
+          "read the text and parsed it (Python + text + IR + analysis); ours/XLA = total / XLA's "
+          f"parse alone. {os.cpu_count()} CPUs, Python {sys.version.split()[0]}.")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
