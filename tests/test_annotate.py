@@ -233,3 +233,15 @@ def test_quiet_opcodes_match_report():
     from jaxmove.report.columns import QUIET_OPCODES
     assert QUIET_OPCODES is rep._QUIET
     assert Path(rep.__file__).is_file()
+
+
+def test_time_columns_equal_json():
+    program = jaxmove.resolve_program("gpt-tiny-decode")
+    report = jaxmove.analyze(program, hardware="h100-sxm")
+    comments = _comments(annotate(report, program.hlo_text))
+    for row in report.to_json()["instructions"]:
+        c = comments[row["name"]]
+        assert float(c["est_time_s"]) == row["est_time_s"], row["name"]
+        assert c["bound"] == row["bound"], row["name"]
+        if row["arithmetic_intensity"] is not None:
+            assert float(c["intensity"]) == row["arithmetic_intensity"], row["name"]
