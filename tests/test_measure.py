@@ -198,3 +198,12 @@ def test_gpt_tiny_decode_join(scan):
         assert m.instructions[(module.entry.name, loop.name)].executions == 1
     else:
         assert not loops
+
+
+@pytest.mark.parametrize("preset", [p for p in __import__("models").PRESETS if "tiny" in p])
+def test_every_tiny_preset_join_covers_95_percent(preset):
+    m = measure(preset, runs=1, warmup=1, profile_runs=2)
+    module = parse_module(m.program.hlo_text)
+    names = {(c.name, i.name) for c in module.computations.values() for i in c.instructions}
+    assert m.instructions and set(m.instructions) <= names
+    assert m.coverage >= 0.95
