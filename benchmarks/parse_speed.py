@@ -13,7 +13,9 @@ best of ``--repeat`` runs in that subprocess (wall clock, ``time.perf_counter``)
 
 Modules: (a) the largest file of the HLO corpus (../shared/corpus/hlo, when present);
 (b)-(d) synthetic unrolled transformers of 10k / 100k / 1M instructions from
-``benchmarks/synth_hlo.py`` (fusions, dots, all-reduce start/done, a while loop, metadata).
+``benchmarks/synth_hlo.py`` (fusions, dots, all-reduce start/done, a while loop, metadata);
+(e) a *wide* module of 100k instructions: one fusion of 25k operands returning a 25k-tuple
+(per-operand costs that are not O(1) would show up there).
 """
 
 from __future__ import annotations
@@ -103,7 +105,7 @@ def main(argv: list[str] | None = None) -> int:
         return 0
 
     sys.path.insert(0, str(HERE))
-    from synth_hlo import generate
+    from synth_hlo import generate, generate_wide
 
     cases: list[tuple[str, str]] = []
     if CORPUS.is_dir():
@@ -112,6 +114,8 @@ def main(argv: list[str] | None = None) -> int:
     for n in (10_000, 100_000, 1_000_000):
         if n <= args.max:
             cases.append((f"synthetic {n // 1000}k", generate(n)))
+    if args.max >= 100_000:
+        cases.append(("wide: 25k-operand fusion, 25k-tuples", generate_wide(25_000)))
 
     hdr = (f"{'module':<44} {'instrs':>9} {'MB':>6} {'parse s':>8} {'passes s':>8} {'total s':>8} "
            f"{'instr/s':>9} {'us/instr':>8} {'peak MiB':>8} {'XLA s':>7} {'XLA MiB':>7} {'ours/XLA':>8}")

@@ -233,3 +233,23 @@ def count_instructions(text: str) -> int:
 if __name__ == "__main__":  # pragma: no cover
     import sys
     print(generate(int(sys.argv[1]) if len(sys.argv) > 1 else 200))
+
+
+def generate_wide(n: int) -> str:
+    """A module whose instructions are wide rather than many: one fusion of ``n`` operands
+    returning an ``n``-tuple, ``n`` get-tuple-elements and a root tuple of ``n`` (about 4n
+    instructions). Any per-operand or per-leaf cost that is not O(1) shows up here as
+    superlinear time."""
+    leaf = "f32[8]{0}"
+    tup = ", ".join([leaf] * n)
+    lines = ["HloModule wide", "", f"%fused_wide (q: {leaf}) -> ({tup}) {{"]
+    lines += [f"  %q{i} = {leaf} parameter({i})" for i in range(n)]
+    lines += [f"  %a{i} = {leaf} add(%q{i}, %q{i})" for i in range(n)]
+    lines += [f"  ROOT %t = ({tup}) tuple({', '.join(f'%a{i}' for i in range(n))})", "}", "",
+              "ENTRY %main {"]
+    lines += [f"  %p{i} = {leaf} parameter({i})" for i in range(n)]
+    lines += [f"  %fu = ({tup}) fusion({', '.join(f'%p{i}' for i in range(n))}), kind=kLoop, "
+              "calls=%fused_wide"]
+    lines += [f"  %g{i} = {leaf} get-tuple-element(%fu), index={i}" for i in range(n)]
+    lines += [f"  ROOT %r = ({tup}) tuple({', '.join(f'%g{i}' for i in range(n))})", "}", ""]
+    return "\n".join(lines)

@@ -77,11 +77,14 @@ class Shape:
     is_array: bool = field(init=False, repr=False, compare=False)
     num_elements: int = field(init=False, repr=False, compare=False)
     byte_size: int = field(init=False, repr=False, compare=False)
+    num_leaves: int = field(init=False, repr=False, compare=False)
+    leaf_offsets: tuple[int, ...] = field(init=False, repr=False, compare=False)
 
     def __post_init__(self) -> None:
         """Sets ``is_tuple``, ``is_array``, ``num_elements`` (elements of an array shape, 1
-        for a scalar) and ``byte_size`` (ceil(elements * bits / 8) for arrays, the sum over
-        leaves for tuples). Raises KeyError for an unknown element type."""
+        for a scalar), ``byte_size`` (ceil(elements * bits / 8) for arrays, the sum over
+        leaves for tuples), ``num_leaves`` (1 for a non-tuple) and ``leaf_offsets`` (per tuple
+        element, the flat number of its first leaf). Raises KeyError for an unknown element type."""
         is_tuple = self.element_type == "tuple"
         n = prod(self.dims)
         if is_tuple:
@@ -92,6 +95,13 @@ class Shape:
         object.__setattr__(self, "is_array", self.element_type not in ("tuple", "token", "opaque"))
         object.__setattr__(self, "num_elements", n)
         object.__setattr__(self, "byte_size", nbytes)
+        # flat leaf number of each tuple element's first leaf (leaf_position in O(depth))
+        offsets, k = [], 0
+        for e in self.tuple_shapes:
+            offsets.append(k)
+            k += e.num_leaves
+        object.__setattr__(self, "num_leaves", k if is_tuple else 1)
+        object.__setattr__(self, "leaf_offsets", tuple(offsets))
 
     @property
     def bit_width(self) -> int:

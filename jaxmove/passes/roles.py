@@ -38,16 +38,15 @@ def entry_parameter_name(instr: Instruction) -> str:
 
 
 def _nleaves(shape: Shape) -> int:
-    return len(shape.leaves()) if shape.is_tuple else 1
+    return shape.num_leaves
 
 
 def leaf_position(shape: Shape, index: tuple[int, ...]) -> int:
-    """Flat leaf number of ShapeIndex ``index`` within ``shape``."""
+    """Flat leaf number of ShapeIndex ``index`` within ``shape`` (O(len(index)))."""
     pos = 0
     s = shape
     for i in index:
-        for k in range(i):
-            pos += _nleaves(s.tuple_shapes[k])
+        pos += s.leaf_offsets[i]
         s = s.tuple_shapes[i]
     return pos
 

@@ -222,14 +222,19 @@ def fusion_traffic(instr: Instruction, comp: Computation, module: Module) -> Ins
     fa = _FusionAnalysis(module, fused)
     reads: list[Access] = []
     notes: list[str] = []
+    # operand name -> its fusion parameters (one pass: fusions may take hundreds of operands)
+    bound: dict[str, list[Instruction]] = {}
+    for j, o in enumerate(instr.operands):
+        ps = bound.setdefault(o, [])
+        if j < len(fused.parameters):
+            ps.append(fused.parameters[j])
     seen: set[str] = set()
     for k, name in enumerate(instr.operands):
         if name in seen:
             continue
         seen.add(name)
         # all fusion parameters bound to the same operand (rare) are read once, as their union
-        params = [fused.parameters[j] for j, o in enumerate(instr.operands) if o == name
-                  and j < len(fused.parameters)]
+        params = bound[name]
         oshape = comp.by_name[name].shape
         if not oshape.is_array:
             for idx, leaf in oshape.leaves_with_index():
