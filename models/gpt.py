@@ -33,6 +33,21 @@ layout (keys over head_dim, values over positions), so XLA reads the cache once
 instead of first copying it into a transposed layout (XLA:CPU does that copy for a
 [batch, seq_len, kv_heads, head_dim] cache, doubling the cache traffic).
 
+Sharding and name scopes: every activation is marked with logical axes through
+``models.sharding.constrain`` (the identity outside a sharding plan) -- hidden states
+(``batch``, ``length``, ``embed``), q (``batch``, ``length``, ``heads``, ``kv``), k/v
+(``batch``, ``length``, ``kv_heads``, ``kv``), attention output (``batch``, ``length``,
+``heads``, ``kv``), MLP hidden (``batch``, ``length``, ``mlp``), logits (``batch``,
+``length``, ``vocab``), cache (``batch``, ``kv_heads``, ``length``, ``kv``) -- and every
+parameter is constrained where it is used to the layout its logical axes take for
+activations (``models.sharding.constrain_params``): under ``fsdp`` that is where a
+weight is all-gathered (ZeRO-3), under ``tp`` and ``dp`` nothing moves. (The activation
+rules map no ``length`` axis, so decode's [B, 1, ...] activations use the same names.)
+Each sub-module runs inside a ``jax.named_scope`` (``embed``,
+``layers_<i>/{ln1,attn,ln2,mlp}``, ``ln_f``, ``lm_head``; ``layers/...`` under
+``scan_layers``), so HLO ``op_name`` metadata carries the module path that ``jaxmove
+analyze --by module`` groups by.
+
 Parameters (pure dict from ``nnx.to_pure_dict``) follow the module attribute
 names: ``wte/embedding``, ``wpe/embedding``, ``layers/<i>/ln1/{scale,bias}``,
 ``layers/<i>/attn/{query,key,value}/{kernel,bias}`` (kernel [d_model, heads or
@@ -52,6 +67,7 @@ import jax.numpy as jnp
 from flax import nnx
 
 from jaxmove.workload import Workload
+from models.sharding import constrain, constrain_params
 
 DTYPES = {
     "bf16": jnp.bfloat16, "bfloat16": jnp.bfloat16,
@@ -133,6 +149,22 @@ class GPTConfig:
 
 # ----------------------------------------------------------------------------- modules
 
+# Logical axes of activations (see the module docstring).
+HIDDEN = ("batch", "length", "embed")
+Q_AXES = ("batch", "length", "heads", "kv")
+KV_AXES = ("batch", "length", "kv_heads", "kv")
+CACHE_AXES = ("batch", "kv_heads", "length", "kv")
+MLP_AXES = ("batch", "length", "mlp")
+LOGITS_AXES = ("batch", "length", "vocab")
+
+
+def _axes(name: str) -> dict[str, tuple]:
+    """Logical axes of the parameters of sub-module ``name``, by leaf (``_PARAM_AXES``;
+    LayerNorm scale and bias are ``embed``)."""
+    if name in ("ln1", "ln2", "ln_f"):
+        return {"scale": ("embed",), "bias": ("embed",)}
+    return {leaf: ax for (mod, leaf), ax in _PARAM_AXES.items() if mod == name}
+
 
 def attend(q: jax.Array, k: jax.Array, v: jax.Array, mask: jax.Array) -> jax.Array:
     """Grouped-query softmax attention.
@@ -169,14 +201,25 @@ class Attention(nnx.Module):
         self.value = nnx.LinearGeneral(d, (hkv, hd), **lin)
         self.out = nnx.LinearGeneral((h, hd), d, axis=(-2, -1), **lin)
 
+    def _qkv(self, x):
+        """x [B, T, d] -> q [B, T, H, D], k and v [B, H_kv, T, D] (cache layout)."""
+        q = constrain(constrain_params(self.query, _axes("query"))(x), Q_AXES)
+        k = constrain(constrain_params(self.key, _axes("key"))(x), KV_AXES)
+        v = constrain(constrain_params(self.value, _axes("value"))(x), KV_AXES)
+        return (q, constrain(k.transpose(0, 2, 1, 3), CACHE_AXES),
+                constrain(v.transpose(0, 2, 1, 3), CACHE_AXES))
+
+    def _out(self, q, k, v, mask):
+        """Attention of q over k, v, then the output projection: [B, T, d]."""
+        o = constrain(attend(q, k, v, mask), Q_AXES)
+        return constrain(constrain_params(self.out, _axes("out"))(o), HIDDEN)
+
     def prefill(self, x: jax.Array) -> tuple[jax.Array, tuple[jax.Array, jax.Array]]:
         """x [B, T, d] -> (y [B, T, d], (k, v) each [B, H_kv, T, D])."""
-        q = self.query(x)
-        k = self.key(x).transpose(0, 2, 1, 3)
-        v = self.value(x).transpose(0, 2, 1, 3)
+        q, k, v = self._qkv(x)
         t = x.shape[1]
         mask = jnp.tril(jnp.ones((t, t), bool))
-        return self.out(attend(q, k, v, mask)), (k, v)
+        return self._out(q, k, v, mask), (k, v)
 
     def decode(self, x, k_cache, v_cache, pos):
         """One step.
@@ -190,15 +233,15 @@ class Attention(nnx.Module):
           (y [B, 1, d], (k_cache, v_cache)) with row ``pos`` replaced
           (``jax.lax.dynamic_update_slice``); keys at positions > pos are masked.
         """
-        q = self.query(x)
-        k = self.key(x).transpose(0, 2, 1, 3)    # [B, H_kv, 1, D]
-        v = self.value(x).transpose(0, 2, 1, 3)
+        q, k, v = self._qkv(x)                   # k, v [B, H_kv, 1, D]
         zero = jnp.zeros((), jnp.int32)
         start = (zero, zero, pos.astype(jnp.int32), zero)
-        k_cache = jax.lax.dynamic_update_slice(k_cache, k.astype(k_cache.dtype), start)
-        v_cache = jax.lax.dynamic_update_slice(v_cache, v.astype(v_cache.dtype), start)
+        k_cache = constrain(jax.lax.dynamic_update_slice(k_cache, k.astype(k_cache.dtype), start),
+                            CACHE_AXES)
+        v_cache = constrain(jax.lax.dynamic_update_slice(v_cache, v.astype(v_cache.dtype), start),
+                            CACHE_AXES)
         mask = (jnp.arange(k_cache.shape[2]) <= pos)[None, :]
-        return self.out(attend(q, k_cache, v_cache, mask)), (k_cache, v_cache)
+        return self._out(q, k_cache, v_cache, mask), (k_cache, v_cache)
 
 
 class MLP(nnx.Module):
@@ -210,7 +253,9 @@ class MLP(nnx.Module):
         self.proj = nnx.Linear(cfg.d_ff, cfg.d_model, dtype=dt, param_dtype=dt, rngs=rngs)
 
     def __call__(self, x):
-        return self.proj(jax.nn.gelu(self.fc(x), approximate=True))
+        h = constrain_params(self.fc, _axes("fc"))(x)
+        h = constrain(jax.nn.gelu(h, approximate=True), MLP_AXES)
+        return constrain(constrain_params(self.proj, _axes("proj"))(h), HIDDEN)
 
 
 class Block(nnx.Module):
@@ -224,15 +269,28 @@ class Block(nnx.Module):
         self.ln2 = nnx.LayerNorm(cfg.d_model, **ln)
         self.mlp = MLP(cfg, rngs=rngs)
 
+    def _ln(self, name, x):
+        with jax.named_scope(name):
+            return constrain(constrain_params(getattr(self, name), _axes(name))(x), HIDDEN)
+
+    def _mlp(self, x):
+        h = self._ln("ln2", x)
+        with jax.named_scope("mlp"):
+            return constrain(x + self.mlp(h), HIDDEN)
+
     def prefill(self, x):
-        a, kv = self.attn.prefill(self.ln1(x))
-        x = x + a
-        return x + self.mlp(self.ln2(x)), kv
+        h = self._ln("ln1", x)
+        with jax.named_scope("attn"):
+            a, kv = self.attn.prefill(h)
+            x = constrain(x + a, HIDDEN)
+        return self._mlp(x), kv
 
     def decode(self, x, k_cache, v_cache, pos):
-        a, kv = self.attn.decode(self.ln1(x), k_cache, v_cache, pos)
-        x = x + a
-        return x + self.mlp(self.ln2(x)), kv
+        h = self._ln("ln1", x)
+        with jax.named_scope("attn"):
+            a, kv = self.attn.decode(h, k_cache, v_cache, pos)
+            x = constrain(x + a, HIDDEN)
+        return self._mlp(x), kv
 
 
 class GPT(nnx.Module):
@@ -254,8 +312,22 @@ class GPT(nnx.Module):
             self.layers = nnx.List([Block(cfg, rngs=rngs) for _ in range(cfg.layers)])
         self.ln_f = nnx.LayerNorm(cfg.d_model, epsilon=1e-5, dtype=dt, param_dtype=dt, rngs=rngs)
 
+    def _embed(self, tokens: jax.Array, positions: jax.Array) -> jax.Array:
+        """tokens int32 [B, T], positions int32 [T] -> hidden states [B, T, d]."""
+        with jax.named_scope("embed"):
+            # the table is read directly (as nnx.Embed does) rather than through
+            # constrain_params, so the LM head's use of the tied table starts again from
+            # the stored (under fsdp: sharded) value and gathers it there once more
+            table = constrain(self.wte.embedding[...], _PARAM_AXES[("wte", "embedding")])
+            x = (jnp.take(table, tokens, axis=0)
+                 + constrain_params(self.wpe, _axes("wpe"))(positions)[None])
+            return constrain(x, HIDDEN)
+
     def _logits(self, x):
-        return self.wte.attend(self.ln_f(x))
+        with jax.named_scope("ln_f"):
+            h = constrain(constrain_params(self.ln_f, _axes("ln_f"))(x), HIDDEN)
+        with jax.named_scope("lm_head"):   # tied to wte: logits = h @ wte.T
+            return constrain(constrain_params(self.wte, _axes("wte")).attend(h), LOGITS_AXES)
 
     def prefill(self, tokens: jax.Array) -> tuple[jax.Array, dict]:
         """tokens int32 [B, T] (T <= seq_len) -> (logits [B, T, V], cache).
@@ -263,7 +335,7 @@ class GPT(nnx.Module):
         The cache has the layout of the module docstring with length T.
         """
         t = tokens.shape[1]
-        x = self.wte(tokens) + self.wpe(jnp.arange(t))[None]
+        x = self._embed(tokens, jnp.arange(t))
         if self.cfg.scan_layers:
             graphdef, state = nnx.split(self.layers)
 
@@ -271,12 +343,14 @@ class GPT(nnx.Module):
                 x, kv = nnx.merge(graphdef, layer_state).prefill(x)
                 return x, kv
 
-            x, (k, v) = jax.lax.scan(body, x, state)
+            with jax.named_scope("layers"):
+                x, (k, v) = jax.lax.scan(body, x, state)
             cache = {"k_cache": k, "v_cache": v}
         else:
             entries = []
-            for block in self.layers:
-                x, (k, v) = block.prefill(x)
+            for i, block in enumerate(self.layers):
+                with jax.named_scope(f"layers_{i}"):
+                    x, (k, v) = block.prefill(x)
                 entries.append({"k_cache": k, "v_cache": v})
             cache = {"layers": entries}
         return self._logits(x), cache
@@ -292,7 +366,7 @@ class GPT(nnx.Module):
         Returns:
           (logits [B, 1, V], cache with position ``pos`` written in every layer).
         """
-        x = self.wte(tokens) + self.wpe(jnp.reshape(pos, (1,)))[None]
+        x = self._embed(tokens, jnp.reshape(pos, (1,)))
         if self.cfg.scan_layers:
             graphdef, state = nnx.split(self.layers)
 
@@ -301,12 +375,14 @@ class GPT(nnx.Module):
                 x, kv = nnx.merge(graphdef, layer_state).decode(x, kc, vc, pos)
                 return x, kv
 
-            x, (k, v) = jax.lax.scan(body, x, (state, cache["k_cache"], cache["v_cache"]))
+            with jax.named_scope("layers"):
+                x, (k, v) = jax.lax.scan(body, x, (state, cache["k_cache"], cache["v_cache"]))
             new_cache = {"k_cache": k, "v_cache": v}
         else:
             entries = []
-            for block, c in zip(self.layers, cache["layers"]):
-                x, (k, v) = block.decode(x, c["k_cache"], c["v_cache"], pos)
+            for i, (block, c) in enumerate(zip(self.layers, cache["layers"])):
+                with jax.named_scope(f"layers_{i}"):
+                    x, (k, v) = block.decode(x, c["k_cache"], c["v_cache"], pos)
                 entries.append({"k_cache": k, "v_cache": v})
             new_cache = {"layers": entries}
         return self._logits(x), new_cache

@@ -3,6 +3,9 @@
 Parameters (pure dict): ``layers/<i>/up/{kernel [d_model, d_ff], bias [d_ff]}``,
 ``layers/<i>/down/{kernel [d_ff, d_model], bias [d_model]}``.
 Parameter count: ``layers * (2 * d_model * d_ff + d_ff + d_model)``.
+
+Each block runs in ``jax.named_scope`` ``layers_<i>``, its projections in ``up`` and
+``down``, so HLO ``op_name`` metadata carries the module path (``layers_0/up``).
 """
 
 from __future__ import annotations
@@ -48,8 +51,10 @@ class MLPBlock(nnx.Module):
     def __call__(self, x):
         # Logical constraints (identity outside a sharding plan, see models/sharding.py):
         # the hidden activation is [batch, mlp], the block output [batch, embed].
-        h = constrain(jax.nn.gelu(self.up(x)), ("batch", "mlp"))
-        return constrain(self.down(h), ("batch", "embed"))
+        with jax.named_scope("up"):
+            h = constrain(jax.nn.gelu(self.up(x)), ("batch", "mlp"))
+        with jax.named_scope("down"):
+            return constrain(self.down(h), ("batch", "embed"))
 
 
 class MLP(nnx.Module):
@@ -59,8 +64,9 @@ class MLP(nnx.Module):
         self.layers = nnx.List([MLPBlock(cfg, rngs=rngs) for _ in range(cfg.layers)])
 
     def __call__(self, x):
-        for layer in self.layers:
-            x = layer(x)
+        for i, layer in enumerate(self.layers):
+            with jax.named_scope(f"layers_{i}"):
+                x = layer(x)
         return x
 
 

@@ -17,6 +17,10 @@ The dispatched buffer is constrained to (``expert``, ``batch``, -, ``embed``) an
 expert outputs back to (-, ``batch``, -, ``embed``): under the ``ep`` plan (experts and
 batch sharded over the same mesh axis) XLA moves tokens with two all-to-alls per layer.
 
+Name scopes (HLO ``op_name``): ``layers_<i>/router`` (logits, top-k, dispatch and
+combine masks), ``layers_<i>/dispatch`` (tokens to the expert buffer),
+``layers_<i>/experts`` (the expert FFNs), ``layers_<i>/combine`` (back to tokens).
+
 Parameters (pure dict): ``layers/<i>/router`` [d, E], ``layers/<i>/w_in`` [E, d, f],
 ``layers/<i>/w_out`` [E, f, d]. Parameter count ``layers * (d*E + 2*E*d*f)``.
 """
@@ -96,26 +100,30 @@ class MoELayer(nnx.Module):
         cfg = self.cfg
         b, s, _ = x.shape
         e, k, c = cfg.experts, cfg.top_k, cfg.capacity
-        logits = jnp.einsum("bsd,de->bse", x, self.router[...]).astype(jnp.float32)
-        probs = constrain(jax.nn.softmax(logits, axis=-1), ("batch", None, None))
-        gates, expert = _top_k(probs, k)                                        # [B, S, k]
-        onehot = jax.nn.one_hot(expert, e, dtype=jnp.int32)                     # [B, S, k, E]
-        onehot = constrain(onehot, ("batch", None, None, None))
-        flat = onehot.reshape(b, s * k, e)
-        position = ((jnp.cumsum(flat, axis=1) - 1) * flat).sum(-1).reshape(b, s, k)
-        slot = jax.nn.one_hot(position, c, dtype=jnp.float32)                  # [B, S, k, C]
-        keep = (position < c).astype(jnp.float32)[..., None, None]
-        route = onehot.astype(jnp.float32)[..., None] * slot[..., None, :] * keep  # [B,S,k,E,C]
-        dispatch = constrain(route.sum(2).astype(x.dtype), ("batch", None, None, None))  # [B,S,E,C]
-        combine = constrain((route * gates[..., None, None]).sum(2).astype(x.dtype),
-                            ("batch", None, None, None))
-        xe = jnp.einsum("bsec,bsd->ebcd", dispatch, x)
-        xe = constrain(xe, ("expert", "batch", None, "embed"))
-        h = jax.nn.gelu(jnp.einsum("ebcd,edf->ebcf", xe, self.w_in[...]))
-        ye = jnp.einsum("ebcf,efd->ebcd", h, self.w_out[...])
-        ye = constrain(ye, ("expert", "batch", None, "embed"))
-        ye = constrain(ye, (None, "batch", None, "embed"))
-        return jnp.einsum("bsec,ebcd->bsd", combine, ye)
+        with jax.named_scope("router"):
+            logits = jnp.einsum("bsd,de->bse", x, self.router[...]).astype(jnp.float32)
+            probs = constrain(jax.nn.softmax(logits, axis=-1), ("batch", None, None))
+            gates, expert = _top_k(probs, k)                                    # [B, S, k]
+            onehot = jax.nn.one_hot(expert, e, dtype=jnp.int32)                 # [B, S, k, E]
+            onehot = constrain(onehot, ("batch", None, None, None))
+            flat = onehot.reshape(b, s * k, e)
+            position = ((jnp.cumsum(flat, axis=1) - 1) * flat).sum(-1).reshape(b, s, k)
+            slot = jax.nn.one_hot(position, c, dtype=jnp.float32)              # [B, S, k, C]
+            keep = (position < c).astype(jnp.float32)[..., None, None]
+            route = onehot.astype(jnp.float32)[..., None] * slot[..., None, :] * keep  # [B,S,k,E,C]
+            dispatch = constrain(route.sum(2).astype(x.dtype), ("batch", None, None, None))
+            combine = constrain((route * gates[..., None, None]).sum(2).astype(x.dtype),
+                                ("batch", None, None, None))                   # [B, S, E, C]
+        with jax.named_scope("dispatch"):
+            xe = jnp.einsum("bsec,bsd->ebcd", dispatch, x)
+            xe = constrain(xe, ("expert", "batch", None, "embed"))
+        with jax.named_scope("experts"):
+            h = jax.nn.gelu(jnp.einsum("ebcd,edf->ebcf", xe, self.w_in[...]))
+            ye = jnp.einsum("ebcf,efd->ebcd", h, self.w_out[...])
+            ye = constrain(ye, ("expert", "batch", None, "embed"))
+        with jax.named_scope("combine"):
+            ye = constrain(ye, (None, "batch", None, "embed"))
+            return jnp.einsum("bsec,ebcd->bsd", combine, ye)
 
 
 class MoE(nnx.Module):
@@ -125,8 +133,9 @@ class MoE(nnx.Module):
         self.layers = nnx.List([MoELayer(cfg, rngs=rngs) for _ in range(cfg.layers)])
 
     def __call__(self, x):
-        for layer in self.layers:
-            x = x + layer(x)
+        for i, layer in enumerate(self.layers):
+            with jax.named_scope(f"layers_{i}"):
+                x = x + layer(x)
         return x
 
 

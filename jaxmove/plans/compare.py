@@ -176,15 +176,18 @@ def capture_with_plan(preset: str, overrides: dict[str, str] | None, plan: Plan,
     notes = [] if notes is None else notes
     mesh = make_mesh(mesh_shape)
     workload = models.build(preset, overrides or {})
-    in_sh, out_sh, leaf_specs = workload_shardings(workload, plan, mesh, notes)
-    if specs is not None:
-        specs.update(leaf_specs)
 
     def resolver(axes, shape):
         spec = plan.partition_spec(axes, shape, dict(mesh.shape), False, notes, "intermediate")
         return NamedSharding(mesh, PartitionSpec(*spec))
 
+    # workload_shardings traces workload.fn (jax.eval_shape) and jax caches that trace for
+    # the jit below: both must run under the resolver, or the cached trace has no
+    # sharding constraints and every ``constrain`` in the model is silently dropped.
     with logical_sharding(resolver):
+        in_sh, out_sh, leaf_specs = workload_shardings(workload, plan, mesh, notes)
+        if specs is not None:
+            specs.update(leaf_specs)
         return capture(workload, in_shardings=in_sh, out_shardings=out_sh)
 
 
