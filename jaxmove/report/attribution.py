@@ -12,6 +12,13 @@ Where an instruction came from is in its ``metadata``:
     components name traced functions, and transform wrappers (``jvp(...)``,
     ``transpose(...)``, ``vmap(...)``, ``remat(...)`` ...) wrap a scope name.
 
+Two repairs keep the module path about modules: an einsum's subscripts, which
+``jnp.einsum`` pushes onto the name stack (``layers_0/attn/bkgts,bksd->btkgd/dot_general``),
+are dropped; and an instruction whose op_name an XLA pass dropped while rewriting it
+(XLA:CPU's gemv-rewriter re-creates matrix-vector dots without metadata, and its
+reduce-window split of reductions does the same) takes the module path its users share,
+else the one its operands share (``Attribution.module_inferred`` says so).
+
 ``aggregate(report, by)`` sums the per-instruction figures (totals over one program run)
 by source line, module path, opcode, fusion kind or tensor role.
 """
@@ -58,14 +65,15 @@ def split_name_stack(op_name: str) -> list[str]:
 
 
 def _unwrap(component: str) -> str | None:
-    """A module/scope name inside transform wrappers, or None for a function wrapper.
+    """A module/scope name inside transform wrappers, or None for a function wrapper or
+    an einsum's subscripts (``bkgts,bksd->btkgd``, a name-stack entry of ``jnp.einsum``).
 
     ``transpose(jvp(Block_0))`` -> ``Block_0``; ``jit(step)`` -> None; ``attn`` -> ``attn``.
     """
     while True:
         m = _WRAPPER.match(component)
-        if m is None:
-            return component
+        if m is None:  # bare ``closed_call`` (what lax.scan's body is traced as) is no scope
+            return None if "->" in component or component in _FUNCTION_WRAPPERS else component
         if m.group(1) in _FUNCTION_WRAPPERS:
             return None
         component = m.group(2)
@@ -84,6 +92,8 @@ class Attribution:
       module_path: the name stack with function wrappers (``jit(...)``) dropped and
         transform wrappers (``jvp(...)``) unwrapped: the Flax module / named-scope path.
       primitive: the op_name's last component (``dot_general``), or "".
+      module_inferred: True when the instruction has no op_name and ``module_path`` is
+        the path its neighbours share (see the module docstring).
     """
 
     source: SourceLocation | None
@@ -92,6 +102,7 @@ class Attribution:
     name_stack: str
     module_path: str
     primitive: str
+    module_inferred: bool = False
 
     @property
     def source_key(self) -> str:
@@ -100,10 +111,11 @@ class Attribution:
 
     @property
     def module_key(self) -> str:
-        """The module path, ``(top level)`` when the op_name names no scope, or ``(no op_name)``."""
-        if not self.op_name:
-            return NO_OP_NAME
-        return self.module_path or TOP_LEVEL
+        """The module path (inferred from neighbours for an instruction without op_name),
+        ``(top level)`` when the op_name names no scope, or ``(no op_name)``."""
+        if self.module_path:
+            return self.module_path
+        return TOP_LEVEL if self.op_name else NO_OP_NAME
 
 
 def source_stack(module: Module, instr: Instruction) -> tuple[SourceLocation, ...]:
@@ -154,10 +166,58 @@ def metadata_instruction(module: Module, instr: Instruction) -> Instruction:
     return instr
 
 
+def _module_parts(module: Module, instr: Instruction) -> tuple[str, list[str]]:
+    """(op_name, module path components) of ``instr`` from its own metadata (or a fusion's
+    fused instructions'), without looking at neighbours."""
+    md = metadata_instruction(module, instr).metadata
+    op_name = md.op_name if md else ""
+    scopes = split_name_stack(op_name)[:-1]
+    return op_name, [u for u in (_unwrap(p) for p in scopes) if u]
+
+
+def _common_prefix(paths: list[list[str]]) -> list[str]:
+    out: list[str] = []
+    for parts in zip(*paths):
+        if any(p != parts[0] for p in parts):
+            break
+        out.append(parts[0])
+    return out
+
+
+def _owner(module: Module, instr: Instruction):
+    for comp in module.computations.values():
+        if comp.by_name.get(instr.name) is instr:
+            return comp
+    return None
+
+
+def neighbour_module_path(module: Module, instr: Instruction) -> str:
+    """The module path shared by ``instr``'s users (those with an op_name naming a scope),
+    else by its non-parameter operands; "" when neither group has one in common.
+
+    For instructions an XLA pass re-created without metadata: the rewritten op computes
+    a value for its users, so their scope is the best witness, its operands' the next.
+    One hop only (neighbours without op_name are skipped).
+    """
+    comp = _owner(module, instr)
+    if comp is None:
+        return ""
+    for group in (comp.users(instr.name),
+                  [o for o in comp.operand_instructions(instr) if o.opcode != "parameter"]):
+        paths = [parts for op_name, parts in (_module_parts(module, i) for i in group)
+                 if op_name and parts]
+        common = _common_prefix(paths) if paths else []
+        if common:
+            return "/".join(common)
+    return ""
+
+
 def attribute(module: Module, instr: Instruction) -> Attribution:
     """Source location, stack, name stack and module path of one instruction (a fusion
-    without metadata is attributed through its fused instructions)."""
+    without metadata is attributed through its fused instructions; an instruction with
+    no op_name at all through its neighbours, ``neighbour_module_path``)."""
     source = module.source_location(instr)
+    original = instr
     instr = metadata_instruction(module, instr)
     md = instr.metadata
     op_name = md.op_name if md else ""
@@ -165,8 +225,12 @@ def attribute(module: Module, instr: Instruction) -> Attribution:
     primitive = parts[-1] if parts else ""
     scopes = parts[:-1]
     module_parts = [u for u in (_unwrap(p) for p in scopes) if u]
+    module_path, inferred = "/".join(module_parts), False
+    if not op_name:
+        module_path = neighbour_module_path(module, original)
+        inferred = bool(module_path)
     return Attribution(source, source_stack(module, instr), op_name,
-                       "/".join(scopes), "/".join(module_parts), primitive)
+                       "/".join(scopes), module_path, primitive, inferred)
 
 
 def row_key(report, row: InstructionCost, by: str) -> str:
