@@ -313,6 +313,23 @@ def test_calibrate_quick_gives_positive_finite_numbers(quick_spec):
     assert s.calibration and s.calibration["quick"] is True
 
 
+def test_calibrate_quick_measures_host_runtime_terms(quick_spec):
+    import platform
+
+    s = quick_spec
+    assert s.dispatch_overhead_s is not None and 0 < s.dispatch_overhead_s < 1e-1
+    if s.kind != "cpu" or platform.libc_ver()[0] != "glibc":
+        pytest.skip("first-touch calibration applies to glibc CPU hosts")
+    if s.first_touch_bytes_per_s is None:
+        pytest.skip("a fresh output did not fault on every page here (huge pages?): term not written")
+    # a fresh output of 64 MiB or more faults once per 4 KiB page (ru_minflt)
+    assert s.calibration["first_touch_faults_per_call"] >= s.calibration["first_touch_array_bytes"] // 4096
+    assert 1e6 < s.first_touch_bytes_per_s < s.hbm_bytes_per_s * 10
+    assert s.mmap_threshold_bytes == 32 * 2**20
+    for key in ("first_touch_bytes_per_s", "mmap_threshold_bytes", "dispatch_overhead_s"):
+        assert s.sources[key].startswith("measured by jaxmove calibrate"), key
+
+
 def test_calibrated_spec_round_trips_as_local(quick_spec, tmp_path, monkeypatch):
     monkeypatch.setenv("JAXMOVE_CACHE_DIR", str(tmp_path))
     path = write_spec(quick_spec, local_spec_path())

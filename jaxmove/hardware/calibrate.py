@@ -14,6 +14,16 @@ What is measured, with JAX itself (each timing ends with ``block_until_ready``):
   emits are counted in the compiled HLO, and
   (median t(chain of k) - median t(chain of 1)) / (kernels(k) - kernels(1)) is the cost
   of one more kernel, with the per-call dispatch cost subtracted out.
+- ``dispatch_overhead_s``: the chain of 1 above: its median time minus its kernels at the
+  per-kernel overhead, i.e. the host's cost of one blocking program call.
+- ``first_touch_bytes_per_s`` and ``mmap_threshold_bytes`` (CPU with glibc only):
+  ``jit(x + 1)`` on a float32 array of 2x the mmap threshold or more, once writing a fresh
+  output (allocated and freed by every call) and once donated (in place). The page faults
+  per call are counted with ``getrusage`` (``ru_minflt``); when the fresh call faults on
+  its output's pages, (median fresh - median in-place) is the time to map and zero
+  ``x.nbytes`` bytes of pages. The threshold is glibc's ``DEFAULT_MMAP_THRESHOLD_MAX``
+  (32 MiB on 64-bit, mallopt(3)): above it an allocation is always mmap'd, so freed and
+  mapped again on every run. No faults (another allocator, huge pages): neither is written.
 - ``intra_node_bytes_per_s`` (only with 2+ local devices): ``jax.device_put`` of a
   large array from device 0 to device 1.
 
@@ -62,6 +72,8 @@ class _Plan:
         self.chain_reps = 100 if quick else 1000
         self.copy_bytes = (64 if quick else 256) * 2**20
         self.budget_s = 1.5 if quick else 10.0  # per measurement, beyond the minimum reps
+        self.first_touch_bytes = (64 if quick else 256) * 2**20
+        self.first_touch_reps = 5 if quick else 15
 
 
 def _timed(fn: Callable[[], Any], *, reps: int, budget_s: float, warmup: int = 1) -> list[float]:
@@ -227,8 +239,60 @@ def _measure_kernel_overhead(plan: _Plan, device: Any) -> tuple[float, dict[str,
     return per_kernel, {
         "kernel_chain_kernels": kn,
         "kernel_chain_median_s": medn,
-        "dispatch_overhead_s": med1,
+        "kernel_chain_1_kernels": k1,
+        "kernel_chain_1_median_s": med1,
         "kernel_overhead_estimator": method,
+    }
+
+
+# glibc malloc/malloc.c: DEFAULT_MMAP_THRESHOLD_MAX = 4 * 1024 * 1024 * sizeof(long).
+_GLIBC_MMAP_THRESHOLD_MAX_BYTES = 4 * 1024 * 1024 * 8
+
+
+def _measure_first_touch(plan: _Plan, device: Any) -> tuple[float, dict[str, Any]] | None:
+    """(bytes/s of writing into freshly mapped pages, details), or None when a fresh
+    output does not fault (module docstring)."""
+    import resource
+
+    import jax
+    import jax.numpy as jnp
+
+    n = max(plan.first_touch_bytes, 2 * _GLIBC_MMAP_THRESHOLD_MAX_BYTES) // 4
+    base = jax.device_put(jnp.ones((n,), jnp.float32), device)
+    fresh = jax.jit(lambda x: x + 1.0)
+    inplace = jax.jit(lambda x: x + 1.0, donate_argnums=0)
+
+    def faults() -> int:
+        return resource.getrusage(resource.RUSAGE_SELF).ru_minflt
+
+    def run(fn: Callable[[Any], Any], donate: bool) -> tuple[float, float]:
+        times, flts = [], []
+        for k in range(plan.first_touch_reps + 1):
+            x = jax.block_until_ready(base + 0.0) if donate else base
+            f0, t0 = faults(), time.perf_counter()
+            out = jax.block_until_ready(fn(x))
+            t1, f1 = time.perf_counter(), faults()
+            del out, x
+            if k:  # the first call compiles
+                times.append(t1 - t0)
+                flts.append(f1 - f0)
+        return statistics.median(times), statistics.median(flts)
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        t_fresh, f_fresh = run(fresh, False)
+        t_inplace, f_inplace = run(inplace, True)
+    del base
+    nbytes = n * 4
+    page_bytes = nbytes / f_fresh if f_fresh else None
+    if not f_fresh or f_fresh < 0.5 * nbytes / 4096 or t_fresh <= t_inplace:
+        return None
+    return nbytes / (t_fresh - t_inplace), {
+        "first_touch_array_bytes": nbytes,
+        "first_touch_fresh_median_s": t_fresh,
+        "first_touch_inplace_median_s": t_inplace,
+        "first_touch_faults_per_call": int(f_fresh),
+        "first_touch_bytes_per_fault": round(page_bytes, 1),
     }
 
 
@@ -331,12 +395,43 @@ def calibrate(quick: bool = False, progress: Progress | None = None) -> Hardware
         f"in the compiled HLO) - median time of a chain of 1) / extra kernels ({d['kernel_overhead_estimator']})"
     )
 
+    dispatch = d["kernel_chain_1_median_s"] - d["kernel_chain_1_kernels"] * overhead
+    extra: dict[str, Any] = {}
+    if dispatch > 0:
+        extra["dispatch_overhead_s"] = dispatch
+        sources["dispatch_overhead_s"] = (
+            f"{stamp}: median time of the jitted chain of 1 8x8 dot ({d['kernel_chain_1_kernels']} kernels, "
+            f"{d['kernel_chain_1_median_s']:.4g} s) - its kernels x kernel_launch_overhead_s: the host's cost of one "
+            "blocking program call"
+        )
+
+    if kind == "cpu" and _platform.libc_ver()[0] == "glibc":
+        say("first-touch page mapping: x + 1 into a fresh output vs in place")
+        ft = _measure_first_touch(plan, device)
+        if ft is not None:
+            rate, d = ft
+            details.update(d)
+            extra["first_touch_bytes_per_s"] = rate
+            extra["mmap_threshold_bytes"] = _GLIBC_MMAP_THRESHOLD_MAX_BYTES
+            sources["first_touch_bytes_per_s"] = (
+                f"{stamp}: float32[{d['first_touch_array_bytes'] // 4}] x + 1: median of "
+                f"{plan.first_touch_reps} calls into a fresh output ({d['first_touch_faults_per_call']} page "
+                f"faults per call, ru_minflt) - median of {plan.first_touch_reps} donated in-place calls; "
+                f"bytes = {d['first_touch_array_bytes']} / that difference"
+            )
+            sources["mmap_threshold_bytes"] = (
+                f"{stamp}: the fresh {d['first_touch_array_bytes']}-byte output faulted on every page "
+                f"({d['first_touch_bytes_per_fault']} bytes per fault), as glibc maps every allocation above "
+                "its mmap threshold afresh; the value is glibc's DEFAULT_MMAP_THRESHOLD_MAX = 4 MiB x "
+                "sizeof(long) = 32 MiB on 64-bit (mallopt(3), malloc/malloc.c), the most the dynamic "
+                "threshold can reach"
+            )
+
     capacity, cap_how = _capacity_bytes(device)
     sources["hbm_capacity_bytes"] = f"{stamp}: {cap_how}"
 
     local = [d for d in jax.local_devices() if d.platform == platform]
     sources["devices_per_node"] = f"{stamp}: number of local {platform} devices (jax.local_devices())"
-    extra: dict[str, Any] = {}
     if len(local) > 1:
         say("device-to-device bandwidth: jax.device_put from device 0 to device 1")
         extra["intra_node_bytes_per_s"] = _measure_device_copy(plan, local)

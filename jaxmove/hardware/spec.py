@@ -176,6 +176,15 @@ class HardwareSpec:
       tensor_cores_per_chip: TPU TensorCores per chip.
       torus_dims, ici_links: TPU ICI torus dimensionality and links per chip.
       ici_bytes_per_s_per_link: TPU ICI bandwidth of one link, per direction, bytes/s.
+
+    Host-runtime terms (optional; measured by ``jaxmove calibrate`` on CPUs, absent from
+    every built-in spec, and when absent the time model does not apply them):
+      first_touch_bytes_per_s: rate at which a run writes into freshly mapped pages (each
+        4 KiB page costs a fault that maps and zeroes it), bytes/s; passes/first_touch.py.
+      mmap_threshold_bytes: allocations of at least this size are mapped fresh on every
+        run (the host allocator's mmap threshold), bytes.
+      dispatch_overhead_s: host time to launch one program call and wait for it, charged
+        once per program run, s.
     """
 
     name: str = dataclasses.field(metadata=_meta("", required=True, numeric=False))
@@ -203,6 +212,9 @@ class HardwareSpec:
     torus_dims: int | None = dataclasses.field(default=None, metadata=_meta("dimensions"))
     ici_links: int | None = dataclasses.field(default=None, metadata=_meta("links"))
     ici_bytes_per_s_per_link: float | None = dataclasses.field(default=None, metadata=_meta("bytes/s"))
+    first_touch_bytes_per_s: float | None = dataclasses.field(default=None, metadata=_meta("bytes/s"))
+    mmap_threshold_bytes: int | None = dataclasses.field(default=None, metadata=_meta("bytes"))
+    dispatch_overhead_s: float | None = dataclasses.field(default=None, metadata=_meta("s"))
     notes: str = dataclasses.field(default="", metadata=_meta("", numeric=False))
     sources: Mapping[str, str] = dataclasses.field(
         default_factory=dict, metadata=_meta("", numeric=False)

@@ -43,6 +43,9 @@ _ORDER = (
     "torus_dims",
     "ici_links",
     "ici_bytes_per_s_per_link",
+    "first_touch_bytes_per_s",
+    "mmap_threshold_bytes",
+    "dispatch_overhead_s",
 )
 
 

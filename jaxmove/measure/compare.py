@@ -14,7 +14,8 @@ Error statistics (``ErrorStats``), over the instructions with a measured time:
   (Pearson correlation of the ranks, ties given their mean rank; Spearman 1904);
 - ``program_error``: estimated program time / measured wall time (median) - 1, and
   ``span_error`` the same against the profiled device span (first to last kernel of a
-  run), which leaves out the host's per-call dispatch.
+  run), which leaves out the host's per-call dispatch (so does the estimate it is compared
+  with: ``est_program_s - est_dispatch_s``).
 
 The fit (``fit_spec``): the time model of one execution is
 ``overhead + max(memory_time, compute_time)`` with ``memory_time = bytes / bandwidth``
@@ -90,6 +91,8 @@ class ErrorStats:
       est_program_s: the time model's program time (schedule with overlap).
       measured_wall_s: median wall time of a run; measured_span_s: profiled device span.
       program_error: est_program_s / measured_wall_s - 1.
+      est_dispatch_s: the per-call dispatch overhead included in est_program_s (0 when the
+        spec has none).
     """
 
     n_measured: int
@@ -102,6 +105,7 @@ class ErrorStats:
     est_program_s: float
     measured_wall_s: float
     measured_span_s: float | None
+    est_dispatch_s: float = 0.0
 
     @property
     def program_error(self) -> float:
@@ -109,9 +113,11 @@ class ErrorStats:
 
     @property
     def span_error(self) -> float | None:
-        """est_program_s / measured_span_s - 1: against the device's busy stretch of a run,
-        without the host's per-call dispatch that the wall time includes."""
-        return self.est_program_s / self.measured_span_s - 1.0 if self.measured_span_s else None
+        """(est_program_s - est_dispatch_s) / measured_span_s - 1: against the device's busy
+        stretch of a run, without the host's per-call dispatch that the wall time includes."""
+        if not self.measured_span_s:
+            return None
+        return (self.est_program_s - self.est_dispatch_s) / self.measured_span_s - 1.0
 
     def to_json(self) -> dict:
         d = dataclasses.asdict(self)
@@ -245,7 +251,8 @@ def error_stats(times, measurement: Measurement, min_share: float = MIN_SHARE) -
     rho = spearman([e for e, _ in sig], [m for _, m in sig]) if len(sig) >= 2 else None
     prof = measurement.profile
     return ErrorStats(len(pairs), len(sig), mdape, wape, rho, sum(e for e, _ in pairs), meas_sum,
-                      times.est_time_s, measurement.wall_median_s, prof.span_s if prof else None)
+                      times.est_time_s, measurement.wall_median_s, prof.span_s if prof else None,
+                      getattr(times, "dispatch_overhead_s", 0.0))
 
 
 def baseline_time_s(xla_cost: dict | None, spec, dtype: str) -> float | None:

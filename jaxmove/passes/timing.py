@@ -6,6 +6,7 @@ insightful visual performance model for multicore architectures", CACM 2009):
     compute_time = sum over its dots/convolutions of flops / peak(dtype, precision)
                    + (other flops + transcendentals) / vector peak
     memory_time  = HBM bytes / hbm_bytes_per_s
+                   + first-touch bytes / first_touch_bytes_per_s   (CPU specs that have it)
     network_time = collective_time_s(info, spec)        (passes/collectives.py)
     est_time     = kernel_launch_overhead_s + max(compute_time, memory_time, network_time)
 
@@ -22,6 +23,12 @@ insightful visual performance model for multicore architectures", CACM 2009):
 * The launch overhead is charged once per instruction that launches a kernel (every
   opcode the traffic pass does not list as free), additive as in XLA's GPU performance
   model (``kKernelLaunchOverhead``, xla/service/gpu/model/gpu_performance_model_base.h).
+* First-touch bytes (``passes/first_touch.py``) are bytes written into pages the host
+  maps fresh during the run (large allocations are mmap'd and munmap'd per run); each
+  page costs a fault, measured by ``jaxmove calibrate`` as ``first_touch_bytes_per_s``.
+  The fault stalls the writing kernel, so its time adds to the kernel's memory time.
+  Specs without ``first_touch_bytes_per_s`` and ``mmap_threshold_bytes`` (every built-in
+  GPU/TPU spec) have no such term.
 * ``bound`` is the largest of compute, memory and network time, or ``overhead`` when the
   launch overhead exceeds all three. ``arithmetic_intensity`` = flops / HBM bytes.
 
@@ -32,7 +39,9 @@ operation (``*-start`` / ``*-done``, ``send``/``recv``, ``async-start``/``async-
 runs on a side queue from its start and the main stream waits for it only at its done,
 so it overlaps the work scheduled between them; async transfers of one kind (network,
 copies) queue behind each other. A while costs trip count × body time plus (trip count +
-1) × condition time; a conditional its slowest branch; a call its callee.
+1) × condition time; a conditional its slowest branch; a call its callee. A spec with
+``dispatch_overhead_s`` (measured by ``jaxmove calibrate``: the host's cost of one blocking
+program call) adds it once per program run; without it nothing is added.
 
 Nothing is invented: a collective whose time cannot be modeled (no collectives pass, or a
 spec without interconnect figures) gets ``network_time_s = None`` and is listed in
@@ -44,6 +53,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from ..hlo import Computation, Instruction, Module
+from .first_touch import FirstTouch, first_touch_pass
 from .multiplicity import callee_counts
 from .reuse import ReuseAnalysis, reuse_pass
 from .traffic import FREE_OPCODES
@@ -82,6 +92,9 @@ class InstructionTime:
       hbm_bytes: modeled HBM bytes per program run (traffic + tiling re-reads).
       flops: flops per program run.
       peak_key: the ``flops_per_s`` key used for its matrix work (None without any).
+      first_touch_bytes: bytes per program run written into freshly mapped pages
+        (passes/first_touch.py); their time is part of ``memory_time_s``.
+      first_touch_s: that time per program run (0 when the spec has no such term).
     """
 
     computation: str
@@ -101,6 +114,8 @@ class InstructionTime:
     peak_key: str | None = None
     unmodeled: tuple[str, ...] = ()
     notes: tuple[str, ...] = ()
+    first_touch_bytes: int = 0
+    first_touch_s: float = 0.0
 
 
 @dataclass
@@ -123,6 +138,9 @@ class TimeEstimate:
         schedule; a while, conditional or call is one block; async ops span start to done.
       reuse: the ReuseAnalysis the memory times used.
       unmodeled: instructions whose time is incomplete, with the reason.
+      dispatch_overhead_s: the spec's per-call host dispatch, included once in
+        ``est_time_s`` (0 when the spec has none); not part of ``serial_time_s``.
+      first_touch: the FirstTouch analysis the memory times used.
     """
 
     spec_name: str
@@ -139,6 +157,8 @@ class TimeEstimate:
     reuse: ReuseAnalysis
     unmodeled: list[str] = field(default_factory=list)
     notes: list[str] = field(default_factory=list)
+    dispatch_overhead_s: float = 0.0
+    first_touch: FirstTouch | None = None
 
     def row(self, computation: str, name: str) -> InstructionTime:
         return self.rows[(computation, name)]
@@ -291,8 +311,13 @@ def _launches_kernel(instr: Instruction) -> bool:
     return instr.opcode not in FREE_OPCODES
 
 
-def instruction_time(row, module: Module, spec, reuse: ReuseAnalysis) -> InstructionTime:
-    """The roofline time of one pipeline row (see the module docstring)."""
+def instruction_time(row, module: Module, spec, reuse: ReuseAnalysis,
+                     first_touch_bytes: int = 0) -> InstructionTime:
+    """The roofline time of one pipeline row (see the module docstring).
+
+    ``first_touch_bytes``: bytes per program run it writes into freshly mapped pages
+    (``passes/first_touch.py``); timed only when the spec has ``first_touch_bytes_per_s``.
+    """
     instr = row.instr
     comp = module.computations[row.computation]
     pe = row.per_execution
@@ -307,6 +332,13 @@ def instruction_time(row, module: Module, spec, reuse: ReuseAnalysis) -> Instruc
             notes.append(f"tiling model: +{extra} bytes of operand re-reads from HBM")
     hbm = pe.hbm_bytes + extra
     mem = hbm / spec.hbm_bytes_per_s
+    ft_rate = getattr(spec, "first_touch_bytes_per_s", None)
+    ft_s = 0.0
+    if first_touch_bytes and ft_rate and mult:
+        ft_s = first_touch_bytes / ft_rate / mult  # per execution
+        mem += ft_s
+        notes.append(f"first touch: {first_touch_bytes} bytes written into freshly mapped pages "
+                     f"at {ft_rate:.4g} B/s (passes/first_touch.py)")
     if pe.host_to_device_bytes or pe.device_to_host_bytes:
         unmodeled.append("host <-> device transfer time unmodeled (no host link bandwidth in the spec)")
     comp_t, key, cu, cn = compute_time(instr, comp, module, spec, pe.flops, pe.transcendentals)
@@ -332,7 +364,8 @@ def instruction_time(row, module: Module, spec, reuse: ReuseAnalysis) -> Instruc
         row.computation, instr.name, instr.opcode, mult, per_exec * mult,
         None if comp_t is None else comp_t * mult, mem * mult,
         None if net is None else net * mult, overhead * mult, bound, ai, hbm * mult,
-        pe.flops * mult, per_exec, key, tuple(dict.fromkeys(unmodeled)), tuple(dict.fromkeys(notes)))
+        pe.flops * mult, per_exec, key, tuple(dict.fromkeys(unmodeled)), tuple(dict.fromkeys(notes)),
+        first_touch_bytes if ft_s else 0, ft_s * mult)
 
 
 # ---- schedule ---------------------------------------------------------------------------
@@ -461,13 +494,16 @@ def estimate_times(analysis, spec, reuse: ReuseAnalysis | None = None) -> TimeEs
     reuse = reuse if reuse is not None else reuse_pass(analysis, spec)
     rows: dict[tuple[str, str], InstructionTime] = {}
     unmodeled: list[str] = []
+    ft = first_touch_pass(analysis, spec, schedule_order(module.entry, module))
     for row in analysis.rows:
-        it = instruction_time(row, module, spec, reuse)
+        it = instruction_time(row, module, spec, reuse,
+                              ft.rows.get((row.computation, row.instr.name), 0))
         rows[(row.computation, row.instr.name)] = it
         for why in it.unmodeled:
             unmodeled.append(f"{row.instr.name}: {why}")
     walker = _Walker(module, rows)
-    total = walker.comp_time(module.entry.name, record=True)
+    dispatch = getattr(spec, "dispatch_overhead_s", None) or 0.0
+    total = walker.comp_time(module.entry.name, record=True) + dispatch
     vals = rows.values()
     comp_s = sum(r.compute_time_s or 0.0 for r in vals)
     mem_s = sum(r.memory_time_s for r in vals)
@@ -477,12 +513,14 @@ def estimate_times(analysis, spec, reuse: ReuseAnalysis | None = None) -> TimeEs
     parts = {"compute": comp_s, "memory": mem_s, "network": net_s}
     bound = (max(parts, key=lambda k: parts[k]) if any(parts.values())
              else "overhead" if over_s else "none")
-    notes = list(reuse.notes)
+    notes = list(reuse.notes) + list(ft.notes)
+    if dispatch:
+        notes.append(f"program time includes the spec's per-call dispatch overhead ({dispatch:.3g} s)")
     if any(m.unknown_trip_count for m in analysis.multiplicity.values()):
         notes.append("some while loops have no known trip count: their bodies are timed once")
     if over_s > max(parts.values(), default=0.0):
         notes.append(f"kernel launch overhead ({kernels} kernels x {spec.kernel_launch_overhead_s:g} s) "
                      "exceeds the compute, memory and network time of the work")
     return TimeEstimate(spec.name, rows, total, sum(r.est_time_s for r in vals), comp_s, mem_s, net_s,
-                        over_s, kernels, bound, walker.timeline, reuse, unmodeled, notes)
+                        over_s, kernels, bound, walker.timeline, reuse, unmodeled, notes, dispatch, ft)
 
