@@ -21,33 +21,40 @@ _WEIGHT_TOKENS = {"params", "param", "kernel", "weight", "weights", "embedding",
 
 
 def _name_components(name: str) -> list[str]:
-    """Split a path / HLO name into lower-case components (``/ . [ ] ' " %`` etc.)."""
-    return [c for c in re.split(r"[^0-9A-Za-z_]+", name.lower()) if c]
+    """Split a path / HLO name into lower-case components.
+
+    Separators are any character outside ``[A-Za-z0-9_]`` and runs of two or more ``_``
+    (jax mangles ``params['layers'][0]['kernel']`` into ``params__layers___0___kernel``).
+    """
+    return [c for c in re.split(r"[^0-9a-z_]+|__+", name.lower()) if c.strip("_")]
+
+
+def _names(comp: str, tokens: set[str]) -> bool:
+    """``comp`` is one of ``tokens`` or ends with ``_<token>`` (``k_cache``, ``q_kernel``)."""
+    comp = comp.strip("_")
+    return comp in tokens or any(comp.endswith("_" + t) for t in tokens)
 
 
 def role_from_name(path_or_name: str) -> str:
     """Tensor role from a name alone (for HLO dumps without Python objects).
 
-    Components are split on any non ``[A-Za-z0-9_]`` character, then also on runs
-    of ``_`` (so jax's mangled HLO names such as ``params__layers___0___kernel``
-    and op_name metadata ``params['layers'][0]['kernel']`` work too).  Rules, in
-    order:
+    Rules, on the name's components (``_name_components``), in order:
 
-    1. a component containing ``cache`` (``cache``, ``k_cache``, ``cached_key``,
-       ``cached_value`` ...) -> ``kv_cache``;
-    2. a component or sub-token in ``params, param, kernel, weight, weights,
-       embedding, bias, scale`` -> ``weights``;
-    3. a component or sub-token equal to ``kv`` -> ``kv_cache`` (after rule 2, so
-       a fused ``kv`` projection kernel stays a weight);
+    1. a component that is, or ends with ``_`` and, one of ``cache, cached_key,
+       cached_value, k_cache, v_cache, kv_cache`` (so ``k_cache``, ``layer_cache``) ->
+       ``kv_cache``; ``cache_position`` is not a cache;
+    2. a component that is, or ends with ``_`` and, one of ``params, param, kernel,
+       weight, weights, embedding, bias, scale`` -> ``weights`` (``scale_factor`` is not);
+    3. a component equal to ``kv`` -> ``kv_cache`` (after rule 2, so a fused ``kv``
+       projection kernel stays a weight);
     4. otherwise ``unknown`` (never a guess).
     """
     comps = _name_components(path_or_name)
-    subs = {s for c in comps for s in c.split("_") if s}
-    if any("cache" in c for c in comps) or subs & {"cache", "cached"}:
+    if any(_names(c, _KV_TOKENS) for c in comps):
         return "kv_cache"
-    if subs & _WEIGHT_TOKENS or set(comps) & _WEIGHT_TOKENS:
+    if any(_names(c, _WEIGHT_TOKENS) for c in comps):
         return "weights"
-    if "kv" in subs or "kv" in comps:
+    if "kv" in comps:
         return "kv_cache"
     return "unknown"
 

@@ -269,3 +269,37 @@ def test_fast_and_general_parser_paths_agree(corpus_dir):
         text = f.read_text()
         slow = _slow_form(text)
         assert _digest(parse_module(text)) == _digest(parse_module(slow)), f.name
+
+
+@pytest.mark.parametrize("text,line,col,expected", [
+    ("HloModule t\nENTRY e {\n  a = f32[4,8] parameter(0)\n  b = f32[3,8] parameter(1)\n  ROOT c = f32[4,8] add(a, b)\n}\n",
+     5, 8, "operand 'b' is f32[3,8]"),
+    ("HloModule t\nENTRY e {\n  ROOT p = f32[99999999999999999999,8] parameter(0)\n}\n", 3, 16, "too large"),
+    ("HloModule t\nENTRY e {\n  ROOT p = f32[4294967296,4294967296,4294967296] parameter(0)\n}\n", 3, 16, "too large"),
+])
+def test_shape_validation_errors(text, line, col, expected):
+    with pytest.raises(HloParseError) as ei:
+        parse_module(text, "bad.hlo")
+    assert expected in ei.value.expected and (ei.value.line, ei.value.column) == (line, col), str(ei.value)
+
+
+def test_truncation_after_a_complete_computation_is_caught():
+    text = """HloModule m, entry_computation_layout={(f32[4]{0}, f32[4]{0})->f32[4]{0}}
+
+helper {
+  x = f32[4]{0} parameter(0)
+  ROOT n = f32[4]{0} negate(x)
+}
+
+ENTRY main {
+  a = f32[4]{0} parameter(0)
+  b = f32[4]{0} parameter(1)
+  ROOT s = f32[4]{0} add(a, b)
+}
+"""
+    assert len(parse_module(text).entry.parameters) == 2
+    cut = text[: text.index("ENTRY")]
+    with pytest.raises(HloParseError) as ei:
+        parse_module(cut, "cut.hlo")
+    assert "2 parameters" in ei.value.expected and "truncated" in ei.value.expected
+    assert ei.value.line == cut.count("\n") + 1

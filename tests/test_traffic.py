@@ -276,6 +276,8 @@ def test_corpus_multioutput_fusion_reads_param_once(corpus_dir):
     ("cache['layers'][0]['k_cache']", "kv_cache"), ("cached_key", "kv_cache"),
     ("params['wte']['embedding']", "weights"), ("layer/kernel", "weights"), ("params__layers___0___kernel", "weights"),
     ("x", "unknown"), ("Arg_0.1", "unknown"), ("tokens", "unknown"),
+    ("cache_position", "unknown"), ("scale_factor_input", "unknown"), ("layer_norm_scale", "weights"),
+    ("cache__layers___0___k_cache__.1", "kv_cache"), ("attn/kv/kernel", "weights"),
 ])
 def test_role_from_name(name, role):
     assert role_from_name(name) == role
@@ -344,3 +346,40 @@ ENTRY e {
     rows = 4 * 128 * 4
     assert f.hbm_read_bytes == rows + 4 * 4 + rows     # touched table rows, ids, updates
     assert f.hbm_write_bytes == rows                  # only the scattered rows
+
+
+def test_output_aliased_to_the_cache_is_kv_cache_even_when_rebuilt():
+    # A scan-style decode: the new stacked cache starts as zeros and is filled one layer
+    # slice per iteration; it is returned in place of the donated cache (input_output_alias).
+    m = parse_module("""HloModule t, input_output_alias={ {}: (0, {}, may-alias) }
+body {
+  p = (s32[], f32[2,8,16]{2,1,0}, f32[2,8,16]{2,1,0}) parameter(0)
+  i = s32[] get-tuple-element(p), index=0
+  old = f32[2,8,16]{2,1,0} get-tuple-element(p), index=1
+  new = f32[2,8,16]{2,1,0} get-tuple-element(p), index=2
+  z = s32[] constant(0)
+  layer = f32[1,8,16]{2,1,0} dynamic-slice(old, i, z, z), dynamic_slice_sizes={1,8,16}
+  upd = f32[2,8,16]{2,1,0} dynamic-update-slice(new, layer, i, z, z)
+  ROOT t = (s32[], f32[2,8,16]{2,1,0}, f32[2,8,16]{2,1,0}) tuple(i, old, upd)
+}
+cond {
+  p = (s32[], f32[2,8,16]{2,1,0}, f32[2,8,16]{2,1,0}) parameter(0)
+  ROOT c = pred[] constant(true)
+}
+ENTRY e {
+  cache = f32[2,8,16]{2,1,0} parameter(0), metadata={op_name="cache['k_cache']"}
+  zero = f32[] constant(0)
+  fresh = f32[2,8,16]{2,1,0} broadcast(zero), dimensions={}
+  i = s32[] constant(0)
+  t = (s32[], f32[2,8,16]{2,1,0}, f32[2,8,16]{2,1,0}) tuple(i, cache, fresh)
+  w = (s32[], f32[2,8,16]{2,1,0}, f32[2,8,16]{2,1,0}) while(t), condition=cond, body=body, backend_config={"known_trip_count":{"n":"2"}}
+  ROOT out = f32[2,8,16]{2,1,0} get-tuple-element(w), index=2
+}
+""")
+    roles = roles_pass(m)
+    assert roles[("e", "fresh")] == ("kv_cache",)
+    assert roles[("body", "upd")] == ("kv_cache",)
+    a = analyze_module(m)
+    layer = 8 * 16 * 4
+    assert a.totals.kv_cache_write_bytes == 2 * layer + 2 * layer + 2 * layer  # zeros, slices, updates
+    assert a.totals.activations_write_bytes == 0

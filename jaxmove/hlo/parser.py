@@ -44,6 +44,8 @@ _STOP0 = re.compile(r'[(){}\[\]"\s,]')
 _STRING = re.compile(r'"(?:[^"\\]|\\.)*"')
 _TILE = re.compile(r"\(([^()]*)\)")
 _INT = re.compile(r"-?\d+")
+_MAX_DIM = 1 << 62
+_MAX_BITS = 1 << 66  # 2^63 bytes
 _PREAMBLE = ("FileNames", "FunctionNames", "FileLocations", "StackFrames")
 _CLOSE = {"(": ")", "[": "]", "{": "}"}
 
@@ -338,6 +340,9 @@ class _Parser:
                                      f"{key}, found {part.strip()!r}", m.start(2))
                 dims.append(int(p))
                 dyn.append(d)
+        if dims and (max(dims) >= _MAX_DIM or prod(dims) * PRIMITIVE_BIT_WIDTHS[etype] >= _MAX_BITS):
+            raise self.error(f"shape {key} is too large: XLA sizes arrays in int64, so dimensions and "
+                             f"the byte size must stay below 2^63", m.start(2))
         layout = None
         if m.group(3):
             layout = self.layout(m.group(3)[1:-1], m.start(3))
@@ -420,6 +425,7 @@ class _Parser:
         if entry is None:
             entry = list(computations.values())[-1]
             entry.is_entry = True
+            self._check_entry_layout(header, entry)
         mod = Module(name, header, computations, entry, self.filename,
                      {k: v for k, v in tables["FileNames"].items()},
                      {k: v for k, v in tables["FunctionNames"].items()},
@@ -428,6 +434,24 @@ class _Parser:
                          for k, v in tables["StackFrames"].items()})
         self.validate(mod)
         return mod
+
+    def _check_entry_layout(self, header: dict[str, str], entry: Computation) -> None:
+        """Without an ENTRY marker the last computation is the entry; it must then take as
+        many parameters as ``entry_computation_layout`` declares. A text cut after a complete
+        computation otherwise parses as a smaller program (XLA's parser accepts it too)."""
+        layout = header.get("entry_computation_layout")
+        if layout is None:
+            return
+        sub = _Parser(layout.strip()[1:-1] if layout.strip().startswith("{") else layout, self.filename)
+        try:
+            params = sub.shape("entry_computation_layout")
+        except HloParseError:
+            return  # a layout we cannot read proves nothing
+        if params.is_tuple and len(params.tuple_shapes) != len(entry.parameters):
+            raise self.error(
+                f"expected an ENTRY computation with {len(params.tuple_shapes)} parameters as "
+                f"entry_computation_layout declares; the last computation, '{entry.name}' (line "
+                f"{entry.line}), has {len(entry.parameters)} (is the file truncated?)", self.n)
 
     def _preamble_here(self, word: str) -> bool:
         after = self.pos + len(word)

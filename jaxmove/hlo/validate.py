@@ -352,6 +352,28 @@ def _call_graph_cycles(filename: str, mod: Module,
                 stack.append(iter(calls[callee]))
 
 
+# Elementwise opcodes whose operands all have the result's dimensions (HLO has no implicit
+# broadcasting: ShapeInference::InferElementwiseBinaryOpShape / InferUnaryOpShape).
+_SAME_DIMS = frozenset({
+    "add", "subtract", "multiply", "divide", "maximum", "minimum", "power", "remainder",
+    "atan2", "and", "or", "xor", "shift-left", "shift-right-arithmetic", "shift-right-logical",
+    "compare", "abs", "negate", "exponential", "exponential-minus-one", "log", "log-plus-one",
+    "logistic", "tanh", "sqrt", "rsqrt", "cbrt", "sine", "cosine", "tan", "erf", "floor", "ceil",
+    "sign", "not", "round-nearest-afz", "round-nearest-even", "is-finite", "popcnt",
+    "count-leading-zeros", "convert",
+})
+
+
+def _check_same_dims(filename: str, comp: Computation, instr: Instruction) -> None:
+    dims = instr.shape.dims
+    for o in instr.operands:
+        s = comp.by_name[o].shape
+        if s.is_array and s.dims != dims:
+            raise _err(filename, instr, f"elementwise '{instr.opcode}' instruction '{instr.name}' has "
+                       f"shape {instr.shape} but operand '{o}' is {s}: operands must have the "
+                       "result's dimensions (HLO does not broadcast implicitly)")
+
+
 def validate_module(mod: Module) -> None:
     """Run every check above on ``mod``; raises HloParseError at the first failure."""
     filename = mod.filename
@@ -366,6 +388,8 @@ def validate_module(mod: Module) -> None:
             for o in ops:
                 if o not in defined:
                     raise _operand_error(filename, comp, instr, o)
+            if instr.opcode in _SAME_DIMS and instr.shape.is_array:
+                _check_same_dims(filename, comp, instr)
             # most instructions need only their operand count checked
             if cheap.get(instr.opcode, -1) != len(ops) or not called_keys.isdisjoint(instr.attrs):
                 for c in _check_instruction(filename, mod, comp, instr):

@@ -55,10 +55,11 @@ RoleMap = dict[tuple[str, str], tuple[str, ...]]
 
 
 class _RolePropagation:
-    def __init__(self, module: Module):
+    def __init__(self, module: Module, seeds: dict[tuple[str, str], dict[int, str]] | None = None):
         self.module = module
         self.roles: RoleMap = {}
         self.done: set[str] = set()
+        self.seeds = seeds or {}
 
     def of(self, comp: Computation, name: str) -> tuple[str, ...]:
         return self.roles[(comp.name, name)]
@@ -67,8 +68,13 @@ class _RolePropagation:
         if comp.name in self.done:
             return self.roles[(comp.name, comp.root.name)]
         self.done.add(comp.name)
+        seeds = self.seeds
         for instr in comp.instructions:
-            self.roles[(comp.name, instr.name)] = self.instr_roles(comp, instr, params)
+            r = self.instr_roles(comp, instr, params)
+            seed = seeds.get((comp.name, instr.name)) if seeds else None
+            if seed:  # a buffer that becomes an aliased output: its role wins over "activations"
+                r = tuple(seed.get(i, x) if x == "activations" else x for i, x in enumerate(r))
+            self.roles[(comp.name, instr.name)] = r
         return self.roles[(comp.name, comp.root.name)]
 
     def instr_roles(self, comp: Computation, instr: Instruction,
@@ -170,4 +176,73 @@ def roles_pass(module: Module, entry_roles: dict[int, str] | None = None,
         entry_params[p.parameter_number] = (role,) * _nleaves(p.shape)
     prop = _RolePropagation(module)
     prop.run(module.entry, entry_params)
+    seeds = _alias_seeds(module, entry_params)
+    if seeds:
+        prop = _RolePropagation(module, seeds)
+        prop.run(module.entry, entry_params)
     return prop.roles
+
+
+_BACK_THROUGH = frozenset({"bitcast", "copy", "convert", "reshape", "transpose", "dynamic-update-slice",
+                           "bitcast-convert", "copy-done"})
+
+
+def _alias_seeds(module: Module, entry_params: dict[int, tuple[str, ...]]
+                 ) -> dict[tuple[str, str], dict[int, str]]:
+    """Buffers that end up in an output aliased to a weights or kv_cache parameter
+    (``input_output_alias``: the donated buffer is updated and returned).
+
+    A decode step that rebuilds its cache — e.g. a scan whose stacked outputs start as a
+    zero broadcast and are filled slice by slice — writes a new KV cache, not activations.
+    Walks back from each aliased output leaf through tuple / get-tuple-element, data moves,
+    the buffer of dynamic-update-slice, while carries (init, body root and parameter),
+    and fusions whose root is such a chain from one of their parameters.
+    """
+    seeds: dict[tuple[str, str], dict[int, str]] = {}
+    seen: set[tuple[str, str, tuple[int, ...]]] = set()
+    comps = module.computations
+
+    def mark(comp: Computation, instr: Instruction, idx: tuple[int, ...], role: str) -> None:
+        stack = [(comp, instr, idx)]
+        while stack:
+            comp, instr, idx = stack.pop()
+            key = (comp.name, instr.name, idx)
+            if key in seen:
+                continue
+            seen.add(key)
+            try:
+                pos = leaf_position(instr.shape, idx) if instr.shape.is_tuple else 0
+            except (IndexError, AttributeError):
+                continue
+            seeds.setdefault((comp.name, instr.name), {})[pos] = role
+            op = instr.opcode
+            if op == "tuple" and idx:
+                stack.append((comp, comp.by_name[instr.operands[idx[0]]], idx[1:]))
+            elif op == "get-tuple-element":
+                stack.append((comp, comp.by_name[instr.operands[0]], (instr.tuple_index,) + idx))
+            elif op == "optimization-barrier":
+                stack.append((comp, comp.by_name[instr.operands[0]], idx))
+            elif op in _BACK_THROUGH and instr.operands:
+                stack.append((comp, comp.by_name[instr.operands[0]], idx))
+            elif op == "while":
+                body = comps[instr.attrs["body"].strip().lstrip("%")]
+                stack.append((comp, comp.by_name[instr.operands[0]], idx))
+                stack.append((body, body.root, idx))
+                if body.parameters:
+                    stack.append((body, body.parameters[0], idx))
+            elif op == "fusion" and instr.called_computations:
+                fused = comps[instr.called_computations[0]]
+                root = fused.root
+                leaf = fused.by_name[root.operands[idx[0]]] if root.opcode == "tuple" and idx else root
+                k = _trace_to_parameter(module, fused, leaf)
+                if k is not None and k < len(instr.operands):
+                    stack.append((comp, comp.by_name[instr.operands[k]], ()))
+
+    entry = module.entry
+    for pnum, pairs in module.input_output_alias.items():
+        role = entry_params.get(pnum, ("unknown",))[0]
+        if role not in ("kv_cache", "weights"):
+            continue
+        for out_idx, _param_idx in pairs:
+            mark(entry, entry.root, tuple(out_idx), role)
+    return seeds
