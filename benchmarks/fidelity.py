@@ -113,7 +113,12 @@ def run(hardware: str | None, runs: int, warmup: int, profile_runs: int, presets
         f"Measured {_dt.datetime.now().strftime('%Y-%m-%d %H:%M')} on `{dev.device_kind}` "
         f"({_cpu_model()}), jax {jax.__version__}; hardware spec `{spec.name}`: "
         f"{spec.hbm_bytes_per_s / 1e9:.3g} GB/s, {flops}, "
-        f"{spec.kernel_launch_overhead_s * 1e6:.3g} us per kernel.",
+        f"{spec.kernel_launch_overhead_s * 1e6:.3g} us per kernel"
+        + (f", first touch {spec.first_touch_bytes_per_s / 1e9:.3g} GB/s above a "
+           f"{spec.mmap_threshold_bytes / 2**20:.3g} MiB allocation"
+           if spec.first_touch_bytes_per_s and spec.mmap_threshold_bytes else "")
+        + (f", {spec.dispatch_overhead_s * 1e6:.3g} us dispatch per call" if spec.dispatch_overhead_s else "")
+        + ".",
         f"{warmup} warm-up, {runs} timed and {profile_runs} profiled runs per preset. "
         "Command: `python benchmarks/fidelity.py" + (f" --hardware {hardware}" if hardware else "")
         + (f" --runs {runs}" if runs != 10 else "")
