@@ -263,3 +263,24 @@ def test_collective_time_tpu_ring_and_missing_numbers():
     assert collective_time_s(info, cpu) is None
     no_bw = dataclasses.replace(load_spec("h100-sxm"), intra_node_bytes_per_s=None, sources={})
     assert collective_time_s(info, no_bw) is None
+
+
+def test_cpu_promoted_bf16_all_reduce_is_noted():
+    from jaxmove.hlo import parse_module
+    from jaxmove.passes.pipeline import analyze_module
+    a = analyze_module(parse_module("""HloModule t, num_partitions=4
+sum {
+  x = f32[] parameter(0)
+  y = f32[] parameter(1)
+  ROOT s = f32[] add(x, y)
+}
+ENTRY e {
+  p = bf16[64,32]{1,0} parameter(0)
+  c = f32[64,32]{1,0} convert(p)
+  ar = f32[64,32]{1,0} all-reduce(c), channel_id=1, replica_groups={{0,1,2,3}}, use_global_device_ids=true, to_apply=sum
+  ROOT b = bf16[64,32]{1,0} convert(ar)
+}
+"""))
+    ar = [r for r in a.rows if r.instr.name == "ar"][0]
+    assert ar.collective.wire_bytes == 2 * 3 * 64 * 32 * 4 // 4     # ring: 2(n-1)/n of f32 buffer
+    assert any("XLA:CPU promotes" in n for n in ar.notes)

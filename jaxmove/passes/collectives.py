@@ -216,9 +216,32 @@ def _operand_bytes(instr: Instruction, comp: Computation, operands: range | list
 
 # ---- the pass -----------------------------------------------------------------------
 
+def _promoted_operands(instr: Instruction, comp: Computation) -> list[str]:
+    """Operands that are a ``convert`` of a narrower float to f32.
+
+    XLA:CPU's all-reduce promotion and bf16 float-normalization passes run bf16/f16
+    collectives in f32 (xla/service/cpu/cpu_compiler.cc); GPU and TPU run them in bf16.
+    """
+    out = []
+    for o in instr.operands:
+        src = comp.by_name.get(o)
+        if src is None or src.opcode != "convert" or not src.shape.is_array:
+            continue
+        inner = comp.by_name.get(src.operands[0]) if src.operands else None
+        if (inner is not None and inner.shape.is_array and src.shape.element_type == "f32"
+                and inner.shape.element_type in ("bf16", "f16")):
+            out.append(f"{o} ({inner.shape.element_type}->f32)")
+    return out
+
+
 def _info(instr: Instruction, comp: Computation, module: Module, kind: str) -> CollectiveInfo:
     mode = _mode(kind, instr)
     notes: list[str] = []
+    promoted = _promoted_operands(instr, comp)
+    if promoted:
+        notes.append("runs in f32 on operands converted from a narrower float "
+                     f"({', '.join(promoted)}), as XLA:CPU promotes bf16/f16 collectives; "
+                     "a GPU/TPU program would move half these bytes")
     is_async = instr.opcode.endswith("-start") or comp.name in _async_wrapped(module)
     if kind in _POINT_TO_POINT:
         text = _pairs_text(kind, instr)

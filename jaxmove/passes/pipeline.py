@@ -142,7 +142,8 @@ def analyze_module(module: Module, entry_roles: dict[int, str] | None = None) ->
             if m.unknown_trip_count and instr.opcode != "parameter":
                 notes.append("inside a while loop with no known trip count: counted once per loop run")
             row = InstructionCost(instr, cname, m, cost, cost * m.count, traffic, fc, unmodeled,
-                                  tuple(traffic.notes) + tuple(notes), coll)
+                                  tuple(traffic.notes) + tuple(notes)
+                                  + (coll.notes if coll is not None else ()), coll)
             rows.append(row)
             per_comp.setdefault(cname, []).append(row)
 
