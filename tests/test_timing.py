@@ -243,9 +243,13 @@ def gpt_decode_report():
 def test_gpt_decode_on_h100_is_memory_bound(gpt_decode_report):
     rep = gpt_decode_report
     te = rep.times
-    assert te.bound == "memory" and te.memory_time_s > 10 * te.compute_time_s
+    assert te.memory_time_s > 10 * te.compute_time_s
     kernels = sum(r.multiplicity.count for r in rep.rows if r.instr.opcode not in FREE_OPCODES)
     assert te.kernels == kernels
+    # the program bound is its largest component, launch overhead included (the XLA:CPU
+    # program has many small kernels: overhead can exceed the HBM time)
+    launch_s = kernels * H100_LAUNCH
+    assert te.bound == ("overhead" if launch_s > te.memory_time_s else "memory")
     expected = rep.totals.hbm_bytes / H100_HBM + kernels * H100_LAUNCH
     assert te.est_time_s == pytest.approx(expected, rel=0.10)
     assert rep.reuse.total_onchip_reuse_bytes > 0
@@ -255,7 +259,7 @@ def test_report_json_has_time_and_reuse_fields(gpt_decode_report):
     out = gpt_decode_report.to_json()
     assert out["totals"]["est_time_s"] == gpt_decode_report.times.est_time_s
     assert out["totals"]["onchip_reuse_bytes"] == gpt_decode_report.reuse.total_onchip_reuse_bytes
-    assert out["hardware"] == "h100-sxm" and out["time"]["bound"] == "memory"
+    assert out["hardware"] == "h100-sxm" and out["time"]["bound"] == gpt_decode_report.times.bound
     rows = out["instructions"]
     for key in ("est_time_s", "bound", "arithmetic_intensity", "onchip_reuse_bytes"):
         assert all(key in r for r in rows), key

@@ -130,10 +130,9 @@ class TimeEstimate:
       compute_time_s, memory_time_s, network_time_s, overhead_s: sums over instructions
         (per program run) of each component; network_time_s covers modeled collectives.
       kernels: kernel launches per program run.
-      bound: the largest of the program's summed compute, memory and network time (the
-        roofline bound of the work; overhead is reported apart in ``overhead_s``);
-        "overhead" when the program does no such work but launches kernels, "none" when
-        it does nothing.
+      bound: the largest of the program's summed compute, memory, network time and
+        overhead (kernel launches ``overhead_s`` + ``dispatch_overhead_s``): "compute",
+        "memory", "network" or "overhead"; "none" when it does nothing.
       timeline: (computation, instruction, start_s, end_s) of the ENTRY computation's
         schedule; a while, conditional or call is one block; async ops span start to done.
       reuse: the ReuseAnalysis the memory times used.
@@ -511,8 +510,9 @@ def estimate_times(analysis, spec, reuse: ReuseAnalysis | None = None) -> TimeEs
     over_s = sum(r.overhead_s for r in vals)
     kernels = sum(r.multiplicity for r in vals if r.overhead_s > 0)
     parts = {"compute": comp_s, "memory": mem_s, "network": net_s}
-    bound = (max(parts, key=lambda k: parts[k]) if any(parts.values())
-             else "overhead" if over_s else "none")
+    # the program's bound is its largest component, launch + dispatch overhead included
+    overall = {**parts, "overhead": over_s + dispatch}
+    bound = max(overall, key=lambda k: overall[k]) if any(overall.values()) else "none"
     notes = list(reuse.notes) + list(ft.notes)
     if dispatch:
         notes.append(f"program time includes the spec's per-call dispatch overhead ({dispatch:.3g} s)")
