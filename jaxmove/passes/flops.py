@@ -27,6 +27,7 @@ Where jaxmove departs from XLA it says so in the rule's docstring:
 from __future__ import annotations
 
 import math
+import weakref
 from collections.abc import Callable
 from dataclasses import dataclass
 
@@ -110,12 +111,23 @@ def _called(instr: Instruction, module: Module, key: str) -> Computation | None:
     return module.computations.get(v.strip().lstrip("%"))
 
 
+# Per module: applied computation -> its FlopCount (reducers like ``add_f32`` are applied by
+# thousands of reduces and all-reduces; modules are not changed after parsing).
+_PER_CALL: "weakref.WeakKeyDictionary[Module, dict[Computation, FlopCount]]" = weakref.WeakKeyDictionary()
+
+
 def _per_call(instr: Instruction, module: Module, key: str) -> FlopCount:
     """Cost of one application of the computation named by attribute ``key``."""
     comp = _called(instr, module, key)
     if comp is None:
         return _unmodeled(f"{instr.opcode} '{instr.name}' has no {key} computation")
-    return computation_flops(comp, module)
+    memo = _PER_CALL.get(module)
+    if memo is None:
+        memo = _PER_CALL[module] = {}
+    fc = memo.get(comp)
+    if fc is None:
+        fc = memo[comp] = computation_flops(comp, module)
+    return fc
 
 
 # ---- elementwise ----------------------------------------------------------------------
@@ -654,6 +666,11 @@ FLOP_RULES: dict[str, Rule] = {
 }
 
 
+# The opcodes FLOP_RULES sends to _zero / _elementwise (computation_flops inlines both).
+_ZERO_RULE_OPS = frozenset(op for op, rule in FLOP_RULES.items() if rule is _zero)
+_ELEMENTWISE_RULE_OPS = frozenset(op for op, rule in FLOP_RULES.items() if rule is _elementwise)
+
+
 def instruction_flops(instr: Instruction, module: Module) -> FlopCount:
     """FLOPs and transcendentals of one execution of ``instr``.
 
@@ -677,7 +694,19 @@ def computation_flops(comp: Computation, module: Module) -> FlopCount:
     """
     flops = transcendentals = 0
     unmodeled: dict[str, None] = {}
+    zero, elementwise, transcendental = _ZERO_RULE_OPS, _ELEMENTWISE_RULE_OPS, TRANSCENDENTAL_OPCODES
     for instr in comp.instructions:
+        op = instr.opcode
+        if op in zero:
+            continue
+        if op in elementwise:  # _elementwise, inlined: most fused instructions
+            shape = instr.shape
+            if shape.is_array:
+                if op in transcendental:
+                    transcendentals += shape.num_elements
+                else:
+                    flops += shape.num_elements
+            continue
         fc = instruction_flops(instr, module)
         flops += fc.flops
         transcendentals += fc.transcendentals

@@ -11,7 +11,8 @@ from dataclasses import dataclass, field, replace
 from .._perf import gc_paused
 from ..hlo import Computation, Instruction, Module
 from .collectives import CollectiveError, CollectiveInfo, collective_info
-from .cost import Cost
+from .cost import FIELD_INDEX, ZERO_COST, Cost
+from .cost import from_values as cost_from_values
 from .flops import FlopCount, instruction_flops
 from .multiplicity import Multiplicity, callee_counts, multiplicity_pass
 from .roles import leaf_position, roles_pass
@@ -77,36 +78,73 @@ def _access_cost(nbytes: int, ms: int, role: str, is_read: bool) -> dict[str, in
 
 def instruction_cost(instr: Instruction, comp: Computation, module: Module, roles,
                      traffic: InstrTraffic, flop_count: FlopCount) -> tuple[Cost, list[str]]:
-    acc: dict[str, int] = {"flops": flop_count.flops, "transcendentals": flop_count.transcendentals}
+    reads, writes = traffic.reads, traffic.writes
+    if not reads and not writes:  # moves nothing (parameters, tuples, *-done, ...)
+        if not flop_count.flops and not flop_count.transcendentals:
+            return ZERO_COST, []
+        return Cost(flops=flop_count.flops, transcendentals=flop_count.transcendentals), []
+    acc = [0] * _N_FIELDS  # Cost fields, in FIELD_INDEX order
+    acc[_FLOPS], acc[_TRANSCENDENTALS] = flop_count.flops, flop_count.transcendentals
     notes: list[str] = []
+    cname = comp.name
+    slots = _ACCESS_SLOTS
+    if reads:
+        by_name, operands = comp.by_name, instr.operands
+        for a in reads:
+            oname = operands[a.operand]
+            r = roles[(cname, oname)]
+            if a.index:
+                oshape = by_name[oname].shape
+                role = r[leaf_position(oshape, a.index)] if oshape.is_tuple else r[0]
+            else:
+                role = r[0]
+            fs = slots.get((a.memory_space, role, True))
+            if fs is None:
+                fs = _access_slots(a.memory_space, role, True)
+            nbytes = a.nbytes
+            for f in fs:
+                acc[f] += nbytes
+    if writes:
+        out_roles = roles[(cname, instr.name)]
+        shape = instr.shape
+        for a in writes:
+            if shape.is_tuple:
+                try:
+                    role = out_roles[leaf_position(shape, a.index)]
+                except (IndexError, KeyError):
+                    role = "activations"
+            else:
+                role = out_roles[0]
+            ms, nbytes = a.memory_space, a.nbytes
+            fs = slots.get((ms, role, False))
+            if fs is None:
+                fs = _access_slots(ms, role, False)
+            for f in fs:
+                acc[f] += nbytes
+            if role == "kv_cache" and ms not in ON_CHIP_MEMORY_SPACES:
+                leaf = shape.subshape(a.index) if shape.is_tuple else shape
+                if nbytes == leaf.byte_size and leaf.byte_size > 0:
+                    why = ("its result is a new buffer, not an in-place dynamic-update-slice"
+                           if instr.opcode == "fusion" else f"'{instr.opcode}' copies it")
+                    notes.append(f"rewrites the whole KV-cache buffer {leaf} ({nbytes} bytes): {why}")
+    return cost_from_values(acc), notes
 
-    def add(d: dict[str, int]) -> None:
-        for k, v in d.items():
-            acc[k] = acc.get(k, 0) + v
 
-    for a in traffic.reads:
-        oname = instr.operands[a.operand]
-        oshape = comp.by_name[oname].shape
-        r = roles[(comp.name, oname)]
-        role = r[leaf_position(oshape, a.index)] if oshape.is_tuple else r[0]
-        add(_access_cost(a.nbytes, a.memory_space, role, True))
-    out_roles = roles[(comp.name, instr.name)]
-    for a in traffic.writes:
-        if instr.shape.is_tuple:
-            try:
-                role = out_roles[leaf_position(instr.shape, a.index)]
-            except (IndexError, KeyError):
-                role = "activations"
-        else:
-            role = out_roles[0]
-        add(_access_cost(a.nbytes, a.memory_space, role, False))
-        if role == "kv_cache" and a.memory_space not in ON_CHIP_MEMORY_SPACES:
-            leaf = instr.shape.subshape(a.index) if instr.shape.is_tuple else instr.shape
-            if a.nbytes == leaf.byte_size and leaf.byte_size > 0:
-                why = ("its result is a new buffer, not an in-place dynamic-update-slice"
-                       if instr.opcode == "fusion" else f"'{instr.opcode}' copies it")
-                notes.append(f"rewrites the whole KV-cache buffer {leaf} ({a.nbytes} bytes): {why}")
-    return Cost(**acc), notes
+_N_FIELDS = len(FIELD_INDEX)
+_FLOPS, _TRANSCENDENTALS = FIELD_INDEX["flops"], FIELD_INDEX["transcendentals"]
+# (memory space, role, is_read) -> positions of the Cost fields an access adds its bytes to
+_ACCESS_SLOTS: dict[tuple[int, str, bool], tuple[int, ...]] = {}
+
+
+def _access_slots(ms: int, role: str, is_read: bool) -> tuple[int, ...]:
+    """The fields ``_access_cost`` names, as positions (memoized in ``_ACCESS_SLOTS``).
+    Raises TypeError, as ``Cost(**...)`` would, for a role without Cost fields."""
+    names = _access_cost(0, ms, role, is_read)
+    bad = [n for n in names if n not in FIELD_INDEX]
+    if bad:
+        raise TypeError(f"Cost.__init__() got an unexpected keyword argument '{bad[0]}'")
+    fs = _ACCESS_SLOTS[(ms, role, is_read)] = tuple(FIELD_INDEX[n] for n in names)
+    return fs
 
 
 @gc_paused

@@ -132,6 +132,10 @@ def _full_reads(instr: Instruction, comp: Computation, skip: frozenset[int] = fr
             continue
         seen.add(name)
         shape = comp.by_name[name].shape
+        if not shape.is_tuple:  # the common case, without building the leaf list
+            if shape.is_array:
+                out.append(Access(shape.byte_size, i, (), shape.memory_space))
+            continue
         for idx, leaf in shape.leaves_with_index():
             if leaf.is_array:
                 out.append(Access(leaf.byte_size, i, idx, leaf.memory_space))
@@ -139,6 +143,10 @@ def _full_reads(instr: Instruction, comp: Computation, skip: frozenset[int] = fr
 
 
 def _full_writes(shape: Shape, skip_index: set[tuple[int, ...]] | None = None) -> list[Access]:
+    if not shape.is_tuple:
+        if shape.is_array and not (skip_index and () in skip_index):
+            return [Access(shape.byte_size, None, (), shape.memory_space)]
+        return []
     return [Access(leaf.byte_size, None, idx, leaf.memory_space)
             for idx, leaf in shape.leaves_with_index()
             if leaf.is_array and not (skip_index and idx in skip_index)]
@@ -149,13 +157,24 @@ def _full_writes(shape: Shape, skip_index: set[tuple[int, ...]] | None = None) -
 class _FusionAnalysis:
     """Footprint and in-place analysis of one fused computation."""
 
-    def __init__(self, module: Module, comp: Computation):
+    def __init__(self, module: Module, comp: Computation,
+                 nested: dict[str, "_FusionAnalysis"] | None = None):
+        """``nested``: analyses of nested fused computations, by name, shared with the
+        analysis that holds this one (each is built once per top-level fusion)."""
         self.module = module
         self.comp = comp
-        self.users: dict[str, list[tuple[Instruction, int]]] = {i.name: [] for i in comp.instructions}
+        # value name -> [(user, operand number)]; a value without users has no entry
+        users: dict[str, list[tuple[Instruction, int]]] = {}
         for instr in comp.instructions:
-            for k, o in enumerate(instr.operands):
-                self.users[o].append((instr, k))
+            k = 0
+            for o in instr.operands:
+                lst = users.get(o)
+                if lst is None:
+                    users[o] = [(instr, k)]
+                else:
+                    lst.append((instr, k))
+                k += 1
+        self.users = users
         self.inplace: dict[str, Instruction] = {}  # DUS name -> DUS, in place
         self.root_leaves = self._root_leaves()
         self._root_names = {p.name for _i, p in self.root_leaves}
@@ -163,6 +182,14 @@ class _FusionAnalysis:
             if producer.opcode in ("dynamic-update-slice", "scatter") and self._is_inplace(producer):
                 self.inplace[producer.name] = producer
         self._memo: dict[str, int] = {}
+        self._nested = {} if nested is None else nested
+
+    def _nested_analysis(self, cname: str) -> "_FusionAnalysis":
+        fa = self._nested.get(cname)
+        if fa is None:
+            fa = self._nested[cname] = _FusionAnalysis(self.module, self.module.computations[cname],
+                                                       self._nested)
+        return fa
 
     def _through_bitcast(self, instr: Instruction) -> Instruction:
         while instr.opcode == "bitcast":
@@ -184,11 +211,12 @@ class _FusionAnalysis:
         hit = self._memo.get(value.name)
         if hit is not None:
             return hit
-        if not value.shape.is_array:
+        vshape = value.shape
+        if not vshape.is_array:
             return 0
-        total = value.shape.num_elements
+        total = vshape.num_elements
         demand = 0
-        for user, k in self.users[value.name]:
+        for user, k in self.users.get(value.name, ()):
             op = user.opcode
             if op in ("slice", "dynamic-slice") and k == 0:
                 d = user.shape.num_elements
@@ -203,9 +231,8 @@ class _FusionAnalysis:
                 leaves_fusion = user.is_root or user.name in self._root_names
                 d = total if leaves_fusion else self.demand_elems(user)
             elif op == "fusion" and user.called_computations:
-                nested = self.module.computations[user.called_computations[0]]
-                fa = _FusionAnalysis(self.module, nested)
-                p = nested.parameters[k]
+                fa = self._nested_analysis(user.called_computations[0])
+                p = fa.comp.parameters[k]
                 d = fa.demand_elems(p) if p.shape.is_array else total
             else:
                 d = total
@@ -222,26 +249,37 @@ def fusion_traffic(instr: Instruction, comp: Computation, module: Module) -> Ins
     fa = _FusionAnalysis(module, fused)
     reads: list[Access] = []
     notes: list[str] = []
-    # operand name -> its fusion parameters (one pass: fusions may take hundreds of operands)
-    bound: dict[str, list[Instruction]] = {}
-    for j, o in enumerate(instr.operands):
-        ps = bound.setdefault(o, [])
-        if j < len(fused.parameters):
-            ps.append(fused.parameters[j])
+    operands = instr.operands
+    parameters = fused.parameters
+    n_params = len(parameters)
+    # operand name -> its fusion parameters (one pass: fusions may take hundreds of operands);
+    # None when every operand is distinct (the usual case: operand k binds parameter k)
+    bound: dict[str, list[Instruction]] | None = None
+    if len(set(operands)) != len(operands):
+        bound = {}
+        for j, o in enumerate(operands):
+            ps = bound.setdefault(o, [])
+            if j < n_params:
+                ps.append(parameters[j])
     seen: set[str] = set()
-    for k, name in enumerate(instr.operands):
-        if name in seen:
-            continue
-        seen.add(name)
-        # all fusion parameters bound to the same operand (rare) are read once, as their union
-        params = bound[name]
-        oshape = comp.by_name[name].shape
+    by_name = comp.by_name
+    for k, name in enumerate(operands):
+        if bound is not None:
+            if name in seen:
+                continue
+            seen.add(name)
+        oshape = by_name[name].shape
         if not oshape.is_array:
             for idx, leaf in oshape.leaves_with_index():
                 if leaf.is_array:
                     reads.append(Access(leaf.byte_size, k, idx, leaf.memory_space))
             continue
-        elems = min(oshape.num_elements, sum(fa.demand_elems(p) for p in params))
+        if bound is None:
+            demand = fa.demand_elems(parameters[k]) if k < n_params else 0
+        else:
+            # all fusion parameters bound to the same operand (rare) are read once, as their union
+            demand = sum(fa.demand_elems(p) for p in bound[name])
+        elems = min(oshape.num_elements, demand)
         nbytes = _elems_to_bytes(oshape, elems)
         if elems < oshape.num_elements:
             if elems == 0:
@@ -282,8 +320,11 @@ def _default(instr, comp, module) -> InstrTraffic:
     return InstrTraffic(tuple(_full_reads(instr, comp)), tuple(_full_writes(instr.shape)))
 
 
+_NO_TRAFFIC = InstrTraffic()  # frozen: shared by every instruction that moves nothing
+
+
 def _free(instr, comp, module) -> InstrTraffic:
-    return InstrTraffic()
+    return _NO_TRAFFIC
 
 
 def _slice_like(instr, comp, module) -> InstrTraffic:
@@ -378,12 +419,16 @@ TRAFFIC_RULES.update({
 })
 
 
+# Every known opcode -> its rule (_default where TRAFFIC_RULES has none): one lookup.
+_RULE_OF = {op: TRAFFIC_RULES.get(op, _default) for op in KNOWN_OPCODES}
+
+
 def instruction_traffic(instr: Instruction, comp: Computation, module: Module) -> InstrTraffic:
     """Bytes read and written by one kernel-level instruction per execution.
 
     Unknown opcodes return an empty InstrTraffic with ``unmodeled`` set, never a guess.
     """
-    if instr.opcode not in KNOWN_OPCODES:
+    rule = _RULE_OF.get(instr.opcode)
+    if rule is None:
         return InstrTraffic(unmodeled=(f"opcode '{instr.opcode}' has no traffic rule",))
-    rule = TRAFFIC_RULES.get(instr.opcode, _default)
     return rule(instr, comp, module)
