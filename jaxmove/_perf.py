@@ -9,6 +9,7 @@ collector while it is paused; reference counting still frees everything else at 
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 import gc
 from collections.abc import Callable
@@ -29,3 +30,28 @@ def gc_paused(fn: F) -> F:
         finally:
             gc.enable()
     return wrapper  # type: ignore[return-value]
+
+
+def slots_constructor(cls: type) -> Callable:
+    """A positional constructor ``(field0, field1, ...) -> cls`` for a frozen, slotted
+    dataclass without ``__post_init__``: it sets each slot through its descriptor, which is
+    what the generated ``__init__`` does via ``object.__setattr__``, without keyword
+    handling (about 3x faster; the passes build one record per instruction). Every field
+    must be given, in declaration order; values are not checked.
+
+    Raises:
+      TypeError: ``cls`` is not a slotted dataclass, or has a ``__post_init__``.
+    """
+    if not dataclasses.is_dataclass(cls) or "__slots__" not in cls.__dict__:
+        raise TypeError(f"{cls.__name__} is not a slotted dataclass")
+    if hasattr(cls, "__post_init__"):
+        raise TypeError(f"{cls.__name__} has a __post_init__, which this would skip")
+    names = [f.name for f in dataclasses.fields(cls)]
+    ns = {"_new": object.__new__, "_cls": cls}
+    ns.update({f"_s{i}": cls.__dict__[n].__set__ for i, n in enumerate(names)})
+    args = ", ".join(f"v{i}" for i in range(len(names)))
+    body = "".join(f"    _s{i}(c, v{i})\n" for i in range(len(names)))
+    exec(f"def make({args}):\n    c = _new(_cls)\n{body}    return c\n", ns)  # noqa: S102
+    make = ns["make"]
+    make.__name__ = make.__qualname__ = f"new_{cls.__name__}"
+    return make

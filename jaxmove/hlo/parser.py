@@ -89,6 +89,11 @@ _S_PARENS = rf'\((?:{_S_ATOM}|{_S_GROUP})*+\)'
 for _ in range(3):
     _S_PARENS = rf'\((?:{_S_ATOM}|{_S_GROUP}|{_S_PARENS})*+\)'
 _SIGNATURE = re.compile(_S_PARENS)
+# A computation header in the form XLA prints, on one line: ``[ENTRY] %name (params) ->
+# shape {`` (groups: ENTRY, name, result shape). Anything else (comments, attributes, no
+# signature, line breaks) is read by the general code, which also reports every error.
+_HEADER = re.compile(rf"(ENTRY[ \t]++)?+({_F_NAME})[ \t]*+{_S_PARENS}[ \t]*+->[ \t]*+({_F_SHAPE})"
+                     rf"[ \t]++\{{")  # a blank before '{': 'f32[]{' is a broken layout
 
 # Device groups are expanded into explicit lists; a count above this (no real system has
 # 16M devices) is refused rather than allocated.
@@ -492,28 +497,37 @@ class _Parser:
             else:
                 raise self.error(f"expected a string or {{...}} for {word} entry {key}, found {self.found()}")
 
+    def _fast_header(self) -> tuple[bool, str] | None:
+        """(is ENTRY, name) of a header in XLA's one-line form (``_HEADER``) at ``pos``, with
+        ``pos`` moved past its '{'; None, with ``pos`` unchanged, for any other form."""
+        hm = _HEADER.match(self.text, self.pos)
+        if hm is None:
+            return None
+        shape_text = hm.group(3)
+        if shape_text not in self._shape_cache:
+            save = self.pos
+            self.pos = hm.start(3)
+            try:
+                self.shape("result of computation")
+                ok = self.pos == hm.end(3)
+            except HloParseError:
+                ok = False
+            self.pos = save
+            if not ok:
+                return None
+        name = hm.group(2)
+        self.pos = hm.end()
+        return hm.group(1) is not None, name[1:] if name[0] == "%" else name
+
     def computation(self) -> Computation:
         self.ws()
         self._comp_pos = self.pos
-        is_entry = False
-        if re.match(r"ENTRY\s", self.text[self.pos:self.pos + 6]):
-            is_entry = True
-            self.pos += 5
-        name = self.name("computation name (or 'HloModule', 'ENTRY')")
-        line, _ = self.linecol(self._comp_pos)
-        self.ws()
-        sig = _SIGNATURE.match(self.text, self.pos) if self.peek("(") else None
-        if sig is not None:  # the common, well-nested case: what balanced() accepts, faster
-            self.pos = sig.end()
-            self.expect("->", f"after parameter list of computation '{name}'")
-            self.shape(f"result of computation '{name}'")
-        elif self.peek("("):
-            self.balanced(f"parameter list of computation '{name}'")
-            self.expect("->", f"after parameter list of computation '{name}'")
-            self.shape(f"result of computation '{name}'")
-        extra: dict[str, str] = {}
-        self.attrs(f"computation '{name}'", extra)
-        self.expect("{", f"opening the body of computation '{name}'")
+        fast = self._fast_header()
+        if fast is not None:
+            is_entry, name = fast
+            line, _ = self.linecol(self._comp_pos)
+        else:
+            is_entry, name, line = self._header()
         instrs: list[Instruction] = []
         by_name: dict[str, Instruction] = {}
         root: Instruction | None = None
@@ -539,7 +553,30 @@ class _Parser:
         if root is None:
             root = instrs[-1]
             root.is_root = True
-        return Computation(name, instrs, root, is_entry, line)
+        return Computation(name, instrs, root, is_entry, line, by_name=by_name)
+
+    def _header(self) -> tuple[bool, str, int]:
+        """``[ENTRY] name [(params) -> shape] (, attr)* {`` in any form: (is ENTRY, name, line)."""
+        is_entry = False
+        if re.match(r"ENTRY\s", self.text[self.pos:self.pos + 6]):
+            is_entry = True
+            self.pos += 5
+        name = self.name("computation name (or 'HloModule', 'ENTRY')")
+        line, _ = self.linecol(self._comp_pos)
+        self.ws()
+        sig = _SIGNATURE.match(self.text, self.pos) if self.peek("(") else None
+        if sig is not None:  # the common, well-nested case: what balanced() accepts, faster
+            self.pos = sig.end()
+            self.expect("->", f"after parameter list of computation '{name}'")
+            self.shape(f"result of computation '{name}'")
+        elif self.peek("("):
+            self.balanced(f"parameter list of computation '{name}'")
+            self.expect("->", f"after parameter list of computation '{name}'")
+            self.shape(f"result of computation '{name}'")
+        extra: dict[str, str] = {}
+        self.attrs(f"computation '{name}'", extra)
+        self.expect("{", f"opening the body of computation '{name}'")
+        return is_entry, name, line
 
     def _add(self, instr: Instruction, instrs: list, by_name: dict, pos: int) -> None:
         if instr.name in by_name:

@@ -79,12 +79,14 @@ class Shape:
     byte_size: int = field(init=False, repr=False, compare=False)
     num_leaves: int = field(init=False, repr=False, compare=False)
     leaf_offsets: tuple[int, ...] = field(init=False, repr=False, compare=False)
+    memory_space: int = field(init=False, repr=False, compare=False)
 
     def __post_init__(self) -> None:
         """Sets ``is_tuple``, ``is_array``, ``num_elements`` (elements of an array shape, 1
         for a scalar), ``byte_size`` (ceil(elements * bits / 8) for arrays, the sum over
-        leaves for tuples), ``num_leaves`` (1 for a non-tuple) and ``leaf_offsets`` (per tuple
-        element, the flat number of its first leaf). Raises KeyError for an unknown element type."""
+        leaves for tuples), ``num_leaves`` (1 for a non-tuple), ``leaf_offsets`` (per tuple
+        element, the flat number of its first leaf) and ``memory_space`` (the layout's, 0 without
+        a layout). Raises KeyError for an unknown element type."""
         is_tuple = self.element_type == "tuple"
         n = prod(self.dims)
         if is_tuple:
@@ -102,14 +104,12 @@ class Shape:
             k += e.num_leaves
         object.__setattr__(self, "num_leaves", k if is_tuple else 1)
         object.__setattr__(self, "leaf_offsets", tuple(offsets))
+        object.__setattr__(self, "memory_space",
+                           self.layout.memory_space if self.layout is not None else 0)
 
     @property
     def bit_width(self) -> int:
         return PRIMITIVE_BIT_WIDTHS[self.element_type]
-
-    @property
-    def memory_space(self) -> int:
-        return self.layout.memory_space if self.layout is not None else 0
 
     def leaves(self) -> list["Shape"]:
         """Array/token leaves of this shape in tuple order (self for a non-tuple)."""

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field, replace
 
-from .._perf import gc_paused
+from .._perf import gc_paused, slots_constructor
 from ..hlo import Computation, Instruction, Module
 from .collectives import CollectiveError, CollectiveInfo, collective_info
 from .cost import FIELD_INDEX, ZERO_COST, Cost
@@ -49,6 +49,10 @@ class InstructionCost:
     unmodeled: tuple[str, ...]
     notes: tuple[str, ...]
     collective: CollectiveInfo | None = None
+
+
+# InstructionCost(*fields), positional, without the frozen __init__ (one per row)
+_new_row = slots_constructor(InstructionCost)
 
 
 @dataclass
@@ -161,6 +165,8 @@ def analyze_module(module: Module, entry_roles: dict[int, str] | None = None) ->
     per_comp: dict[str, list[InstructionCost]] = {}
     for cname, m in mult.items():
         comp = module.computations[cname]
+        count, unknown_trip_count = m.count, m.unknown_trip_count
+        comp_rows = per_comp.setdefault(cname, [])
         for instr in comp.instructions:
             try:
                 traffic = instruction_traffic(instr, comp, module)
@@ -176,14 +182,19 @@ def analyze_module(module: Module, entry_roles: dict[int, str] | None = None) ->
             if coll is not None:
                 cost = replace(cost, device_to_device_bytes=cost.device_to_device_bytes
                                + coll.wire_bytes)
-            unmodeled = tuple(dict.fromkeys(traffic.unmodeled + fc.unmodeled))
-            if m.unknown_trip_count and instr.opcode != "parameter":
+            unmodeled = (tuple(dict.fromkeys(traffic.unmodeled + fc.unmodeled))
+                         if traffic.unmodeled or fc.unmodeled else ())
+            if unknown_trip_count and instr.opcode != "parameter":
                 notes.append("inside a while loop with no known trip count: counted once per loop run")
-            row = InstructionCost(instr, cname, m, cost, cost * m.count, traffic, fc, unmodeled,
-                                  tuple(traffic.notes) + tuple(notes)
-                                  + (coll.notes if coll is not None else ()), coll)
+            row_notes = tuple(traffic.notes)
+            if notes:
+                row_notes += tuple(notes)
+            if coll is not None:
+                row_notes += coll.notes
+            row = _new_row(instr, cname, m, cost, cost * count, traffic, fc, unmodeled,
+                           row_notes, coll)
             rows.append(row)
-            per_comp.setdefault(cname, []).append(row)
+            comp_rows.append(row)
 
     notes: list[str] = []
     memo: dict[str, Cost] = {}

@@ -33,6 +33,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from .._perf import slots_constructor
 from ..hlo import Computation, Instruction, Module, Shape
 
 # Opcodes that never move data on their own.
@@ -119,6 +120,10 @@ class InstrTraffic:
         return sum(a.nbytes for a in self.writes)
 
 
+# Access(nbytes, operand, index, memory_space), positional, without the frozen __init__
+_access = slots_constructor(Access)
+
+
 def _elems_to_bytes(shape: Shape, elems: int) -> int:
     return (elems * shape.bit_width + 7) // 8
 
@@ -134,20 +139,20 @@ def _full_reads(instr: Instruction, comp: Computation, skip: frozenset[int] = fr
         shape = comp.by_name[name].shape
         if not shape.is_tuple:  # the common case, without building the leaf list
             if shape.is_array:
-                out.append(Access(shape.byte_size, i, (), shape.memory_space))
+                out.append(_access(shape.byte_size, i, (), shape.memory_space))
             continue
         for idx, leaf in shape.leaves_with_index():
             if leaf.is_array:
-                out.append(Access(leaf.byte_size, i, idx, leaf.memory_space))
+                out.append(_access(leaf.byte_size, i, idx, leaf.memory_space))
     return out
 
 
 def _full_writes(shape: Shape, skip_index: set[tuple[int, ...]] | None = None) -> list[Access]:
     if not shape.is_tuple:
         if shape.is_array and not (skip_index and () in skip_index):
-            return [Access(shape.byte_size, None, (), shape.memory_space)]
+            return [_access(shape.byte_size, None, (), shape.memory_space)]
         return []
-    return [Access(leaf.byte_size, None, idx, leaf.memory_space)
+    return [_access(leaf.byte_size, None, idx, leaf.memory_space)
             for idx, leaf in shape.leaves_with_index()
             if leaf.is_array and not (skip_index and idx in skip_index)]
 
@@ -272,7 +277,7 @@ def fusion_traffic(instr: Instruction, comp: Computation, module: Module) -> Ins
         if not oshape.is_array:
             for idx, leaf in oshape.leaves_with_index():
                 if leaf.is_array:
-                    reads.append(Access(leaf.byte_size, k, idx, leaf.memory_space))
+                    reads.append(_access(leaf.byte_size, k, idx, leaf.memory_space))
             continue
         if bound is None:
             demand = fa.demand_elems(parameters[k]) if k < n_params else 0
@@ -288,7 +293,7 @@ def fusion_traffic(instr: Instruction, comp: Computation, module: Module) -> Ins
                 notes.append(f"operand {k} ({name}) read only for its slice footprint: "
                              f"{nbytes} of {oshape.byte_size} bytes")
         if nbytes:
-            reads.append(Access(nbytes, k, (), oshape.memory_space))
+            reads.append(_access(nbytes, k, (), oshape.memory_space))
     writes: list[Access] = []
     inplace_bytes = 0
     for idx, producer in fa.root_leaves:
@@ -298,17 +303,17 @@ def fusion_traffic(instr: Instruction, comp: Computation, module: Module) -> Ins
         if producer.name in fa.inplace and producer.opcode == "scatter":
             upd = fused.by_name[producer.operands[-1]].shape
             nb = _elems_to_bytes(leaf, min(upd.num_elements, leaf.num_elements))
-            writes.append(Access(nb, None, idx, leaf.memory_space))
+            writes.append(_access(nb, None, idx, leaf.memory_space))
             inplace_bytes += leaf.byte_size
             notes.append(f"in-place scatter: writes {nb} of {leaf.byte_size} bytes of result {list(idx)}")
         elif producer.name in fa.inplace:
             upd = fused.by_name[producer.operands[1]].shape
-            writes.append(Access(upd.byte_size, None, idx, leaf.memory_space))
+            writes.append(_access(upd.byte_size, None, idx, leaf.memory_space))
             inplace_bytes += leaf.byte_size
             notes.append(f"in-place dynamic-update-slice: writes {upd.byte_size} of "
                          f"{leaf.byte_size} bytes of result {list(idx)}")
         else:
-            writes.append(Access(leaf.byte_size, None, idx, leaf.memory_space))
+            writes.append(_access(leaf.byte_size, None, idx, leaf.memory_space))
     if instr.shape.is_tuple and fused.root.opcode != "tuple":
         writes = _full_writes(instr.shape)
     return InstrTraffic(tuple(reads), tuple(writes), tuple(notes), (), inplace_bytes)
