@@ -13,6 +13,41 @@ import sys
 from .hlo import HloParseError
 
 
+class _Parser(argparse.ArgumentParser):
+    """argparse with jaxmove's error format: one line ``jaxmove: error: ...``, exit 2."""
+
+    def error(self, message: str):  # noqa: D102 - argparse API
+        self.exit(2, f"jaxmove: error: {self.prog}: {message} (see {self.prog} --help)\n")
+
+
+def positive_int(text: str) -> int:
+    """argparse type: an integer >= 1."""
+    try:
+        v = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a positive integer, got {text!r}") from None
+    if v < 1:
+        raise argparse.ArgumentTypeError(f"expected a positive integer, got {text!r}")
+    return v
+
+
+def check_outputs(args: argparse.Namespace) -> None:
+    """Check every output path of ``args`` (``--html``, ``--trace``, ``-o``) before any work.
+
+    Raises:
+      ValueError: ``--trace`` without ``--hardware``.
+      jaxmove.outputs.OutputPathError: a path that cannot be written.
+    """
+    from .outputs import check_output_path
+
+    if getattr(args, "trace", None) and not getattr(args, "hardware", None):
+        raise ValueError("--trace needs --hardware (the trace is the estimated timeline on a device)")
+    for attr, what in (("html", "--html file"), ("trace", "--trace file"), ("output", "-o file")):
+        path = getattr(args, attr, None)
+        if path and path != "-":
+            check_output_path(path, what)
+
+
 def _parse_sets(items: list[str]) -> dict[str, str]:
     out: dict[str, str] = {}
     for item in items:
@@ -28,6 +63,7 @@ def _cmd_analyze(args: argparse.Namespace) -> int:
     from .report.table import render_report
 
     target = args.target
+    check_outputs(args)
     if getattr(args, "mesh", None) or getattr(args, "plan", None):
         from .cli_plans import program_for_plan
         target = program_for_plan(args)
@@ -66,11 +102,12 @@ def _cmd_annotate(args: argparse.Namespace) -> int:
     from .api import analyze, resolve_program
     from .report.annotate import annotate
 
+    check_outputs(args)
     program = resolve_program(args.target, overrides=_parse_sets(args.set))
     text = annotate(analyze(program, hardware=args.hardware), program.hlo_text)
     if args.output and args.output != "-":
-        with open(args.output, "w", encoding="utf-8") as f:
-            f.write(text)
+        from .outputs import write_text_atomic
+        write_text_atomic(args.output, text, "-o file")
         print(f"jaxmove: wrote {args.output}", file=sys.stderr)
     else:
         sys.stdout.write(text)
@@ -93,7 +130,7 @@ def _cmd_models(args: argparse.Namespace) -> int:
 
 
 def build_parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(
+    p = _Parser(
         prog="jaxmove",
         description="Where do the bytes of a compiled JAX/XLA program go? Per-instruction HBM "
                     "traffic by path and tensor role, from a Flax model or an HLO dump.")
@@ -107,7 +144,7 @@ def build_parser() -> argparse.ArgumentParser:
     a.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
                    help="override a preset's config (batch, seq_len, layers, d_model, heads, "
                         "kv_heads, dtype, scan_layers, ...); repeatable")
-    a.add_argument("--top", type=int, default=15, help="instructions to show (default 15)")
+    a.add_argument("--top", type=positive_int, default=15, help="instructions to show (default 15)")
     a.add_argument("--json", action="store_true", help="print the stable JSON report instead")
     a.add_argument("--hardware", metavar="NAME|path.toml|local",
                    help="estimate time on a device: a spec from `jaxmove hardware`, a .toml file, or "

@@ -19,6 +19,9 @@ def cmd_compare(args: argparse.Namespace) -> int:
         raise ValueError("--save-fit needs --fit")
     if args.runs < 1 or args.profile_runs < 1 or args.warmup < 0:
         raise ValueError("--runs and --profile-runs must be >= 1, --warmup >= 0")
+    if args.save_fit:  # before measuring: a bad path must not cost the whole run
+        from .outputs import check_output_path
+        check_output_path(args.save_fit, "--save-fit file")
     try:
         c = compare(args.target, hardware=args.hardware, runs=args.runs, warmup=args.warmup,
                     profile_runs=args.profile_runs, overrides=_parse_sets(args.set), fit=args.fit)
@@ -27,7 +30,12 @@ def cmd_compare(args: argparse.Namespace) -> int:
         return 2
     if args.save_fit:
         from .hardware import write_spec
-        write_spec(c.fit.spec, args.save_fit)
+        from .outputs import OutputPathError, check_output_path
+        check_output_path(args.save_fit, "--save-fit file")
+        try:
+            write_spec(c.fit.spec, args.save_fit)
+        except OSError as e:
+            raise OutputPathError(f"{args.save_fit}: cannot write --save-fit file ({e.strerror or e})") from None
         print(f"jaxmove: wrote fitted spec {args.save_fit}", file=sys.stderr)
     if args.json:
         json.dump(c.to_json(), sys.stdout, indent=1)
@@ -40,6 +48,8 @@ def cmd_compare(args: argparse.Namespace) -> int:
 
 def add_compare_command(sub) -> None:
     """Register ``compare`` on the CLI's subparsers."""
+    from .cli import positive_int
+
     c = sub.add_parser(
         "compare", help="run TARGET here: per-instruction estimated vs measured time, errors, fit",
         description="Run TARGET (a zoo preset, module:function or file.py:function) on the local "
@@ -47,7 +57,7 @@ def add_compare_command(sub) -> None:
                     "are joined to the HLO instructions. Prints per instruction the estimated and "
                     "measured time per program run and their ratio, and per program the estimated vs "
                     "measured time, the median absolute percentage error (MdAPE) over instructions "
-                    "taking >= 1%% of the run, the time-weighted error and Spearman's rank correlation.")
+                    "taking >= 1% of the run, the time-weighted error and Spearman's rank correlation.")
     c.add_argument("target")
     c.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
                    help="override a preset's config; repeatable")
@@ -57,7 +67,7 @@ def add_compare_command(sub) -> None:
     c.add_argument("--runs", type=int, default=10, help="timed runs (default 10)")
     c.add_argument("--warmup", type=int, default=2, help="untimed runs first (default 2)")
     c.add_argument("--profile-runs", type=int, default=3, help="profiled runs (default 3)")
-    c.add_argument("--top", type=int, default=20, help="instructions to show (default 20)")
+    c.add_argument("--top", type=positive_int, default=20, help="instructions to show (default 20)")
     c.add_argument("--json", action="store_true", help="print JSON instead of tables")
     c.add_argument("--fit", action="store_true",
                    help="fit per-kernel overhead, bandwidth and a FLOP/s scale to the measurements "

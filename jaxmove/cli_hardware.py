@@ -111,7 +111,13 @@ def cmd_hardware(args: argparse.Namespace) -> int:
 def cmd_calibrate(args: argparse.Namespace) -> int:
     from .hardware import CalibrationError, calibrate, local_spec_path, write_spec
 
-    target = args.output or local_spec_path()
+    from .outputs import OutputPathError, check_output_path
+
+    # before measuring: a bad path must not cost the calibration; only the default cache
+    # location may be created
+    target = check_output_path(args.output or local_spec_path(), "calibrated spec",
+                               create_parent=args.output is None)
+    shown = args.output or str(target)
 
     def progress(msg: str) -> None:
         print(f"jaxmove calibrate: {msg}", file=sys.stderr, flush=True)
@@ -121,7 +127,10 @@ def cmd_calibrate(args: argparse.Namespace) -> int:
     except CalibrationError as e:
         print(f"jaxmove: error: calibration failed: {e}", file=sys.stderr)
         return 1
-    path = write_spec(spec, target)
+    try:
+        path = write_spec(spec, target)
+    except OSError as e:
+        raise OutputPathError(f"{shown}: cannot write calibrated spec ({e.strerror or e})") from None
     print(f"{spec.label}")
     print(f"  memory bandwidth    {_si(spec.hbm_bytes_per_s, 'B/s')}")
     for key, value in spec.flops_per_s.items():

@@ -5,7 +5,10 @@ from __future__ import annotations
 import argparse
 import json
 import math
+import os
 import sys
+
+_CHILD_ENV = "JAXMOVE_DEVICES_CHILD"
 
 
 def _sets(items: list[str]) -> dict[str, str]:
@@ -66,7 +69,8 @@ def program_for_plan(args: argparse.Namespace):
     when the command re-ran itself in a child process with enough simulated devices."""
     import models
 
-    from .plans import PlanError, capture_with_plan, ensure_cpu_devices, load_plan, parse_mesh
+    from .plans import (PlanError, capture_with_plan, check_plan_mesh, ensure_cpu_devices, load_plan,
+                        parse_mesh)
 
     if not args.mesh:
         raise PlanError("--plan needs --mesh (e.g. --mesh data=2,model=4)")
@@ -74,8 +78,13 @@ def program_for_plan(args: argparse.Namespace):
         raise PlanError(f"--mesh/--plan apply to zoo presets only, not to {args.target!r}")
     mesh = parse_mesh(args.mesh)
     plan = load_plan(args.plan or "dp")
+    check_plan_mesh(plan, mesh)
     n = math.prod(mesh.values())
+    if not os.environ.get(_CHILD_ENV):  # the child re-run does not say it twice
+        print(f"jaxmove: compiling {args.target} under plan {plan.name} on {n} simulated CPU devices",
+              file=sys.stderr, flush=True)
     if not ensure_cpu_devices(n):
         from .plans import run_cli_with_devices
+        os.environ[_CHILD_ENV] = "1"  # inherited by the child (plans/devices.subprocess_env)
         return run_cli_with_devices(n, sys.argv[1:]).returncode
     return capture_with_plan(args.target, _sets(args.set), plan, mesh)

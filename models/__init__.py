@@ -18,6 +18,7 @@ from dataclasses import dataclass
 from typing import Any, Callable
 
 import jax
+import jax.extend
 import jax.numpy as jnp
 
 from jaxmove.workload import Workload
@@ -69,13 +70,26 @@ OVERRIDE_KEYS = ("batch", "seq_len", "layers", "d_model", "heads", "kv_heads",
                  "dtype", "scan_layers", "vocab", "d_ff", "experts", "top_k")
 
 
+#: Largest value of an integer override: int32, the type jax gives token ids (``vocab``)
+#: and cache positions (``seq_len``); larger shapes fail inside XLA, not here.
+MAX_INT_OVERRIDE = 2**31 - 1
+#: Largest ``layers`` when the layers are unrolled (``scan_layers`` false or absent):
+#: each layer is traced separately (flax's eval_shape grows superlinearly: 50 layers of
+#: gpt-tiny take ~9 s on the CI machine, 200 take ~4 min).
+MAX_UNROLLED_LAYERS = 256
+#: Largest array, in bytes, any tensor of a zoo program may have: XLA computes byte
+#: sizes in int64 and aborts the process (no Python exception) beyond it; 2**62 leaves
+#: room for padding.
+MAX_ARRAY_BYTES = 2**62
+
+
 def _parse_int(key: str, s: str) -> int:
     try:
-        v = int(s)
+        v = int(str(s).strip())
     except (TypeError, ValueError):
-        raise ValueError(f"--set {key}={s!r}: expected a positive integer") from None
-    if v <= 0:
-        raise ValueError(f"--set {key}={s!r}: expected a positive integer")
+        raise ValueError(f"--set {key}={s!r}: expected a positive integer in [1, {MAX_INT_OVERRIDE}]") from None
+    if not 1 <= v <= MAX_INT_OVERRIDE:
+        raise ValueError(f"--set {key}={s!r}: expected a positive integer in [1, {MAX_INT_OVERRIDE}]")
     return v
 
 
@@ -134,10 +148,62 @@ def build(name: str, overrides: dict[str, str] | None = None) -> Workload:
         if key not in valid:
             raise ValueError(
                 f"unknown override key {key!r} for preset {name!r}; valid keys: {', '.join(valid)}")
-        config[key] = _PARSERS[key](key, value) if isinstance(value, str) else value
+        if isinstance(value, str) or (isinstance(value, int) and _PARSERS[key] is _parse_int):
+            value = _PARSERS[key](key, str(value))  # Python ints get the same bounds
+        config[key] = value
+    if not config.get("scan_layers", False) and config.get("layers", 1) > MAX_UNROLLED_LAYERS:
+        hint = "; use --set scan_layers=true" if "scan_layers" in fields else ""
+        raise ValueError(f"--set layers={config['layers']}: at most {MAX_UNROLLED_LAYERS} unrolled "
+                         f"layers (each is traced separately){hint}")
     cfg = preset.config_cls(**config)
     wl = preset.builder(cfg, name)
+    _check_array_sizes(wl, config)
     return dataclasses.replace(wl, config={**wl.config, "preset": name})
+
+
+def _check_array_sizes(wl: Workload, config: dict) -> None:
+    """Raise ValueError when some array of ``wl`` (argument, output or intermediate)
+    would exceed ``MAX_ARRAY_BYTES``.
+
+    Cheap path: 8 bytes x the product of every integer config value (``seq_len``
+    twice, for attention scores) bounds every tensor of the zoo models; only when that
+    bound exceeds the limit is the program traced abstractly (``jax.make_jaxpr``,
+    ~0.1 s for gpt2-small) and every array's size checked.
+    """
+    bound = 8
+    for k, v in config.items():
+        if isinstance(v, int) and not isinstance(v, bool):
+            bound *= v * v if k == "seq_len" else v
+    if bound < MAX_ARRAY_BYTES:
+        return
+    try:
+        closed = jax.make_jaxpr(wl.fn, static_argnums=wl.static_argnums)(*wl.args)
+    except Exception:  # an invalid config: capture reports it
+        return
+    worst = [0, ""]
+
+    def visit(jaxpr) -> None:
+        for v in list(jaxpr.invars) + list(jaxpr.outvars) + [o for e in jaxpr.eqns for o in e.outvars]:
+            aval = getattr(v, "aval", None)
+            shape = getattr(aval, "shape", None)
+            if shape is None or not hasattr(aval, "dtype"):
+                continue
+            n = 1
+            for d in shape:
+                n *= int(d)
+            nbytes = n * jnp.dtype(aval.dtype).itemsize
+            if nbytes > worst[0]:
+                worst[:] = [nbytes, f"{jnp.dtype(aval.dtype).name}{list(shape)}"]
+        for e in jaxpr.eqns:
+            for sub in jax.extend.core.jaxprs_in_params(e.params):
+                visit(sub)
+
+    visit(closed.jaxpr)
+    if worst[0] > MAX_ARRAY_BYTES:
+        shown = ", ".join(f"{k}={v}" for k, v in config.items()
+                          if isinstance(v, int) and not isinstance(v, bool))
+        raise ValueError(f"config {shown} makes an array {worst[1]} of {worst[0]:.3g} bytes; "
+                         f"XLA needs every array below 2**62 bytes")
 
 
 def materialize(workload: Workload, seed: int = 0) -> tuple:

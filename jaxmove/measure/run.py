@@ -152,7 +152,7 @@ def prepare(target, *args, overrides: dict[str, str] | None = None, seed: int = 
     """
     import jax
 
-    from ..api import TargetError, _load_function
+    from ..api import TargetError, load_target
 
     if isinstance(target, Program):
         raise TargetError(f"cannot run program '{target.name}': a captured Program holds HLO "
@@ -166,8 +166,7 @@ def prepare(target, *args, overrides: dict[str, str] | None = None, seed: int = 
         if overrides:
             raise TargetError(f"--set applies to zoo presets only, not to '{s}'")
         if ":" in s and not Path(s).exists():
-            obj = _load_function(s)
-            target = obj() if callable(obj) and not hasattr(obj, "lower") else obj
+            target = load_target(s)
         elif Path(s).exists() or os.sep in s or s.endswith((".hlo", ".txt")):
             if not Path(s).exists():
                 raise FileNotFoundError(s)

@@ -18,10 +18,20 @@ from .compare import (
     workload_shardings,
 )
 from .devices import ensure_cpu_devices, run_cli_with_devices
-from .plan import PRESETS, Plan, PlanError, load_plan, parse_mesh, parse_plan
+from .plan import (
+    LOGICAL_AXES,
+    MAX_SIMULATED_DEVICES,
+    PRESETS,
+    Plan,
+    PlanError,
+    check_plan_mesh,
+    load_plan,
+    parse_mesh,
+    parse_plan,
+)
 
 __all__ = [
-    "DEFAULT_HARDWARE", "PRESETS", "CollectiveSummary", "Plan", "PlanComparison", "PlanError",
+    "DEFAULT_HARDWARE", "LOGICAL_AXES", "MAX_SIMULATED_DEVICES", "PRESETS", "check_plan_mesh", "CollectiveSummary", "Plan", "PlanComparison", "PlanError",
     "PlanResult", "capture_with_plan", "compare_plans", "default_plans", "ensure_cpu_devices",
     "load_plan", "make_mesh", "parse_mesh", "parse_plan", "run_cli_with_devices",
     "workload_shardings",

@@ -12,10 +12,11 @@ from __future__ import annotations
 
 import json
 import math
+import sys
 import time
 from dataclasses import asdict, dataclass, field
 
-from .plan import PRESETS, Plan, PlanError, load_plan
+from .plan import MAX_SIMULATED_DEVICES, PRESETS, Plan, PlanError, check_plan_mesh, load_plan
 
 DEFAULT_HARDWARE = "h100-sxm"
 
@@ -174,6 +175,7 @@ def capture_with_plan(preset: str, overrides: dict[str, str] | None, plan: Plan,
     from jax.sharding import NamedSharding, PartitionSpec
 
     notes = [] if notes is None else notes
+    check_plan_mesh(plan, mesh_shape)
     mesh = make_mesh(mesh_shape)
     workload = models.build(preset, overrides or {})
 
@@ -305,6 +307,14 @@ def compare_plans(model: str, mesh_shape: dict[str, int], plans: list[str | Plan
     spec = load_spec(hardware)
     loaded = [p if isinstance(p, Plan) else load_plan(p) for p in (plans or default_plans(model, overrides))]
     n = math.prod(mesh_shape.values())
+    if n > MAX_SIMULATED_DEVICES:
+        raise PlanError(f"mesh {mesh_shape}: {n} devices; at most {MAX_SIMULATED_DEVICES} simulated "
+                        "CPU devices are supported")
+    for p in loaded:
+        check_plan_mesh(p, mesh_shape)
+    if progress:
+        print(f"jaxmove: compiling {model} under {len(loaded)} plan(s) on {n} simulated CPU devices "
+              "(starting the devices first)", file=sys.stderr, flush=True)
     if not ensure_cpu_devices(n):
         if any(p.source == "preset" and PRESETS.get(p.name) != p for p in loaded):
             raise PlanError("in-memory Plan objects cannot be sent to a subprocess; use presets or files")

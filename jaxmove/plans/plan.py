@@ -125,11 +125,24 @@ PRESETS: dict[str, Plan] = {
 }
 
 
+#: The logical axis names the zoo models use (a plan rule for any other name would
+#: never apply, so plan files may name only these).
+LOGICAL_AXES = ("batch", "length", "embed", "mlp", "heads", "kv_heads", "kv", "vocab", "expert",
+                "layers")
+
+#: Most simulated CPU devices a mesh may have: XLA:CPU (jax 0.10.2) compiles SPMD programs
+#: for at most 2048 devices of one process; from 2049 on, compilation fails with
+#: "Multiprocess computations aren't implemented on the CPU backend" (measured:
+#: `jaxmove plans mlp-tiny --mesh data=2048` takes ~2 s on 2 CPUs, data=2049 fails).
+MAX_SIMULATED_DEVICES = 2048
+
+
 def parse_mesh(text: str) -> dict[str, int]:
     """``data=2,model=4`` -> {"data": 2, "model": 4} (insertion order is the mesh order).
 
     Raises:
-      PlanError: not ``name=size`` pairs of positive sizes, or a repeated name.
+      PlanError: not ``name=size`` pairs of positive sizes, a repeated name, or more than
+        ``MAX_SIMULATED_DEVICES`` devices in all.
     """
     out: dict[str, int] = {}
     for part in (p.strip() for p in text.split(",")):
@@ -140,7 +153,30 @@ def parse_mesh(text: str) -> dict[str, int]:
         if m.group(1) in out:
             raise PlanError(f"--mesh {text!r}: axis {m.group(1)!r} given twice")
         out[m.group(1)] = int(m.group(2))
+    n = math.prod(out.values())
+    if n > MAX_SIMULATED_DEVICES:
+        raise PlanError(f"--mesh {text!r}: {n} devices; at most {MAX_SIMULATED_DEVICES} simulated "
+                        "CPU devices are supported")
     return out
+
+
+def check_plan_mesh(plan: Plan, mesh_shape: dict[str, int]) -> None:
+    """A plan file must name only mesh axes the mesh has (presets skip absent axes).
+
+    Raises:
+      PlanError: a rule of a TOML plan names a mesh axis that ``mesh_shape`` lacks; the
+        message names the file, the table and key, and the mesh's axes.
+    """
+    if plan.source == "preset":
+        return
+    for where, rules in (("params", plan.params), ("activations", plan.activations)):
+        for logical, axes in rules.items():
+            for a in axes:
+                if a not in mesh_shape:
+                    mesh = ",".join(f"{k}={v}" for k, v in mesh_shape.items())
+                    raise PlanError(f"{plan.source}: {logical} = {list(axes)} (in [{where}] or "
+                                    f"[rules]): mesh axis {a!r} is not in --mesh {mesh} "
+                                    f"(mesh axes: {', '.join(mesh_shape)})")
 
 
 def _line_of(text: str, key: str) -> int | None:
@@ -153,6 +189,10 @@ def _rules(table, where: str, path: str, text: str) -> Rules:
         raise PlanError(f"{path}: [{where}] must be a table of logical_axis = [mesh axes]")
     out: Rules = {}
     for k, v in table.items():
+        if k not in LOGICAL_AXES:
+            line = _line_of(text, k)
+            raise PlanError(f"{path}:{line or '?'}: [{where}] unknown logical axis {k!r}; "
+                            f"expected one of {', '.join(LOGICAL_AXES)}")
         vals = [v] if isinstance(v, str) else v
         if not isinstance(vals, list) or not all(isinstance(x, str) for x in vals):
             line = _line_of(text, k)
@@ -166,8 +206,8 @@ def parse_plan(text: str, path: str = "<string>") -> Plan:
     """A Plan from TOML text (module docstring format).
 
     Raises:
-      PlanError: invalid TOML (with line), unknown top-level keys, or rules that are not
-        names / lists of names.
+      PlanError: invalid TOML (with line), unknown top-level keys, a logical axis not in
+        ``LOGICAL_AXES``, or rules that are not names / lists of names.
     """
     try:
         data = tomllib.loads(text)

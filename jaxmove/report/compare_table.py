@@ -52,7 +52,8 @@ def render_comparison(c, top: int = 20, console: Console | None = None) -> None:
         parts = ", ".join(f"{escape(k)} {fmt_s(v)}" for k, v in list(prof.unjoined_s.items())[:5])
         console.print(f"[yellow]unjoined events (named after no instruction): {parts}[/yellow]")
 
-    t = Table(title=f"instructions by measured time (top {top} of {len(c.rows)})")
+    scope = f"all {len(c.rows)}" if top >= len(c.rows) else f"top {top} of {len(c.rows)}"
+    t = Table(title=f"instructions by measured time ({scope})")
     for col, just in (("instruction", "left"), ("opcode", "left"), ("bound", "left"), ("runs/prog", "right"),
                       ("measured", "right"), ("share", "right"), ("estimate", "right"), ("est/meas", "right")):
         t.add_column(col, justify=just, no_wrap=(col != "instruction"))

@@ -334,9 +334,13 @@ def render_html(report, title: str | None = None) -> str:
 
 
 def write_html(report, path) -> None:
-    """Write ``render_html(report)`` to ``path`` (UTF-8)."""
-    with open(path, "w", encoding="utf-8") as f:
-        f.write(render_html(report))
+    """Write ``render_html(report)`` to ``path`` (UTF-8; a temporary file renamed over it).
+
+    Raises:
+      jaxmove.outputs.OutputPathError: ``path`` cannot be written.
+    """
+    from ..outputs import write_text_atomic
+    write_text_atomic(path, render_html(report), "--html file")
 
 
 def summary_html(report, top: int = 10) -> str:

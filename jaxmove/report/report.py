@@ -65,6 +65,12 @@ class Report:
     def notes(self) -> list[str]:
         return list(dict.fromkeys(self.analysis.notes))
 
+    def listed_rows(self) -> list[InstructionCost]:
+        """The rows of the JSON ``instructions``: every instruction except those that move
+        and compute nothing (parameter, constant, tuple, get-tuple-element, bitcast,
+        after-all, add-dependency)."""
+        return [r for r in self.rows if r.instr.opcode not in _QUIET]
+
     def top(self, n: int = 20) -> list[InstructionCost]:
         """The n kernel-level instructions that move the most HBM bytes per program run."""
         rows = [r for r in self.rows if r.instr.opcode not in _QUIET]
@@ -99,7 +105,7 @@ class Report:
                        **_totals_timing(self)},
             "by_path": {p: t.path_bytes(p) for p in PATHS},
             "by_role": {r: dict(zip(("read_bytes", "write_bytes"), t.role_bytes(r))) for r in ROLES},
-            "instructions": [self._row_json(r) for r in self.rows if r.instr.opcode not in _QUIET],
+            "instructions": [self._row_json(r) for r in self.listed_rows()],
             "unmodeled": [r.instr.name for r in self.unmodeled],
             "parameters": [{"number": p.number, "path": p.path, "role": p.role,
                             "donated": p.donated, "shape": p.shape, "byte_size": p.byte_size}

@@ -42,13 +42,15 @@ def render_report(report: Report, top: int = 15, console: Console | None = None)
                   f"source={p.source}")
     console.print(f"HBM read {human_bytes(t.hbm_read_bytes)}, written {human_bytes(t.hbm_write_bytes)}, "
                   f"{human_count(t.flops)}FLOP per program run "
-                  f"({sum(1 for r in report.rows if r.instr.opcode not in ('parameter', 'constant'))} "
-                  f"kernel-level instructions)")
+                  f"({len(report.listed_rows())} instructions = JSON `instructions`; parameters, "
+                  "constants, tuples, bitcasts not counted)")
     render_time_summary(report, console)
 
     times = getattr(report, "times", None)
     ordered = top_by_time(report, top) if times is not None else report.top(top)
-    table = Table(title=f"Top {top} instructions by {'estimated time' if times is not None else 'HBM bytes'} "
+    listed = len(report.listed_rows())
+    scope = f"All {listed}" if top >= listed else f"Top {top} of {listed}"
+    table = Table(title=f"{scope} instructions by {'estimated time' if times is not None else 'HBM bytes'} "
                         "(totals over one program run)")
     num = {"justify": "right", "no_wrap": True}
     for col, kw in (("instruction", {"overflow": "fold"}), ("op / fusion", {"no_wrap": True}),
@@ -173,7 +175,7 @@ def render_time_summary(report: Report, console: Console) -> None:
         return
     t = times
     console.print(f"[bold]Estimated time on {t.spec_name}: {human_seconds(t.est_time_s)}[/bold] per program run, "
-                  f"work {t.bound}-bound (sums: compute {human_seconds(t.compute_time_s)}, memory "
+                  f"{t.bound}-bound (the largest of the sums: compute {human_seconds(t.compute_time_s)}, memory "
                   f"{human_seconds(t.memory_time_s)}, network {human_seconds(t.network_time_s)}, launch overhead "
                   f"{human_seconds(t.overhead_s)} for {t.kernels} kernels; no-overlap sum "
                   f"{human_seconds(t.serial_time_s)})")

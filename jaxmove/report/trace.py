@@ -201,6 +201,12 @@ def chrome_trace(report, measurement=None) -> dict:
 
 
 def write_trace(report, path, measurement=None) -> None:
-    """Write ``chrome_trace(report, measurement)`` as JSON to ``path``."""
-    with open(path, "w", encoding="utf-8") as f:
-        json.dump(chrome_trace(report, measurement), f)
+    """Write ``chrome_trace(report, measurement)`` as JSON to ``path`` (a temporary file
+    renamed over it, so an error never leaves a partial trace).
+
+    Raises:
+      ValueError: the report has no time estimates (``chrome_trace``).
+      jaxmove.outputs.OutputPathError: ``path`` cannot be written.
+    """
+    from ..outputs import write_text_atomic
+    write_text_atomic(path, json.dumps(chrome_trace(report, measurement)), "--trace file")

@@ -1,0 +1,377 @@
+"""A new user's bad input: every mistake ends in exit status 2 and one line
+``jaxmove: error: ...`` naming the file or argument; no traceback, no partial output file,
+no silently wrong number. Also the wording fixes of the table/JSON found the same way."""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import subprocess
+import sys
+import textwrap
+import uuid
+from pathlib import Path
+from types import SimpleNamespace
+
+import pytest
+
+import models
+from jaxmove.cli import build_parser, main
+from jaxmove.outputs import OutputPathError, check_output_path, write_text_atomic
+from jaxmove.plans import (MAX_SIMULATED_DEVICES, PlanError, check_plan_mesh, parse_mesh,
+                           parse_plan)
+
+ROOT = Path(__file__).resolve().parents[1]
+
+# `python -P`: do NOT put the current directory on sys.path (like the `jaxmove` script),
+# so the tests see what an installed `jaxmove` does.
+_CLI = [sys.executable, "-P", "-c", "import sys; from jaxmove.cli import main; sys.exit(main(sys.argv[1:]))"]
+
+
+def run_cli(args, cwd=None):
+    return subprocess.run(_CLI + list(args), capture_output=True, text=True, cwd=cwd,
+                          env={**os.environ, "JAX_PLATFORMS": "cpu"})
+
+
+def one_error_line(err: str) -> str:
+    lines = err.strip().splitlines()
+    assert len(lines) == 1, err
+    assert lines[0].startswith("jaxmove: error: ") and "Traceback" not in err, err
+    return lines[0]
+
+
+# A tiny HLO module, counted by hand: parameter, constant, add, multiply, tuple.
+# Kernel-level instructions (the JSON `instructions`): add, multiply = 2.
+TINY_HLO = textwrap.dedent("""\
+    HloModule tiny
+    ENTRY e {
+      p = f32[4]{0} parameter(0)
+      c = f32[] constant(2)
+      b = f32[4]{0} broadcast(c), dimensions={}
+      a = f32[4]{0} add(p, p)
+      m = f32[4]{0} multiply(a, b)
+      ROOT t = (f32[4]{0}) tuple(m)
+    }
+    """)
+
+
+@pytest.fixture
+def tiny_hlo(tmp_path):
+    path = tmp_path / "tiny.hlo"
+    path.write_text(TINY_HLO)
+    return path
+
+
+# ---- 1. module:function targets ------------------------------------------------------------
+
+USER_CODE = textwrap.dedent("""\
+    import jax, jax.numpy as jnp
+    def ret_lowered():
+        return jax.jit(lambda x: x * 2).lower(jax.ShapeDtypeStruct((128,), jnp.float32))
+    def ret_int():
+        return 42
+    def ret_none():
+        return None
+    def ret_fn():
+        return lambda x: x
+    def needs_arg(x):
+        return x
+    def raises():
+        raise RuntimeError("boom inside user code")
+    not_callable = 5
+    """)
+
+
+@pytest.fixture
+def user_pkg(tmp_path, monkeypatch):
+    """A directory with a fresh module (unique name: sys.modules caches imports) and a
+    module with a syntax error; the test runs in that directory."""
+    name = f"jm_user_{uuid.uuid4().hex[:8]}"
+    (tmp_path / f"{name}.py").write_text(USER_CODE)
+    (tmp_path / f"{name}_broken.py").write_text("def f(:\n    pass\n")
+    monkeypatch.chdir(tmp_path)
+    return name
+
+
+def test_module_target_found_in_cwd_like_python_m(tmp_path):
+    name = f"jm_user_{uuid.uuid4().hex[:8]}"
+    (tmp_path / f"{name}.py").write_text(USER_CODE)
+    proc = run_cli(["analyze", f"{name}:ret_lowered", "--json"], cwd=tmp_path)
+    assert proc.returncode == 0, proc.stderr
+    out = json.loads(proc.stdout)
+    # x * 2 on f32[128]: reads 512 bytes, writes 512 bytes, 128 flops
+    assert out["totals"]["hbm_read_bytes"] == 512 and out["totals"]["flops"] == 128
+    assert str(tmp_path) not in sys.path  # nothing leaks into this process either
+
+
+@pytest.mark.parametrize("fn,expect", [
+    ("ret_int", "returned an int; expected a jaxmove.workload.Workload"),
+    ("ret_none", "returned None"),
+    ("ret_fn", "returned a function"),
+    ("needs_arg", "needs arguments (x)"),
+    ("raises", "raised RuntimeError: boom inside user code"),
+    ("not_callable", "is an int, not a function"),
+    ("no_such_fn", "has no function 'no_such_fn'"),
+    ("ret_int:x", "expected package.module:function"),
+])
+def test_module_target_errors_are_one_line(user_pkg, capsys, fn, expect):
+    assert main(["analyze", f"{user_pkg}:{fn}"]) == 2
+    line = one_error_line(capsys.readouterr().err)
+    assert expect in line and f"{user_pkg}:{fn}" in line
+
+
+def test_module_target_syntax_error_names_file_line_col(user_pkg, capsys):
+    assert main(["analyze", f"{user_pkg}_broken:f"]) == 2
+    line = one_error_line(capsys.readouterr().err)
+    assert re.search(rf"{user_pkg}_broken\.py:1:\d+: SyntaxError", line), line
+
+
+@pytest.mark.parametrize("target,expect", [
+    ("os:getcwd", "returned a str"),
+    ("json:loads", "needs arguments (s)"),
+    ("no_such_module_jm:f", "no module named 'no_such_module_jm'"),
+])
+def test_stdlib_and_missing_module_targets(capsys, target, expect):
+    assert main(["analyze", target]) == 2
+    assert expect in one_error_line(capsys.readouterr().err)
+
+
+def test_user_exception_has_no_traceback_in_a_real_process(tmp_path):
+    name = f"jm_user_{uuid.uuid4().hex[:8]}"
+    (tmp_path / f"{name}.py").write_text(USER_CODE)
+    proc = run_cli(["analyze", f"{name}:raises"], cwd=tmp_path)
+    assert proc.returncode == 2
+    assert one_error_line(proc.stderr) == (
+        f"jaxmove: error: {name}:raises raised RuntimeError: boom inside user code")
+
+
+# ---- 2. --set ranges -----------------------------------------------------------------------
+
+@pytest.mark.parametrize("preset,setting", [
+    ("mlp-tiny", "batch=99999999999999999999"),
+    ("gpt-tiny-decode", "vocab=3000000000"),
+    ("mlp-tiny", "batch=0"),
+    ("mlp-tiny", "batch=-3"),
+])
+def test_set_out_of_range_names_the_bounds(capsys, preset, setting):
+    assert main(["analyze", preset, "--set", setting]) == 2
+    line = one_error_line(capsys.readouterr().err)
+    key = setting.split("=")[0]
+    assert f"--set {key}=" in line and "[1, 2147483647]" in line
+
+
+def test_set_values_whose_arrays_overflow_are_rejected_before_xla():
+    # x: f32[batch, d_model] = (2**31-1)**2 * 4 bytes > 2**62: XLA would abort the process
+    with pytest.raises(ValueError, match=r"float32\[2147483647, 2147483647\].*2\*\*62"):
+        models.build("mlp-tiny", {"batch": "2147483647", "d_model": "2147483647"})
+    with pytest.raises(ValueError, match="at most 256 unrolled layers"):
+        models.build("mlp-tiny", {"layers": "100000000"})
+    assert models.build("mlp-tiny", {"batch": "2147483647"}).args[1].shape == (2147483647, 32)
+
+
+# ---- 3. --top -------------------------------------------------------------------------------
+
+@pytest.mark.parametrize("argv", [["analyze", "mlp-tiny", "--top", "-5"],
+                                  ["analyze", "mlp-tiny", "--top", "0"],
+                                  ["compare", "mlp-tiny", "--top", "0"]])
+def test_top_must_be_positive(capsys, argv):
+    with pytest.raises(SystemExit) as e:
+        main(argv)
+    assert e.value.code == 2
+    line = one_error_line(capsys.readouterr().err)
+    assert "--top" in line and "positive integer" in line
+
+
+# ---- 4. output paths ------------------------------------------------------------------------
+
+def test_output_that_is_a_directory_is_named_as_output(tmp_path, tiny_hlo, capsys):
+    d = tmp_path / "adir"
+    d.mkdir()
+    assert main(["analyze", str(tiny_hlo), "--html", str(d)]) == 2
+    line = one_error_line(capsys.readouterr().err)
+    assert f"{d}: is a directory; --html file" in line and "HLO" not in line
+    assert main(["annotate", str(tiny_hlo), "-o", str(d)]) == 2
+    assert f"{d}: is a directory; -o file" in one_error_line(capsys.readouterr().err)
+
+
+def test_missing_parent_directory_is_an_error_for_every_output(tmp_path, tiny_hlo, capsys):
+    missing = tmp_path / "nonexistent" / "d"
+    cases = [["analyze", str(tiny_hlo), "--html", str(missing / "r.html")],
+             ["analyze", str(tiny_hlo), "--hardware", "h100-sxm", "--trace", str(missing / "t.json")],
+             ["annotate", str(tiny_hlo), "-o", str(missing / "a.hlo")],
+             ["calibrate", "--quick", "-o", str(missing / "x.toml")],
+             ["compare", "mlp-tiny", "--fit", "--save-fit", str(missing / "f.toml")]]
+    for argv in cases:
+        assert main(argv) == 2, argv
+        err = capsys.readouterr().err
+        line = one_error_line(err)  # nothing measured first: calibrate prints no progress
+        assert str(missing) in line and "does not exist" in line, line
+    assert not (tmp_path / "nonexistent").exists()
+
+
+@pytest.mark.skipif(not Path("/proc/self").is_dir(), reason="needs Linux /proc")
+def test_unwritable_directory_names_the_users_path_not_a_temp_file(tiny_hlo, capsys):
+    for argv, path in ((["annotate", str(tiny_hlo), "-o", "/proc/x"], "/proc/x"),
+                       (["calibrate", "--quick", "-o", "/proc/x.toml"], "/proc/x.toml")):
+        assert main(argv) == 2
+        line = one_error_line(capsys.readouterr().err)
+        assert line.startswith(f"jaxmove: error: {path}: cannot write") and ".tmp" not in line
+
+
+def test_trace_without_hardware_leaves_no_file(tmp_path, tiny_hlo, capsys):
+    out = tmp_path / "t.json"
+    assert main(["analyze", str(tiny_hlo), "--trace", str(out)]) == 2
+    assert "--trace needs --hardware" in one_error_line(capsys.readouterr().err)
+    assert not out.exists()
+
+
+def test_outputs_are_written_whole(tmp_path, tiny_hlo, capsys):
+    html, trace, ann = tmp_path / "r.html", tmp_path / "t.json", tmp_path / "a.hlo"
+    assert main(["analyze", str(tiny_hlo), "--hardware", "h100-sxm", "--html", str(html),
+                 "--trace", str(trace), "--json"]) == 0
+    assert main(["annotate", str(tiny_hlo), "-o", str(ann)]) == 0
+    capsys.readouterr()
+    assert html.read_text().rstrip().endswith("</html>")
+    assert json.loads(trace.read_text())["traceEvents"]
+    from jaxmove.hlo import parse_module
+    assert len(parse_module(ann.read_text()).entry.instructions) == 6   # whole: every instruction back
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["a.hlo", "r.html", "t.json", "tiny.hlo"]
+
+
+def test_atomic_write_keeps_the_old_file_when_the_rename_fails(tmp_path, monkeypatch):
+    target = tmp_path / "keep.txt"
+    target.write_text("old")
+    os.chmod(target, 0o640)
+
+    def fail(*a, **k):
+        raise OSError(28, "No space left on device")
+
+    monkeypatch.setattr(os, "replace", fail)
+    with pytest.raises(OutputPathError, match=r"keep\.txt: cannot write .*No space left"):
+        write_text_atomic(target, "new")
+    monkeypatch.undo()
+    assert target.read_text() == "old" and os.listdir(tmp_path) == ["keep.txt"]
+    write_text_atomic(target, "new")
+    assert target.read_text() == "new" and (target.stat().st_mode & 0o777) == 0o640
+
+
+def test_only_the_default_calibrate_location_creates_its_directory(tmp_path):
+    with pytest.raises(OutputPathError, match="does not exist"):
+        check_output_path(tmp_path / "a" / "b.toml")
+    assert check_output_path(tmp_path / "a" / "b.toml", create_parent=True).parent.is_dir()
+
+
+# ---- 5. mesh size ---------------------------------------------------------------------------
+
+def test_mesh_above_the_device_limit_is_rejected_at_once(capsys):
+    with pytest.raises(PlanError, match=f"100000 devices; at most {MAX_SIMULATED_DEVICES}"):
+        parse_mesh("data=100000")
+    assert parse_mesh(f"data={MAX_SIMULATED_DEVICES}") == {"data": MAX_SIMULATED_DEVICES}
+    assert main(["plans", "mlp-tiny", "--mesh", "data=64,model=64"]) == 2
+    assert "4096 devices; at most 2048" in one_error_line(capsys.readouterr().err)
+
+
+# ---- 6. plan files --------------------------------------------------------------------------
+
+def test_plan_file_unknown_logical_axis_names_file_line_and_choices(tmp_path, capsys):
+    f = tmp_path / "typo.toml"
+    f.write_text('name = "typo"\n[rules]\nbatch = ["data"]\nbatchh = ["data"]\n')
+    assert main(["plans", "mlp-tiny", "--mesh", "data=2", "--plan", str(f)]) == 2
+    line = one_error_line(capsys.readouterr().err)
+    assert f"{f}:4:" in line and "'batchh'" in line and "batch, length, embed" in line
+
+
+def test_plan_file_mesh_axis_not_in_the_mesh(tmp_path, capsys):
+    f = tmp_path / "p.toml"
+    f.write_text('[rules]\nbatch = ["dta"]\n')
+    assert main(["plans", "mlp-tiny", "--mesh", "data=2", "--plan", str(f)]) == 2
+    line = one_error_line(capsys.readouterr().err)
+    assert str(f) in line and "'dta'" in line and "mesh axes: data" in line
+
+
+def test_readme_plan_example_is_consistent():
+    readme = (ROOT / "README.md").read_text()
+    toml = re.search(r"```toml\n# my_plan.toml\n(.*?)```", readme, re.S).group(1)
+    mesh = re.search(r"jaxmove plans mlp --mesh (\S+) --plan my_plan.toml", readme).group(1)
+    plan = parse_plan(toml, "my_plan.toml")
+    check_plan_mesh(plan, parse_mesh(mesh))  # every axis the file names is in the mesh
+    assert plan.params["mlp"] == ("model",)
+    with pytest.raises(PlanError, match="'model' is not in --mesh data=8"):
+        check_plan_mesh(plan, parse_mesh("data=8"))
+
+
+# ---- 7. instruction count -------------------------------------------------------------------
+
+def test_table_counts_the_json_instructions(tiny_hlo, capsys):
+    assert main(["analyze", str(tiny_hlo), "--json"]) == 0
+    rows = json.loads(capsys.readouterr().out)["instructions"]
+    # hand count: broadcast, add, multiply (parameter, constant, tuple are not listed)
+    assert sorted(r["name"] for r in rows) == ["a", "b", "m"]
+    assert main(["analyze", str(tiny_hlo)]) == 0
+    out = capsys.readouterr().out
+    assert "(3 instructions = JSON `instructions`" in out
+    assert "All 3 instructions by HBM bytes" in out
+
+
+# ---- 8. compare wording ---------------------------------------------------------------------
+
+def test_compare_help_and_table_title(capsys):
+    with pytest.raises(SystemExit):
+        build_parser().parse_args(["compare", "--help"])
+    helptext = capsys.readouterr().out
+    assert ">= 1% of the run" in " ".join(helptext.split()) and "%%" not in helptext
+
+    from jaxmove.report.compare_table import render_comparison
+    from jaxmove.report.table import make_console
+
+    row = SimpleNamespace(name="f", opcode="fusion", bound="memory", executions=1, measured_time_s=1e-6,
+                          share=0.5, est_time_s=1e-6, ratio=1.0)
+    prof = SimpleNamespace(runs=1, device_time_s=2e-6, coverage=1.0, span_s=None, unjoined_s={})
+    m = SimpleNamespace(program=SimpleNamespace(name="p"), device_kind="cpu", wall_iqr_s=(1e-6, 1e-6),
+                        wall_median_s=1e-6, wall_min_s=1e-6, wall_max_s=1e-6, wall_times_s=[1e-6],
+                        warmup_runs=0, profile=prof, notes=[])
+    stats = SimpleNamespace(est_program_s=1e-6, measured_wall_s=1e-6, program_error=0.0, measured_span_s=None,
+                            est_sum_s=1e-6, measured_sum_s=1e-6, mdape=0.0, n_significant=2,
+                            weighted_error=0.0, n_measured=2, spearman=1.0)
+    c = SimpleNamespace(measurement=m, stats=stats, spec=SimpleNamespace(name="x"), spec_note="test",
+                        rows=[row, row], baseline_s=None, fit=None)
+    console = make_console()
+    with console.capture() as cap:
+        render_comparison(c, top=20, console=console)
+    assert "(all 2)" in cap.get() and "top 20" not in cap.get()
+    with console.capture() as cap:
+        render_comparison(c, top=1, console=console)
+    assert "(top 1 of 2)" in cap.get()
+
+
+# ---- 9. program bound -----------------------------------------------------------------------
+
+def test_program_bound_includes_overhead(tiny_hlo, capsys):
+    assert main(["analyze", str(tiny_hlo), "--hardware", "h100-sxm", "--json"]) == 0
+    t = json.loads(capsys.readouterr().out)["time"]
+    # 3 kernels x 2 us launch (h100-sxm spec) against 16-48 bytes each at 3.35 TB/s
+    assert t["overhead_s"] == pytest.approx(3 * 2e-6)
+    assert t["memory_time_s"] < 1e-9
+    assert t["bound"] == "overhead"
+
+
+# ---- 10. README -----------------------------------------------------------------------------
+
+def test_readme_is_self_contained_and_documents_specs_and_targets():
+    readme = (ROOT / "README.md").read_text()
+    assert "DESIGN.md" not in readme
+    assert "sys.path" in readme and "current directory" in readme
+    assert "`vendor`" in readme and "`[sources]`" in readme
+
+
+# ---- 11. backend vs hardware kind -----------------------------------------------------------
+
+def test_cpu_program_costed_on_a_gpu_spec_says_so():
+    import jaxmove
+
+    note = "program compiled by XLA:CPU; costed on h100-sxm as compiled"
+    on_gpu = jaxmove.analyze("mlp-tiny", hardware="h100-sxm").to_json()
+    assert any(n.startswith(note) and "bf16→f32 weight converts" in n for n in on_gpu["notes"])
+    on_cpu = jaxmove.analyze("mlp-tiny", hardware="cpu-generic").to_json()
+    assert not any("program compiled by XLA" in n for n in on_cpu["notes"])
