@@ -7,9 +7,11 @@ accessors for the ones the passes need. It knows nothing of JAX or of the passes
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass, field
 from functools import cached_property
 
+from .fastpath import parse_attr_text
 from .shape import Shape
 
 # Attributes whose value names one or more computations.
@@ -18,6 +20,10 @@ CALLED_COMPUTATION_ATTRS = (
     "true_computation", "false_computation", "scatter", "select",
     "async_execution_thread_computation",
 )
+_CALLED_KEYS = frozenset(CALLED_COMPUTATION_ATTRS)
+# Where such a key can start in unsplit attribute text (``, calls=%f``); no match: none is there.
+_CALLED_KEY_AT = re.compile(r",[ \t]*(?:%s)[ \t]*=" % "|".join(CALLED_COMPUTATION_ATTRS))
+_UNSET = object()
 
 
 @dataclass(slots=True)
@@ -54,35 +60,73 @@ class Instruction:
       is_root: True when printed with ``ROOT`` (or implied: last instruction).
       line, column: 1-based position of the instruction name in the source text.
       computation: the name of the enclosing computation.
+
+    ``attrs`` may be given as None with ``attr_text``, the attribute text the parser's fast
+    path matched (``, key=value, ...``, already checked): it is split into the dict on first
+    use, so attributes nothing reads (most ``metadata``, ``dimensions``) are never split.
     """
 
-    __slots__ = ("name", "opcode", "shape", "operands", "attrs", "literal", "is_root",
-                 "line", "column", "computation", "parameter_number", "__dict__")
+    __slots__ = ("name", "opcode", "shape", "operands", "_attrs", "_attr_text", "literal",
+                 "is_root", "line", "column", "computation", "parameter_number", "_called",
+                 "_metadata", "_backend_config")
 
     def __init__(self, name, opcode, shape, operands, attrs, literal, is_root, line, column,
-                 computation, parameter_number=None):
+                 computation, parameter_number=None, attr_text=None):
         self.name: str = name
         self.opcode: str = opcode
         self.shape: Shape = shape
         self.operands: tuple[str, ...] = operands
-        self.attrs: dict[str, str] = attrs
+        self._attrs: dict[str, str] | None = attrs
+        self._attr_text: str | None = attr_text
         self.literal: str | None = literal
         self.is_root: bool = is_root
         self.line: int = line
         self.column: int = column
         self.computation: str = computation
         self.parameter_number: int | None = parameter_number
+        self._called: tuple[str, ...] | None = None
+        self._metadata = _UNSET
+        self._backend_config = _UNSET
 
     def __repr__(self) -> str:
         return f"<{self.name} = {self.shape} {self.opcode}({', '.join(self.operands)})>"
 
+    @property
+    def attrs(self) -> dict[str, str]:
+        """Every ``key=value`` attribute as printed, by key (split from ``attr_text`` once)."""
+        a = self._attrs
+        if a is None:
+            a = self._attrs = parse_attr_text(self._attr_text) if self._attr_text else {}
+        return a
+
+    @attrs.setter
+    def attrs(self, value: dict[str, str]) -> None:
+        self._attrs = value
+        self._called = None
+        self._metadata = self._backend_config = _UNSET
+
     # ---- called computations -------------------------------------------------------
-    @cached_property
+    def names_computations(self) -> bool:
+        """True when an attribute that names called computations (``calls``, ``to_apply``,
+        ... ``CALLED_COMPUTATION_ATTRS``) is present, even with an empty value."""
+        if self._attrs is None and (not self._attr_text
+                                    or _CALLED_KEY_AT.search(self._attr_text) is None):
+            return False
+        return not _CALLED_KEYS.isdisjoint(self.attrs)
+
+    @property
     def called_computations(self) -> tuple[str, ...]:
-        """Names of computations this instruction calls, in attribute order."""
+        """Names of computations this instruction calls, in attribute order (computed once)."""
+        out = self._called
+        if out is None:
+            out = self._called = self._find_called() if self.names_computations() else ()
+        return out
+
+    def _find_called(self) -> tuple[str, ...]:
+        attrs = self.attrs
         out: list[str] = []
         for key in CALLED_COMPUTATION_ATTRS:
-            v = self.attrs.get(key)
+            v = attrs.get(key)
             if v is None:
                 continue
             v = v.strip()
@@ -100,8 +144,15 @@ class Instruction:
         v = v.strip().strip("{}").strip()
         return tuple(int(x) for x in v.split(",") if x.strip()) if v else ()
 
-    @cached_property
+    @property
     def metadata(self) -> Metadata | None:
+        """``metadata={...}`` parsed (once), or None when absent."""
+        md = self._metadata
+        if md is _UNSET:
+            md = self._metadata = self._parse_metadata()
+        return md
+
+    def _parse_metadata(self) -> Metadata | None:
         v = self.attrs.get("metadata")
         if v is None:
             return None
@@ -118,13 +169,20 @@ class Instruction:
             pass
         return md
 
-    @cached_property
+    @property
     def backend_config(self) -> dict | None:
         """backend_config as a dict: JSON (``{...}``) or an escaped JSON string (older XLA).
 
         Relaxed JSON with unquoted keys (Triton fusions print ``{sizes: ...}``) is accepted.
         Returns None when absent or when the value is not JSON (e.g. a raw proto string).
+        Parsed once.
         """
+        bc = self._backend_config
+        if bc is _UNSET:
+            bc = self._backend_config = self._parse_backend_config()
+        return bc
+
+    def _parse_backend_config(self) -> dict | None:
         v = self.attrs.get("backend_config")
         if v is None:
             return None

@@ -28,6 +28,7 @@ from pathlib import Path
 
 from .._perf import gc_paused
 from .errors import HloParseError
+from .fastpath import _F_NAME, _F_SHAPE, _FAST_ATTR, _FAST_LINE
 from .ir import Computation, Instruction, Module
 from .replica_groups import ReplicaGroupsError, parse_replica_groups
 from .validate import validate_module
@@ -57,29 +58,7 @@ _SAME_SHAPE_AS_OPERAND0 = frozenset({
 })
 
 
-# ---- the fast path: one instruction on one line, in the form XLA prints ------------------
-# ``[ROOT] %name = shape opcode(%a, %b), key=value, ...`` with no comments, no operand
-# shapes, no nested instructions. A line that does not match in full is parsed by the
-# general recursive-descent code below, which also reports every error, so the fast path
-# never changes what is accepted or how it is read. Possessive quantifiers (``*+``, ``++``,
-# Python >= 3.11) keep every match linear in the line length, whatever the input.
-_F_NAME = r"%?(?:[A-Za-z_][A-Za-z0-9_.\-$]*+|[0-9][A-Za-z0-9_.\-$]*+)"
-_F_ARRAY = r"[a-z][a-z0-9]*+\[[^\]\[\n]*+\](?:\{[^{}\n]*+\})?"
-_F_SHAPE = rf"(?:{_F_ARRAY}|\((?:{_F_ARRAY}(?:,[ \t]*+{_F_ARRAY})*+)?\))"
-_F_STR = r'"(?:[^"\\\n]++|\\.)*+"'
-_F_BRACE = rf'\{{(?:[^{{}}"\n]++|{_F_STR})*+\}}'
-for _ in range(3):  # up to four levels of nested braces (GPU backend_config JSON)
-    _F_BRACE = rf'\{{(?:[^{{}}"\n]++|{_F_STR}|{_F_BRACE})*+\}}'
-_F_VALUE = (rf'(?:[^\s,(){{}}\[\]"]++|{_F_STR}|{_F_BRACE}|\[[^\[\](){{}}"\n]*+\]'
-            rf'|\([^\[\](){{}}"\n]*+\))++')
-_F_ATTR = rf'[ \t]*+,[ \t]*+([A-Za-z_][A-Za-z0-9_\-.]*+)[ \t]*+=[ \t]*+({_F_VALUE})'
-_F_ATTR_NC = rf'[ \t]*+,[ \t]*+[A-Za-z_][A-Za-z0-9_\-.]*+[ \t]*+=[ \t]*+{_F_VALUE}'
-_F_OPERANDS = rf"[ \t]*+(?:{_F_NAME}[ \t]*+(?:,[ \t]*+{_F_NAME}[ \t]*+)*+)?"
-# groups: ROOT, name, shape, opcode, operand names | literal text, attributes, next indent
-_FAST_LINE = re.compile(
-    rf'(ROOT[ \t]++)?({_F_NAME})[ \t]*+=[ \t]*+({_F_SHAPE})[ \t]++([a-z][a-z0-9\-]*+)'
-    rf'\((?:({_F_OPERANDS})|([^()"\n]*+))\)((?:{_F_ATTR_NC})*+)[ \t\r]*+(?:\n([ \t]*+)|\Z)')
-_FAST_ATTR = re.compile(_F_ATTR)
+# ---- the fast path (fastpath.py): one instruction on one line, in the form XLA prints ----
 
 # A computation's parameter list ``(p: f32[4]{0}, t: (s32[], f32[2]))`` on one line, every
 # bracket closed in order (up to three levels of tuples): what ``balanced`` accepts there.
@@ -629,19 +608,22 @@ class _Parser:
                 # names hold neither '%' nor blanks: the regex has checked the form
                 optext = optext.replace("%", "").replace(" ", "").replace("\t", "")
                 operands = tuple(optext.split(",")) if optext else ()
+            attrs = None  # split from atext on first use (Instruction.attrs)
             if atext:
                 if "mesh[" in atext:
                     break
-                attrs = dict(_FAST_ATTR.findall(atext))
-                groups = attrs.get("replica_groups")
-                if groups is not None and groups not in self._checked_groups:
-                    for am in _FAST_ATTR.finditer(atext):
-                        if am.group(1) == "replica_groups" and am.group(2) == groups:
-                            self.check_attr("replica_groups", groups, m.start(7) + am.start(2))
+                if "replica_groups" in atext:
+                    attrs = dict(_FAST_ATTR.findall(atext))
+                    groups = attrs.get("replica_groups")
+                    if groups is not None and groups not in self._checked_groups:
+                        for am in _FAST_ATTR.finditer(atext):
+                            if am.group(1) == "replica_groups" and am.group(2) == groups:
+                                self.check_attr("replica_groups", groups, m.start(7) + am.start(2))
             else:
-                attrs = {}
+                atext = None
             instr = Instruction(name, intern(opcode), shape, operands, attrs, literal,
-                                is_root is not None, line, m.start(2) - line_start + 1, comp, param_no)
+                                is_root is not None, line, m.start(2) - line_start + 1, comp, param_no,
+                                atext)
             by_name[name] = instr
             instrs.append(instr)
             if is_root is not None:

@@ -30,7 +30,29 @@ def _ints(s: str) -> list[int]:
     return [int(x) for x in s.split(",")]
 
 
+# text -> its groups, for texts already expanded: a program repeats the same few values on
+# thousands of collectives. Bounded (entries, and devices per entry).
+_CACHE: dict[str, tuple[tuple[int, ...], ...]] = {}
+_CACHE_ENTRIES = 4096
+_CACHE_MAX_IDS = 1 << 16
+
+
 def parse_replica_groups(text: str) -> list[list[int]]:
+    """Expand a ``replica_groups`` value into explicit groups (a new list on every call).
+
+    Returns [] for ``{}`` (all participants form one group; the caller knows how many).
+    Raises as ``_parse_replica_groups`` below; results are cached by text, errors are not.
+    """
+    hit = _CACHE.get(text)
+    if hit is not None:
+        return [list(g) for g in hit]
+    groups = _parse_replica_groups(text)
+    if len(_CACHE) < _CACHE_ENTRIES and sum(map(len, groups)) <= _CACHE_MAX_IDS:
+        _CACHE[text] = tuple(tuple(g) for g in groups)
+    return groups
+
+
+def _parse_replica_groups(text: str) -> list[list[int]]:
     """Expand a ``replica_groups`` value into explicit groups.
 
     Returns [] for ``{}`` (all participants form one group; the caller knows how many).

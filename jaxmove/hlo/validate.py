@@ -164,6 +164,8 @@ def _dims_attr(filename: str, instr: Instruction, key: str) -> tuple[int, ...]:
     v = instr.attrs.get(key)
     if v is None:
         return ()
+    if len(v) > 2 and v[0] == "{" and v[-1] == "}" and v[1:-1].isdecimal():
+        return (int(v[1:-1]),)  # the usual '{1}', without the general split below
     t = v.strip()
     if not (t.startswith("{") and t.endswith("}")):
         raise _err(filename, instr, f"{key}={v} of '{instr.name}': expected {{d0,d1,...}}")
@@ -171,6 +173,10 @@ def _dims_attr(filename: str, instr: Instruction, key: str) -> tuple[int, ...]:
         return tuple(int(x) for x in t[1:-1].split(",") if x.strip())
     except ValueError:
         raise _err(filename, instr, f"{key}={v} of '{instr.name}': expected integers") from None
+
+
+_DOT_DIM_KEYS = {side: tuple((kind, f"{side}_{kind}_dims") for kind in ("contracting", "batch"))
+                  for side in ("lhs", "rhs")}
 
 
 def _check_dot_dims(filename: str, instr: Instruction, lhs: Shape, rhs: Shape) -> None:
@@ -182,8 +188,7 @@ def _check_dot_dims(filename: str, instr: Instruction, lhs: Shape, rhs: Shape) -
     pairs = []
     for side, shape in (("lhs", lhs), ("rhs", rhs)):
         dims = {}
-        for kind in ("contracting", "batch"):
-            key = f"{side}_{kind}_dims"
+        for kind, key in _DOT_DIM_KEYS[side]:
             dims[kind] = _dims_attr(filename, instr, key)
             for d in dims[kind]:
                 if not 0 <= d < len(shape.dims):
@@ -249,7 +254,7 @@ def _check_instruction(filename: str, mod: Module, comp: Computation, instr: Ins
     for key in _REQUIRED_CALLS.get(op, ()):
         if key not in instr.attrs:
             raise _err(filename, instr, f"'{op}' instruction '{instr.name}' has no {key}= attribute")
-    called = () if _CALLED_KEYS.isdisjoint(instr.attrs) else instr.called_computations
+    called = instr.called_computations  # () without such attributes
     for c in called:
         if c not in mod.computations:
             raise _err(filename, instr, f"instruction '{instr.name}' calls undefined computation '{c}'")
@@ -311,6 +316,13 @@ def _operand_cycle(comp: Computation, start: Instruction) -> list[str] | None:
 
 
 def _parameters(filename: str, comp: Computation) -> None:
+    k = 0
+    for p in comp.parameters:  # the usual case, 0, 1, 2, ...: nothing to report
+        if p.parameter_number != k:
+            break
+        k += 1
+    else:
+        return
     seen: dict[int, Instruction] = {}
     for p in comp.parameters:
         if p.parameter_number in seen:
@@ -378,20 +390,27 @@ def validate_module(mod: Module) -> None:
     """Run every check above on ``mod``; raises HloParseError at the first failure."""
     filename = mod.filename
     calls: dict[str, list[tuple[str, Instruction]]] = {}
-    cheap, called_keys = _CHEAP, _CALLED_KEYS
+    cheap, same_dims = _CHEAP, _SAME_DIMS
     for comp in mod.computations.values():
         _parameters(filename, comp)
         out = calls[comp.name] = []
         defined: set[str] = set()
+        by_name = comp.by_name
         for instr in comp.instructions:
             ops = instr.operands
             for o in ops:
                 if o not in defined:
                     raise _operand_error(filename, comp, instr, o)
-            if instr.opcode in _SAME_DIMS and instr.shape.is_array:
-                _check_same_dims(filename, comp, instr)
+            if instr.opcode in same_dims:
+                shape = instr.shape
+                if shape.is_array:
+                    dims = shape.dims
+                    for o in ops:
+                        if by_name[o].shape.dims != dims:  # maybe a mismatch: check in full
+                            _check_same_dims(filename, comp, instr)
+                            break
             # most instructions need only their operand count checked
-            if cheap.get(instr.opcode, -1) != len(ops) or not called_keys.isdisjoint(instr.attrs):
+            if cheap.get(instr.opcode, -1) != len(ops) or instr.names_computations():
                 for c in _check_instruction(filename, mod, comp, instr):
                     out.append((c, instr))
             defined.add(instr.name)

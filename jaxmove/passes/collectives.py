@@ -103,13 +103,13 @@ class CollectiveError(ValueError):
     """A collective whose groups cannot be read (names the instruction and its line)."""
 
 
+# every collective opcode (``kind`` and ``kind-start``) -> its kind
+_KIND_OF = {**{k: k for k in _KINDS}, **{f"{k}-start": k for k in _KINDS}}
+
+
 def collective_kind(opcode: str) -> str | None:
     """``all-reduce-start`` -> ``all-reduce``; None for non-collectives and ``*-done``."""
-    if opcode in _KINDS:
-        return opcode
-    if opcode.endswith("-start") and opcode[:-6] in _KINDS:
-        return opcode[:-6]
-    return None
+    return _KIND_OF.get(opcode)
 
 
 # ---- per-module caches --------------------------------------------------------------
@@ -130,15 +130,18 @@ def _async_wrapped(module: Module) -> frozenset[str]:
 
 def _fused_collectives(module: Module, cname: str) -> tuple[tuple[Instruction, Computation], ...]:
     """Collectives inside a fused computation and its nested fusions."""
-    cache = _FUSED.setdefault(module, {})
+    cache = _FUSED.get(module)
+    if cache is None:
+        cache = _FUSED[module] = {}
     hit = cache.get(cname)
     if hit is not None:
         return hit
     cache[cname] = ()  # guards against (malformed) recursion
     comp = module.computations[cname]
     out: list[tuple[Instruction, Computation]] = []
+    kinds = _KIND_OF
     for i in comp.instructions:
-        if collective_kind(i.opcode) is not None:
+        if i.opcode in kinds:
             out.append((i, comp))
         elif i.opcode == "fusion":
             for c in i.called_computations:

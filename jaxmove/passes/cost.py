@@ -50,7 +50,7 @@ class Cost:
     @staticmethod
     def sum(costs: "Iterable[Cost]") -> "Cost":
         """Field-wise sum of many costs, built once (chaining ``+`` builds one per term)."""
-        columns = list(zip(*map(_values, costs)))
+        columns = list(zip(*[_values(c) for c in costs if c is not ZERO_COST]))  # zeros add nothing
         if not columns:
             return Cost()
         return from_values(list(map(sum, columns)))

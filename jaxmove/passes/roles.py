@@ -65,23 +65,31 @@ class _RolePropagation:
         return self.roles[(comp.name, name)]
 
     def run(self, comp: Computation, params: dict[int, tuple[str, ...]]) -> tuple[str, ...]:
-        if comp.name in self.done:
-            return self.roles[(comp.name, comp.root.name)]
-        self.done.add(comp.name)
+        cname = comp.name
+        if cname in self.done:
+            return self.roles[(cname, comp.root.name)]
+        self.done.add(cname)
         seeds = self.seeds
+        roles = self.roles
+        routed = _ROUTED
         for instr in comp.instructions:
-            r = self.instr_roles(comp, instr, params)
-            seed = seeds.get((comp.name, instr.name)) if seeds else None
-            if seed:  # a buffer that becomes an aliased output: its role wins over "activations"
-                r = tuple(seed.get(i, x) if x == "activations" else x for i, x in enumerate(r))
-            self.roles[(comp.name, instr.name)] = r
-        return self.roles[(comp.name, comp.root.name)]
+            if instr.opcode in routed:
+                r = self.instr_roles(comp, instr, params)
+            else:  # computes a new value: what instr_roles answers, without its lookups
+                r = _activations(instr.shape.num_leaves)
+            if seeds:
+                seed = seeds.get((cname, instr.name))
+                if seed:  # a buffer that becomes an aliased output: its role wins over "activations"
+                    r = tuple(seed.get(i, x) if x == "activations" else x for i, x in enumerate(r))
+            roles[(cname, instr.name)] = r
+        return roles[(cname, comp.root.name)]
 
     def instr_roles(self, comp: Computation, instr: Instruction,
                     params: dict[int, tuple[str, ...]]) -> tuple[str, ...]:
         n = _nleaves(instr.shape)
         op = instr.opcode
-        ops = [self.of(comp, o) for o in instr.operands]
+        roles, cname = self.roles, comp.name
+        ops = [roles[(cname, o)] for o in instr.operands]
         if op == "parameter":
             r = params.get(instr.parameter_number)
             return r if r is not None and len(r) == n else ("activations",) * n
@@ -134,6 +142,23 @@ class _RolePropagation:
             out.extend([role] * _nleaves(leaf.shape))
         n = _nleaves(instr.shape)
         return tuple(out) if len(out) == n else ("activations",) * n
+
+
+# Opcodes whose roles instr_roles derives from operands, parameters or callees; every other
+# opcode computes a new value: all leaves "activations".
+_ROUTED = PASSTHROUGH | {"parameter", "tuple", "get-tuple-element", "while", "call", "conditional",
+                         "async-start", "fusion", "custom-call"}
+_ACTIVATIONS: dict[int, tuple[str, ...]] = {}
+
+
+def _activations(n: int) -> tuple[str, ...]:
+    """("activations",) * n, shared (tuples are immutable)."""
+    r = _ACTIVATIONS.get(n)
+    if r is None:
+        r = ("activations",) * n
+        if n <= 64:
+            _ACTIVATIONS[n] = r
+    return r
 
 
 def _trace_to_parameter(module: Module, comp: Computation, instr: Instruction) -> int | None:
