@@ -31,6 +31,7 @@ import weakref
 from collections.abc import Callable
 from dataclasses import dataclass
 
+from .._perf import slots_constructor
 from ..hlo import Computation, Instruction, Module, Shape
 from ..hlo.attrs import parse_kv_block
 
@@ -71,6 +72,8 @@ class FlopCount:
 
 
 ZERO = FlopCount()
+# FlopCount(flops, transcendentals, unmodeled), positional, without the keyword-only __init__
+_flop_count = slots_constructor(FlopCount)
 
 Rule = Callable[[Instruction, Module], FlopCount]
 
@@ -155,8 +158,8 @@ def _elementwise(instr: Instruction, module: Module) -> FlopCount:
     """One op per output element (HloCostAnalysis::HandleElementwiseOp)."""
     n = _elements(instr.shape)
     if instr.opcode in TRANSCENDENTAL_OPCODES:
-        return FlopCount(transcendentals=n)
-    return FlopCount(flops=n)
+        return _flop_count(0, n, ())
+    return _flop_count(n, 0, ())
 
 
 # Free: HloCostAnalysis handlers that set no flops.
@@ -195,8 +198,8 @@ def dot_flops(lhs: Shape, result: Shape, lhs_contracting: tuple[int, ...]) -> in
 def _dot(instr: Instruction, module: Module) -> FlopCount:
     """HloCostAnalysis::HandleDot. ``scaled-dot`` is costed as the dot on its first two operands."""
     contracting = instr.int_list("lhs_contracting_dims") or ()
-    return FlopCount(flops=dot_flops(_operand_shape(instr, module, 0), _first_array(instr.shape),
-                                     contracting))
+    return _flop_count(dot_flops(_operand_shape(instr, module, 0), _first_array(instr.shape),
+                                 contracting), 0, ())
 
 
 def _ragged_dot(instr: Instruction, module: Module) -> FlopCount:
@@ -666,8 +669,8 @@ FLOP_RULES: dict[str, Rule] = {
 }
 
 
-# The opcodes FLOP_RULES sends to _zero / _elementwise (computation_flops inlines both).
-_ZERO_RULE_OPS = frozenset(op for op, rule in FLOP_RULES.items() if rule is _zero)
+# The opcodes FLOP_RULES sends to _zero (-> ZERO) / _elementwise (computation_flops inlines both).
+_ZERO_RULE_OPS = ZERO_RULE_OPCODES = frozenset(op for op, rule in FLOP_RULES.items() if rule is _zero)
 _ELEMENTWISE_RULE_OPS = frozenset(op for op, rule in FLOP_RULES.items() if rule is _elementwise)
 
 
@@ -712,4 +715,4 @@ def computation_flops(comp: Computation, module: Module) -> FlopCount:
         transcendentals += fc.transcendentals
         if fc.unmodeled:
             unmodeled.update(dict.fromkeys(fc.unmodeled))
-    return FlopCount(flops=flops, transcendentals=transcendentals, unmodeled=tuple(unmodeled))
+    return _flop_count(flops, transcendentals, tuple(unmodeled))

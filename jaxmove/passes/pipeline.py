@@ -10,13 +10,15 @@ from dataclasses import dataclass, field, replace
 
 from .._perf import gc_paused, slots_constructor
 from ..hlo import Computation, Instruction, Module
-from .collectives import CollectiveError, CollectiveInfo, collective_info
+from .collectives import CollectiveError, CollectiveInfo, collective_info, collective_kind
 from .cost import FIELD_INDEX, ZERO_COST, Cost
 from .cost import from_values as cost_from_values
-from .flops import FlopCount, instruction_flops
+from .flops import ZERO as ZERO_FLOPS
+from .flops import ZERO_RULE_OPCODES, FlopCount, instruction_flops
 from .multiplicity import Multiplicity, callee_counts, multiplicity_pass
 from .roles import leaf_position, roles_pass
-from .traffic import HOST_MEMORY_SPACE, ON_CHIP_MEMORY_SPACES, InstrTraffic, instruction_traffic
+from .traffic import (FREE_RULE_OPCODES, HOST_MEMORY_SPACE, NO_TRAFFIC, ON_CHIP_MEMORY_SPACES, InstrTraffic,
+                      instruction_traffic)
 
 
 # Start of the unmodeled reason of an instruction on which a pass raised (a rule that did
@@ -53,6 +55,10 @@ class InstructionCost:
 
 # InstructionCost(*fields), positional, without the frozen __init__ (one per row)
 _new_row = slots_constructor(InstructionCost)
+# Opcodes that move nothing (traffic NO_TRAFFIC), compute nothing (flops ZERO) and run no
+# collective: their cost is ZERO_COST, and analyze_module fills their rows without the passes.
+_NOTHING_TO_COST = frozenset(op for op in FREE_RULE_OPCODES & ZERO_RULE_OPCODES
+                             if collective_kind(op) is None)
 
 
 @dataclass
@@ -168,17 +174,20 @@ def analyze_module(module: Module, entry_roles: dict[int, str] | None = None) ->
         count, unknown_trip_count = m.count, m.unknown_trip_count
         comp_rows = per_comp.setdefault(cname, [])
         for instr in comp.instructions:
-            try:
-                traffic = instruction_traffic(instr, comp, module)
-                fc = instruction_flops(instr, module)
-                cost, notes = instruction_cost(instr, comp, module, roles, traffic, fc)
-                coll = collective_info(instr, comp, module)
-            except CollectiveError:
-                raise  # a positioned error about the input: the caller reports it
-            except (ArithmeticError, LookupError, ValueError, TypeError, AttributeError) as e:
-                # an input the rules did not foresee: list it as unmodeled, never guess
-                traffic = InstrTraffic(unmodeled=(f"{PASS_FAILURE} ({type(e).__name__}: {e})",))
-                fc, cost, notes, coll = FlopCount(), Cost(), [], None
+            if instr.opcode in _NOTHING_TO_COST:  # what the passes answer, without asking
+                traffic, fc, cost, notes, coll = NO_TRAFFIC, ZERO_FLOPS, ZERO_COST, [], None
+            else:
+                try:
+                    traffic = instruction_traffic(instr, comp, module)
+                    fc = instruction_flops(instr, module)
+                    cost, notes = instruction_cost(instr, comp, module, roles, traffic, fc)
+                    coll = collective_info(instr, comp, module)
+                except CollectiveError:
+                    raise  # a positioned error about the input: the caller reports it
+                except (ArithmeticError, LookupError, ValueError, TypeError, AttributeError) as e:
+                    # an input the rules did not foresee: list it as unmodeled, never guess
+                    traffic = InstrTraffic(unmodeled=(f"{PASS_FAILURE} ({type(e).__name__}: {e})",))
+                    fc, cost, notes, coll = FlopCount(), Cost(), [], None
             if coll is not None:
                 cost = replace(cost, device_to_device_bytes=cost.device_to_device_bytes
                                + coll.wire_bytes)

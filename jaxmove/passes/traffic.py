@@ -120,8 +120,10 @@ class InstrTraffic:
         return sum(a.nbytes for a in self.writes)
 
 
-# Access(nbytes, operand, index, memory_space), positional, without the frozen __init__
+# Access(nbytes, operand, index, memory_space) and InstrTraffic(reads, writes, notes,
+# unmodeled, inplace_buffer_bytes), positional, without the frozen __init__
 _access = slots_constructor(Access)
+_traffic = slots_constructor(InstrTraffic)
 
 
 def _elems_to_bytes(shape: Shape, elems: int) -> int:
@@ -316,13 +318,13 @@ def fusion_traffic(instr: Instruction, comp: Computation, module: Module) -> Ins
             writes.append(_access(leaf.byte_size, None, idx, leaf.memory_space))
     if instr.shape.is_tuple and fused.root.opcode != "tuple":
         writes = _full_writes(instr.shape)
-    return InstrTraffic(tuple(reads), tuple(writes), tuple(notes), (), inplace_bytes)
+    return _traffic(tuple(reads), tuple(writes), tuple(notes), (), inplace_bytes)
 
 
 # ---- rules for unfused instructions ------------------------------------------------------
 
 def _default(instr, comp, module) -> InstrTraffic:
-    return InstrTraffic(tuple(_full_reads(instr, comp)), tuple(_full_writes(instr.shape)))
+    return _traffic(tuple(_full_reads(instr, comp)), tuple(_full_writes(instr.shape)), (), (), 0)
 
 
 _NO_TRAFFIC = InstrTraffic()  # frozen: shared by every instruction that moves nothing
@@ -426,6 +428,8 @@ TRAFFIC_RULES.update({
 
 # Every known opcode -> its rule (_default where TRAFFIC_RULES has none): one lookup.
 _RULE_OF = {op: TRAFFIC_RULES.get(op, _default) for op in KNOWN_OPCODES}
+NO_TRAFFIC = _NO_TRAFFIC
+FREE_RULE_OPCODES = frozenset(op for op, rule in _RULE_OF.items() if rule is _free)  # -> NO_TRAFFIC
 
 
 def instruction_traffic(instr: Instruction, comp: Computation, module: Module) -> InstrTraffic:
