@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import sys
 
 from .hlo import HloParseError
@@ -204,6 +205,15 @@ def main(argv: list[str] | None = None) -> int:
         print(f"jaxmove: error: {msg}", file=sys.stderr)
     except BrokenPipeError:  # e.g. `jaxmove analyze ... | head`
         return 0
+    except KeyboardInterrupt:
+        print("jaxmove: interrupted", file=sys.stderr)
+        return 130
+    except Exception as e:  # a bug of ours, not bad input: one line, exit 1, traceback on request
+        if os.environ.get("JAXMOVE_DEBUG"):
+            raise
+        print(f"jaxmove: internal error: {type(e).__name__}: {e} (set JAXMOVE_DEBUG=1 for the "
+              "traceback, and please report it)", file=sys.stderr)
+        return 1
     return 2
 
 

@@ -375,3 +375,16 @@ def test_cpu_program_costed_on_a_gpu_spec_says_so():
     assert any(n.startswith(note) and "bf16→f32 weight converts" in n for n in on_gpu["notes"])
     on_cpu = jaxmove.analyze("mlp-tiny", hardware="cpu-generic").to_json()
     assert not any("program compiled by XLA" in n for n in on_cpu["notes"])
+
+
+def test_internal_error_is_one_line_exit_1(monkeypatch, capsys):
+    import jaxmove.api
+    from jaxmove.cli import main
+
+    def boom(*a, **k):
+        raise ZeroDivisionError("planted")
+    monkeypatch.setattr(jaxmove.api, "analyze", boom)
+    monkeypatch.delenv("JAXMOVE_DEBUG", raising=False)
+    assert main(["analyze", "gpt-tiny-decode"]) == 1
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "internal error: ZeroDivisionError: planted" in err[0]
