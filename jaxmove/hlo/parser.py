@@ -47,6 +47,7 @@ _TILE = re.compile(r"\(([^()]*)\)")
 _INT = re.compile(r"-?\d+")
 _MAX_DIM = 1 << 62
 _MAX_BITS = 1 << 66  # 2^63 bytes
+_WORD = re.compile(r"[A-Za-z]+")
 _PREAMBLE = ("FileNames", "FunctionNames", "FileLocations", "StackFrames")
 _CLOSE = {"(": ")", "[": "]", "{": "}"}
 
@@ -135,7 +136,12 @@ class _Parser:
 
     # ---- lexing helpers ------------------------------------------------------------
     def ws(self) -> None:
-        self.pos = _WS.match(self.text, self.pos).end()
+        pos = self.pos
+        if pos < self.n:
+            c = self.text[pos]
+            if not c.isspace() and c != "/":  # nothing to skip (str.isspace is re's \s)
+                return
+        self.pos = _WS.match(self.text, pos).end()
 
     def peek(self, s: str) -> bool:
         return self.text.startswith(s, self.pos)
@@ -391,7 +397,7 @@ class _Parser:
             self.ws()
             if self.pos >= self.n:
                 break
-            word = re.match(r"[A-Za-z]+", self.text[self.pos:self.pos + 16])
+            word = _WORD.match(self.text[self.pos:self.pos + 16])
             if word and word.group(0) in _PREAMBLE and self._preamble_here(word.group(0)):
                 self.preamble(word.group(0), tables[word.group(0)])
                 continue

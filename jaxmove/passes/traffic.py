@@ -251,9 +251,48 @@ class _FusionAnalysis:
         return demand
 
 
+# Fused opcodes that read (or write) less than a whole value: a computation without them
+# reads each value in full, or not at all.
+_FOOTPRINT_OPCODES = frozenset({"slice", "dynamic-slice", "gather", "dynamic-update-slice",
+                                "scatter", "fusion"})
+
+
+class _PlainFusion:
+    """What ``_FusionAnalysis`` finds for a *plain* fused computation, without building it:
+    one with no ``_FOOTPRINT_OPCODES`` and no dead values (every instruction but the root has
+    a user). There, following users from a value always reaches the root or an op that
+    reads in full, so an array value with a user is demanded in full and one without users
+    (a parameter that is the root) not at all; nothing is in place."""
+
+    __slots__ = ("used", "root_leaves", "inplace")
+
+    def __init__(self, comp: Computation, used: set[str]):
+        self.used = used
+        self.inplace: dict[str, Instruction] = {}
+        root = comp.root
+        self.root_leaves = ([((k,), None) for k in range(len(root.operands))]
+                            if root.opcode == "tuple" else [((), None)])
+
+    @staticmethod
+    def of(comp: Computation) -> "_PlainFusion | None":
+        used: set[str] = set()
+        footprint = _FOOTPRINT_OPCODES
+        for i in comp.instructions:
+            if i.opcode in footprint:
+                return None
+            used.update(i.operands)
+        if len(used) - (comp.root.name in used) != len(comp.instructions) - 1:
+            return None  # a value nothing uses: let _FusionAnalysis follow it
+        return _PlainFusion(comp, used)
+
+    def demand_elems(self, value: Instruction) -> int:
+        shape = value.shape
+        return shape.num_elements if shape.is_array and value.name in self.used else 0
+
+
 def fusion_traffic(instr: Instruction, comp: Computation, module: Module) -> InstrTraffic:
     fused = module.computations[instr.called_computations[0]]
-    fa = _FusionAnalysis(module, fused)
+    fa = _PlainFusion.of(fused) or _FusionAnalysis(module, fused)
     reads: list[Access] = []
     notes: list[str] = []
     operands = instr.operands
@@ -298,17 +337,18 @@ def fusion_traffic(instr: Instruction, comp: Computation, module: Module) -> Ins
             reads.append(_access(nbytes, k, (), oshape.memory_space))
     writes: list[Access] = []
     inplace_bytes = 0
+    inplace = fa.inplace
     for idx, producer in fa.root_leaves:
         leaf = instr.shape.subshape(idx) if instr.shape.is_tuple else instr.shape
         if not leaf.is_array:
             continue
-        if producer.name in fa.inplace and producer.opcode == "scatter":
+        if inplace and producer.name in inplace and producer.opcode == "scatter":
             upd = fused.by_name[producer.operands[-1]].shape
             nb = _elems_to_bytes(leaf, min(upd.num_elements, leaf.num_elements))
             writes.append(_access(nb, None, idx, leaf.memory_space))
             inplace_bytes += leaf.byte_size
             notes.append(f"in-place scatter: writes {nb} of {leaf.byte_size} bytes of result {list(idx)}")
-        elif producer.name in fa.inplace:
+        elif inplace and producer.name in inplace:
             upd = fused.by_name[producer.operands[1]].shape
             writes.append(_access(upd.byte_size, None, idx, leaf.memory_space))
             inplace_bytes += leaf.byte_size
