@@ -410,7 +410,8 @@ def validate_module(mod: Module) -> None:
                             _check_same_dims(filename, comp, instr)
                             break
             # most instructions need only their operand count checked
-            if cheap.get(instr.opcode, -1) != len(ops) or instr.names_computations():
+            if cheap.get(instr.opcode, -1) != len(ops) or (
+                    (instr._attr_text is not None or instr._attrs) and instr.names_computations()):
                 for c in _check_instruction(filename, mod, comp, instr):
                     out.append((c, instr))
             defined.add(instr.name)

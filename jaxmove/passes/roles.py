@@ -89,6 +89,8 @@ class _RolePropagation:
         n = _nleaves(instr.shape)
         op = instr.opcode
         roles, cname = self.roles, comp.name
+        if op == "fusion":  # reads the roles of the operands its root traces to, only
+            return self.fusion_roles(comp, instr)
         ops = [roles[(cname, o)] for o in instr.operands]
         if op == "parameter":
             r = params.get(instr.parameter_number)
@@ -122,8 +124,6 @@ class _RolePropagation:
             for callee in instr.called_computations:
                 self.run(self.module.computations[callee], {i: r for i, r in enumerate(ops)})
             return ("activations",) * n
-        if op == "fusion":
-            return self.fusion_roles(comp, instr, ops)
         if op in PASSTHROUGH or (op == "custom-call" and instr.custom_call_target in ("MoveToHost", "MoveToDevice")):
             if ops and len(ops[0]) == n:
                 return ops[0]
@@ -131,17 +131,19 @@ class _RolePropagation:
                 return (ops[0][0],) * n
         return ("activations",) * n
 
-    def fusion_roles(self, comp: Computation, instr: Instruction, ops: list[tuple[str, ...]]) -> tuple[str, ...]:
+    def fusion_roles(self, comp: Computation, instr: Instruction) -> tuple[str, ...]:
         fused = self.module.computations[instr.called_computations[0]]
         root = fused.root
         leaves = [fused.by_name[o] for o in root.operands] if root.opcode == "tuple" else [root]
+        roles, cname, operands = self.roles, comp.name, instr.operands
         out: list[str] = []
         for leaf in leaves:
             k = _trace_to_parameter(self.module, fused, leaf)
-            role = ops[k][0] if k is not None and k < len(ops) and ops[k] else "activations"
+            r = roles[(cname, operands[k])] if k is not None and k < len(operands) else None
+            role = r[0] if r else "activations"
             out.extend([role] * _nleaves(leaf.shape))
         n = _nleaves(instr.shape)
-        return tuple(out) if len(out) == n else ("activations",) * n
+        return tuple(out) if len(out) == n else _activations(n)
 
 
 # Opcodes whose roles instr_roles derives from operands, parameters or callees; every other

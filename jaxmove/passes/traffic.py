@@ -259,10 +259,10 @@ _FOOTPRINT_OPCODES = frozenset({"slice", "dynamic-slice", "gather", "dynamic-upd
 
 class _PlainFusion:
     """What ``_FusionAnalysis`` finds for a *plain* fused computation, without building it:
-    one with no ``_FOOTPRINT_OPCODES`` and no dead values (every instruction but the root has
-    a user). There, following users from a value always reaches the root or an op that
-    reads in full, so an array value with a user is demanded in full and one without users
-    (a parameter that is the root) not at all; nothing is in place."""
+    one with no ``_FOOTPRINT_OPCODES`` and no dead values (every instruction but the root
+    and the parameters has a user). There, following users from a value always reaches the
+    root or an op that reads in full, so an array parameter with a user is demanded in full
+    and one without users (unused, or the root itself) not at all; nothing is in place."""
 
     __slots__ = ("used", "root_leaves", "inplace")
 
@@ -281,8 +281,12 @@ class _PlainFusion:
             if i.opcode in footprint:
                 return None
             used.update(i.operands)
-        if len(used) - (comp.root.name in used) != len(comp.instructions) - 1:
-            return None  # a value nothing uses: let _FusionAnalysis follow it
+        root, params = comp.root, comp.parameters
+        root_counts = root.opcode != "parameter"  # (a parameter root is counted with the params)
+        need = len(comp.instructions) - len(params) - root_counts
+        have = len(used) - sum(p.name in used for p in params) - (root_counts and root.name in used)
+        if have != need:
+            return None  # a computed value nothing uses: let _FusionAnalysis follow it
         return _PlainFusion(comp, used)
 
     def demand_elems(self, value: Instruction) -> int:
