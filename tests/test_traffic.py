@@ -383,3 +383,23 @@ ENTRY e {
     layer = 8 * 16 * 4
     assert a.totals.kv_cache_write_bytes == 2 * layer + 2 * layer + 2 * layer  # zeros, slices, updates
     assert a.totals.activations_write_bytes == 0
+
+
+def test_unused_fusion_parameter_is_not_read_and_said_so():
+    a = analyze_module(parse_module("""HloModule t
+fused {
+  p0 = f32[16]{0} parameter(0)
+  p1 = f32[16]{0} parameter(1)
+  ROOT n = f32[16]{0} negate(p0)
+}
+ENTRY e {
+  x = f32[16]{0} parameter(0)
+  y = f32[16]{0} parameter(1)
+  ROOT f = f32[16]{0} fusion(x, y), kind=kLoop, calls=fused
+}
+"""))
+    f = rows_by_name(a)["f"]
+    assert not f.unmodeled
+    assert (f.total.hbm_read_bytes, f.total.hbm_write_bytes) == (64, 64)
+    assert any("not used inside the fusion" in n for n in f.notes)
+    assert not any("in place" in n for n in f.notes)

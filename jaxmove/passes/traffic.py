@@ -213,6 +213,9 @@ class _FusionAnalysis:
         buf = self._through_bitcast(self.comp.by_name[dus.operands[0]])
         return buf.opcode == "parameter" and buf.shape.byte_size == dus.shape.byte_size
 
+    def has_users(self, name: str) -> bool:
+        return bool(self.users.get(name))
+
     def demand_elems(self, value: Instruction) -> int:
         """Elements of ``value`` that the fusion's kernel actually reads."""
         hit = self._memo.get(value.name)
@@ -293,6 +296,9 @@ class _PlainFusion:
         shape = value.shape
         return shape.num_elements if shape.is_array and value.name in self.used else 0
 
+    def has_users(self, name: str) -> bool:
+        return name in self.used
+
 
 def fusion_traffic(instr: Instruction, comp: Computation, module: Module) -> InstrTraffic:
     fused = module.computations[instr.called_computations[0]]
@@ -333,7 +339,11 @@ def fusion_traffic(instr: Instruction, comp: Computation, module: Module) -> Ins
         nbytes = _elems_to_bytes(oshape, elems)
         if elems < oshape.num_elements:
             if elems == 0:
-                notes.append(f"operand {k} ({name}) is updated in place: not read")
+                params_k = bound[name] if bound is not None else (
+                    [parameters[k]] if k < n_params else [])
+                used = any(fa.has_users(p.name) for p in params_k)
+                notes.append(f"operand {k} ({name}) is updated in place: not read" if used else
+                             f"operand {k} ({name}) is not used inside the fusion: not read")
             else:
                 notes.append(f"operand {k} ({name}) read only for its slice footprint: "
                              f"{nbytes} of {oshape.byte_size} bytes")
