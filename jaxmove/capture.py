@@ -553,9 +553,11 @@ def program_from_hlo_file(path) -> Program:
 
     Raises:
       FileNotFoundError: the file does not exist (propagated unchanged).
+      HloParseError: the file is not UTF-8 text.
     """
-    with open(path, encoding="utf-8") as f:
-        text = f.read()
+    from jaxmove.hlo.parser import read_hlo_text
+
+    text = read_hlo_text(path)
     mod = re.search(r"^\s*HloModule\s+([^\s,]+)", text, re.M)
     backend = "gpu" if re.search(r'custom_call_target="(__cublas|__cudnn|__triton)', text) else "unknown"
     return Program(name=mod.group(1) if mod else str(path), hlo_text=text, backend=backend,

@@ -297,6 +297,8 @@ class Module:
         self.function_names: dict[int, str] = function_names or {}
         self.file_locations: dict[int, dict[str, int]] = file_locations or {}
         self.stack_frames: dict[int, tuple[int, int]] = stack_frames or {}
+        # False when the text had no ENTRY marker and the last computation was taken as entry
+        self.entry_marked: bool = True
 
     def __repr__(self) -> str:
         n = sum(len(c) for c in self.computations.values())

@@ -35,6 +35,9 @@ from .validate import validate_module
 from .shape import PRIMITIVE_BIT_WIDTHS, Layout, Shape
 
 _WS = re.compile(r"(?:\s+|//[^\n]*|/\*.*?\*/)*", re.S)
+# Deepest tuple-in-tuple shape accepted: shapes are walked recursively (Shape.leaves,
+# byte sizes, roles); XLA programs nest tuples a few levels at most.
+MAX_TUPLE_DEPTH = 256
 _NAME = re.compile(r"%?([A-Za-z_][A-Za-z0-9_.\-$]*|[0-9][A-Za-z0-9_.\-$]*)")
 _OPCODE = re.compile(r"[a-z][a-z0-9\-]*")
 _ATTR_KEY = re.compile(r"[A-Za-z_][A-Za-z0-9_\-.]*")
@@ -270,10 +273,13 @@ class _Parser:
         return "".join(parts)
 
     # ---- shapes --------------------------------------------------------------------
-    def shape(self, what: str) -> Shape:
+    def shape(self, what: str, depth: int = 0) -> Shape:
         self.ws()
         start = self.pos
         if self.peek("("):
+            if depth >= MAX_TUPLE_DEPTH:
+                raise self.error(f"tuple shapes nested deeper than {MAX_TUPLE_DEPTH} levels are not "
+                                 f"supported (in shape of {what})")
             self.pos += 1
             elems: list[Shape] = []
             self.ws()
@@ -281,7 +287,7 @@ class _Parser:
                 self.pos += 1
             else:
                 while True:
-                    elems.append(self.shape(what))
+                    elems.append(self.shape(what, depth + 1))
                     self.ws()
                     if self.peek(","):
                         self.pos += 1
@@ -412,6 +418,7 @@ class _Parser:
                 entry = comp
         if not computations:
             raise self.error("expected at least one computation")
+        entry_marked = entry is not None
         if entry is None:
             entry = list(computations.values())[-1]
             entry.is_entry = True
@@ -422,6 +429,7 @@ class _Parser:
                      tables["FileLocations"], {
                          k: (v.get("file_location_id", 0), v.get("parent_frame_id", 0))
                          for k, v in tables["StackFrames"].items()})
+        mod.entry_marked = entry_marked
         self.validate(mod)
         return mod
 
@@ -437,6 +445,20 @@ class _Parser:
             params = sub.shape("entry_computation_layout")
         except HloParseError:
             return  # a layout we cannot read proves nothing
+        def same(a: Shape, b: Shape) -> bool:
+            if a.is_tuple or b.is_tuple:
+                return a.is_tuple and b.is_tuple and len(a.tuple_shapes) == len(b.tuple_shapes) \
+                    and all(same(x, y) for x, y in zip(a.tuple_shapes, b.tuple_shapes))
+            return a.element_type == b.element_type and a.dims == b.dims
+
+        if params.is_tuple and len(params.tuple_shapes) == len(entry.parameters):
+            for declared, p in zip(params.tuple_shapes, entry.parameters):
+                if not same(declared, p.shape):
+                    raise self.error(
+                        f"expected an ENTRY computation whose parameter {p.parameter_number} is "
+                        f"{declared} as entry_computation_layout declares; the last computation, "
+                        f"'{entry.name}' (line {entry.line}), has {p.shape} (is the file truncated?)",
+                        self.n)
         if params.is_tuple and len(params.tuple_shapes) != len(entry.parameters):
             raise self.error(
                 f"expected an ENTRY computation with {len(params.tuple_shapes)} parameters as "
@@ -788,12 +810,13 @@ def parse_module(text: str, filename: str = "<string>") -> Module:
     return _Parser(text, filename).module()
 
 
-def parse_file(path: str | Path) -> Module:
-    """Read and parse an HLO text file.
+def read_hlo_text(path: str | Path) -> str:
+    """The text of an HLO file, decoded as UTF-8 (a leading byte-order mark is dropped).
 
     Raises:
       FileNotFoundError: the file does not exist.
-      HloParseError: the text is malformed, or not UTF-8.
+      HloParseError: the bytes are not UTF-8 (names the file, line and column of the first
+        bad byte).
     """
     p = Path(path)
     data = p.read_bytes()
@@ -802,6 +825,16 @@ def parse_file(path: str | Path) -> Module:
     except UnicodeDecodeError as e:
         line = data[: e.start].count(b"\n") + 1
         col = e.start - (data.rfind(b"\n", 0, e.start) + 1) + 1
-        raise HloParseError(str(p), line, col, "expected UTF-8 text (is this an HLO proto, not text?)") \
-            from None
-    return parse_module(text, str(p))
+        raise HloParseError(str(p), line, col, "expected UTF-8 text (is this an HLO proto or a "
+                            "binary file, not HLO text?)") from None
+    return text[1:] if text.startswith("\ufeff") else text
+
+
+def parse_file(path: str | Path) -> Module:
+    """Read and parse an HLO text file.
+
+    Raises:
+      FileNotFoundError: the file does not exist.
+      HloParseError: the text is malformed, or not UTF-8.
+    """
+    return parse_module(read_hlo_text(path), str(path))

@@ -264,6 +264,7 @@ def _check_instruction(filename: str, mod: Module, comp: Computation, instr: Ins
             raise _err(filename, instr, f"{op} '{instr.name}' passes {n} operands to computation "
                        f"'{callee.name}', which has {len(callee.parameters)} parameters")
     elif op == "while":
+        _check_trip_count(filename, instr)
         for key in ("condition", "body"):
             callee = mod.computations[instr.attrs[key].strip().lstrip("%")]
             if len(callee.parameters) != 1:
@@ -278,6 +279,22 @@ def _check_instruction(filename: str, mod: Module, comp: Computation, instr: Ins
                 raise _err(filename, instr, f"conditional '{instr.name}': branch '{c}' must have 1 "
                            f"parameter, has {len(mod.computations[c].parameters)}")
     return called
+
+
+MAX_TRIP_COUNT = (1 << 63) - 1  # XLA stores trip counts as int64 (WhileLoopBackendConfig)
+
+
+def _check_trip_count(filename: str, instr: Instruction) -> None:
+    """``known_trip_count.n`` must be an integer in [0, 2^63) (XLA's int64 field)."""
+    bc = instr.backend_config
+    ktc = bc.get("known_trip_count") if isinstance(bc, dict) else None
+    if not isinstance(ktc, dict) or "n" not in ktc:
+        return
+    n = ktc["n"]
+    text = str(n).strip()
+    if isinstance(n, bool) or not text.isdigit() or int(text) > MAX_TRIP_COUNT:
+        raise _err(filename, instr, f"while '{instr.name}': known_trip_count n={n!r} is not an "
+                   "integer in [0, 2^63)")
 
 
 def _operand_error(filename: str, comp: Computation, instr: Instruction, o: str) -> HloParseError:

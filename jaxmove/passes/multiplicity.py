@@ -19,7 +19,9 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from ..hlo import Instruction, Module
+from ..hlo import HloParseError, Instruction, Module
+
+MAX_EXECUTIONS = (1 << 63) - 1  # XLA counts in int64
 
 # Opcodes whose called computations run as separate kernels (control flow).
 CONTROL_FLOW_OPCODES = frozenset({"while", "conditional", "call", "async-start"})
@@ -63,18 +65,47 @@ def multiplicity_pass(module: Module) -> dict[str, Multiplicity]:
 
     Computations reachable several ways (a body shared by two calls) sum their counts.
     """
-    out: dict[str, Multiplicity] = {}
-
-    def visit(name: str, m: Multiplicity) -> None:
-        old = out.get(name)
-        out[name] = m if old is None else Multiplicity(
-            old.count + m.count, old.unknown_trip_count or m.unknown_trip_count,
-            old.branch_of or m.branch_of)
-        for instr in module.computations[name].instructions:
+    comps = module.computations
+    # the control-flow call graph reachable from ENTRY: caller -> [(callee, k, unknown, branch, instr)]
+    edges: dict[str, list] = {}
+    stack = [module.entry.name]
+    while stack:
+        name = stack.pop()
+        if name in edges:
+            continue
+        edges[name] = out_edges = []
+        for instr in comps[name].instructions:
             if instr.opcode in CONTROL_FLOW_OPCODES:
                 for callee, k, unknown, branch in callee_counts(instr):
-                    visit(callee, Multiplicity(m.count * k, m.unknown_trip_count or unknown,
-                                               branch if branch is not None else m.branch_of))
-
-    visit(module.entry.name, Multiplicity(1))
+                    out_edges.append((callee, k, unknown, branch, instr))
+                    if callee not in edges:
+                        stack.append(callee)
+    # callers before callees (Kahn's algorithm; validation rejected call-graph cycles), so
+    # a computation reached along several paths sums its counts without walking each path
+    indegree = dict.fromkeys(edges, 0)
+    for outs in edges.values():
+        for callee, *_ in outs:
+            indegree[callee] += 1
+    out: dict[str, Multiplicity] = {module.entry.name: Multiplicity(1)}
+    ready = [n for n, d in indegree.items() if d == 0]
+    while ready:
+        name = ready.pop()
+        m = out[name]
+        for callee, k, unknown, branch, instr in edges[name]:
+            count = m.count * k
+            old = out.get(callee)
+            if old is not None:
+                count += old.count
+            if count > MAX_EXECUTIONS:
+                raise HloParseError(module.filename, instr.line, instr.column,
+                                    f"'{callee}' would run {count} times per program run (nested "
+                                    f"trip counts multiply past 2^63): known_trip_count values are "
+                                    "not plausible")
+            out[callee] = Multiplicity(
+                count, (old is not None and old.unknown_trip_count) or m.unknown_trip_count or unknown,
+                (old.branch_of if old is not None else None) or
+                (branch if branch is not None else m.branch_of))
+            indegree[callee] -= 1
+            if indegree[callee] == 0:
+                ready.append(callee)
     return out

@@ -134,10 +134,27 @@ def instruction_cost(instr: Instruction, comp: Computation, module: Module, role
             if role == "kv_cache" and ms not in ON_CHIP_MEMORY_SPACES:
                 leaf = shape.subshape(a.index) if shape.is_tuple else shape
                 if nbytes == leaf.byte_size and leaf.byte_size > 0:
-                    why = ("its result is a new buffer, not an in-place dynamic-update-slice"
-                           if instr.opcode == "fusion" else f"'{instr.opcode}' copies it")
-                    notes.append(f"rewrites the whole KV-cache buffer {leaf} ({nbytes} bytes): {why}")
+                    notes.append(_kv_note(instr, comp, roles, leaf, nbytes))
     return cost_from_values(acc), notes
+
+
+KV_REWRITE = "rewrites the whole KV-cache buffer"
+KV_COPY = "writes a whole copy of the KV cache"
+
+
+def _kv_note(instr, comp, roles, leaf, nbytes: int) -> str:
+    """Why an instruction writes a whole KV-cache-sized buffer.
+
+    On the chain to the output aliased to the donated cache, it is the cache state itself,
+    rebuilt instead of updated in place; elsewhere it is a copy made to read the cache
+    (a dtype conversion or layout change before attention).
+    """
+    if (comp.name, instr.name) in roles.aliased:
+        why = ("its result is a new buffer, not an in-place dynamic-update-slice"
+               if instr.opcode == "fusion" else f"'{instr.opcode}' copies it")
+        return f"{KV_REWRITE} {leaf} ({nbytes} bytes) instead of updating it in place: {why}"
+    return (f"{KV_COPY} {leaf} ({nbytes} bytes) to read it ('{instr.opcode}': e.g. a dtype "
+            "conversion or a layout change before attention)")
 
 
 _N_FIELDS = len(FIELD_INDEX)
@@ -229,6 +246,17 @@ def analyze_module(module: Module, entry_roles: dict[int, str] | None = None) ->
         return c
 
     totals = total(module.entry.name)
+    for marker, what in ((KV_REWRITE, "rewrite a whole KV-cache buffer instead of updating it in "
+                          "place"), (KV_COPY, "write a whole copy of the KV cache to read it")):
+        hit = [r for r in rows if any(n.startswith(marker) for n in r.notes)]
+        if hit:
+            nbytes = sum(r.total.kv_cache_write_bytes for r in hit)
+            notes.append(f"{len(hit)} instruction(s) {what} ({nbytes} bytes per program run), e.g. "
+                         f"'{hit[0].instr.name}'")
+    if not module.entry_marked:
+        notes.append(f"the text has no ENTRY marker: its last computation, '{module.entry.name}', "
+                     "is taken as the program (as XLA's parser does); a file cut after a complete "
+                     "computation would look the same")
     if any(m.unknown_trip_count for m in mult.values()):
         notes.append("some while loops have no known trip count; their bodies are counted once")
     return ModuleAnalysis(module, rows, totals, mult, notes)

@@ -51,13 +51,21 @@ def leaf_position(shape: Shape, index: tuple[int, ...]) -> int:
     return pos
 
 
-RoleMap = dict[tuple[str, str], tuple[str, ...]]
+class RoleMap(dict):
+    """(computation, instruction) -> role of each leaf of the instruction's value.
+
+    ``aliased``: the (computation, instruction) pairs whose value becomes (part of) an
+    output that XLA aliases to a weights or kv_cache parameter — the buffers that hold
+    the updated state, as opposed to copies made to read it.
+    """
+
+    aliased: frozenset = frozenset()
 
 
 class _RolePropagation:
     def __init__(self, module: Module, seeds: dict[tuple[str, str], dict[int, str]] | None = None):
         self.module = module
-        self.roles: RoleMap = {}
+        self.roles: RoleMap = RoleMap()
         self.done: set[str] = set()
         self.seeds = seeds or {}
 
@@ -164,21 +172,31 @@ def _activations(n: int) -> tuple[str, ...]:
 
 
 def _trace_to_parameter(module: Module, comp: Computation, instr: Instruction) -> int | None:
-    """Parameter number that ``instr`` is a data-moving chain of, inside a fused computation."""
+    """Parameter number that ``instr`` is a data-moving chain of, inside a fused computation.
+
+    Iterative (nested fusions any number of levels deep): ``outer`` holds the enclosing
+    (computation, fusion instruction) pairs whose traced parameter is still pending.
+    """
+    outer: list[tuple[Computation, Instruction]] = []
     seen = 0
-    while seen < 10_000:
+    while seen < 1_000_000:  # bounds the walk of a malformed (cyclic) chain
         seen += 1
         if instr.opcode == "parameter":
-            return instr.parameter_number
+            k = instr.parameter_number
+            if not outer:
+                return k
+            comp, fusion = outer.pop()
+            if k is None or k >= len(fusion.operands):
+                return None
+            instr = comp.by_name[fusion.operands[k]]
+            continue
         if instr.opcode in _FUSED_PASSTHROUGH:
             instr = comp.by_name[instr.operands[0]]
             continue
         if instr.opcode == "fusion":
-            nested = module.computations[instr.called_computations[0]]
-            k = _trace_to_parameter(module, nested, nested.root)
-            if k is None or k >= len(instr.operands):
-                return None
-            instr = comp.by_name[instr.operands[k]]
+            outer.append((comp, instr))
+            comp = module.computations[instr.called_computations[0]]
+            instr = comp.root
             continue
         return None
     return None
@@ -207,6 +225,7 @@ def roles_pass(module: Module, entry_roles: dict[int, str] | None = None,
     if seeds:
         prop = _RolePropagation(module, seeds)
         prop.run(module.entry, entry_params)
+        prop.roles.aliased = frozenset(seeds)
     return prop.roles
 
 

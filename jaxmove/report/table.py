@@ -96,10 +96,6 @@ def render_report(report: Report, top: int = 15, console: Console | None = None)
     else:
         console.print("Unmodeled: none")
     notes = list(report.notes)
-    whole = [r for r in report.rows if any("whole KV-cache" in n for n in r.notes)]
-    if whole:
-        notes.append(f"{len(whole)} instruction(s) rewrite a whole KV-cache buffer instead of updating it "
-                     f"in place (e.g. {whole[0].instr.name}: {[n for n in whole[0].notes if 'whole' in n][0]})")
     for n in notes:
         console.print(f"[yellow]note:[/yellow] {n}")
 
