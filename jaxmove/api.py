@@ -22,6 +22,10 @@ class TargetError(ValueError):
     """A TARGET that names no preset, HLO file or workload function."""
 
 
+class NestingTooDeepError(ValueError):
+    """A program whose computations are nested deeper than the recursive passes can walk."""
+
+
 class UserCodeError(TargetError):
     """User code named by a ``module:function`` TARGET raised while being imported or called."""
 
@@ -47,8 +51,22 @@ def _cwd_on_path():
                 pass
 
 
+@contextlib.contextmanager
+def _user_code(spec: str):
+    """Run user code (importing or calling a ``module:function`` TARGET): the current
+    directory first on ``sys.path``, its prints sent to stderr (stdout carries jaxmove's
+    report or JSON), and ``sys.exit`` turned into ``UserCodeError``."""
+    with _cwd_on_path(), contextlib.redirect_stdout(sys.stderr):
+        try:
+            yield
+        except SystemExit as e:
+            raise UserCodeError(f"{spec} called sys.exit({e.code!r})") from None
+
+
 def _user_code_error(spec: str, e: BaseException) -> UserCodeError:
     """One line for an exception raised by user code: ``SyntaxError`` as file:line:col."""
+    if isinstance(e, UserCodeError):  # already one line (e.g. ``sys.exit`` in user code)
+        return e
     if isinstance(e, SyntaxError) and e.filename:
         where = f"{e.filename}:{e.lineno or '?'}:{e.offset or '?'}"
         return UserCodeError(f"{where}: {type(e).__name__}: {e.msg} (importing target '{spec}')")
@@ -79,13 +97,13 @@ def _load_function(spec: str):
         module = importlib.util.module_from_spec(module_spec)
         sys.modules.setdefault(path.stem, module)
         try:
-            with _cwd_on_path():
+            with _user_code(spec):
                 module_spec.loader.exec_module(module)
         except Exception as e:
             raise _user_code_error(spec, e) from e
     else:
         try:
-            with _cwd_on_path():
+            with _user_code(spec):
                 module = importlib.import_module(mod_name)
         except ModuleNotFoundError as e:
             if e.name and (mod_name == e.name or mod_name.startswith(e.name + ".")):
@@ -152,7 +170,7 @@ def load_target(spec: str):
     if hasattr(obj, "lower"):  # jax.jit(f) of no arguments: captured as it is
         return obj
     try:
-        with _cwd_on_path():
+        with _user_code(spec):
             made = obj()
     except Exception as e:
         raise _user_code_error(spec, e) from e
@@ -188,7 +206,8 @@ def resolve_program(target, *args, overrides: dict[str, str] | None = None, **ca
         if ":" in s and not Path(s).exists():
             made = load_target(s)
             try:
-                return cap.capture(made, **capture_kwargs)
+                with _user_code(s):  # tracing runs the user's function again
+                    return cap.capture(made, **capture_kwargs)
             except (ValueError, TargetError):
                 raise
             except Exception as e:  # tracing / lowering the user's function failed
@@ -237,9 +256,15 @@ def analyze(target, *args, overrides: dict[str, str] | None = None, hardware=Non
         spec = hardware if isinstance(hardware, HardwareSpec) else load_spec(hardware)
     program = resolve_program(target, *args, overrides=overrides, **capture_kwargs)
     filename = program.source[4:] if program.source.startswith("hlo:") else f"<{program.name}>"
-    module = parse_module(program.hlo_text, filename)
-    entry_roles = {p.number: p.role for p in program.parameters} if program.parameters else None
-    analysis = analyze_module(module, entry_roles)
+    try:
+        module = parse_module(program.hlo_text, filename)
+        entry_roles = {p.number: p.role for p in program.parameters} if program.parameters else None
+        analysis = analyze_module(module, entry_roles)
+    except RecursionError:  # the passes walk nested calls, loops and fusions recursively
+        raise NestingTooDeepError(
+            f"{filename}: computations (calls, loops, fusions) nested this deep are not "
+            f"supported (the passes recurse once per level, up to Python's recursion limit "
+            f"{sys.getrecursionlimit()})") from None
     if spec is not None and program.backend in ("cpu", "gpu", "tpu") and program.backend != spec.kind:
         analysis.notes.append(backend_mismatch_note(program.backend, spec.name))
     from .passes.reuse import reuse_pass

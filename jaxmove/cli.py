@@ -189,6 +189,12 @@ def build_parser() -> argparse.ArgumentParser:
 def main(argv: list[str] | None = None) -> int:
     parser = build_parser()
     args = parser.parse_args(argv)
+    for attr in ("html", "trace", "output", "save_fit"):  # an empty path would be skipped silently
+        value = getattr(args, attr, None)
+        if isinstance(value, str) and not value.strip():
+            print(f"jaxmove: error: --{attr.replace('_', '-')} needs a file path, got {value!r}",
+                  file=sys.stderr)
+            return 2
     from .api import TargetError
 
     try:

@@ -340,20 +340,40 @@ class Module:
 
     def source_location(self, instr: Instruction) -> SourceLocation | None:
         """Source file and line of an instruction: metadata source_file/source_line, or the
-        innermost frame of ``stack_frame_id`` through the module's StackFrames tables."""
-        md = instr.metadata
-        if md is None or not (md.source_file or md.stack_frame_id):
-            # A fusion often carries no metadata of its own: use its fused instructions'
-            # (root first), which XLA keeps from the ops it fused.
-            if instr.opcode == "fusion" and instr.called_computations:
-                fused = self.computations.get(instr.called_computations[0])
-                if fused is not None:
-                    for inner in [fused.root] + fused.instructions[::-1]:
-                        loc = self.source_location(inner) if inner is not instr else None
-                        if loc is not None:
-                            return loc
-            if md is None:
-                return None
+        innermost frame of ``stack_frame_id`` through the module's StackFrames tables.
+
+        A fusion often carries no metadata of its own: then its fused instructions' (root
+        first, then the others last to first, depth first into nested fusions, each fused
+        computation once), which XLA keeps from the ops it fused. Iterative: nested
+        fusions any number of levels deep.
+        """
+        loc = self._own_location(instr.metadata)
+        if loc is not None or instr.opcode != "fusion" or not instr.called_computations:
+            return loc
+        seen: set[str] = set()
+        stack = [iter((instr,))]
+        while stack:
+            inner = next(stack[-1], None)
+            if inner is None:
+                stack.pop()
+                continue
+            if inner is not instr:
+                loc = self._own_location(inner.metadata)
+                if loc is not None:
+                    return loc
+            if inner.opcode == "fusion" and inner.called_computations:
+                cname = inner.called_computations[0]
+                fused = self.computations.get(cname)
+                if fused is not None and cname not in seen:
+                    seen.add(cname)
+                    root = fused.root
+                    stack.append(iter([root] + [i for i in fused.instructions[::-1] if i is not root]))
+        return None
+
+    def _own_location(self, md) -> SourceLocation | None:
+        """The source location an instruction's own metadata ``md`` names, if any."""
+        if md is None:
+            return None
         if md.source_file:
             return SourceLocation(md.source_file, md.source_line)
         if md.stack_frame_id and md.stack_frame_id in self.stack_frames:

@@ -198,6 +198,11 @@ def _rules(table, where: str, path: str, text: str) -> Rules:
             line = _line_of(text, k)
             raise PlanError(f"{path}:{line or '?'}: [{where}] {k} must be a mesh axis name or a "
                             f"list of names, got {v!r}")
+        dup = next((x for i, x in enumerate(vals) if x in vals[:i]), None)
+        if dup is not None:  # jax rejects a mesh axis used twice in one dimension's sharding
+            line = _line_of(text, k)
+            raise PlanError(f"{path}:{line or '?'}: [{where}] {k} = {vals!r} names mesh axis "
+                            f"{dup!r} twice; each mesh axis may appear once")
         out[k] = tuple(vals)
     return out
 
@@ -207,7 +212,8 @@ def parse_plan(text: str, path: str = "<string>") -> Plan:
 
     Raises:
       PlanError: invalid TOML (with line), unknown top-level keys, a logical axis not in
-        ``LOGICAL_AXES``, or rules that are not names / lists of names.
+        ``LOGICAL_AXES``, rules that are not names / lists of names, or a rule naming
+        one mesh axis twice.
     """
     try:
         data = tomllib.loads(text)
