@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from rich.console import Console
+from rich.markup import escape
 from rich.table import Table
 
 from .table import human_bytes, make_console
@@ -41,7 +42,7 @@ def render_plans(cmp, console: Console | None = None) -> None:
         table.add_column(col, justify=just, no_wrap=col in ("plan", "costliest collectives"))
     for r in cmp.results:
         if r.error:
-            table.add_row(r.plan, "", "", "", "", "", f"[red]failed: {r.error}[/red]", "", "")
+            table.add_row(escape(r.plan), "", "", "", "", "", f"[red]failed: {escape(str(r.error))}[/red]", "", "")
             continue
         fits = ("?" if r.fits is None else "yes" if r.fits else
                 f"[bold red]NO[/bold red] (> {human_bytes(cmp.hbm_capacity_bytes)})")
@@ -53,7 +54,7 @@ def render_plans(cmp, console: Console | None = None) -> None:
             f"{c.kind} n={c.group_size} x{c.executions} {human_bytes(c.wire_bytes)} {_time(c.time_s)}"
             + (f" @{c.source.rsplit('/', 1)[-1]}" if c.source else f" {c.name}")
             for c in r.top_collectives) or "-"
-        table.add_row(r.plan, _b(r.argument_bytes), _b(r.temp_bytes), _b(r.peak_bytes), fits,
+        table.add_row(escape(r.plan), _b(r.argument_bytes), _b(r.temp_bytes), _b(r.peak_bytes), fits,
                       human_bytes(r.hbm_bytes), kinds, _time(r.collective_time_s), top)
     console.print(table)
     console.print("peak = XLA's arguments + outputs - aliased + temporaries of the partitioned "
@@ -61,4 +62,4 @@ def render_plans(cmp, console: Console | None = None) -> None:
                   "overlap.")
     for r in cmp.results:
         for note in r.notes:
-            console.print(f"[yellow]note[/yellow] {r.plan}: {note}")
+            console.print(f"[yellow]note[/yellow] {escape(r.plan)}: {escape(note)}")

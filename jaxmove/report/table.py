@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from rich.console import Console
+from rich.markup import escape
 from rich.table import Table
 
 from ..passes.cost import PATHS
@@ -30,16 +31,16 @@ def human_count(n: float) -> str:
 
 def make_console() -> Console:
     """A console for tables: the terminal's width, or 160 columns when output is not a terminal."""
-    c = Console()
-    return c if c.is_terminal else Console(width=160)
+    c = Console(emoji=False)  # program-derived strings (names, paths) are no emoji codes
+    return c if c.is_terminal else Console(width=160, emoji=False)
 
 
 def render_report(report: Report, top: int = 15, console: Console | None = None) -> None:
     console = console or make_console()
     p = report.program
     t = report.totals
-    console.print(f"[bold]{p.name}[/bold]  backend={p.backend}  devices={p.num_devices}  "
-                  f"source={p.source}")
+    console.print(f"[bold]{escape(p.name)}[/bold]  backend={p.backend}  devices={p.num_devices}  "
+                  f"source={escape(p.source)}")
     console.print(f"HBM read {human_bytes(t.hbm_read_bytes)}, written {human_bytes(t.hbm_write_bytes)}, "
                   f"{human_count(t.flops)}FLOP per program run "
                   f"({len(report.listed_rows())} instructions = JSON `instructions`; parameters, "
@@ -64,10 +65,10 @@ def render_report(report: Report, top: int = 15, console: Console | None = None)
         loc = report.module.source_location(r.instr)
         kind = r.instr.opcode if r.instr.opcode != "fusion" else f"fusion:{r.instr.fusion_kind or '?'}"
         mult = f"{r.multiplicity.count}{'?' if r.multiplicity.unknown_trip_count else ''}"
-        name = r.instr.name + (" [red](unmodeled)[/red]" if r.unmodeled else "")
+        name = escape(r.instr.name) + (" [red](unmodeled)[/red]" if r.unmodeled else "")
         cells = [name, kind, mult, human_count(r.total.flops), human_bytes(r.total.hbm_read_bytes),
                  human_bytes(r.total.hbm_write_bytes), dominant_role(r.total),
-                 f"{loc.file.rsplit('/', 1)[-1]}:{loc.line}" if loc else ""]
+                 escape(f"{loc.file.rsplit('/', 1)[-1]}:{loc.line}") if loc else ""]
         if times is not None:
             cells += time_cells(report, r)
         table.add_row(*cells)
@@ -92,12 +93,12 @@ def render_report(report: Report, top: int = 15, console: Console | None = None)
         console.print(f"[bold red]Unmodeled ({len(report.unmodeled)}):[/bold red] figures for these are "
                       "incomplete")
         for r in report.unmodeled[:20]:
-            console.print(f"  {r.instr.name} ({r.instr.opcode}): {'; '.join(r.unmodeled)}")
+            console.print(f"  {escape(r.instr.name)} ({r.instr.opcode}): {escape('; '.join(r.unmodeled))}")
     else:
         console.print("Unmodeled: none")
     notes = list(report.notes)
     for n in notes:
-        console.print(f"[yellow]note:[/yellow] {n}")
+        console.print(f"[yellow]note:[/yellow] {escape(n)}")
 
 
 def render_groups(report: Report, by: str, top: int = 40, console: Console | None = None) -> None:
@@ -118,7 +119,7 @@ def render_groups(report: Report, by: str, top: int = 40, console: Console | Non
         if has_time:
             cells.append(f"{g.est_time_s * 1e6:.3g} µs" if g.est_time_s is not None else "")
         cells.append(", ".join(g.names[:3]) + (" …" if len(g.names) > 3 else ""))
-        table.add_row(*[c.replace("[", r"\[") for c in cells])  # program strings are not markup
+        table.add_row(*[escape(c) for c in cells])  # program strings are not markup
     console.print(table)
     if len(groups) > top:
         console.print(f"({len(groups) - top} more groups; --json lists them all)")
@@ -181,9 +182,9 @@ def render_time_summary(report: Report, console: Console) -> None:
                          if reuse.onchip_capacity_bytes else ""))
     if t.unmodeled:
         console.print(f"[red]*[/red] time incomplete for {len(t.unmodeled)} instruction(s), e.g. "
-                      f"{t.unmodeled[0]}", soft_wrap=True)
+                      f"{escape(str(t.unmodeled[0]))}", soft_wrap=True)
     for n in t.notes:
-        console.print(f"[yellow]note:[/yellow] {n}")
+        console.print(f"[yellow]note:[/yellow] {escape(n)}")
 
 
 def render_collectives(report: Report, console: Console, top: int = 10) -> None:
@@ -198,8 +199,8 @@ def render_collectives(report: Report, console: Console, top: int = 10) -> None:
     for r in rows[:top]:
         c = r.collective
         loc = report.module.source_location(r.instr)
-        table.add_row(r.instr.name, c.kind + (" (async)" if c.is_async else ""), str(c.group_size),
+        table.add_row(escape(r.instr.name), c.kind + (" (async)" if c.is_async else ""), str(c.group_size),
                       str(c.num_groups), str(r.multiplicity.count), human_bytes(c.buffer_bytes),
                       human_bytes(r.total.device_to_device_bytes),
-                      f"{loc.file.rsplit('/', 1)[-1]}:{loc.line}" if loc else "")
+                      escape(f"{loc.file.rsplit('/', 1)[-1]}:{loc.line}") if loc else "")
     console.print(table)
