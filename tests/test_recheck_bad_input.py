@@ -129,3 +129,22 @@ def test_program_strings_are_not_markup_or_emoji(tmp_path):
     assert "[red]b:x:.py:3" in text              # source file verbatim, no emoji
     assert "[red]a/:x:/[" in text                # module path of op_name "jit(f)/[red]a/:x:/[/]", verbatim
     assert "\u274c" not in text                  # :x: is not rendered as an emoji
+
+
+def test_one_line_module_positions_match_the_text():
+    # One line (XLA never prints this, users paste it): linecol's cache must only move
+    # forward, else every instruction re-counts the line from its start (quadratic).
+    parts = ["HloModule m ENTRY main { p0 = f32[4,8]{1,0} parameter(0)"]
+    prev = "p0"
+    for i in range(300):
+        parts.append(f"a{i} = f32[4,8]{{1,0}} add({prev}, p0)")
+        prev = f"a{i}"
+    parts[-1] = "ROOT " + parts[-1]
+    text = " ".join(parts) + " }"
+    m = parse_module(text, "oneline.hlo")
+    instrs = m.entry.instructions
+    assert len(instrs) == 301
+    for instr in instrs:
+        assert instr.line == 1
+        assert text[instr.column - 1:].startswith(f"{instr.name} = ")
+    assert m.entry.root.name == "a299"

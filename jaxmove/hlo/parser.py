@@ -662,7 +662,8 @@ class _Parser:
             line += 1
             line_start = m.start(8)
         self.pos = pos
-        self._lc = (line_start, line, line_start) if line_start <= pos else self._lc
+        if self._lc[0] < line_start <= pos:  # only ever advance linecol's cache: moving it back
+            self._lc = (line_start, line, line_start)  # re-counts a long line per instruction
         return root
 
     def instruction(self, comp: str, instrs: list, by_name: dict) -> Instruction:
