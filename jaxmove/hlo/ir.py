@@ -322,6 +322,24 @@ class Module:
     def replica_count(self) -> int:
         return self._header_int("replica_count", 1)
 
+    def reachable_computations(self, names, through_fusions: bool = True) -> set[str]:
+        """Computations reachable from ``names`` (included) through called computations.
+
+        With ``through_fusions=False`` fused computations are not entered: their
+        instructions never run as kernels (or profiler events) of their own.
+        """
+        seen: set[str] = set()
+        stack = list(names)
+        while stack:
+            c = stack.pop()
+            if c in seen or c not in self.computations:
+                continue
+            seen.add(c)
+            for instr in self.computations[c].instructions:
+                if through_fusions or instr.opcode != "fusion":
+                    stack.extend(instr.called_computations)
+        return seen
+
     def instructions(self):
         """Every instruction of every computation, in printed order."""
         for c in self.computations.values():

@@ -236,22 +236,6 @@ def _union_ns(intervals: list[tuple[float, float]]) -> float:
     return total
 
 
-def _descendants(module: Module, comps: tuple[str, ...]) -> set[str]:
-    """Computations reachable from ``comps`` through called computations (fusions excluded:
-    their instructions never execute as thunks of their own)."""
-    seen: set[str] = set()
-    stack = list(comps)
-    while stack:
-        c = stack.pop()
-        if c in seen or c not in module.computations:
-            continue
-        seen.add(c)
-        for instr in module.computations[c].instructions:
-            if instr.opcode != "fusion":
-                stack.extend(instr.called_computations)
-    return seen
-
-
 def join_events(events: list[TraceEvent], module: Module, expected_runs: int | None = None) -> ProfileJoin:
     """Join one module's events to its instructions by instruction name.
 
@@ -301,7 +285,8 @@ def join_events(events: list[TraceEvent], module: Module, expected_runs: int | N
                 cname, instr = hit
                 if instr.opcode in CONTAINER_OPCODES:
                     if instr.name not in desc_cache:
-                        desc_cache[instr.name] = _descendants(module, instr.called_computations)
+                        desc_cache[instr.name] = module.reachable_computations(
+                            instr.called_computations, through_fusions=False)
                     inner = desc_cache[instr.name]
                     nested = [(max(c.start_ns, e.start_ns), min(c.end_ns, e.end_ns)) for c in run
                               if c is not e and c.hlo_op in where and where[c.hlo_op][0] in inner

@@ -40,19 +40,6 @@ def _is_async(opcode: str) -> bool:
     return opcode.endswith(_ASYNC_START_SUFFIX) or opcode in _ASYNC_STARTS
 
 
-def _descendants(module, comps) -> set[str]:
-    seen: set[str] = set()
-    stack = list(comps)
-    while stack:
-        c = stack.pop()
-        if c in seen or c not in module.computations:
-            continue
-        seen.add(c)
-        for i in module.computations[c].instructions:
-            stack.extend(i.called_computations)
-    return seen
-
-
 def _measured_s(report, measurement, comp: str, name: str) -> float | None:
     """Measured seconds per program run of one timeline entry, or None when not measured."""
     table = getattr(measurement, "instructions", None) or {}
@@ -63,7 +50,7 @@ def _measured_s(report, measurement, comp: str, name: str) -> float | None:
     instr = instr.by_name.get(name) if instr is not None else None
     if instr is None or not instr.called_computations or instr.opcode == "fusion":
         return None
-    inside = _descendants(report.module, instr.called_computations)
+    inside = report.module.reachable_computations(instr.called_computations)
     ts = [float(getattr(v, "time_s", v)) for (c, _n), v in table.items() if c in inside]
     return sum(ts) if ts else None
 
