@@ -80,7 +80,7 @@ def _spec(hardware: str | None):
 
 def run(hardware: str | None, runs: int, warmup: int, profile_runs: int, presets: list[str]) -> str:
     import jax
-    import models
+    from jaxmove import zoo as models
     from jaxmove.measure.compare import compare
 
     spec = _spec(hardware)
@@ -158,7 +158,7 @@ def main(argv=None) -> int:
     ap.add_argument("-o", "--output", default=str(ROOT / "benchmarks" / "fidelity.md"))
     ap.add_argument("--readme", action="store_true", help="also update the table in README.md")
     args = ap.parse_args(argv)
-    import models
+    from jaxmove import zoo as models
 
     presets = args.preset or list(models.PRESETS)
     table = run(args.hardware, args.runs, args.warmup, args.profile_runs, presets)

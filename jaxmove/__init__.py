@@ -5,6 +5,10 @@
 >>> report.totals.kv_cache_read_bytes
 """
 
+from ._platform import import_jax_quietly as _import_jax_quietly
+
+_import_jax_quietly()
+
 from .api import TargetError, analyze, resolve_program
 from .hlo import HloParseError, parse_file, parse_module
 from .report.report import Report

@@ -197,7 +197,7 @@ def resolve_program(target, *args, overrides: dict[str, str] | None = None, **ca
         return target
     if isinstance(target, (str, os.PathLike)):
         s = os.fspath(target)
-        import models
+        from jaxmove import zoo as models
 
         if s in models.PRESETS:
             return cap.capture(models.build(s, overrides or {}))

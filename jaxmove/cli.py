@@ -116,7 +116,7 @@ def _cmd_annotate(args: argparse.Namespace) -> int:
 
 
 def _cmd_models(args: argparse.Namespace) -> int:
-    import models
+    from jaxmove import zoo as models
     from rich.console import Console
     from rich.table import Table
 

@@ -67,7 +67,7 @@ def add_plan_options(a: argparse.ArgumentParser) -> None:
 def program_for_plan(args: argparse.Namespace):
     """The Program of ``args.target`` under ``--plan`` over ``--mesh``, or an exit status
     when the command re-ran itself in a child process with enough simulated devices."""
-    import models
+    from jaxmove import zoo as models
 
     from .plans import (PlanError, capture_with_plan, check_plan_mesh, ensure_cpu_devices, load_plan,
                         parse_mesh)

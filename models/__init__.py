@@ -1,6 +1,6 @@
 """The jaxmove model zoo: named presets that build abstract ``Workload`` s.
 
->>> import models
+>>> from jaxmove import zoo as models
 >>> wl = models.build("gpt-tiny-decode", {"kv_heads": "1"})   # MQA variant
 >>> wl.args[1]["layers"][0]["k_cache"].shape                    # [B, H_kv, S, D]
 (2, 1, 16, 16)
@@ -22,7 +22,7 @@ import jax.extend
 import jax.numpy as jnp
 
 from jaxmove.workload import Workload
-from models import gpt, mlp, moe
+from . import gpt, mlp, moe
 
 __all__ = ["PRESETS", "OVERRIDE_KEYS", "Preset", "build", "list_presets", "materialize"]
 

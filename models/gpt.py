@@ -67,7 +67,7 @@ import jax.numpy as jnp
 from flax import nnx
 
 from jaxmove.workload import Workload
-from models.sharding import constrain, constrain_params
+from .sharding import constrain, constrain_params
 
 DTYPES = {
     "bf16": jnp.bfloat16, "bfloat16": jnp.bfloat16,

@@ -16,8 +16,8 @@ import jax
 from flax import nnx
 
 from jaxmove.workload import Workload
-from models.gpt import canonical_dtype
-from models.sharding import constrain
+from .gpt import canonical_dtype
+from .sharding import constrain
 
 
 @dataclasses.dataclass(frozen=True)

@@ -10,7 +10,7 @@ import sys
 import pytest
 
 import jaxmove
-import models
+from jaxmove import zoo as models
 from jaxmove.cli import main
 from jaxmove.passes.pipeline import KV_COPY, KV_REWRITE
 

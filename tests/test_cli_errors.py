@@ -16,7 +16,7 @@ from types import SimpleNamespace
 
 import pytest
 
-import models
+from jaxmove import zoo as models
 from jaxmove.cli import build_parser, main
 from jaxmove.outputs import OutputPathError, check_output_path, write_text_atomic
 from jaxmove.plans import (MAX_SIMULATED_DEVICES, PlanError, check_plan_mesh, parse_mesh,

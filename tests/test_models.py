@@ -9,7 +9,7 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-import models
+from jaxmove import zoo as models
 from jaxmove.capture import capture
 
 

@@ -96,7 +96,7 @@ def _from_workload(wl: Workload, seed: int, concrete: tuple | None) -> Prepared:
 
     if concrete is None:
         if "preset" in wl.config:
-            import models
+            from jaxmove import zoo as models
 
             concrete = models.materialize(wl, seed)
         else:
@@ -159,7 +159,7 @@ def prepare(target, *args, overrides: dict[str, str] | None = None, seed: int = 
                           "text only; measure its preset, workload or function instead")
     if isinstance(target, (str, os.PathLike)):
         s = os.fspath(target)
-        import models
+        from jaxmove import zoo as models
 
         if s in models.PRESETS:
             return _from_workload(models.build(s, overrides or {}), seed, None)

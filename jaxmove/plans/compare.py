@@ -168,8 +168,8 @@ def capture_with_plan(preset: str, overrides: dict[str, str] | None, plan: Plan,
     Raises:
       PlanError, KeyError (unknown preset), ValueError (bad override), CaptureError.
     """
-    import models
-    from models.sharding import logical_sharding
+    from jaxmove import zoo as models
+    from jaxmove.zoo.sharding import logical_sharding
 
     from ..capture import capture
     from jax.sharding import NamedSharding, PartitionSpec
@@ -297,7 +297,7 @@ def compare_plans(model: str, mesh_shape: dict[str, int], plans: list[str | Plan
     Raises:
       PlanError (bad mesh or plan), KeyError (unknown preset), HardwareSpecError.
     """
-    import models
+    from jaxmove import zoo as models
 
     from ..hardware import load_spec
     from .devices import ensure_cpu_devices, run_cli_with_devices
@@ -351,7 +351,7 @@ def compare_plans(model: str, mesh_shape: dict[str, int], plans: list[str | Plan
 def default_plans(model: str, overrides: dict[str, str] | None = None) -> list[str]:
     """dp, fsdp, tp, fsdp_tp, plus ep for models with an ``expert`` logical axis."""
     import jax
-    import models
+    from jaxmove import zoo as models
 
     out = ["dp", "fsdp", "tp", "fsdp_tp"]
     wl = models.build(model, overrides or {})

@@ -1,0 +1,108 @@
+"""Which platform jax starts on when jaxmove runs, and the accelerator plugins' start-up noise.
+
+The ``gpu`` and ``tpu`` extras install the CUDA plugin and libtpu for *deviceless* compilation
+(``--target h100-sxm``, ``--target tpu-v5e:2x2``). On a machine without an NVIDIA driver, jax's
+plugin discovery prints "Could not find cuda drivers" lines on stderr at import, and would try
+to start a CUDA client at the first ``jax.devices()``; libtpu prints warnings about
+TPU_ACCELERATOR_TYPE / TPU_WORKER_HOSTNAMES when a topology is loaded. These are written by C++
+before logging is initialised, so no log level silences them: :func:`quiet_stderr` captures
+file descriptor 2 around such calls and passes every other line through.
+A user's own ``JAX_PLATFORMS`` always wins.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import ctypes.util
+import os
+import re
+import sys
+import tempfile
+from collections.abc import Iterator
+
+# Lines the CUDA plugin and libtpu print when started on a machine without the device.
+_NOISE = re.compile(
+    r"All log messages before absl::InitializeLog\(\) is called"
+    r"|cudart_stub\.cc.*Could not find cuda drivers"
+    r"|TPU_ACCELERATOR_TYPE|TPU_WORKER_HOSTNAMES|Logging before InitGoogle"
+    r"|=== Source Location Trace: ===|libtpu_init_utils\.cc|Failed to find host bounds"
+    r"|Unable to initialize backend 'cuda'|Jax plugin configuration error"
+    r"|cuda_versions|Unable to load CUDA|GPU will not be used"
+)
+
+
+def has_nvidia_driver() -> bool:
+    """True when the CUDA driver library (libcuda) can be found on this machine."""
+    return ctypes.util.find_library("cuda") is not None or os.path.exists("/dev/nvidia0")
+
+
+def default_platforms() -> None:
+    """Set ``JAX_PLATFORMS=cpu`` when unset, jax not yet imported and no NVIDIA driver present."""
+    if "JAX_PLATFORMS" in os.environ or "jax" in sys.modules:
+        return
+    if not has_nvidia_driver():
+        os.environ["JAX_PLATFORMS"] = "cpu"
+
+
+@contextlib.contextmanager
+def quiet_stderr() -> Iterator[None]:
+    """Capture fd 2 for the duration; re-emit every line that is not known plugin noise.
+
+    A Python traceback printed by the plugins' own ``except`` blocks (jax logs the failed CUDA
+    plugin initialisation as a warning with its traceback) is dropped with the noise line that
+    introduced it.
+    """
+    try:
+        fd = sys.stderr.fileno()
+    except (AttributeError, OSError, ValueError):  # e.g. a notebook's stderr has no descriptor
+        yield
+        return
+    sys.stderr.flush()
+    saved = os.dup(fd)
+    with tempfile.TemporaryFile(mode="w+b") as tmp:
+        os.dup2(tmp.fileno(), fd)
+        try:
+            yield
+        finally:
+            sys.stderr.flush()
+            os.dup2(saved, fd)
+            os.close(saved)
+            tmp.seek(0)
+            text = tmp.read().decode("utf-8", "replace")
+    kept = _filter(text)
+    if kept:
+        sys.stderr.write(kept)
+        sys.stderr.flush()
+
+
+def _filter(text: str) -> str:
+    out: list[str] = []
+    in_traceback = False
+    for line in text.splitlines(keepends=True):
+        if _NOISE.search(line):
+            in_traceback = False
+            continue
+        if line.startswith("Traceback (most recent call last)") or (
+                in_traceback and (line.startswith((" ", "\t")) or not line.strip()
+                                  or re.match(r"^\w+(Error|Exception):", line)
+                                  or line.startswith("The above exception"))):
+            in_traceback = True
+            continue
+        in_traceback = False
+        out.append(line)
+    return "".join(out)
+
+
+def import_jax_quietly() -> None:
+    """Import jax and start its backends with the plugins' noise filtered (no-op once imported).
+
+    As with jax itself, ``XLA_FLAGS`` (e.g. simulated device counts) must be set before this.
+    """
+    if "jax" in sys.modules:
+        return
+    default_platforms()
+    with quiet_stderr():
+        import jax
+        import jax.extend  # noqa: F401
+
+        jax.devices()  # plugin discovery runs at the first backend start; keep it inside
