@@ -9,10 +9,12 @@ from ._platform import import_jax_quietly as _import_jax_quietly
 
 _import_jax_quietly()
 
-from .api import TargetError, analyze, resolve_program
+from .api import analyze
+from .capture import Program, TargetError, Workload, resolve_program
+from .errors import JaxmoveInputError
 from .hlo import HloParseError, parse_file, parse_module
 from .report.report import Report
 
-__all__ = ["analyze", "resolve_program", "Report", "TargetError", "HloParseError", "parse_file",
-           "parse_module"]
+__all__ = ["analyze", "resolve_program", "Program", "Workload", "Report", "TargetError",
+           "JaxmoveInputError", "HloParseError", "parse_file", "parse_module"]
 __version__ = "0.1.0"

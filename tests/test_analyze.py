@@ -111,7 +111,7 @@ def test_json_contract_and_cli(capsys):
     assert set(out["totals"]) >= {"flops", "hbm_read_bytes", "hbm_write_bytes"}
     assert set(out["by_path"]) == {"host_to_device", "hbm_to_onchip", "onchip_to_hbm",
                                    "device_to_device", "device_to_host"}
-    assert set(out["by_role"]) == {"weights", "kv_cache", "activations", "unknown"}
+    assert set(out["by_role"]) == {"weights", "kv_cache", "optimizer_state", "activations", "unknown"}
     row = out["instructions"][0]
     assert set(row) >= {"name", "computation", "opcode", "multiplicity", "flops", "hbm_read_bytes",
                         "hbm_write_bytes", "unmodeled"}
@@ -183,7 +183,7 @@ def test_file_function_target_returning_a_workload(tmp_path, capsys):
     src = tmp_path / "my_workload.py"
     src.write_text('''
 import jax, jax.numpy as jnp
-from jaxmove.workload import Workload
+from jaxmove.capture import Workload
 
 def make():
     w = jax.ShapeDtypeStruct((512, 256), jnp.float32)

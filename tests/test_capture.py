@@ -7,10 +7,10 @@ import jax.numpy as jnp
 import pytest
 from flax import nnx
 
-from jaxmove import capture as cap
+from jaxmove.capture import program as cap
 from jaxmove.capture import (CaptureError, EntryParameter, Program, capture, keystr_to_path,
                              program_from_hlo_file, role_from_name)
-from jaxmove.workload import Workload
+from jaxmove.capture import Workload
 
 S = jax.ShapeDtypeStruct
 F32 = jnp.float32

@@ -18,7 +18,7 @@ import pytest
 
 from jaxmove import zoo as models
 from jaxmove.cli import build_parser, main
-from jaxmove.outputs import OutputPathError, check_output_path, write_text_atomic
+from jaxmove.report.outputs import OutputPathError, check_output_path, write_text_atomic
 from jaxmove.plans import (MAX_SIMULATED_DEVICES, PlanError, check_plan_mesh, parse_mesh,
                            parse_plan)
 

@@ -16,6 +16,8 @@ import dataclasses
 import math
 from typing import Any, Mapping
 
+from ..errors import JaxmoveInputError
+
 __all__ = [
     "Alternative",
     "FLOPS_DTYPES",
@@ -34,7 +36,7 @@ FLOPS_DTYPES: tuple[str, ...] = ("fp4", "fp8", "int4", "int8", "bf16", "f16", "t
 KINDS: tuple[str, ...] = ("gpu", "tpu", "cpu")
 
 
-class HardwareSpecError(ValueError):
+class HardwareSpecError(JaxmoveInputError):
     """A hardware spec file is unreadable, malformed, or misses a required key.
 
     The message always names the file, and the key (with its line when known).

@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+from ..errors import JaxmoveInputError
 
-class HloParseError(ValueError):
+
+class HloParseError(JaxmoveInputError):
     """Malformed or invalid HLO text.
 
     Attributes:

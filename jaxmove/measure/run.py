@@ -21,7 +21,7 @@ from typing import Any, Callable
 
 from ..capture import Program, capture
 from ..hlo import parse_module
-from ..workload import Workload
+from ..capture.workload import Workload
 from .profile import ProfileJoin, join_events, module_events, record_events
 
 __all__ = ["Measurement", "Prepared", "measure", "prepare", "random_like", "time_runs"]
@@ -152,7 +152,7 @@ def prepare(target, *args, overrides: dict[str, str] | None = None, seed: int = 
     """
     import jax
 
-    from ..api import TargetError, load_target
+    from ..capture.resolve import TargetError, load_target
 
     if isinstance(target, Program):
         raise TargetError(f"cannot run program '{target.name}': a captured Program holds HLO "

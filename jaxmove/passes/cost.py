@@ -12,7 +12,7 @@ import operator
 from collections.abc import Iterable
 from dataclasses import dataclass, fields
 
-PATHS = ("host_to_device", "hbm_to_onchip", "onchip_to_hbm", "device_to_device", "device_to_host")
+from ..vocab import PATHS  # noqa: F401  (re-exported)
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -29,6 +29,8 @@ class Cost:
     weights_write_bytes: int = 0
     kv_cache_read_bytes: int = 0
     kv_cache_write_bytes: int = 0
+    optimizer_state_read_bytes: int = 0
+    optimizer_state_write_bytes: int = 0
     activations_read_bytes: int = 0
     activations_write_bytes: int = 0
     unknown_read_bytes: int = 0

@@ -47,10 +47,12 @@ import tomllib
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from ..errors import JaxmoveInputError
+
 Rules = dict[str, tuple[str, ...]]
 
 
-class PlanError(ValueError):
+class PlanError(JaxmoveInputError):
     """A plan or mesh that cannot be read (names the file and line when there is one)."""
 
 

@@ -31,7 +31,7 @@ from dataclasses import dataclass
 from ..hlo import Instruction, Module, SourceLocation
 from ..passes.cost import PATHS, Cost
 from ..passes.pipeline import InstructionCost
-from ..workload import ROLES
+from ..vocab import ROLES
 from .columns import QUIET_OPCODES, row_time
 
 BY_KEYS = ("source", "module", "opcode", "fusion_kind", "role")

@@ -7,7 +7,7 @@ only when ``to_dataframe`` is called.
 from __future__ import annotations
 
 from ..passes.cost import PATHS
-from ..workload import ROLES
+from ..vocab import ROLES
 from .attribution import attribute, report_rows
 from .columns import row_collective, row_measured_s, row_reuse, row_time
 from .report import dominant_role

@@ -18,7 +18,7 @@ import html as _html
 from datetime import datetime, timezone
 
 from ..passes.cost import PATHS
-from ..workload import ROLES
+from ..vocab import ROLES
 from .attribution import BY_KEYS, aggregate, attribute, report_rows
 from .columns import row_collective, row_measured_s, row_time, times_of
 from .report import dominant_role
@@ -337,9 +337,9 @@ def write_html(report, path) -> None:
     """Write ``render_html(report)`` to ``path`` (UTF-8; a temporary file renamed over it).
 
     Raises:
-      jaxmove.outputs.OutputPathError: ``path`` cannot be written.
+      jaxmove.report.outputs.OutputPathError: ``path`` cannot be written.
     """
-    from ..outputs import write_text_atomic
+    from .outputs import write_text_atomic
     write_text_atomic(path, render_html(report), "--html file")
 
 

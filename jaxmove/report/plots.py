@@ -10,7 +10,7 @@ left out and the count of those left out is written in the title.
 from __future__ import annotations
 
 from ..passes.cost import PATHS
-from ..workload import ROLES
+from ..vocab import ROLES
 from .attribution import report_rows
 from .columns import row_measured_s, row_time, times_of
 

@@ -7,7 +7,7 @@ from rich.markup import escape
 from rich.table import Table
 
 from ..passes.cost import PATHS
-from ..workload import ROLES
+from ..vocab import ROLES
 from .report import Report, dominant_role
 
 _UNITS = ((1 << 40, "TiB"), (1 << 30, "GiB"), (1 << 20, "MiB"), (1 << 10, "KiB"))

@@ -193,7 +193,7 @@ def write_trace(report, path, measurement=None) -> None:
 
     Raises:
       ValueError: the report has no time estimates (``chrome_trace``).
-      jaxmove.outputs.OutputPathError: ``path`` cannot be written.
+      jaxmove.report.outputs.OutputPathError: ``path`` cannot be written.
     """
-    from ..outputs import write_text_atomic
+    from .outputs import write_text_atomic
     write_text_atomic(path, json.dumps(chrome_trace(report, measurement)), "--trace file")

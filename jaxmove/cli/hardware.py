@@ -51,8 +51,8 @@ def cmd_hardware(args: argparse.Namespace) -> int:
     from rich.markup import escape
     from rich.table import Table
 
-    from .hardware import list_specs, load_spec
-    from .report.table import make_console
+    from ..hardware import list_specs, load_spec
+    from ..report.table import make_console
 
     console = make_console()
     if args.name:
@@ -100,7 +100,7 @@ def cmd_hardware(args: argparse.Namespace) -> int:
     for s in specs:
         console.print(f"  [bold]{s.name}[/bold]: bf16: {escape(s.sources.get('flops_per_s.bf16', '-'))}; "
                       f"HBM: {escape(s.sources.get('hbm_bytes_per_s', '-'))}", soft_wrap=True)
-    from .hardware import local_spec_path
+    from ..hardware import local_spec_path
 
     if not local_spec_path().is_file():
         console.print(f"no 'local' spec yet: `jaxmove calibrate` measures this machine "
@@ -109,9 +109,9 @@ def cmd_hardware(args: argparse.Namespace) -> int:
 
 
 def cmd_calibrate(args: argparse.Namespace) -> int:
-    from .hardware import CalibrationError, calibrate, local_spec_path, write_spec
+    from ..hardware import CalibrationError, calibrate, local_spec_path, write_spec
 
-    from .outputs import OutputPathError, check_output_path
+    from ..report.outputs import OutputPathError, check_output_path
 
     # before measuring: a bad path must not cost the calibration; only the default cache
     # location may be created

@@ -12,12 +12,12 @@ _CHILD_ENV = "JAXMOVE_DEVICES_CHILD"
 
 
 def _sets(items: list[str]) -> dict[str, str]:
-    from .cli import _parse_sets
+    from .common import _parse_sets
     return _parse_sets(items)
 
 
 def _cmd_plans(args: argparse.Namespace) -> int:
-    from .plans import compare_plans, parse_mesh
+    from ..plans import compare_plans, parse_mesh
 
     cmp = compare_plans(args.model, parse_mesh(args.mesh), args.plan or None, _sets(args.set),
                         args.hardware, progress=not args.no_progress)
@@ -25,14 +25,14 @@ def _cmd_plans(args: argparse.Namespace) -> int:
         json.dump(cmp.to_json(), sys.stdout, indent=1)
         sys.stdout.write("\n")
     else:
-        from .report.plans_table import render_plans
+        from ..report.plans_table import render_plans
         render_plans(cmp)
     return 0
 
 
 def add_plans_command(sub) -> None:
     """Register ``jaxmove plans``."""
-    from .plans import DEFAULT_HARDWARE, PRESETS
+    from ..plans import DEFAULT_HARDWARE, PRESETS
 
     p = sub.add_parser(
         "plans", help="compare sharding plans of a zoo model on simulated devices",
@@ -69,7 +69,7 @@ def program_for_plan(args: argparse.Namespace):
     when the command re-ran itself in a child process with enough simulated devices."""
     from jaxmove import zoo as models
 
-    from .plans import (PlanError, capture_with_plan, check_plan_mesh, ensure_cpu_devices, load_plan,
+    from ..plans import (PlanError, capture_with_plan, check_plan_mesh, ensure_cpu_devices, load_plan,
                         parse_mesh)
 
     if not args.mesh:
@@ -84,7 +84,7 @@ def program_for_plan(args: argparse.Namespace):
         print(f"jaxmove: compiling {args.target} under plan {plan.name} on {n} simulated CPU devices",
               file=sys.stderr, flush=True)
     if not ensure_cpu_devices(n):
-        from .plans import run_cli_with_devices
+        from ..plans import run_cli_with_devices
         os.environ[_CHILD_ENV] = "1"  # inherited by the child (plans/devices.subprocess_env)
         return run_cli_with_devices(n, sys.argv[1:]).returncode
     return capture_with_plan(args.target, _sets(args.set), plan, mesh)

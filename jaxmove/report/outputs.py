@@ -22,10 +22,12 @@ import stat
 import tempfile
 from pathlib import Path
 
+from ..errors import JaxmoveInputError
+
 __all__ = ["OutputPathError", "check_output_path", "write_text_atomic"]
 
 
-class OutputPathError(ValueError):
+class OutputPathError(JaxmoveInputError):
     """An output path that cannot be written (names the path and why)."""
 
 

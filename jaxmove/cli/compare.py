@@ -11,16 +11,16 @@ import sys
 
 
 def cmd_compare(args: argparse.Namespace) -> int:
-    from .cli import _parse_sets
-    from .measure.compare import compare
-    from .measure.profile import ProfileError
+    from .common import _parse_sets
+    from ..measure.compare import compare
+    from ..measure.profile import ProfileError
 
     if args.save_fit and not args.fit:
         raise ValueError("--save-fit needs --fit")
     if args.runs < 1 or args.profile_runs < 1 or args.warmup < 0:
         raise ValueError("--runs and --profile-runs must be >= 1, --warmup >= 0")
     if args.save_fit:  # before measuring: a bad path must not cost the whole run
-        from .outputs import check_output_path
+        from ..report.outputs import check_output_path
         check_output_path(args.save_fit, "--save-fit file")
     try:
         c = compare(args.target, hardware=args.hardware, runs=args.runs, warmup=args.warmup,
@@ -29,8 +29,8 @@ def cmd_compare(args: argparse.Namespace) -> int:
         print(f"jaxmove: error: {e}", file=sys.stderr)
         return 2
     if args.save_fit:
-        from .hardware import write_spec
-        from .outputs import OutputPathError, check_output_path
+        from ..hardware import write_spec
+        from ..report.outputs import OutputPathError, check_output_path
         check_output_path(args.save_fit, "--save-fit file")
         try:
             write_spec(c.fit.spec, args.save_fit)
@@ -41,14 +41,14 @@ def cmd_compare(args: argparse.Namespace) -> int:
         json.dump(c.to_json(), sys.stdout, indent=1)
         sys.stdout.write("\n")
     else:
-        from .report.compare_table import render_comparison
+        from ..report.compare_table import render_comparison
         render_comparison(c, top=args.top)
     return 0
 
 
 def add_compare_command(sub) -> None:
     """Register ``compare`` on the CLI's subparsers."""
-    from .cli import positive_int
+    from .common import positive_int
 
     c = sub.add_parser(
         "compare", help="run TARGET here: per-instruction estimated vs measured time, errors, fit",

@@ -35,7 +35,9 @@ from typing import Any
 import jax
 import numpy as np
 
-from jaxmove.workload import ROLES, Workload, role_from_name
+from ..errors import JaxmoveInputError
+
+from .workload import ROLES, Workload, role_from_name
 
 __all__ = [
     "CaptureError", "EntryParameter", "Program", "capture", "program_from_hlo_file",
@@ -43,7 +45,7 @@ __all__ = [
 ]
 
 
-class CaptureError(ValueError):
+class CaptureError(JaxmoveInputError):
     """The compiled program cannot be mapped back to its arguments unambiguously."""
 
 

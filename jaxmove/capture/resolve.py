@@ -1,0 +1,219 @@
+"""TARGET resolution: a zoo preset, an HLO file, ``module:function``, or a jax object -> ``Program``."""
+
+from __future__ import annotations
+
+import contextlib
+import importlib
+import importlib.util
+import inspect
+import os
+import re
+import sys
+from pathlib import Path
+
+from ..errors import JaxmoveInputError
+
+HLO_SUFFIXES = (".hlo", ".txt", ".hlo.txt")
+
+
+class TargetError(JaxmoveInputError):
+    """A TARGET that names no preset, HLO file or workload function."""
+
+
+class NestingTooDeepError(JaxmoveInputError):
+    """A program whose computations are nested deeper than the recursive passes can walk."""
+
+
+class UserCodeError(TargetError):
+    """User code named by a ``module:function`` TARGET raised while being imported or called."""
+
+
+_DOTTED = re.compile(r"[A-Za-z_]\w*(\.[A-Za-z_]\w*)*")
+
+
+@contextlib.contextmanager
+def _cwd_on_path():
+    """Put the current directory first on ``sys.path`` (as ``python -m`` does) for the
+    duration of the block, so ``jaxmove analyze mymod:fn`` finds ``./mymod.py``."""
+    cwd = os.getcwd()
+    added = not sys.path or sys.path[0] not in ("", cwd)
+    if added:
+        sys.path.insert(0, cwd)
+    try:
+        yield
+    finally:
+        if added:
+            try:
+                sys.path.remove(cwd)
+            except ValueError:
+                pass
+
+
+@contextlib.contextmanager
+def _user_code(spec: str):
+    """Run user code (importing or calling a ``module:function`` TARGET): the current
+    directory first on ``sys.path``, its prints sent to stderr (stdout carries jaxmove's
+    report or JSON), and ``sys.exit`` turned into ``UserCodeError``."""
+    with _cwd_on_path(), contextlib.redirect_stdout(sys.stderr):
+        try:
+            yield
+        except SystemExit as e:
+            raise UserCodeError(f"{spec} called sys.exit({e.code!r})") from None
+
+
+def _user_code_error(spec: str, e: BaseException) -> UserCodeError:
+    """One line for an exception raised by user code: ``SyntaxError`` as file:line:col."""
+    if isinstance(e, UserCodeError):  # already one line (e.g. ``sys.exit`` in user code)
+        return e
+    if isinstance(e, SyntaxError) and e.filename:
+        where = f"{e.filename}:{e.lineno or '?'}:{e.offset or '?'}"
+        return UserCodeError(f"{where}: {type(e).__name__}: {e.msg} (importing target '{spec}')")
+    msg = str(e).strip().splitlines()[0] if str(e).strip() else ""
+    return UserCodeError(f"{spec} raised {type(e).__name__}" + (f": {msg}" if msg else ""))
+
+
+def _load_function(spec: str):
+    """``package.module:function`` or ``path/file.py:function`` -> the function object.
+
+    The module is imported with the current directory first on ``sys.path``.
+
+    Raises:
+      TargetError: malformed spec, module not found, no such attribute.
+      UserCodeError: importing the module raised (SyntaxError included).
+      FileNotFoundError: ``file.py`` does not exist.
+    """
+    mod_name, _, fn_name = spec.rpartition(":")
+    is_path = mod_name.endswith(".py") or os.sep in mod_name
+    if not fn_name.isidentifier() or not mod_name or (not is_path and not _DOTTED.fullmatch(mod_name)):
+        raise TargetError(f"target '{spec}': expected package.module:function or "
+                          "path/file.py:function (one ':' followed by a Python name)")
+    if is_path:
+        path = Path(mod_name)
+        if not path.is_file():
+            raise FileNotFoundError(f"{path}: no such file (from target '{spec}')")
+        module_spec = importlib.util.spec_from_file_location(path.stem, path)
+        module = importlib.util.module_from_spec(module_spec)
+        sys.modules.setdefault(path.stem, module)
+        try:
+            with _user_code(spec):
+                module_spec.loader.exec_module(module)
+        except Exception as e:
+            raise _user_code_error(spec, e) from e
+    else:
+        try:
+            with _user_code(spec):
+                module = importlib.import_module(mod_name)
+        except ModuleNotFoundError as e:
+            if e.name and (mod_name == e.name or mod_name.startswith(e.name + ".")):
+                raise TargetError(f"target '{spec}': no module named '{e.name}' (looked in the "
+                                  f"current directory {os.getcwd()} and sys.path)") from None
+            raise _user_code_error(spec, e) from e
+        except Exception as e:
+            raise _user_code_error(spec, e) from e
+    try:
+        return getattr(module, fn_name)
+    except AttributeError:
+        raise TargetError(f"{mod_name} has no function '{fn_name}' (from target '{spec}')") from None
+
+
+_TARGET_TYPES = "a jaxmove.workload.Workload, a jax.stages.Lowered or a jax.stages.Compiled"
+
+
+def _describe(obj) -> str:
+    if isinstance(obj, type):
+        return f"the class {obj.__qualname__}"
+    if callable(obj):
+        return f"a function ({getattr(obj, '__qualname__', type(obj).__name__)})"
+    if obj is None:
+        return "None"
+    tname = type(obj).__name__
+    return f"{'an' if tname[:1].lower() in 'aeiou' else 'a'} {tname}"
+
+
+def load_target(spec: str):
+    """Import and call a ``module:function`` TARGET; return what it made.
+
+    The function is called with no arguments and must return a Workload, a
+    ``jax.stages.Lowered`` or a ``jax.stages.Compiled``. A jitted function
+    (``jax.jit(f)``, has ``.lower``) taking no arguments is returned as is.
+
+    Raises:
+      TargetError: bad spec, missing module or attribute, a function that needs
+        arguments, a value of the wrong type.
+      UserCodeError: the module or the function raised (message ``<spec> raised
+        <Type>: <message>``).
+      FileNotFoundError: a ``file.py`` that does not exist.
+    """
+    import jax
+
+    from .program import Program
+    from .workload import Workload
+
+    obj = _load_function(spec)
+    ok = (Workload, jax.stages.Lowered, jax.stages.Compiled, Program)
+    if isinstance(obj, ok):
+        return obj
+    if not callable(obj) or isinstance(obj, type):
+        raise TargetError(f"target '{spec}' is {_describe(obj)}, not a function returning {_TARGET_TYPES}")
+    try:
+        sig = inspect.signature(obj)
+    except (TypeError, ValueError):
+        sig = None
+    if sig is not None:
+        needed = [p.name for p in sig.parameters.values() if p.default is p.empty
+                  and p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD, p.KEYWORD_ONLY)]
+        if needed:
+            raise TargetError(f"target '{spec}' needs arguments ({', '.join(needed)}); a "
+                              f"module:function target is called with none and must return {_TARGET_TYPES}")
+    if hasattr(obj, "lower"):  # jax.jit(f) of no arguments: captured as it is
+        return obj
+    try:
+        with _user_code(spec):
+            made = obj()
+    except Exception as e:
+        raise _user_code_error(spec, e) from e
+    if not isinstance(made, ok):
+        raise TargetError(f"target '{spec}' returned {_describe(made)}; expected {_TARGET_TYPES}")
+    return made
+
+
+def resolve_program(target, *args, overrides: dict[str, str] | None = None, **capture_kwargs):
+    """Turn any TARGET into a captured ``Program``.
+
+    TARGET is a zoo preset name, a path to an HLO text file, ``module:function`` or
+    ``file.py:function`` (the function is called with no arguments and must return a
+    Workload, a ``jax.stages.Lowered``/``Compiled``), a Workload, a Program, or anything
+    ``jaxmove.capture.capture`` accepts (a callable with ``args``, a Flax NNX module...).
+
+    Raises:
+      FileNotFoundError: a path that does not exist.
+      TargetError: a string that is neither a preset, a file nor ``module:function``.
+    """
+    from . import program as cap
+
+    if isinstance(target, cap.Program):
+        return target
+    if isinstance(target, (str, os.PathLike)):
+        s = os.fspath(target)
+        from jaxmove import zoo as models
+
+        if s in models.PRESETS:
+            return cap.capture(models.build(s, overrides or {}))
+        if overrides:
+            raise TargetError(f"--set applies to zoo presets only, not to '{s}'")
+        if ":" in s and not Path(s).exists():
+            made = load_target(s)
+            try:
+                with _user_code(s):  # tracing runs the user's function again
+                    return cap.capture(made, **capture_kwargs)
+            except (ValueError, TargetError):
+                raise
+            except Exception as e:  # tracing / lowering the user's function failed
+                raise UserCodeError(f"{s}: compiling what it returned raised {type(e).__name__}: "
+                                    f"{(str(e).strip().splitlines() or [''])[0]}") from e
+        p = Path(s)
+        if p.exists() or s.endswith(HLO_SUFFIXES) or os.sep in s:
+            return cap.program_from_hlo_file(p)
+        presets = ", ".join(models.PRESETS)
+        raise TargetError(f"'{s}' is not a zoo preset ({presets}), an HLO file, or module:function")
+    return cap.capture(target, *args, **capture_kwargs)

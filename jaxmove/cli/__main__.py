@@ -1,0 +1,7 @@
+"""``python -m jaxmove.cli ...`` is the ``jaxmove`` command."""
+
+import sys
+
+from . import main
+
+sys.exit(main())

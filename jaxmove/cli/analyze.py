@@ -1,0 +1,72 @@
+"""``jaxmove analyze``: the per-instruction table, ``--json``, ``--by``, ``--html``, ``--trace``."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+
+from .common import add_target_argument, check_outputs, parse_sets, positive_int
+
+
+def _cmd_analyze(args: argparse.Namespace) -> int:
+    from ..api import analyze
+    from ..report.table import render_report
+
+    target = args.target
+    check_outputs(args)
+    if getattr(args, "mesh", None) or getattr(args, "plan", None):
+        from .plans import program_for_plan
+        target = program_for_plan(args)
+        if isinstance(target, int):  # re-ran in a child process with enough simulated devices
+            return target
+    report = analyze(target, overrides=parse_sets(args.set), hardware=args.hardware)
+    _write_outputs(report, args)
+    if args.json:
+        out = report.to_json()
+        if args.by:
+            from ..report.attribution import by_json
+            out.update(by_json(report, args.by, out))
+        json.dump(out, sys.stdout, indent=1)
+        sys.stdout.write("\n")
+    elif args.by:
+        from ..report.table import render_groups
+        render_groups(report, args.by)
+    else:
+        render_report(report, top=args.top)
+    return 0
+
+
+def _write_outputs(report, args: argparse.Namespace) -> None:
+    """``--html FILE`` and ``--trace FILE`` (issue 6 renderings; report/html.py, report/trace.py)."""
+    if getattr(args, "html", None):
+        from ..report.html import write_html
+        write_html(report, args.html)
+        print(f"jaxmove: wrote {args.html}", file=sys.stderr)
+    if getattr(args, "trace", None):
+        from ..report.trace import write_trace
+        write_trace(report, args.trace)
+        print(f"jaxmove: wrote {args.trace}", file=sys.stderr)
+
+
+def add_analyze_command(sub) -> None:
+    """Register ``jaxmove analyze``."""
+    a = sub.add_parser("analyze", help="per-instruction HBM traffic and flops of a program",
+                       description="Analyse TARGET: a zoo preset (see `jaxmove models`), a path to an "
+                                   "HLO text file, or package.module:function / path/file.py:function "
+                                   "returning a Workload (or a jax Lowered/Compiled).")
+    add_target_argument(a)
+    a.add_argument("--top", type=positive_int, default=15, help="instructions to show (default 15)")
+    a.add_argument("--json", action="store_true", help="print the stable JSON report instead")
+    a.add_argument("--hardware", metavar="NAME|path.toml|local",
+                   help="estimate time on a device: a spec from `jaxmove hardware`, a .toml file, or "
+                        "'local' (written by `jaxmove calibrate`); adds time, bound, reuse columns")
+    a.add_argument("--by", choices=("source", "module", "opcode", "fusion_kind", "role"),
+                   help="aggregate instructions by source line, module path (op_name), opcode, "
+                        "fusion kind or tensor role (table; with --json adds by_<key>)")
+    a.add_argument("--html", metavar="FILE", help="also write a self-contained HTML report")
+    a.add_argument("--trace", metavar="FILE",
+                   help="also write a Chrome trace (JSON, opens in Perfetto) of the estimated timeline")
+    from .plans import add_plan_options
+    add_plan_options(a)
+    a.set_defaults(func=_cmd_analyze)

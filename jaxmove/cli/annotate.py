@@ -1,0 +1,39 @@
+"""``jaxmove annotate``: the optimized HLO with each instruction's figures as a ``//`` comment."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+
+from .common import add_target_argument, check_outputs, parse_sets
+
+
+def _cmd_annotate(args: argparse.Namespace) -> int:
+    from ..api import analyze, resolve_program
+    from ..report.annotate import annotate
+
+    check_outputs(args)
+    program = resolve_program(args.target, overrides=parse_sets(args.set))
+    text = annotate(analyze(program, hardware=args.hardware), program.hlo_text)
+    if args.output and args.output != "-":
+        from ..report.outputs import write_text_atomic
+        write_text_atomic(args.output, text, "-o file")
+        print(f"jaxmove: wrote {args.output}", file=sys.stderr)
+    else:
+        sys.stdout.write(text)
+    return 0
+
+
+def add_annotate_command(sub) -> None:
+    """Register ``jaxmove annotate``."""
+    n = sub.add_parser("annotate", help="the optimized HLO with each instruction's figures as a comment",
+                       description="Print TARGET's optimized HLO text with a // comment after each "
+                                   "kernel-level instruction: multiplicity, flops, HBM bytes read and "
+                                   "written, role, data paths, source line and op_name (and time, "
+                                   "bound, collective figures when known). Totals over one program run; "
+                                   "the output parses back as HLO.")
+    add_target_argument(n)
+    n.add_argument("-o", "--output", metavar="FILE", help="write to FILE instead of stdout")
+    n.add_argument("--hardware", metavar="NAME|path.toml|local",
+                   help="also annotate estimated time, bound and arithmetic intensity on this device")
+    n.set_defaults(func=_cmd_annotate)

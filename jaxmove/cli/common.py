@@ -1,0 +1,61 @@
+"""What every ``jaxmove`` command shares: the parser class, argument types, ``--set``, output checks."""
+
+from __future__ import annotations
+
+import argparse
+
+
+class _Parser(argparse.ArgumentParser):
+    """argparse with jaxmove's error format: one line ``jaxmove: error: ...``, exit 2."""
+
+    def error(self, message: str):  # noqa: D102 - argparse API
+        self.exit(2, f"jaxmove: error: {self.prog}: {message} (see {self.prog} --help)\n")
+
+
+def positive_int(text: str) -> int:
+    """argparse type: an integer >= 1."""
+    try:
+        v = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a positive integer, got {text!r}") from None
+    if v < 1:
+        raise argparse.ArgumentTypeError(f"expected a positive integer, got {text!r}")
+    return v
+
+
+def check_outputs(args: argparse.Namespace) -> None:
+    """Check every output path of ``args`` (``--html``, ``--trace``, ``-o``) before any work.
+
+    Raises:
+      ValueError: ``--trace`` without ``--hardware``.
+      jaxmove.outputs.OutputPathError: a path that cannot be written.
+    """
+    from ..report.outputs import check_output_path
+
+    if getattr(args, "trace", None) and not getattr(args, "hardware", None):
+        raise ValueError("--trace needs --hardware (the trace is the estimated timeline on a device)")
+    for attr, what in (("html", "--html file"), ("trace", "--trace file"), ("output", "-o file")):
+        path = getattr(args, attr, None)
+        if path and path != "-":
+            check_output_path(path, what)
+
+
+def parse_sets(items: list[str]) -> dict[str, str]:
+    out: dict[str, str] = {}
+    for item in items:
+        key, eq, value = item.partition("=")
+        if not eq or not key:
+            raise ValueError(f"--set expects key=value, got '{item}'")
+        out[key.strip()] = value.strip()
+    return out
+
+
+_parse_sets = parse_sets  # the name the command modules used before the cli/ package
+
+
+def add_target_argument(p: argparse.ArgumentParser) -> None:
+    """TARGET and ``--set`` (the arguments every analysing command takes)."""
+    p.add_argument("target")
+    p.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
+                   help="override a preset's config (batch, seq_len, layers, d_model, heads, "
+                        "kv_heads, dtype, scan_layers, ...); repeatable")
