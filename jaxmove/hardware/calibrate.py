@@ -46,13 +46,14 @@ from pathlib import Path
 from typing import Any, Callable
 
 from jaxmove.hardware.spec import HardwareSpec
+from jaxmove.hlo.opcodes import names
 
 __all__ = ["CalibrationError", "calibrate"]
 
 Progress = Callable[[str], None]
 
 # Entry-computation opcodes that move nothing and launch no kernel.
-_NOT_KERNELS = {"parameter", "constant", "tuple", "get-tuple-element", "bitcast", "after-all"}
+_NOT_KERNELS = names(quiet=True)  # hlo/opcodes.py
 
 
 class CalibrationError(RuntimeError):

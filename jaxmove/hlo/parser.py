@@ -30,6 +30,7 @@ from .._perf import gc_paused
 from .errors import HloParseError
 from .fastpath import _F_NAME, _F_SHAPE, _FAST_ATTR, _FAST_LINE
 from .ir import Computation, Instruction, Module
+from .opcodes import names
 from .replica_groups import ReplicaGroupsError, parse_replica_groups
 from .validate import validate_module
 from .shape import PRIMITIVE_BIT_WIDTHS, Layout, Shape
@@ -55,11 +56,7 @@ _PREAMBLE = ("FileNames", "FunctionNames", "FileLocations", "StackFrames")
 _CLOSE = {"(": ")", "[": "]", "{": "}"}
 
 # Opcodes whose result shape equals their first operand's (used when the shape is omitted).
-_SAME_SHAPE_AS_OPERAND0 = frozenset({
-    "copy", "negate", "abs", "exp", "log", "sqrt", "rsqrt", "tanh", "add", "subtract",
-    "multiply", "divide", "maximum", "minimum", "optimization-barrier", "while",
-    "copy-start", "bitcast", "sine", "cosine", "tan", "not", "and", "or", "xor",
-})
+_SAME_SHAPE_AS_OPERAND0 = names(same_shape_as_operand0=True)  # opcodes.py
 
 
 # ---- the fast path (fastpath.py): one instruction on one line, in the form XLA prints ----

@@ -32,70 +32,19 @@ from __future__ import annotations
 
 from .errors import HloParseError
 from .ir import CALLED_COMPUTATION_ATTRS, Computation, Instruction, Module
+from .opcodes import OPCODES, arity_check, names
 from .shape import Shape
 
-_UNARY = frozenset({
-    "abs", "bitcast", "bitcast-convert", "broadcast", "cbrt", "ceil", "cholesky",
-    "count-leading-zeros", "convert", "copy", "copy-start", "copy-done", "cosine", "erf",
-    "exponential", "exponential-minus-one", "fft", "floor", "get-tuple-element", "imag",
-    "is-finite", "log", "log-plus-one", "logistic", "negate", "not", "popcnt", "real",
-    "reduce-precision", "reshape", "reverse", "round-nearest-afz", "round-nearest-even",
-    "rsqrt", "sign", "sine", "slice", "sqrt", "tan", "tanh", "transpose", "while",
-    "all-reduce-done", "all-gather-done", "collective-permute-done", "send-done", "recv-done",
-    "async-done", "async-update", "get-dimension-size", "optimization-barrier", "domain",
-    "rng-bit-generator", "recv", "infeed", "topk",
-})
-_BINARY = frozenset({
-    "add", "atan2", "complex", "compare", "divide", "maximum", "minimum", "multiply", "power",
-    "remainder", "shift-left", "shift-right-arithmetic", "shift-right-logical", "subtract",
-    "and", "or", "xor", "pad", "convolution", "triangular-solve", "gather",
-    "set-dimension-size", "add-dependency", "outfeed", "send", "stochastic-convert", "rng",
-})
-_TERNARY = frozenset({"select", "clamp", "select-and-scatter", "batch-norm-training", "ragged-dot"})
-_NULLARY = frozenset({"iota", "partition-id", "replica-id", "rng-get-and-update-state",
-                      "parameter", "constant"})
-
-# opcode -> (description, predicate on the operand count)
-_ARITY: dict[str, tuple[str, object]] = {}
-for _op in _UNARY:
-    _ARITY[_op] = ("1 operand", lambda n: n == 1)
-for _op in _BINARY:
-    _ARITY[_op] = ("2 operands", lambda n: n == 2)
-for _op in _TERNARY:
-    _ARITY[_op] = ("3 operands", lambda n: n == 3)
-for _op in _NULLARY:
-    _ARITY[_op] = ("no operands", lambda n: n == 0)
-_ARITY.update({
-    "batch-norm-inference": ("5 operands", lambda n: n == 5),
-    "batch-norm-grad": ("5 operands", lambda n: n == 5),
-    "reduce": ("an even number (>= 2) of operands: inputs then init values",
-               lambda n: n >= 2 and n % 2 == 0),
-    "reduce-window": ("an even number (>= 2) of operands: inputs then init values",
-                      lambda n: n >= 2 and n % 2 == 0),
-    "scatter": ("an odd number (>= 3) of operands: inputs, indices, updates",
-                lambda n: n >= 3 and n % 2 == 1),
-    "concatenate": ("at least 1 operand", lambda n: n >= 1),
-    "sort": ("at least 1 operand", lambda n: n >= 1),
-    "map": ("at least 1 operand", lambda n: n >= 1),
-    "conditional": ("at least 1 operand (the predicate or branch index)", lambda n: n >= 1),
-    "all-reduce": ("at least 1 operand", lambda n: n >= 1),
-    "all-reduce-start": ("at least 1 operand", lambda n: n >= 1),
-    "all-gather": ("at least 1 operand", lambda n: n >= 1),
-    "all-gather-start": ("at least 1 operand", lambda n: n >= 1),
-    "reduce-scatter": ("at least 1 operand", lambda n: n >= 1),
-    "all-to-all": ("at least 1 operand", lambda n: n >= 1),
-    "collective-permute": ("1 or 4 operands", lambda n: n in (1, 4)),
-    "collective-permute-start": ("1 or 4 operands", lambda n: n in (1, 4)),
-    "dynamic-reshape": ("at least 1 operand", lambda n: n >= 1),
-    "scaled-dot": ("4 operands", lambda n: n == 4),
-    "ragged-all-to-all": ("6 operands", lambda n: n == 6),
-})
+# opcode -> (description, predicate on the operand count): the arity column of the opcode
+# table (opcodes.py, after HloOpcodeArity and the Create* factories)
+_ARITY: dict[str, tuple[str, object]] = {
+    op: chk for op in OPCODES if (chk := arity_check(op)) is not None}
 
 # Opcodes whose only check is a fixed operand count (no shapes to compare, nothing called).
 _CHEAP: dict[str, int] = {
-    op: (1 if op in _UNARY else 2 if op in _BINARY else 3 if op in _TERNARY else 0)
-    for op in _UNARY | _BINARY | _TERNARY | _NULLARY
-    if op not in ("reshape", "bitcast", "bitcast-convert", "get-tuple-element", "while")
+    op: rec.arity for op, rec in OPCODES.items() if isinstance(rec.arity, int)
+    and op not in ("reshape", "bitcast", "bitcast-convert", "get-tuple-element", "while",
+                   "ragged-dot", "scaled-dot")
 }
 
 # Attributes that must be present, per opcode, because they name the called computations.
@@ -383,14 +332,7 @@ def _call_graph_cycles(filename: str, mod: Module,
 
 # Elementwise opcodes whose operands all have the result's dimensions (HLO has no implicit
 # broadcasting: ShapeInference::InferElementwiseBinaryOpShape / InferUnaryOpShape).
-_SAME_DIMS = frozenset({
-    "add", "subtract", "multiply", "divide", "maximum", "minimum", "power", "remainder",
-    "atan2", "and", "or", "xor", "shift-left", "shift-right-arithmetic", "shift-right-logical",
-    "compare", "abs", "negate", "exponential", "exponential-minus-one", "log", "log-plus-one",
-    "logistic", "tanh", "sqrt", "rsqrt", "cbrt", "sine", "cosine", "tan", "erf", "floor", "ceil",
-    "sign", "not", "round-nearest-afz", "round-nearest-even", "is-finite", "popcnt",
-    "count-leading-zeros", "convert",
-})
+_SAME_DIMS = names(same_dims=True)
 
 
 def _check_same_dims(filename: str, comp: Computation, instr: Instruction) -> None:

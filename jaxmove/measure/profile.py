@@ -35,6 +35,7 @@ from dataclasses import dataclass, field
 from typing import Callable
 
 from ..hlo import Module
+from ..hlo.opcodes import names
 
 __all__ = [
     "TraceEvent", "InstructionTiming", "ProfileJoin", "ProfileError", "CONTAINER_OPCODES",
@@ -42,7 +43,7 @@ __all__ = [
 ]
 
 #: Opcodes whose thunk runs the thunks of the computations it calls inside its own interval.
-CONTAINER_OPCODES = frozenset({"while", "conditional", "call"})
+CONTAINER_OPCODES = names(control_flow=True) - {"async-start"}  # hlo/opcodes.py
 
 # Lines that xprof derives from the stream lines of a device plane (their events repeat
 # the kernels'); only raw lines are read.

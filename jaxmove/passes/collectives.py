@@ -46,10 +46,9 @@ from dataclasses import dataclass
 
 from ..hlo import Computation, Instruction, Module
 from ..hlo.attrs import parse_kv_block
+from ..hlo.opcodes import COLLECTIVE_KINDS, OPCODES
 from ..hlo.replica_groups import ReplicaGroupsError, parse_replica_groups
 
-COLLECTIVE_KINDS = ("all-reduce", "all-gather", "reduce-scatter", "all-to-all", "ragged-all-to-all",
-                    "collective-permute", "collective-broadcast", "send", "recv")
 _KINDS = frozenset(COLLECTIVE_KINDS)
 # Ops that carry ``use_global_device_ids`` (the others are cross-partition with a channel_id).
 _GLOBAL_ID_KINDS = frozenset({"all-reduce", "all-gather", "reduce-scatter"})
@@ -103,8 +102,10 @@ class CollectiveError(ValueError):
     """A collective whose groups cannot be read (names the instruction and its line)."""
 
 
-# every collective opcode (``kind`` and ``kind-start``) -> its kind
-_KIND_OF = {**{k: k for k in _KINDS}, **{f"{k}-start": k for k in _KINDS}}
+# every collective opcode (``kind``, ``kind-start``, async ``kind-start``) -> its kind: the
+# opcode table's ``collective`` column (a ``*-done`` carries nothing)
+_KIND_OF = {op: rec.collective for op, rec in OPCODES.items()
+            if rec.collective is not None and rec.async_part != "done"}
 
 
 def collective_kind(opcode: str) -> str | None:

@@ -35,13 +35,13 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from ..hlo import Instruction, Module
+from ..hlo.opcodes import names
 from .traffic import FREE_OPCODES
 
 __all__ = ["FirstTouch", "first_touch_pass"]
 
 # Opcodes whose result is (part of) an operand's buffer, not a new buffer.
-_ALIAS_OPCODES = frozenset({"bitcast", "tuple", "get-tuple-element", "while", "optimization-barrier",
-                            "add-dependency", "domain"})
+_ALIAS_OPCODES = names(aliases_operand=True)  # hlo/opcodes.py
 
 
 @dataclass

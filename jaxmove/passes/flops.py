@@ -34,6 +34,7 @@ from dataclasses import dataclass
 from .._perf import slots_constructor
 from ..hlo import Computation, Instruction, Module, Shape
 from ..hlo.attrs import parse_kv_block
+from ..hlo.opcodes import custom_call_targets, names
 
 KFMA_FLOPS = 2  # xla/service/hlo_cost_analysis.h: kFmaFlops
 
@@ -136,22 +137,12 @@ def _per_call(instr: Instruction, module: Module, key: str) -> FlopCount:
 # ---- elementwise ----------------------------------------------------------------------
 
 # HloCostAnalysis::HandleElementwiseOp: these count as transcendentals, not flops.
-TRANSCENDENTAL_OPCODES = frozenset({
-    "erf", "exponential", "log", "logistic", "power", "sqrt", "cbrt", "rsqrt", "tanh",
-    "sine", "cosine", "exponential-minus-one", "log-plus-one", "atan2", "tan",
-})
+TRANSCENDENTAL_OPCODES = names(transcendental=True)
 
 # Opcodes that DfsHloVisitor routes to HandleElementwiseUnary/Binary (xla/hlo/ir/
 # dfs_hlo_visitor.h) and that HloCostAnalysis does not override, plus HandleCompare,
 # HandleClamp, HandleSelect, HandleConvert, HandleReducePrecision.
-ELEMENTWISE_OPCODES = TRANSCENDENTAL_OPCODES | frozenset({
-    "abs", "add", "and", "bitcast-convert", "ceil", "clamp", "compare", "complex", "convert",
-    "count-leading-zeros", "divide", "floor", "imag", "is-finite", "maximum", "minimum",
-    "multiply", "negate", "not", "or", "popcnt", "real", "reduce-precision", "remainder",
-    "round-nearest-afz", "round-nearest-even", "select", "shift-left",
-    "shift-right-arithmetic", "shift-right-logical", "sign", "stochastic-convert",
-    "subtract", "xor",
-})
+ELEMENTWISE_OPCODES = names(elementwise=True, category="elementwise")
 
 
 def _elementwise(instr: Instruction, module: Module) -> FlopCount:
@@ -163,20 +154,7 @@ def _elementwise(instr: Instruction, module: Module) -> FlopCount:
 
 
 # Free: HloCostAnalysis handlers that set no flops.
-ZERO_FLOP_OPCODES = frozenset({
-    "parameter", "constant", "iota", "get-tuple-element", "tuple", "bitcast", "reshape",
-    "dynamic-reshape", "broadcast", "transpose", "reverse", "slice", "dynamic-slice",
-    "dynamic-update-slice", "concatenate", "pad", "copy", "copy-start", "copy-done",
-    "gather", "domain", "after-all", "add-dependency", "infeed", "outfeed", "send",
-    "send-done", "recv", "recv-done", "all-gather", "all-gather-start", "all-gather-done",
-    "all-reduce-done", "all-to-all", "ragged-all-to-all", "collective-broadcast",
-    "collective-permute", "collective-permute-start", "collective-permute-done",
-    "reduce-scatter", "partition-id", "replica-id", "optimization-barrier",
-    "get-dimension-size", "set-dimension-size", "rng-get-and-update-state",
-    "async-update", "async-done",
-    # Control flow: the called computations are costed by the caller with trip counts.
-    "while", "conditional", "call", "async-start",
-})
+ZERO_FLOP_OPCODES = names(computes=False)  # incl. control flow: callees are costed by the caller
 
 
 def _zero(instr: Instruction, module: Module) -> FlopCount:
@@ -617,6 +595,9 @@ CUSTOM_CALL_RULES: dict[str, Rule] = {
     "__onednn$convolution": _cc_convolution,
 }
 
+# Targets that do no arithmetic (the opcode table's custom-call records, hlo/opcodes.py).
+_NO_ARITHMETIC_TARGETS = custom_call_targets(computes=False)
+
 # Prefix rules, tried in order when no exact target matches.
 CUSTOM_CALL_PREFIX_RULES: tuple[tuple[str, Rule], ...] = (
     ("__cudnn$fmha", _cc_fmha),
@@ -630,6 +611,8 @@ def _custom_call(instr: Instruction, module: Module) -> FlopCount:
     if rule is None:
         rule = next((r for p, r in CUSTOM_CALL_PREFIX_RULES if target.startswith(p)), None)
     if rule is None:
+        if target in _NO_ARITHMETIC_TARGETS:  # e.g. XLA:TPU's ConcatBitcast (hlo/opcodes.py)
+            return ZERO
         return _unmodeled(f"custom-call target '{target}' has no cost rule")
     try:
         return rule(instr, module)
@@ -666,6 +649,7 @@ FLOP_RULES: dict[str, Rule] = {
     "batch-norm-inference": _no_rule("no cost rule (XLA counts 0: TODO b/62294698)"),
     "batch-norm-grad": _no_rule("no cost rule (XLA counts 0: TODO b/62294698)"),
     "topk": _no_rule("no cost rule (XLA counts 0)"),
+    "collective-reduce": _no_rule("no cost rule"),
 }
 
 

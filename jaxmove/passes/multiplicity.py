@@ -20,11 +20,12 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from ..hlo import HloParseError, Instruction, Module
+from ..hlo.opcodes import names
 
 MAX_EXECUTIONS = (1 << 63) - 1  # XLA counts in int64
 
 # Opcodes whose called computations run as separate kernels (control flow).
-CONTROL_FLOW_OPCODES = frozenset({"while", "conditional", "call", "async-start"})
+CONTROL_FLOW_OPCODES = names(control_flow=True)  # hlo/opcodes.py
 
 
 @dataclass(frozen=True, slots=True)

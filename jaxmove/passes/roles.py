@@ -16,20 +16,16 @@ from __future__ import annotations
 
 
 from ..hlo import Computation, Instruction, Module, Shape
+from ..hlo.opcodes import custom_call_targets, names
 from ..workload import role_from_name
 
 ROLES = ("weights", "kv_cache", "activations", "unknown")
 
-PASSTHROUGH = frozenset({
-    "bitcast", "copy", "convert", "reshape", "transpose", "slice", "dynamic-slice", "gather",
-    "dynamic-update-slice", "bitcast-convert", "all-gather", "all-gather-start", "all-gather-done",
-    "collective-permute", "collective-permute-start", "collective-permute-done", "copy-start",
-    "copy-done", "optimization-barrier",
-})
-_FUSED_PASSTHROUGH = frozenset({
-    "bitcast", "copy", "convert", "reshape", "transpose", "slice", "dynamic-slice", "gather",
-    "dynamic-update-slice", "bitcast-convert",
-})
+# Opcodes whose result holds operand 0's role (kernel level / inside fusions), and custom-call
+# targets that do the same: the opcode table (hlo/opcodes.py).
+PASSTHROUGH = names(roles_pass=True)
+_FUSED_PASSTHROUGH = names(fused_roles_pass=True)
+_CC_PASSTHROUGH = custom_call_targets(roles_pass=True)
 
 def entry_parameter_name(instr: Instruction) -> str:
     """The pytree path JAX recorded for an entry parameter (``op_name`` metadata), else its name."""
@@ -132,7 +128,7 @@ class _RolePropagation:
             for callee in instr.called_computations:
                 self.run(self.module.computations[callee], {i: r for i, r in enumerate(ops)})
             return ("activations",) * n
-        if op in PASSTHROUGH or (op == "custom-call" and instr.custom_call_target in ("MoveToHost", "MoveToDevice")):
+        if op in PASSTHROUGH or (op == "custom-call" and instr.custom_call_target in _CC_PASSTHROUGH):
             if ops and len(ops[0]) == n:
                 return ops[0]
             if ops and ops[0]:
@@ -229,8 +225,7 @@ def roles_pass(module: Module, entry_roles: dict[int, str] | None = None,
     return prop.roles
 
 
-_BACK_THROUGH = frozenset({"bitcast", "copy", "convert", "reshape", "transpose", "dynamic-update-slice",
-                           "bitcast-convert", "copy-done"})
+_BACK_THROUGH = names(roles_back=True)
 
 
 def _alias_seeds(module: Module, entry_params: dict[int, tuple[str, ...]]

@@ -53,6 +53,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from ..hlo import Computation, Instruction, Module
+from ..hlo.opcodes import OPCODES, names
 from .first_touch import FirstTouch, first_touch_pass
 from .multiplicity import callee_counts
 from .reuse import ReuseAnalysis, reuse_pass
@@ -60,18 +61,14 @@ from .traffic import FREE_OPCODES
 
 BOUNDS = ("compute", "memory", "network", "overhead")
 
-COLLECTIVE_OPCODES = frozenset({
-    "all-reduce", "all-gather", "reduce-scatter", "all-to-all", "ragged-all-to-all",
-    "collective-permute", "collective-broadcast", "all-reduce-start", "all-gather-start",
-    "collective-permute-start", "send", "recv",
-})
+COLLECTIVE_OPCODES = frozenset(op for op, rec in OPCODES.items()
+                               if rec.collective is not None and rec.async_part != "done")
 
-# An asynchronous start and the queue it runs on.
-_ASYNC_STARTS = {"all-reduce-start": "network", "all-gather-start": "network",
-                 "collective-permute-start": "network", "send": "network", "recv": "network",
-                 "copy-start": "copy", "async-start": "network"}
-_ASYNC_DONES = frozenset({"all-reduce-done", "all-gather-done", "collective-permute-done",
-                          "send-done", "recv-done", "copy-done", "async-done"})
+# An asynchronous start and the queue it runs on; the dones (and updates) that wait for it
+# (the opcode table, hlo/opcodes.py).
+_ASYNC_STARTS = {op: rec.async_queue for op, rec in OPCODES.items() if rec.async_part == "start"}
+_ASYNC_DONES = names(async_part="done")
+_ASYNC_UPDATES = names(async_part="update")
 
 _PASSES = {"default": 1, "high": 3, "highest": 6}  # bf16 passes of an f32 dot on TPU
 
@@ -416,7 +413,7 @@ def _async_root(comp: Computation, instr: Instruction) -> str | None:
         op = comp.by_name.get(cur.operands[0])
         if op is None:
             return None
-        if op.opcode == "async-update":
+        if op.opcode in _ASYNC_UPDATES:
             cur = op
             continue
         return op.name

@@ -35,48 +35,17 @@ from dataclasses import dataclass
 
 from .._perf import slots_constructor
 from ..hlo import Computation, Instruction, Module, Shape
+from ..hlo.opcodes import OPCODES, custom_call_target, names
 
-# Opcodes that never move data on their own.
-FREE_OPCODES = frozenset({
-    "parameter", "constant", "bitcast", "tuple", "get-tuple-element", "after-all",
-    "add-dependency", "while", "conditional", "call", "async-start", "async-update",
-    "async-done", "domain", "optimization-barrier", "all-reduce-done", "all-gather-done",
-    "collective-permute-done", "copy-done", "send-done", "recv-done", "get-dimension-size",
-    "partition-id", "replica-id",
-})
+# Opcodes that never move data on their own (the opcode table, hlo/opcodes.py).
+FREE_OPCODES = names(moves_data=False)
 
 # Every opcode XLA prints that jaxmove models (xla/hlo/ir/hlo_opcode.h).
-KNOWN_OPCODES = FREE_OPCODES | frozenset({
-    "abs", "add", "all-gather", "all-gather-start", "all-reduce", "all-reduce-start",
-    "all-to-all", "ragged-all-to-all", "atan2", "batch-norm-grad", "batch-norm-inference",
-    "batch-norm-training", "bitcast-convert", "broadcast", "cbrt", "ceil", "cholesky", "clamp",
-    "collective-broadcast", "collective-permute", "collective-permute-start", "compare",
-    "complex", "concatenate", "convert", "convolution", "copy", "copy-start", "cosine",
-    "count-leading-zeros", "custom-call", "divide", "dot", "dynamic-reshape", "dynamic-slice",
-    "dynamic-update-slice", "erf", "exponential", "exponential-minus-one", "fft", "floor",
-    "fusion", "gather", "imag", "infeed", "iota", "is-finite", "log", "log-plus-one",
-    "logistic", "map", "maximum", "minimum", "multiply", "negate", "not", "or", "outfeed",
-    "pad", "popcnt", "power", "real", "recv", "reduce", "reduce-precision", "reduce-scatter",
-    "reduce-window", "remainder", "reshape", "reverse", "rng", "rng-bit-generator",
-    "rng-get-and-update-state", "round-nearest-afz", "round-nearest-even", "rsqrt", "scatter",
-    "select", "select-and-scatter", "send", "set-dimension-size", "shift-left",
-    "shift-right-arithmetic", "shift-right-logical", "sign", "sine", "slice", "sort", "sqrt",
-    "stochastic-convert", "subtract", "tan", "tanh", "topk", "transpose", "triangular-solve",
-    "xor", "ragged-dot", "and",
-})
+KNOWN_OPCODES = frozenset(OPCODES)
 
 # Ops that touch each element of their operand at most once per output element and keep
 # the element count: a footprint demanded of their output is demanded of their operands.
-ELEMENT_PRESERVING = frozenset({
-    "bitcast", "reshape", "transpose", "copy", "convert", "bitcast-convert", "negate", "abs",
-    "exponential", "exponential-minus-one", "log", "log-plus-one", "logistic", "tanh", "sqrt",
-    "rsqrt", "cbrt", "sine", "cosine", "tan", "erf", "floor", "ceil", "sign", "not",
-    "round-nearest-afz", "round-nearest-even", "is-finite", "popcnt", "count-leading-zeros",
-    "reduce-precision", "real", "imag", "add", "subtract", "multiply", "divide", "maximum",
-    "minimum", "power", "remainder", "atan2", "and", "or", "xor", "compare", "select", "clamp",
-    "shift-left", "shift-right-arithmetic", "shift-right-logical", "complex",
-    "stochastic-convert",
-})
+ELEMENT_PRESERVING = names(element_preserving=True)
 
 ON_CHIP_MEMORY_SPACES = frozenset({1, 6})  # TPU VMEM (S(1)), SMEM (S(6))
 HOST_MEMORY_SPACE = 5
@@ -422,6 +391,9 @@ def _scatter(instr, comp, module) -> InstrTraffic:
 
 def _custom_call(instr, comp, module) -> InstrTraffic:
     target = instr.custom_call_target or ""
+    rec = custom_call_target(target)
+    if rec is not None and not rec.moves_data:  # e.g. XLA:TPU's ConcatBitcast (hlo/opcodes.py)
+        return _NO_TRAFFIC
     skip: set[tuple[int, ...]] = set()
     notes: list[str] = []
     if target.startswith(LIBRARY_PREFIXES) and instr.shape.is_tuple and instr.shape.tuple_shapes:
@@ -466,6 +438,67 @@ def _outfeed(instr, comp, module) -> InstrTraffic:
                               for a in _full_reads(instr, comp)), ())
 
 
+def _is_host_transfer(instr) -> bool:
+    return instr.attrs.get("is_host_transfer", "false").strip() == "true"
+
+
+def _send(instr, comp, module) -> InstrTraffic:
+    """send: reads its data operand (operand 0; operand 1 is a token) once; to the host
+    (``is_host_transfer=true``) it also writes it to host memory (device_to_host). The
+    bytes on the wire are the collectives pass's."""
+    src = comp.by_name[instr.operands[0]].shape
+    reads = tuple(_access(leaf.byte_size, 0, idx, leaf.memory_space)
+                  for idx, leaf in src.leaves_with_index() if leaf.is_array)
+    if _is_host_transfer(instr):
+        return _traffic(reads, tuple(_access(a.nbytes, None, (0,) + a.index, HOST_MEMORY_SPACE)
+                                     for a in reads), ("send to the host",), (), 0)
+    return _traffic(reads, (), (), (), 0)
+
+
+def _recv(instr, comp, module) -> InstrTraffic:
+    """recv: writes the data it receives (element 0 of its (data, context, token) result);
+    from the host (``is_host_transfer=true``) it reads as many bytes from host memory."""
+    shape = instr.shape
+    data = shape.tuple_shapes[0] if shape.is_tuple and shape.tuple_shapes else shape
+    writes = tuple(_access(leaf.byte_size, None, (0,) + idx if shape.is_tuple else idx,
+                           leaf.memory_space)
+                   for idx, leaf in data.leaves_with_index() if leaf.is_array)
+    if _is_host_transfer(instr):
+        return _traffic((), writes, ("recv from the host: host_to_device bytes are the written "
+                                     "bytes",), (), 0)
+    return _traffic((), writes, (), (), 0)
+
+
+class _AsyncView:
+    """The instruction an async ``X-start`` wraps, seen by X's rule: the start's operands and
+    attributes, X's opcode, and X's result (element 1 of the start's shape
+    ``((operands...), result, context...)``)."""
+
+    __slots__ = ("_start", "opcode", "shape")
+
+    def __init__(self, start: Instruction, opcode: str, shape: Shape):
+        self._start, self.opcode, self.shape = start, opcode, shape
+
+    def __getattr__(self, name):
+        return getattr(self._start, name)
+
+
+def _async_start(instr, comp, module) -> InstrTraffic:
+    """``slice-start``, ``dynamic-update-slice-start``, ``reduce-scatter-start`` ...: the
+    wrapped op's traffic (the pair is one transfer; its ``*-done`` moves nothing). Each access
+    keeps its memory space, so an HBM -> VMEM (S(1)) slice is hbm_to_onchip and a VMEM -> HBM
+    update onchip_to_hbm. Writes are indexed into the start's result element (1,)."""
+    shape = instr.shape
+    nested = shape.is_tuple and len(shape.tuple_shapes) >= 2
+    result = shape.tuple_shapes[1] if nested else shape
+    wrapped = OPCODES[instr.opcode].async_of
+    t = _RULE_OF[wrapped](_AsyncView(instr, wrapped, result), comp, module)
+    if nested and t.writes:
+        t = _traffic(t.reads, tuple(_access(a.nbytes, None, (1,) + a.index, a.memory_space)
+                                    for a in t.writes), t.notes, t.unmodeled, t.inplace_buffer_bytes)
+    return t
+
+
 TRAFFIC_RULES = {op: _free for op in FREE_OPCODES}
 TRAFFIC_RULES.update({
     "fusion": fusion_traffic,
@@ -473,11 +506,18 @@ TRAFFIC_RULES.update({
     "dynamic-update-slice": _dus,
     "scatter": _scatter,
     "custom-call": _custom_call,
-    "all-reduce-start": _collective_start, "all-gather-start": _collective_start,
-    "collective-permute-start": _collective_start,
     "copy-start": _copy_start,
+    "send": _send, "recv": _recv,
     "infeed": _infeed, "outfeed": _outfeed,
 })
+for _op, _rec in OPCODES.items():
+    if _rec.async_part == "start" and _rec.collective is not None and _op not in ("send", "recv"):
+        if _rec.async_of in ("all-reduce", "all-gather", "collective-permute"):
+            TRAFFIC_RULES[_op] = _collective_start  # native pairs: shape (operand(s), result)
+        else:
+            TRAFFIC_RULES[_op] = _async_start  # wrapped collectives read/write like the sync op
+    elif _rec.async_part == "start" and _rec.async_of is not None and _op not in TRAFFIC_RULES:
+        TRAFFIC_RULES[_op] = _async_start
 
 
 # Every known opcode -> its rule (_default where TRAFFIC_RULES has none): one lookup.

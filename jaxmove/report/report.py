@@ -7,13 +7,13 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+from ..hlo.opcodes import names
 from ..passes.cost import PATHS, Cost
 from ..passes.pipeline import InstructionCost, ModuleAnalysis
 from ..workload import ROLES
 
 # Opcodes that never appear as their own rows in tables: they move nothing and compute nothing.
-_QUIET = frozenset({"parameter", "constant", "tuple", "get-tuple-element", "bitcast", "after-all",
-                    "add-dependency"})
+_QUIET = names(quiet=True)  # the opcode table (hlo/opcodes.py)
 
 
 @dataclass(frozen=True)

@@ -28,16 +28,16 @@ import json
 from ..passes.multiplicity import callee_counts
 from .attribution import attribute
 from .columns import measurement_of, times_of
+from ..hlo.opcodes import names
 
 #: At most this many instruction events (while loops beyond it stay one block each).
 MAX_EVENTS = 200_000
 
-_ASYNC_START_SUFFIX = "-start"
-_ASYNC_STARTS = frozenset({"send", "recv", "async-start", "copy-start"})
+_ASYNC_STARTS = names(async_part="start")  # the opcode table (hlo/opcodes.py)
 
 
 def _is_async(opcode: str) -> bool:
-    return opcode.endswith(_ASYNC_START_SUFFIX) or opcode in _ASYNC_STARTS
+    return opcode in _ASYNC_STARTS
 
 
 def _measured_s(report, measurement, comp: str, name: str) -> float | None:
@@ -193,7 +193,7 @@ def write_trace(report, path, measurement=None) -> None:
 
     Raises:
       ValueError: the report has no time estimates (``chrome_trace``).
-      jaxmove.report.outputs.OutputPathError: ``path`` cannot be written.
+      jaxmove.outputs.OutputPathError: ``path`` cannot be written.
     """
-    from .outputs import write_text_atomic
+    from ..outputs import write_text_atomic
     write_text_atomic(path, json.dumps(chrome_trace(report, measurement)), "--trace file")
