@@ -222,13 +222,15 @@ def test_conditional_totals_use_costliest_branch(corpus_dir):
 def test_corpus_ground_truth_inplace_dus(corpus_dir):
     # XLA's test: operand 0 (the aliased DUS buffer) is not read, and the fusion's bytes equal
     # a plain DUS of a bf16[1,32,256,1152] update: read 1x the update (dynamic-slice footprint
-    # of operand 2), the s32 index, write 1x the update. jaxmove agrees.
+    # of operand 2), the s32 index, write 1x the update. jaxmove agrees, except that the s32[]
+    # index {:T(128)} is stored (and moved) as a padded 128-element tile: 512 bytes, not 4.
     a = analyze_module(parse_file(corpus_file("xla__hlo_cost_analysis_test__LoopFusionDynUpdateSlice.hlo")))
     upd = 1 * 32 * 256 * 1152 * 2
     root = a.module.entry.root
     r = rows_by_name(a)[root.name]
     assert all(acc.operand != 0 for acc in r.traffic.reads)
-    assert (r.total.hbm_read_bytes, r.total.hbm_write_bytes) == (upd + 4, upd)
+    assert (r.total.hbm_read_bytes, r.total.hbm_write_bytes) == (upd + 128 * 4, upd)
+    assert r.total.hbm_padding_bytes == 128 * 4 - 4
 
 
 def test_corpus_multiple_inplace_dus(corpus_dir):
@@ -243,11 +245,11 @@ def test_corpus_nested_copy_fusion_dus_deliberately_differs_from_xla(corpus_dir)
     # result cannot alias the parameter, so the kernel reads all of s8[2,6144,2,256] and writes
     # all of it. XLA's cost analysis treats the DUS as in place (9,437,184 bytes); jaxmove counts
     # 6,291,456 + 3,145,728 read (param 0, param 2) and 6,291,456 written; the S(6) scalar
-    # index lives in on-chip scalar memory.
+    # index lives in on-chip scalar memory, stored as its {:T(128)} tile of 128 s32 (512 bytes).
     a = analyze_module(parse_file(corpus_file("xla__hlo_cost_analysis_test__NestedCopyFusionDUS.hlo")))
     full, upd = 2 * 6144 * 2 * 256, 2 * 6144 * 1 * 256
     assert (a.totals.hbm_read_bytes, a.totals.hbm_write_bytes) == (full + upd, full)
-    assert a.totals.onchip_read_bytes == 4
+    assert a.totals.onchip_read_bytes == 128 * 4
 
 
 def test_corpus_gemm_workspace_not_counted(corpus_dir):

@@ -359,6 +359,7 @@ class _Parser:
         tiles: list[tuple[int, ...]] = []
         esize = None
         mspace = 0
+        align = 1
         i = 0
         while i < len(tail):
             c = tail[i]
@@ -379,10 +380,12 @@ class _Parser:
                     esize = int(m.group(1))
                 elif c == "S":
                     mspace = int(m.group(1))
+                elif c == "L":  # tail padding alignment in elements (shape.py sizes)
+                    align = max(1, int(m.group(1)))
                 i = m.end()
             else:
                 i += 1  # D(...) dim level types, '*' etc.: kept in text only
-        return Layout(m2m, tuple(tiles), esize, mspace, text)
+        return Layout(m2m, tuple(tiles), esize, mspace, text, align)
 
     # ---- module --------------------------------------------------------------------
     def module(self) -> Module:

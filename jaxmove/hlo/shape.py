@@ -1,10 +1,26 @@
 """HLO shapes: primitive types, array and tuple shapes, layouts.
 
-Sizes follow XLA's ``primitive_util::BitWidth`` (xla/primitive_util.h) and
-``ShapeUtil::ByteSizeOf`` (xla/shape_util.cc): an array occupies
-``ceil(num_elements * bit_width / 8)`` bytes, so sub-byte types (s4, u4, f4e2m1fn,
-s2, u2) are counted packed, as XLA:GPU and XLA:TPU store them. A tuple's byte size
-here is the sum of its leaves (the data it refers to), not XLA's pointer table.
+Two sizes per array shape:
+
+* ``logical_byte_size``: the data, ``ceil(num_elements * bits / 8)`` with the bit width of
+  ``primitive_util::BitWidth`` (xla/primitive_util.h), or the layout's ``E(n)`` element size
+  when printed; sub-byte types (s4, u4, f4e2m1fn, s2, u2) are counted packed, as XLA:GPU and
+  XLA:TPU store them.
+* ``byte_size``: the *physical* size, what the buffer occupies in memory and what a DMA
+  moves. Without tiles it is the logical size. With a tiled layout (``{1,0:T(8,128)(2,1)}``)
+  it follows ``ShapeUtil::ArraySize`` (xla/shape_util.cc): the first (top-level) tile pads
+  the most-minor dimensions up to multiples of the tile's dimensions (its last dimension
+  pads the most-minor array dimension; a tile with more dimensions than the array pads
+  dimensions of size 1), sub-tiles such as ``(2,1)``/``(4,1)`` (element packing) add no
+  padding, ``L(n)`` rounds the padded element count up to a multiple of n, and the element
+  size is ``E(n)`` bits when printed, else the type's bit width. E.g. XLA:TPU's
+  ``f32[16,8]{0,1:T(8,128)}`` is 4096 bytes (512 of data), ``pred[16]{0:T(512)(128)(4,1)}``
+  and ``u32[1,1,128]{2,1,0:T(1,128)}`` are both 512, ``f32[]{:T(128)}`` is 512.
+  XLA's ``Compiled.memory_analysis().argument_size_in_bytes`` is the sum of these sizes
+  over the entry parameters (tests/test_tiled_layouts.py checks it on real TPU programs).
+
+A tuple's sizes here are the sums over its leaves (the data it refers to), not XLA's
+pointer table.
 """
 
 from __future__ import annotations
@@ -43,6 +59,8 @@ class Layout:
       memory_space: ``S(n)``; 0 is device HBM, 1 is on-chip (VMEM on TPU),
         5 is host memory (xla/layout.h ``kHostMemorySpace``).
       text: the layout exactly as printed, without braces.
+      tail_padding_alignment_elements: ``L(n)``, the padded element count is rounded up to
+        a multiple of n (``Layout::tail_padding_alignment_in_elements``); 1 when not printed.
     """
 
     minor_to_major: tuple[int, ...] = ()
@@ -50,9 +68,35 @@ class Layout:
     element_size_bits: int | None = None
     memory_space: int = 0
     text: str = ""
+    tail_padding_alignment_elements: int = 1
 
 
 HOST_MEMORY_SPACE = 5  # xla/layout.h: Layout::kHostMemorySpace
+
+
+def _padded_elements(dims: tuple[int, ...], layout: Layout) -> int:
+    """Elements an array of ``dims`` occupies under ``layout``'s top-level tile
+    (``ShapeUtil::ArraySize``, xla/shape_util.cc): tile dimension ``j`` from the end pads the
+    ``j``-th most-minor array dimension (size 1 where the array has fewer dimensions); a
+    combined dimension ``*`` (printed -1 here) pads nothing."""
+    tile = layout.tiles[0]
+    m2m = layout.minor_to_major
+    if len(m2m) != len(dims) or sorted(m2m) != list(range(len(dims))):
+        # no (or no valid) dimension order printed: dims in major-to-minor order
+        m2m = tuple(range(len(dims) - 1, -1, -1))
+    n = 1
+    nt = len(tile)
+    for d in range(max(nt, len(dims))):
+        size = dims[m2m[d]] if d < len(dims) else 1
+        if d < nt:
+            t = tile[nt - d - 1]
+            if t > 1:
+                size = -(-size // t) * t
+        n *= size
+    align = layout.tail_padding_alignment_elements
+    if align > 1:
+        n = -(-n // align) * align
+    return n
 
 
 @dataclass(frozen=True, slots=True)
@@ -65,6 +109,10 @@ class Shape:
       dynamic: per dimension, True when printed with ``<=`` (bounded dynamic).
       layout: the layout, or None when the text printed none.
       tuple_shapes: element shapes when ``element_type == "tuple"``.
+
+    Derived (set at construction): ``byte_size`` (physical bytes, tile padding included),
+    ``logical_byte_size`` (the data's bytes), ``num_elements``, ``memory_space`` ... (see
+    ``__post_init__`` and the module docstring).
     """
 
     element_type: str
@@ -77,26 +125,37 @@ class Shape:
     is_array: bool = field(init=False, repr=False, compare=False)
     num_elements: int = field(init=False, repr=False, compare=False)
     byte_size: int = field(init=False, repr=False, compare=False)
+    logical_byte_size: int = field(init=False, repr=False, compare=False)
     num_leaves: int = field(init=False, repr=False, compare=False)
     leaf_offsets: tuple[int, ...] = field(init=False, repr=False, compare=False)
     memory_space: int = field(init=False, repr=False, compare=False)
 
     def __post_init__(self) -> None:
         """Sets ``is_tuple``, ``is_array``, ``num_elements`` (elements of an array shape, 1
-        for a scalar), ``byte_size`` (ceil(elements * bits / 8) for arrays, the sum over
-        leaves for tuples), ``num_leaves`` (1 for a non-tuple), ``leaf_offsets`` (per tuple
-        element, the flat number of its first leaf) and ``memory_space`` (the layout's, 0 without
-        a layout). Raises KeyError for an unknown element type."""
+        for a scalar), ``logical_byte_size`` (ceil(elements * bits / 8) for arrays, bits from
+        ``E(n)`` when printed, the sum over leaves for tuples), ``byte_size`` (the physical
+        size: tile-padded for a tiled layout, as the module docstring says; the sum over leaves
+        for tuples), ``num_leaves`` (1 for a non-tuple), ``leaf_offsets`` (per tuple element,
+        the flat number of its first leaf) and ``memory_space`` (the layout's, 0 without a
+        layout). Raises KeyError for an unknown element type."""
         is_tuple = self.element_type == "tuple"
         n = prod(self.dims)
+        layout = self.layout
         if is_tuple:
             nbytes = sum(s.byte_size for s in self.tuple_shapes)
+            logical = sum(s.logical_byte_size for s in self.tuple_shapes)
         else:
-            nbytes = (n * PRIMITIVE_BIT_WIDTHS[self.element_type] + 7) // 8
+            bits = PRIMITIVE_BIT_WIDTHS[self.element_type]
+            if layout is not None and layout.element_size_bits:
+                bits = layout.element_size_bits
+            logical = nbytes = (n * bits + 7) // 8
+            if layout is not None and layout.tiles and bits:
+                nbytes = (_padded_elements(self.dims, layout) * bits + 7) // 8
         object.__setattr__(self, "is_tuple", is_tuple)
         object.__setattr__(self, "is_array", self.element_type not in ("tuple", "token", "opaque"))
         object.__setattr__(self, "num_elements", n)
         object.__setattr__(self, "byte_size", nbytes)
+        object.__setattr__(self, "logical_byte_size", logical)
         # flat leaf number of each tuple element's first leaf (leaf_position in O(depth))
         offsets, k = [], 0
         for e in self.tuple_shapes:
@@ -109,6 +168,53 @@ class Shape:
 
     @property
     def bit_width(self) -> int:
+        return PRIMITIVE_BIT_WIDTHS[self.element_type]
+
+    @property
+    def padding_bytes(self) -> int:
+        """``byte_size - logical_byte_size``: bytes of tile padding (0 without tiles)."""
+        return self.byte_size - self.logical_byte_size
+
+    def footprint_bytes(self, elems: int) -> int:
+        """Physical bytes a kernel moves to touch ``elems`` of this array's elements: the
+        whole ``byte_size`` when it touches all of them, else the same share of it
+        (``ceil(byte_size * elems / num_elements)``; without tiles this is the logical
+        ``ceil(elems * bits / 8)``). The share is exact for slices along major dimensions
+        (a layer of a stacked weight); a slice of a tiled minor dimension touches whole tiles,
+        which ``sliced_byte_size`` counts when the slice's dimensions are known."""
+        n = self.num_elements
+        if elems >= n:
+            return self.byte_size
+        if elems <= 0:
+            return 0
+        if self.byte_size == self.logical_byte_size:
+            return (elems * self.element_bits + 7) // 8
+        return -(-self.byte_size * elems // n)
+
+    def logical_footprint_bytes(self, elems: int) -> int:
+        """Data bytes of ``elems`` elements: ``ceil(elems * bits / 8)`` (at most the whole)."""
+        if elems >= self.num_elements:
+            return self.logical_byte_size
+        return (max(elems, 0) * self.element_bits + 7) // 8
+
+    def sliced_byte_size(self, dims: tuple[int, ...]) -> int:
+        """Physical bytes of a tile-aligned block of ``dims`` of this array stored in this
+        array's layout: the tiles a slice of those dimensions touches (at least; a slice
+        not aligned to the tiles touches up to one more tile per tiled dimension).
+        ``dims`` must have this array's rank; else the ``footprint_bytes`` share."""
+        lay = self.layout
+        if not self.is_array or len(dims) != len(self.dims):
+            return self.footprint_bytes(prod(dims))
+        if lay is None or not lay.tiles or not self.element_bits:
+            return (prod(dims) * self.element_bits + 7) // 8
+        return min(self.byte_size, (_padded_elements(tuple(dims), lay) * self.element_bits + 7) // 8)
+
+    @property
+    def element_bits(self) -> int:
+        """Bits per stored element: the layout's ``E(n)`` when printed, else ``bit_width``."""
+        lay = self.layout
+        if lay is not None and lay.element_size_bits:
+            return lay.element_size_bits
         return PRIMITIVE_BIT_WIDTHS[self.element_type]
 
     def leaves(self) -> list["Shape"]:

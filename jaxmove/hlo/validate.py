@@ -18,7 +18,9 @@ Checks, with their XLA source:
   2 + rank, or the older 2 / 3 with one index vector);
 * element counts: reshape keeps the element count (``ShapeUtil::StaticExtentProduct``,
   ``HloInstruction::CreateReshape``); bitcast keeps the byte size (``HloVerifier::
-  HandleBitcast``: "Bitcast cannot have different shape sizes of output and operand");
+  HandleBitcast``: "Bitcast cannot have different shape sizes of output and operand"): the
+  *physical* size where layouts are tiled (the backend's shape-size function; XLA:TPU bitcasts
+  between layouts of equal padded size and different data size), or else the data size;
   bitcast-convert follows ``ShapeInference::InferBitcastConvertShape`` (same dims for equal
   bit widths, else one trailing dimension of size ratio added or removed);
 * get-tuple-element indexes a tuple element that exists, with that element's shape; a
@@ -89,9 +91,11 @@ def _check_elements(filename: str, instr: Instruction, src: Shape) -> None:
             raise _err(filename, instr, f"reshape '{instr.name}' changes the element count: operand "
                        f"{src} has {src.num_elements} elements, result {out} has {out.num_elements}")
     elif op == "bitcast":
-        if src.byte_size != out.byte_size:
+        # physical sizes (tile padding included) where layouts are tiled: XLA:TPU bitcasts
+        # u32[1,1,128]{2,1,0:T(1,128)} to pred[16]{0:T(512)(128)(4,1)}, 512 bytes each
+        if src.byte_size != out.byte_size and src.logical_byte_size != out.logical_byte_size:
             raise _err(filename, instr, f"bitcast '{instr.name}' changes the byte size: operand {src} "
-                       f"is {src.byte_size} bytes, result {out} is {out.byte_size}")
+                       f"is {_size_text(src)}, result {out} is {_size_text(out)}")
     else:  # bitcast-convert
         ib, ob = src.bit_width, out.bit_width
         if ib == ob:
@@ -107,6 +111,12 @@ def _check_elements(filename: str, instr: Instruction, src: Shape) -> None:
             raise _err(filename, instr, f"bitcast-convert '{instr.name}' of {src} ({ib}-bit) to {out} "
                        f"({ob}-bit): the result must have {want} "
                        f"({src.num_elements * ib} bits in, {out.num_elements * ob} bits out)")
+
+
+def _size_text(s: Shape) -> str:
+    if s.byte_size == s.logical_byte_size:
+        return f"{s.byte_size} bytes"
+    return f"{s.byte_size} bytes with tile padding ({s.logical_byte_size} of data)"
 
 
 def _dims_attr(filename: str, instr: Instruction, key: str) -> tuple[int, ...]:

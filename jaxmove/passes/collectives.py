@@ -214,7 +214,8 @@ def _pairs_text(kind: str, instr: Instruction) -> str | None:
 
 def _operand_bytes(instr: Instruction, comp: Computation, operands: range | list[int] | None = None) -> int:
     idx = range(len(instr.operands)) if operands is None else operands
-    return sum(comp.by_name[instr.operands[k]].shape.byte_size for k in idx
+    # the data's bytes: tile padding of TPU layouts is not counted on the wire (shape.py)
+    return sum(comp.by_name[instr.operands[k]].shape.logical_byte_size for k in idx
                if k < len(instr.operands) and instr.operands[k] in comp.by_name)
 
 
@@ -267,7 +268,7 @@ def _info(instr: Instruction, comp: Computation, module: Module, kind: str) -> C
             dev = [(s * p + q, t * p + q) for q in range(p) for s, t in pairs]
         if kind == "recv":
             shape = instr.shape.tuple_shapes[0] if instr.shape.is_tuple else instr.shape
-            buffer = shape.byte_size
+            buffer = shape.logical_byte_size
             wire = 0
             notes.append("received bytes are counted on the matching send")
         else:

@@ -25,6 +25,10 @@ class Cost:
     hbm_write_bytes: int = 0
     onchip_read_bytes: int = 0    # operands already in on-chip memory spaces (S(1), S(6))
     onchip_write_bytes: int = 0
+    # of hbm_read_bytes / hbm_write_bytes, the bytes that are tile padding (physical minus
+    # data bytes of tiled layouts such as XLA:TPU's T(8,128); passes/traffic.py)
+    hbm_padding_read_bytes: int = 0
+    hbm_padding_write_bytes: int = 0
     weights_read_bytes: int = 0
     weights_write_bytes: int = 0
     kv_cache_read_bytes: int = 0
@@ -69,6 +73,16 @@ class Cost:
     @property
     def hbm_bytes(self) -> int:
         return self.hbm_read_bytes + self.hbm_write_bytes
+
+    @property
+    def hbm_padding_bytes(self) -> int:
+        """HBM bytes moved that are tile padding, not data."""
+        return self.hbm_padding_read_bytes + self.hbm_padding_write_bytes
+
+    @property
+    def hbm_logical_bytes(self) -> int:
+        """HBM bytes that are data: ``hbm_bytes - hbm_padding_bytes``."""
+        return self.hbm_bytes - self.hbm_padding_bytes
 
 
 _NAMES: tuple[str, ...] = tuple(f.name for f in fields(Cost))

@@ -1,13 +1,16 @@
 """Multiplicity: how many times each computation runs in one run of the program.
 
 XLA's HloCostAnalysis walks a while body once ("for now compute the cost of a single
-iteration", xla/service/hlo_cost_analysis.cc); jaxmove multiplies by the loop's
-``known_trip_count`` (the while's backend_config, set by XLA's WhileLoopTripCountAnnotator).
+iteration", xla/service/hlo_cost_analysis.cc); jaxmove multiplies by the loop's trip count:
+``known_trip_count`` (the while's backend_config, set by XLA's WhileLoopTripCountAnnotator),
+or, where XLA wrote none (often on TPU), the count derived from the loop's induction variable
+as XLA's while-loop analysis does (``passes/trip_count.py``).
 
 Rules, applied from the ENTRY computation down the call graph:
   * while: body runs ``n`` times and condition ``n + 1`` times per execution of the
-    while, with ``n = known_trip_count``; nested loops multiply. When the trip count is
-    unknown the body is counted once and the computation is flagged ``unknown_trip_count``.
+    while, with ``n`` its trip count; nested loops multiply. When the trip count is
+    neither known nor derivable the body is counted once and the computation is flagged
+    ``unknown_trip_count`` (``loop_notes`` says why, per loop).
   * conditional: every branch is reported with the conditional's multiplicity and
     flagged with the conditional that selects it (program totals take the max branch).
   * call / async-start ``calls``: the callee runs once per execution of the caller.
@@ -21,6 +24,7 @@ from dataclasses import dataclass
 
 from ..hlo import HloParseError, Instruction, Module
 from ..hlo.opcodes import names
+from .trip_count import TripCount, trip_count
 
 MAX_EXECUTIONS = (1 << 63) - 1  # XLA counts in int64
 
@@ -44,11 +48,16 @@ class Multiplicity:
     branch_of: tuple[str, int] | None = None
 
 
-def callee_counts(instr: Instruction) -> list[tuple[str, int, bool, tuple[str, int] | None]]:
-    """(callee, executions per execution of instr, trip count unknown, branch) for control flow."""
+def callee_counts(instr: Instruction, module: Module | None = None
+                  ) -> list[tuple[str, int, bool, tuple[str, int] | None]]:
+    """(callee, executions per execution of instr, trip count unknown, branch) for control flow.
+
+    A while's count is its ``known_trip_count``, else (given ``module``) the count derived
+    from its induction variable (``trip_count.trip_count``); without either, 1 and unknown.
+    """
     op = instr.opcode
     if op == "while":
-        n = instr.known_trip_count
+        n = trip_count(instr, module).n
         unknown = n is None
         n = 1 if n is None else n
         return [(instr.attrs["body"].lstrip("%"), n, unknown, None),
@@ -77,7 +86,7 @@ def multiplicity_pass(module: Module) -> dict[str, Multiplicity]:
         edges[name] = out_edges = []
         for instr in comps[name].instructions:
             if instr.opcode in CONTROL_FLOW_OPCODES:
-                for callee, k, unknown, branch in callee_counts(instr):
+                for callee, k, unknown, branch in callee_counts(instr, module):
                     out_edges.append((callee, k, unknown, branch, instr))
                     if callee not in edges:
                         stack.append(callee)
@@ -110,3 +119,29 @@ def multiplicity_pass(module: Module) -> dict[str, Multiplicity]:
             if indegree[callee] == 0:
                 ready.append(callee)
     return out
+
+
+def loop_trip_counts(module: Module, computations=None) -> dict[tuple[str, str], TripCount]:
+    """(computation, while name) -> TripCount for every while of ``computations`` (names;
+    default: every computation of the module), in printed order."""
+    names = module.computations if computations is None else computations
+    out: dict[tuple[str, str], TripCount] = {}
+    for cname in names:
+        for instr in module.computations[cname].instructions:
+            if instr.opcode == "while":
+                out[(cname, instr.name)] = trip_count(instr, module)
+    return out
+
+
+def loop_notes(module: Module, computations=None) -> list[str]:
+    """One note per while without ``known_trip_count``: the count derived and how, or why
+    it could not be derived (its body is then counted once)."""
+    notes = []
+    for (cname, name), tc in loop_trip_counts(module, computations).items():
+        if tc.source == "derived":
+            notes.append(f"while '{name}' (in '{cname}'): no known_trip_count; {tc.n} trips derived "
+                         f"from its induction variable ({tc.detail})")
+        elif tc.source == "unknown":
+            notes.append(f"while '{name}' (in '{cname}'): trip count unknown ({tc.detail}); its body "
+                         "is counted once per execution of the loop")
+    return notes

@@ -15,7 +15,7 @@ from .cost import FIELD_INDEX, ZERO_COST, Cost
 from .cost import from_values as cost_from_values
 from .flops import ZERO as ZERO_FLOPS
 from .flops import ZERO_RULE_OPCODES, FlopCount, instruction_flops
-from .multiplicity import Multiplicity, callee_counts, multiplicity_pass
+from .multiplicity import Multiplicity, callee_counts, loop_notes, multiplicity_pass
 from .roles import leaf_position, roles_pass
 from .traffic import (FREE_RULE_OPCODES, HOST_MEMORY_SPACE, NO_TRAFFIC, ON_CHIP_MEMORY_SPACES, InstrTraffic,
                       instruction_traffic)
@@ -114,6 +114,9 @@ def instruction_cost(instr: Instruction, comp: Computation, module: Module, role
             nbytes = a.nbytes
             for f in fs:
                 acc[f] += nbytes
+            lg = a.logical_nbytes
+            if lg != nbytes and a.memory_space not in _NOT_HBM:
+                acc[_PAD_READ] += _padding(nbytes, lg, by_name[oname].shape, a.index)
     if writes:
         out_roles = roles[(cname, instr.name)]
         shape = instr.shape
@@ -131,11 +134,31 @@ def instruction_cost(instr: Instruction, comp: Computation, module: Module, role
                 fs = _access_slots(ms, role, False)
             for f in fs:
                 acc[f] += nbytes
+            lg = a.logical_nbytes
+            if lg != nbytes and ms not in _NOT_HBM:
+                acc[_PAD_WRITE] += _padding(nbytes, lg, shape, a.index)
             if role == "kv_cache" and ms not in ON_CHIP_MEMORY_SPACES:
                 leaf = shape.subshape(a.index) if shape.is_tuple else shape
                 if nbytes == leaf.byte_size and leaf.byte_size > 0:
                     notes.append(_kv_note(instr, comp, roles, leaf, nbytes))
     return cost_from_values(acc), notes
+
+
+_NOT_HBM = ON_CHIP_MEMORY_SPACES | {HOST_MEMORY_SPACE}
+
+
+def _padding(nbytes: int, logical_nbytes: int | None, shape, index) -> int:
+    """Tile-padding bytes of an access of ``nbytes`` (``logical_nbytes`` of them data; None:
+    the leaf's share, ``nbytes * logical / physical`` of the leaf at ``index`` of ``shape``)."""
+    if logical_nbytes is None:
+        try:
+            leaf = shape.subshape(index) if index else shape
+        except IndexError:
+            return 0
+        if not leaf.byte_size or leaf.byte_size == leaf.logical_byte_size:
+            return 0
+        logical_nbytes = nbytes * leaf.logical_byte_size // leaf.byte_size
+    return max(0, nbytes - logical_nbytes)
 
 
 KV_REWRITE = "rewrites the whole KV-cache buffer"
@@ -159,6 +182,7 @@ def _kv_note(instr, comp, roles, leaf, nbytes: int) -> str:
 
 _N_FIELDS = len(FIELD_INDEX)
 _FLOPS, _TRANSCENDENTALS = FIELD_INDEX["flops"], FIELD_INDEX["transcendentals"]
+_PAD_READ, _PAD_WRITE = FIELD_INDEX["hbm_padding_read_bytes"], FIELD_INDEX["hbm_padding_write_bytes"]
 # (memory space, role, is_read) -> positions of the Cost fields an access adds its bytes to
 _ACCESS_SLOTS: dict[tuple[int, str, bool], tuple[int, ...]] = {}
 
@@ -240,7 +264,7 @@ def analyze_module(module: Module, entry_roles: dict[int, str] | None = None) ->
                 notes.append(f"conditional '{instr.name}': totals use its costliest branch "
                              f"'{best[0]}' (which branch runs is not known statically)")
             elif instr.opcode in ("while", "call", "async-start"):
-                for callee, k, _unknown, _branch in callee_counts(instr):
+                for callee, k, _unknown, _branch in callee_counts(instr, module):
                     parts.append(total(callee) * k)
         c = memo[cname] = Cost.sum(parts)
         return c
@@ -259,4 +283,14 @@ def analyze_module(module: Module, entry_roles: dict[int, str] | None = None) ->
                      "computation would look the same")
     if any(m.unknown_trip_count for m in mult.values()):
         notes.append("some while loops have no known trip count; their bodies are counted once")
+    notes.extend(loop_notes(module, mult))
+    if totals.hbm_padding_bytes:
+        notes.append(padding_note(totals))
     return ModuleAnalysis(module, rows, totals, mult, notes)
+
+
+def padding_note(totals: Cost) -> str:
+    """"x% of HBM traffic is tile padding": the program-level padding figure."""
+    return (f"{100 * totals.hbm_padding_bytes / totals.hbm_bytes:.1f}% of HBM traffic is tile "
+            f"padding ({totals.hbm_padding_bytes} of {totals.hbm_bytes} bytes; tiled layouts such "
+            "as T(8,128) are moved in whole tiles)")

@@ -500,7 +500,7 @@ def _program_total(analysis, rows: dict[tuple[str, str], InstructionReuse]) -> i
             if instr.opcode == "conditional":
                 s += max((total(b) for b in instr.called_computations), default=0)
             elif instr.opcode in ("while", "call", "async-start"):
-                for callee, k, _u, _b in callee_counts(instr):
+                for callee, k, _u, _b in callee_counts(instr, module):
                     s += total(callee) * k
         memo[cname] = s
         return s

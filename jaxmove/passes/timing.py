@@ -460,7 +460,7 @@ class _Walker:
                         self.timeline.append((cname, root, launched, end))
                 continue
             if op == "while":
-                counts = callee_counts(instr)
+                counts = callee_counts(instr, self.module)
                 cursor += sum(self.comp_time(c) * k for c, k, _u, _b in counts)
             elif op == "conditional":
                 cursor += max((self.comp_time(c) for c in instr.called_computations), default=0.0)

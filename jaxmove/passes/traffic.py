@@ -27,6 +27,12 @@ Semantics (DESIGN.md, and where jaxmove deliberately differs from XLA's
   scratch) as traffic.
 * Every access carries the memory space of the shape it touches: S(0) is HBM, S(5)
   host memory, S(1) and S(6) on-chip (TPU VMEM and SMEM), which are not HBM traffic.
+* Bytes are *physical*: a tiled layout (XLA:TPU's ``{1,0:T(8,128)(2,1)}``) is moved in
+  whole tiles, so a buffer's bytes are its tile-padded ``Shape.byte_size`` (DMA engines move
+  tiles). A slice reads the tiles its dimensions cover under the source's layout
+  (``Shape.sliced_byte_size``); a fusion's footprint of ``e`` of ``n`` elements the same share
+  ``e / n`` of the padded buffer (``Shape.footprint_bytes``). Each access also carries its
+  data (logical) bytes, ``logical_nbytes``; the difference is tile padding.
 """
 
 from __future__ import annotations
@@ -62,12 +68,15 @@ class Access:
       operand: operand number for a read, None for a write of the result.
       index: ShapeIndex of the leaf within the operand (read) or result (write).
       memory_space: memory space of the leaf (0 HBM, 5 host, 1/6 on-chip).
+      logical_nbytes: the data bytes among ``nbytes`` (``nbytes`` less tile padding), or
+        None: the same share of the leaf's data as ``nbytes`` is of its physical size.
     """
 
     nbytes: int
     operand: int | None
     index: tuple[int, ...]
     memory_space: int
+    logical_nbytes: int | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -89,14 +98,25 @@ class InstrTraffic:
         return sum(a.nbytes for a in self.writes)
 
 
-# Access(nbytes, operand, index, memory_space) and InstrTraffic(reads, writes, notes,
-# unmodeled, inplace_buffer_bytes), positional, without the frozen __init__
-_access = slots_constructor(Access)
+# Access(nbytes, operand, index, memory_space[, logical_nbytes]) and InstrTraffic(reads,
+# writes, notes, unmodeled, inplace_buffer_bytes), positional, without the frozen __init__
+_new_access = slots_constructor(Access)
 _traffic = slots_constructor(InstrTraffic)
 
 
+def _access(nbytes: int, operand: int | None, index: tuple[int, ...], memory_space: int,
+            logical_nbytes: int | None = None) -> Access:
+    return _new_access(nbytes, operand, index, memory_space, logical_nbytes)
+
+
+def _leaf_access(leaf: Shape, operand: int | None, index: tuple[int, ...]) -> Access:
+    """An access of a whole leaf: its physical bytes, with its data bytes."""
+    return _new_access(leaf.byte_size, operand, index, leaf.memory_space, leaf.logical_byte_size)
+
+
 def _elems_to_bytes(shape: Shape, elems: int) -> int:
-    return (elems * shape.bit_width + 7) // 8
+    """Physical bytes of ``elems`` elements of ``shape`` (``Shape.footprint_bytes``)."""
+    return shape.footprint_bytes(elems)
 
 
 def _full_reads(instr: Instruction, comp: Computation, skip: frozenset[int] = frozenset()) -> list[Access]:
@@ -110,20 +130,20 @@ def _full_reads(instr: Instruction, comp: Computation, skip: frozenset[int] = fr
         shape = comp.by_name[name].shape
         if not shape.is_tuple:  # the common case, without building the leaf list
             if shape.is_array:
-                out.append(_access(shape.byte_size, i, (), shape.memory_space))
+                out.append(_leaf_access(shape, i, ()))
             continue
         for idx, leaf in shape.leaves_with_index():
             if leaf.is_array:
-                out.append(_access(leaf.byte_size, i, idx, leaf.memory_space))
+                out.append(_leaf_access(leaf, i, idx))
     return out
 
 
 def _full_writes(shape: Shape, skip_index: set[tuple[int, ...]] | None = None) -> list[Access]:
     if not shape.is_tuple:
         if shape.is_array and not (skip_index and () in skip_index):
-            return [_access(shape.byte_size, None, (), shape.memory_space)]
+            return [_leaf_access(shape, None, ())]
         return []
-    return [_access(leaf.byte_size, None, idx, leaf.memory_space)
+    return [_leaf_access(leaf, None, idx)
             for idx, leaf in shape.leaves_with_index()
             if leaf.is_array and not (skip_index and idx in skip_index)]
 
@@ -185,6 +205,32 @@ class _FusionAnalysis:
     def has_users(self, name: str) -> bool:
         return bool(self.users.get(name))
 
+    def _pad_demand(self, pad: Instruction, vshape: Shape, total: int) -> int:
+        """Elements of a pad's operand (of ``vshape``) that the pad's users read: a slice or
+        dynamic-slice of the padded value of dims ``s`` touches at most ``min(s_i, operand_i)``
+        operand elements along each dimension i (edge padding only; with interior padding, or
+        any other user, the whole operand). XLA:TPU's windowed einsums slice weights this way."""
+        cfg = pad.attrs.get("padding", "")
+        if "_" not in cfg or cfg.count("_") > 2 * len(vshape.dims):
+            return total
+        for part in cfg.split("x"):
+            bits = part.split("_")
+            if len(bits) == 3 and bits[2].strip() not in ("", "0"):
+                return total  # interior padding dilates the operand
+        demand = 0
+        for user, j in self.users.get(pad.name, ()):
+            if user.opcode in ("slice", "dynamic-slice") and j == 0 and user.shape.is_array \
+                    and len(user.shape.dims) == len(vshape.dims):
+                d = 1
+                for a, b in zip(user.shape.dims, vshape.dims):
+                    d *= min(a, b)
+                demand += d
+            else:
+                return total
+            if demand >= total:
+                return total
+        return demand
+
     def demand_elems(self, value: Instruction) -> int:
         """Elements of ``value`` that the fusion's kernel actually reads."""
         hit = self._memo.get(value.name)
@@ -201,6 +247,8 @@ class _FusionAnalysis:
                 d = user.shape.num_elements
             elif op == "gather" and k == 0:
                 d = min(user.shape.num_elements, total)
+            elif op == "pad" and k == 0 and not (user.is_root or user.name in self._root_names):
+                d = self._pad_demand(user, vshape, total)
             elif op == "dynamic-update-slice" and k == 0 and user.name in self.inplace:
                 d = 0
             elif op == "scatter" and k == 0 and user.name in self.inplace:
@@ -297,7 +345,7 @@ def fusion_traffic(instr: Instruction, comp: Computation, module: Module) -> Ins
         if not oshape.is_array:
             for idx, leaf in oshape.leaves_with_index():
                 if leaf.is_array:
-                    reads.append(_access(leaf.byte_size, k, idx, leaf.memory_space))
+                    reads.append(_leaf_access(leaf, k, idx))
             continue
         if bound is None:
             demand = fa.demand_elems(parameters[k]) if k < n_params else 0
@@ -317,7 +365,8 @@ def fusion_traffic(instr: Instruction, comp: Computation, module: Module) -> Ins
                 notes.append(f"operand {k} ({name}) read only for its slice footprint: "
                              f"{nbytes} of {oshape.byte_size} bytes")
         if nbytes:
-            reads.append(_access(nbytes, k, (), oshape.memory_space))
+            reads.append(_access(nbytes, k, (), oshape.memory_space,
+                                 oshape.logical_footprint_bytes(elems)))
     writes: list[Access] = []
     inplace_bytes = 0
     inplace = fa.inplace
@@ -327,18 +376,19 @@ def fusion_traffic(instr: Instruction, comp: Computation, module: Module) -> Ins
             continue
         if inplace and producer.name in inplace and producer.opcode == "scatter":
             upd = fused.by_name[producer.operands[-1]].shape
-            nb = _elems_to_bytes(leaf, min(upd.num_elements, leaf.num_elements))
-            writes.append(_access(nb, None, idx, leaf.memory_space))
+            ne = min(upd.num_elements, leaf.num_elements)
+            nb = _elems_to_bytes(leaf, ne)
+            writes.append(_access(nb, None, idx, leaf.memory_space, leaf.logical_footprint_bytes(ne)))
             inplace_bytes += leaf.byte_size
             notes.append(f"in-place scatter: writes {nb} of {leaf.byte_size} bytes of result {list(idx)}")
         elif inplace and producer.name in inplace:
             upd = fused.by_name[producer.operands[1]].shape
-            writes.append(_access(upd.byte_size, None, idx, leaf.memory_space))
+            writes.append(_access(upd.byte_size, None, idx, leaf.memory_space, upd.logical_byte_size))
             inplace_bytes += leaf.byte_size
             notes.append(f"in-place dynamic-update-slice: writes {upd.byte_size} of "
                          f"{leaf.byte_size} bytes of result {list(idx)}")
         else:
-            writes.append(_access(leaf.byte_size, None, idx, leaf.memory_space))
+            writes.append(_leaf_access(leaf, None, idx))
     if instr.shape.is_tuple and fused.root.opcode != "tuple":
         writes = _full_writes(instr.shape)
     return _traffic(tuple(reads), tuple(writes), tuple(notes), (), inplace_bytes)
@@ -361,7 +411,10 @@ def _slice_like(instr, comp, module) -> InstrTraffic:
     """slice / dynamic-slice / gather: read the footprint (output size) of operand 0."""
     src = comp.by_name[instr.operands[0]].shape
     elems = min(instr.shape.num_elements, src.num_elements)
-    reads = [Access(_elems_to_bytes(src, elems), 0, (), src.memory_space)]
+    # slice / dynamic-slice: the tiles the result's dimensions cover in the source's layout
+    nbytes = (src.sliced_byte_size(instr.shape.dims) if instr.opcode != "gather" and instr.shape.is_array
+              else _elems_to_bytes(src, elems))
+    reads = [_access(nbytes, 0, (), src.memory_space, src.logical_footprint_bytes(elems))]
     reads += _full_reads(instr, comp, skip=frozenset({0}))
     return InstrTraffic(tuple(reads), tuple(_full_writes(instr.shape)))
 
@@ -370,7 +423,8 @@ def _dus(instr, comp, module) -> InstrTraffic:
     """Unfused dynamic-update-slice: in place; reads update and indices, writes the update."""
     upd = comp.by_name[instr.operands[1]].shape
     reads = _full_reads(instr, comp, skip=frozenset({0}))
-    return InstrTraffic(tuple(reads), (Access(upd.byte_size, None, (), instr.shape.memory_space),),
+    return InstrTraffic(tuple(reads), (Access(upd.byte_size, None, (), instr.shape.memory_space,
+                                              upd.logical_byte_size),),
                         ("in-place dynamic-update-slice: buffer operand not read",), (),
                         instr.shape.byte_size)
 
@@ -383,9 +437,10 @@ def _scatter(instr, comp, module) -> InstrTraffic:
     for k in range(n_in):
         src = comp.by_name[instr.operands[k]].shape
         upd = comp.by_name[instr.operands[n_in + 1 + k]].shape
-        nb = _elems_to_bytes(src, min(upd.num_elements, src.num_elements))
-        reads.append(Access(nb, k, (), src.memory_space))
-        writes.append(Access(nb, None, (k,) if n_in > 1 else (), src.memory_space))
+        ne = min(upd.num_elements, src.num_elements)
+        nb, lg = _elems_to_bytes(src, ne), src.logical_footprint_bytes(ne)
+        reads.append(Access(nb, k, (), src.memory_space, lg))
+        writes.append(Access(nb, None, (k,) if n_in > 1 else (), src.memory_space, lg))
     return InstrTraffic(tuple(reads), tuple(writes), ("scatter updates its operand in place",))
 
 

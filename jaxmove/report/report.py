@@ -102,6 +102,9 @@ class Report:
                        "onchip_read_bytes": t.onchip_read_bytes,
                        "onchip_write_bytes": t.onchip_write_bytes,
                        "collective_wire_bytes": t.device_to_device_bytes,
+                       **_padding_json(t),
+                       "hbm_padding_fraction": (t.hbm_padding_bytes / t.hbm_bytes
+                                                if t.hbm_bytes else 0.0),
                        **_totals_timing(self)},
             "by_path": {p: t.path_bytes(p) for p in PATHS},
             "by_role": {r: dict(zip(("read_bytes", "write_bytes"), t.role_bytes(r))) for r in ROLES},
@@ -124,6 +127,7 @@ class Report:
             "fusion_kind": r.instr.fusion_kind, "multiplicity": r.multiplicity.count,
             "flops": t.flops, "transcendentals": t.transcendentals,
             "hbm_read_bytes": t.hbm_read_bytes, "hbm_write_bytes": t.hbm_write_bytes,
+            **_padding_json(t),
             "by_role": {role: dict(zip(("read_bytes", "write_bytes"), t.role_bytes(role)))
                         for role in ROLES if any(t.role_bytes(role))},
             "by_path": {p: t.path_bytes(p) for p in PATHS if t.path_bytes(p)},
@@ -138,6 +142,14 @@ class Report:
             "collective": _collective_json(r),
             **_row_timing_json(self, r),
         }
+
+
+def _padding_json(t: Cost) -> dict:
+    """Data (logical) HBM bytes and the tile padding among ``hbm_read_bytes`` /
+    ``hbm_write_bytes`` (which are physical: tiled layouts move whole tiles)."""
+    return {"hbm_logical_read_bytes": t.hbm_read_bytes - t.hbm_padding_read_bytes,
+            "hbm_logical_write_bytes": t.hbm_write_bytes - t.hbm_padding_write_bytes,
+            "hbm_padding_bytes": t.hbm_padding_bytes}
 
 
 def _collective_json(r: InstructionCost) -> dict | None:

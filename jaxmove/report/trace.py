@@ -150,7 +150,7 @@ def chrome_trace(report, measurement=None) -> dict:
         if instr.opcode == "call":
             plan = [(c, 1) for c in instr.called_computations]
         else:
-            counts = callee_counts(instr)   # [(body, n, ...), (condition, n + 1, ...)]
+            counts = callee_counts(instr, module)   # [(body, n, ...), (condition, n + 1, ...)]
             (body, n, *_), (cond, _n1, *_) = counts
             plan = [(cond, 1)] + [(body, 1), (cond, 1)] * n
         needed = sum(len(sub.timeline(c)) for c, _k in plan)
