@@ -106,8 +106,21 @@ ENTRY main {
     assert r.peak_key == "f32" and r.compute_time_s == pytest.approx(2 * 1024**3 / H100_F32)
 
 
-def test_tpu_vector_work_is_unmodeled_not_invented():
+def test_tpu_vector_work_runs_at_the_vpu_peak():
+    # negate + exponential + tanh: 3 vector operations per element; the v5e VPU derivation:
+    # clock (197e12 / (4 MXUs x 128^2 x 2)) x 8 sublanes x 128 lanes x 2 ALUs
     te = _times(_chain(2**20), "tpu-v5e")
+    r = te.row("main", "f")
+    vpu = 197e12 / (4 * 128 * 128 * 2) * 8 * 128 * 2
+    assert r.compute_time_s == pytest.approx(3 * 2**20 / vpu, rel=0.01)
+    assert not r.unmodeled and r.memory_time_s == pytest.approx(2 * 2**20 * 4 / 819e9)
+
+
+def test_vector_work_without_a_vector_peak_is_unmodeled_not_invented():
+    import dataclasses
+    spec = load_spec("tpu-v5e")
+    spec = dataclasses.replace(spec, flops_per_s={k: v for k, v in spec.flops_per_s.items() if k != "f32"})
+    te = estimate_times(analyze_module(parse_module(_chain(2**20))), spec)
     r = te.row("main", "f")
     assert r.compute_time_s is None
     assert any("no f32 (vector unit) peak" in u for u in r.unmodeled)
