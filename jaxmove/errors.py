@@ -14,3 +14,16 @@ class JaxmoveInputError(ValueError):
 
     It subclasses ``ValueError`` so that code catching ``ValueError`` keeps working.
     """
+
+
+class UsageError(JaxmoveInputError):
+    """A bad combination of options or arguments (e.g. ``--trace`` without ``--hardware``)."""
+
+
+class Unmodeled(Exception):
+    """A pass rule cannot cost an instruction: the reason is the message.
+
+    The pipeline catches this, and only this, and lists the instruction as unmodeled with the
+    reason. It is not an input error: the input is valid, jaxmove has no model for it. Any other
+    exception raised inside a pass is a bug of jaxmove's and propagates.
+    """

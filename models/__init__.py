@@ -22,6 +22,7 @@ import jax.extend
 import jax.numpy as jnp
 
 from jaxmove.workload import Workload
+from jaxmove.errors import JaxmoveInputError
 from . import gpt, mlp, moe
 
 __all__ = ["PRESETS", "OVERRIDE_KEYS", "Preset", "build", "list_presets", "materialize"]
@@ -119,7 +120,27 @@ def list_presets() -> list[tuple[str, str]]:
     return [(name, p.description) for name, p in PRESETS.items()]
 
 
+class PresetError(JaxmoveInputError):
+    """An unknown preset, an unknown ``--set`` key, a bad value or an inconsistent config."""
+
+
 def build(name: str, overrides: dict[str, str] | None = None) -> Workload:
+    """Build the abstract workload of preset ``name`` (see ``_build``).
+
+    Raises:
+      PresetError: unknown preset, unknown or inapplicable override key, a bad value, or an
+        inconsistent config (e.g. kv_heads not dividing heads); the message names the key.
+    """
+    try:
+        return _build(name, overrides)
+    except PresetError:
+        raise
+    except (KeyError, ValueError) as e:  # the configs' own checks (their __post_init__)
+        msg = e.args[0] if isinstance(e, KeyError) and e.args else str(e)
+        raise PresetError(msg) from None
+
+
+def _build(name: str, overrides: dict[str, str] | None = None) -> Workload:
     """Build the abstract workload of preset ``name``.
 
     Args:

@@ -388,3 +388,36 @@ def test_internal_error_is_one_line_exit_1(monkeypatch, capsys):
     assert main(["analyze", "gpt-tiny-decode"]) == 1
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and "internal error: ZeroDivisionError: planted" in err[0]
+
+
+@pytest.mark.parametrize("exc", [ValueError("planted bug"), KeyError("planted bug"), TypeError("planted bug")])
+def test_builtin_exceptions_are_bugs_not_bad_input(monkeypatch, capsys, exc):
+    """Only JaxmoveInputError (and its subclasses) is bad input, exit 2; a builtin ValueError /
+    KeyError raised inside jaxmove is our bug: exit 1 with the internal-error line."""
+    import jaxmove.api
+    from jaxmove.cli import main
+
+    def boom(*a, **k):
+        raise exc
+    monkeypatch.setattr(jaxmove.api, "analyze", boom)
+    monkeypatch.delenv("JAXMOVE_DEBUG", raising=False)
+    assert main(["analyze", "gpt-tiny-decode"]) == 1
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and f"internal error: {type(exc).__name__}" in err[0]
+
+
+def test_every_input_error_is_one_family():
+    """The errors the CLI reports as bad input all derive from JaxmoveInputError."""
+    from jaxmove import zoo
+    from jaxmove.capture import CaptureError, TargetError, UserCodeError
+    from jaxmove.errors import JaxmoveInputError, UsageError
+    from jaxmove.hardware import HardwareSpecError
+    from jaxmove.hlo import HloParseError
+    from jaxmove.plans import PlanError
+    from jaxmove.report.outputs import OutputPathError
+
+    for cls in (CaptureError, TargetError, UserCodeError, UsageError, HardwareSpecError, HloParseError,
+                PlanError, OutputPathError, zoo.PresetError):
+        assert issubclass(cls, JaxmoveInputError), cls
+    with pytest.raises(JaxmoveInputError, match="kv_heads"):
+        zoo.build("gpt-tiny-decode", {"kv_heads": "3"})   # 3 does not divide heads=4

@@ -41,7 +41,7 @@ def test_presets_listed_and_unknown_preset():
                      "gpt-tiny-prefill", "gpt-tiny-decode"):
         assert required in names
     assert all(isinstance(d, str) and d and "\n" not in d for _, d in models.list_presets())
-    with pytest.raises(KeyError, match="gpt-tiny-decode"):
+    with pytest.raises(models.PresetError, match="gpt-tiny-decode"):
         models.build("nope")
 
 

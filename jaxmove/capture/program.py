@@ -232,7 +232,7 @@ class _Leaf:
 
 def _check_role(role: Any, where: str) -> str:
     if role not in ROLES:
-        raise ValueError(f"role {role!r} for {where} is not one of {ROLES}")
+        raise CaptureError(f"role {role!r} for {where} is not one of {ROLES}")
     return role
 
 
@@ -258,7 +258,7 @@ def _resolve_roles(roles, args: tuple, leaves_by_arg: list[list[tuple[str, Any]]
                 out.append([_check_role(roles(p, leaf), p) for p, leaf in leaves])
         return out
     if not isinstance(roles, (tuple, list)) or len(roles) != len(args):
-        raise ValueError(f"roles must have one entry per positional argument ({len(args)}), got {roles!r}")
+        raise CaptureError(f"roles must have one entry per positional argument ({len(args)}), got {roles!r}")
     for i, (arg, r) in enumerate(zip(args, roles)):
         if i in static:
             out.append([])
@@ -269,7 +269,7 @@ def _resolve_roles(roles, args: tuple, leaves_by_arg: list[list[tuple[str, Any]]
             try:
                 flat = treedef.flatten_up_to(r)
             except (ValueError, TypeError) as e:
-                raise ValueError(f"roles[{i}] does not match the structure of argument {i}: {e}") from None
+                raise CaptureError(f"roles[{i}] does not match the structure of argument {i}: {e}") from None
             out.append([_check_role(x, f"argument {i} leaf {j}") for j, x in enumerate(flat)])
     return out
 

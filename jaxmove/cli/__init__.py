@@ -45,7 +45,7 @@ def main(argv: list[str] | None = None) -> int:
             print(f"jaxmove: error: --{attr.replace('_', '-')} needs a file path, got {value!r}",
                   file=sys.stderr)
             return 2
-    from ..capture.resolve import TargetError
+    from ..errors import JaxmoveInputError
 
     try:
         return args.func(args)
@@ -56,9 +56,8 @@ def main(argv: list[str] | None = None) -> int:
         print(f"jaxmove: error: {name}: no such file", file=sys.stderr)
     except IsADirectoryError as e:
         print(f"jaxmove: error: {e.filename}: is a directory, expected an HLO text file", file=sys.stderr)
-    except (TargetError, KeyError, ValueError) as e:
-        msg = e.args[0] if isinstance(e, KeyError) and e.args else str(e)
-        print(f"jaxmove: error: {msg}", file=sys.stderr)
+    except JaxmoveInputError as e:  # every input error; anything else is a bug (below)
+        print(f"jaxmove: error: {e}", file=sys.stderr)
     except BrokenPipeError:  # e.g. `jaxmove analyze ... | head`
         return 0
     except KeyboardInterrupt:

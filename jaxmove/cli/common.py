@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import argparse
 
+from ..errors import UsageError
+
 
 class _Parser(argparse.ArgumentParser):
     """argparse with jaxmove's error format: one line ``jaxmove: error: ...``, exit 2."""
@@ -27,13 +29,13 @@ def check_outputs(args: argparse.Namespace) -> None:
     """Check every output path of ``args`` (``--html``, ``--trace``, ``-o``) before any work.
 
     Raises:
-      ValueError: ``--trace`` without ``--hardware``.
+      jaxmove.errors.UsageError: ``--trace`` without ``--hardware``.
       jaxmove.outputs.OutputPathError: a path that cannot be written.
     """
     from ..report.outputs import check_output_path
 
     if getattr(args, "trace", None) and not getattr(args, "hardware", None):
-        raise ValueError("--trace needs --hardware (the trace is the estimated timeline on a device)")
+        raise UsageError("--trace needs --hardware (the trace is the estimated timeline on a device)")
     for attr, what in (("html", "--html file"), ("trace", "--trace file"), ("output", "-o file")):
         path = getattr(args, attr, None)
         if path and path != "-":
@@ -45,7 +47,7 @@ def parse_sets(items: list[str]) -> dict[str, str]:
     for item in items:
         key, eq, value = item.partition("=")
         if not eq or not key:
-            raise ValueError(f"--set expects key=value, got '{item}'")
+            raise UsageError(f"--set expects key=value, got '{item}'")
         out[key.strip()] = value.strip()
     return out
 

@@ -9,6 +9,8 @@ import argparse
 import json
 import sys
 
+from ..errors import UsageError
+
 
 def cmd_compare(args: argparse.Namespace) -> int:
     from .common import _parse_sets
@@ -16,9 +18,9 @@ def cmd_compare(args: argparse.Namespace) -> int:
     from ..measure.profile import ProfileError
 
     if args.save_fit and not args.fit:
-        raise ValueError("--save-fit needs --fit")
+        raise UsageError("--save-fit needs --fit")
     if args.runs < 1 or args.profile_runs < 1 or args.warmup < 0:
-        raise ValueError("--runs and --profile-runs must be >= 1, --warmup >= 0")
+        raise UsageError("--runs and --profile-runs must be >= 1, --warmup >= 0")
     if args.save_fit:  # before measuring: a bad path must not cost the whole run
         from ..report.outputs import check_output_path
         check_output_path(args.save_fit, "--save-fit file")

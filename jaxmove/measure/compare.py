@@ -326,7 +326,8 @@ def fit_spec(times, measurement: Measurement, spec, program_name: str) -> tuple[
     rows = [times.rows[k] for k in keys if times.rows[k].network_time_s in (0, 0.0)]
     keys = [k for k in keys if times.rows[k].network_time_s in (0, 0.0)]
     if len(rows) < 3:
-        raise ValueError(f"--fit needs at least 3 measured instructions with an estimate, got {len(rows)}")
+        from ..errors import UsageError
+        raise UsageError(f"--fit needs at least 3 measured instructions with an estimate, got {len(rows)}")
     launches = np.array([r.overhead_s / spec.kernel_launch_overhead_s for r in rows])
     mem = np.array([r.memory_time_s for r in rows])
     comp = np.array([r.compute_time_s or 0.0 for r in rows])
@@ -428,7 +429,8 @@ def compare(target, *args, hardware=None, runs: int = 10, warmup: int = 2, profi
     from ..hardware import HardwareSpec, load_spec
 
     if profile_runs < 1:
-        raise ValueError("compare needs at least one profiled run (profile_runs >= 1)")
+        from ..errors import UsageError
+        raise UsageError("compare needs at least one profiled run (profile_runs >= 1)")
     if hardware is None:
         spec, note = default_hardware(jax.devices()[0].device_kind)
     elif isinstance(hardware, HardwareSpec):

@@ -22,6 +22,7 @@ from typing import Any, Callable
 from ..capture import Program, capture
 from ..hlo import parse_module
 from ..capture.workload import Workload
+from ..errors import UsageError
 from .profile import ProfileJoin, join_events, module_events, record_events
 
 __all__ = ["Measurement", "Prepared", "measure", "prepare", "random_like", "time_runs"]
@@ -56,7 +57,7 @@ def random_like(tree, seed: int = 0):
         elif jnp.issubdtype(dtype, jnp.integer) or dtype == jnp.bool_:
             out.append(jnp.zeros(shape, dtype))
         else:
-            raise ValueError(f"cannot make random inputs of dtype {dtype} (leaf {i})")
+            raise UsageError(f"cannot make random inputs of dtype {dtype} (leaf {i})")
     return jax.tree_util.tree_unflatten(treedef, out)
 
 
@@ -334,7 +335,7 @@ def measure(target, *args, runs: int = 10, warmup: int = 2, profile_runs: int = 
     import jax
 
     if runs < 1 or warmup < 0 or profile_runs < 0:
-        raise ValueError(f"runs must be >= 1 and warmup, profile_runs >= 0 "
+        raise UsageError(f"runs must be >= 1 and warmup, profile_runs >= 0 "
                          f"(got runs={runs}, warmup={warmup}, profile_runs={profile_runs})")
     prep = prepared or prepare(target, *args, overrides=overrides, seed=seed, **capture_kwargs)
     time_runs(prep, warmup)

@@ -303,7 +303,7 @@ def compare_plans(model: str, mesh_shape: dict[str, int], plans: list[str | Plan
     from .devices import ensure_cpu_devices, run_cli_with_devices
 
     if model not in models.PRESETS:
-        raise KeyError(f"unknown preset {model!r}; available presets: {', '.join(models.PRESETS)}")
+        raise PlanError(f"unknown preset {model!r}; available presets: {', '.join(models.PRESETS)}")
     spec = load_spec(hardware)
     loaded = [p if isinstance(p, Plan) else load_plan(p) for p in (plans or default_plans(model, overrides))]
     n = math.prod(mesh_shape.values())

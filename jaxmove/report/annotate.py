@@ -123,7 +123,8 @@ def annotate(report, hlo_text: str | None = None) -> str:
     if hlo_text is None:
         src = report.program.source
         if not src.startswith("hlo:"):
-            raise ValueError("annotate needs the program's HLO text (Program.hlo_text) for a "
+            from ..errors import UsageError
+            raise UsageError("annotate needs the program's HLO text (Program.hlo_text) for a "
                              f"program captured from '{src}'")
         hlo_text = Path(src[4:]).read_text()
     lines = hlo_text.split("\n")

@@ -245,7 +245,8 @@ def row_key(report, row: InstructionCost, by: str) -> str:
         if row.instr.opcode == "fusion":
             return row.instr.fusion_kind or "(fusion without kind)"
         return f"(not a fusion: {row.instr.opcode})"
-    raise ValueError(f"--by expects one of {', '.join(BY_KEYS)}, got '{by}'")
+    from ..errors import UsageError
+    raise UsageError(f"--by expects one of {', '.join(BY_KEYS)}, got '{by}'")
 
 
 @dataclass(frozen=True, slots=True)

@@ -90,11 +90,12 @@ def chrome_trace(report, measurement=None) -> dict:
       ``"ph": "X"`` event per timeline entry in process 1 (plus, with a measurement, one per
       measured entry in process 2) and ``"ph": "M"`` name events.
     Raises:
-      ValueError: the report has no estimated times.
+      jaxmove.errors.UsageError: the report has no estimated times.
     """
     times = times_of(report)
     if times is None or getattr(times, "timeline", None) is None:
-        raise ValueError("a trace needs the estimated timeline: analyse with a hardware spec "
+        from ..errors import UsageError
+        raise UsageError("a trace needs the estimated timeline: analyse with a hardware spec "
                          "(--hardware NAME|path.toml|local, or jaxmove.analyze(..., hardware=...))")
     module = report.module
     spec_name = getattr(times, "spec_name", "") or ""
@@ -193,7 +194,7 @@ def write_trace(report, path, measurement=None) -> None:
 
     Raises:
       ValueError: the report has no time estimates (``chrome_trace``).
-      jaxmove.outputs.OutputPathError: ``path`` cannot be written.
+      jaxmove.report.outputs.OutputPathError: ``path`` cannot be written.
     """
-    from ..outputs import write_text_atomic
+    from .outputs import write_text_atomic
     write_text_atomic(path, json.dumps(chrome_trace(report, measurement)), "--trace file")
