@@ -174,6 +174,9 @@ class HardwareSpec:
         per device per direction, bytes/s.
       link_latency_s: latency of one intra-node hop, s.
       l2_bytes, smem_per_sm_bytes, num_sms: GPU on-chip sizes (CPU: last-level cache).
+      sm_clock_hz: GPU SM clock, Hz (XLA's GPU target config ``clock_rate_ghz``).
+        With ``num_sms`` and ``l2_bytes`` it feeds the GEMM kernel model
+        (``jaxmove/hardware/gpu_gemm.py``); optional, and without it a GPU dot is a roofline.
       vmem_bytes: TPU vector memory per TensorCore, bytes.
       tensor_cores_per_chip: TPU TensorCores per chip.
       torus_dims, ici_links: TPU ICI torus dimensionality and links per chip.
@@ -209,6 +212,7 @@ class HardwareSpec:
     l2_bytes: int | None = dataclasses.field(default=None, metadata=_meta("bytes"))
     smem_per_sm_bytes: int | None = dataclasses.field(default=None, metadata=_meta("bytes"))
     num_sms: int | None = dataclasses.field(default=None, metadata=_meta("SMs"))
+    sm_clock_hz: float | None = dataclasses.field(default=None, metadata=_meta("Hz"))
     vmem_bytes: int | None = dataclasses.field(default=None, metadata=_meta("bytes"))
     tensor_cores_per_chip: int | None = dataclasses.field(default=None, metadata=_meta("cores"))
     torus_dims: int | None = dataclasses.field(default=None, metadata=_meta("dimensions"))

@@ -33,6 +33,7 @@ _ORDER = (
     "l2_bytes",
     "smem_per_sm_bytes",
     "num_sms",
+    "sm_clock_hz",
     "vmem_bytes",
     "tensor_cores_per_chip",
     "kernel_launch_overhead_s",

@@ -273,6 +273,47 @@ def compute_time(instr: Instruction, comp: Computation, module: Module, spec, fl
     return (None if unmodeled and t == 0.0 else t), key_used, unmodeled, notes
 
 
+def _gpu_gemm_time(instr: Instruction, comp: Computation, module: Module, spec):
+    """(tile seconds, fixed seconds, notes) of a GEMM kernel from the GPU GEMM model
+    (passes/gpu_kernel_time.py) when ``spec`` is a GPU with its figures and ``instr`` a dot /
+    Triton gemm fusion / cuBLAS gemm on tensor cores; else None. The kernel's duration is
+    their sum; the fixed part is charged with the launch overhead."""
+    from ..hardware.gpu_gemm import gemm_model_applies
+    from .gpu_kernel_time import gemm_kernel_time
+
+    if not gemm_model_applies(spec):
+        return None
+    work = _matrix_work(instr, module)
+    if len(work) != 1:
+        return None
+    m = work[0]
+    owner = module.computations.get(m.computation)
+    lhs = owner.by_name.get(m.operands[0]) if owner is not None and m.operands else None
+    if lhs is None or not lhs.shape.is_array:
+        return None
+    peak, key, _how = matrix_peak(spec, lhs.shape.element_type, _precision(m), m.attrs.get("algorithm"))
+    if key not in _TENSOR_CORE_KEYS:  # CUDA-core f32/f64 dots keep the roofline
+        return None
+    got = gemm_kernel_time(instr, comp, module, spec, peak, key)
+    if got is None:
+        return None
+    t, notes = got
+    # a fusion is one kernel (its split-K reduction is a fusion of its own); a dot or cuBLAS
+    # call runs its split-K reduction inside. (tile time, fixed per-kernel time)
+    kernels = t.kernel_times_s[:1] if instr.opcode == "fusion" else t.kernel_times_s
+    fixed = t.fixed_s * len(kernels)
+    return sum(kernels) - fixed, fixed, notes
+
+
+_TENSOR_CORE_KEYS = frozenset({"bf16", "f16", "tf32", "fp8", "int8", "int4", "fp4"})
+
+
+def _gpu_nccl_time(info, spec, coll) -> float | None:
+    from .gpu_kernel_time import nccl_time
+
+    return nccl_time(info, spec, coll.spans_nodes(info, spec.devices_per_node))
+
+
 # ---- network ----------------------------------------------------------------------------
 
 def _is_collective(row) -> bool:
@@ -293,7 +334,9 @@ def network_time(row, comp: Computation, module: Module, spec) -> tuple[float | 
             info = coll.collective_info(row.instr, comp, module)
         if info is None:
             return None, "network time unmodeled: collectives pass gave no information"
-        t = coll.collective_time_s(info, spec)
+        t = _gpu_nccl_time(info, spec, coll)  # GPU specs: the NCCL model (hardware/nccl.py)
+        if t is None:
+            t = coll.collective_time_s(info, spec)
     except (AttributeError, ValueError, KeyError, IndexError, TypeError) as e:
         return None, f"network time unmodeled: {type(e).__name__}: {e}"
     if t is None:
@@ -338,6 +381,10 @@ def instruction_time(row, module: Module, spec, reuse: ReuseAnalysis,
     if pe.host_to_device_bytes or pe.device_to_host_bytes:
         unmodeled.append("host <-> device transfer time unmodeled (no host link bandwidth in the spec)")
     comp_t, key, cu, cn = compute_time(instr, comp, module, spec, pe.flops, pe.transcendentals)
+    gemm = _gpu_gemm_time(instr, comp, module, spec) if comp_t is not None else None
+    if gemm is not None:  # the kernel's tiles (math and loads, waves) + its fixed cost
+        comp_t = gemm[0]
+        cn = [*cn, *gemm[2], f"GEMM kernel fixed cost {gemm[1]:.3g} s counted with the launch overhead"]
     unmodeled.extend(cu)
     notes.extend(cn)
     net: float | None = 0.0
@@ -346,6 +393,8 @@ def instruction_time(row, module: Module, spec, reuse: ReuseAnalysis,
         if why:
             unmodeled.append(why)
     overhead = spec.kernel_launch_overhead_s if _launches_kernel(instr) else 0.0
+    if gemm is not None:
+        overhead += gemm[1]
     parts = {"compute": comp_t or 0.0, "memory": mem, "network": net or 0.0}
     work = max(parts.values())
     per_exec = overhead + work

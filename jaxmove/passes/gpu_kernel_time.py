@@ -1,0 +1,166 @@
+"""GPU kernel time of GEMMs and collectives from the structural models in jaxmove/hardware.
+
+`gemm_kernel_time` reads a GEMM kernel's sizes (and its tiles when the program has them) from
+the HLO and asks ``jaxmove/hardware/gpu_gemm.py``; `nccl_time` gives a collective's time from
+``jaxmove/hardware/nccl.py``. ``passes/timing.py`` calls both for GPU specs that have the
+figures the models need; for other specs they return None and the roofline applies.
+
+GEMM kernels recognised:
+
+* ``dot`` (a dot left unfused; XLA:GPU would run it through cuBLAS);
+* a ``fusion`` of kind ``kCustom`` whose ``backend_config.fusion_backend_config.kind`` is
+  ``__triton_nested_gemm_fusion`` or ``__triton_gemm``, with the dot inside it. Tiles come
+  from ``block_level_fusion_config.output_tiles`` (the last two sizes are BM x BN, the dot's
+  own ``backend_config.sizes`` is BK) or from ``triton_gemm_config`` (block_m, block_n,
+  block_k, split_k). A config with ``num_stages`` = 1 is XLA's un-autotuned default (what a
+  deviceless compile prints): then the model picks the tiles, as XLA's autotuner would on
+  the device, and says so in a note;
+* ``custom-call`` to ``__cublas$gemm``, ``__cublas$lt$matmul``, ``__cublas$lt$matmul$f8``
+  (sizes from ``gemm_backend_config.dot_dimension_numbers``).
+"""
+
+from __future__ import annotations
+
+import math
+
+from ..hardware import gpu_gemm, nccl
+from ..hlo import Computation, Instruction, Module
+
+__all__ = ["CUBLAS_GEMM_TARGETS", "TRITON_GEMM_KINDS", "gemm_kernel_time", "nccl_time"]
+
+CUBLAS_GEMM_TARGETS = frozenset({"__cublas$gemm", "__cublas$lt$matmul", "__cublas$lt$matmul$f8"})
+TRITON_GEMM_KINDS = frozenset({"__triton_nested_gemm_fusion", "__triton_gemm"})
+
+
+def _ints(v) -> tuple[int, ...]:
+    if v is None:
+        return ()
+    if isinstance(v, (list, tuple)):
+        return tuple(int(x) for x in v)
+    return tuple(int(x) for x in str(v).strip("{} ").split(",") if x.strip())
+
+
+def _elem_bytes(shape) -> float:
+    n = math.prod(shape.dims) if shape.dims else 1
+    return shape.byte_size / n if n else 0.0
+
+
+def _first_array(shape):
+    return shape.tuple_shapes[0] if shape.is_tuple and shape.tuple_shapes else shape
+
+
+def _sizes(lhs, rhs, out, lhs_batch, lhs_contract, rhs_batch, rhs_contract):
+    """(b, m, n, k) of a dot from its operand shapes and dimension numbers."""
+    b = math.prod(lhs.dims[d] for d in lhs_batch) if lhs_batch else 1
+    k = math.prod(lhs.dims[d] for d in lhs_contract) if lhs_contract else 1
+    m = math.prod(s for i, s in enumerate(lhs.dims) if i not in lhs_batch and i not in lhs_contract)
+    n = math.prod(s for i, s in enumerate(rhs.dims) if i not in rhs_batch and i not in rhs_contract)
+    return b, m, n, k
+
+
+def _dot_sizes(dot: Instruction, comp: Computation):
+    ops = [comp.by_name.get(o) for o in dot.operands[:2]]
+    if len(ops) < 2 or None in ops:
+        return None
+    a = dot.attrs
+    return (ops[0].shape, ops[1].shape,
+            _sizes(ops[0].shape, ops[1].shape, dot.shape, _ints(a.get("lhs_batch_dims")),
+                   _ints(a.get("lhs_contracting_dims")), _ints(a.get("rhs_batch_dims")),
+                   _ints(a.get("rhs_contracting_dims"))))
+
+
+def _triton_tile(instr: Instruction, dot: Instruction) -> tuple[gpu_gemm.GemmConfig | None, str | None]:
+    """(program tile, note) of a Triton gemm fusion; (None, note) when it gives none usable."""
+    bc = instr.backend_config or {}
+    fbc = bc.get("fusion_backend_config", {}) if isinstance(bc, dict) else {}
+    tg = fbc.get("triton_gemm_config") if isinstance(fbc, dict) else None
+    if isinstance(tg, dict) and tg.get("block_m"):
+        cfg = gpu_gemm.GemmConfig(int(tg["block_m"]), int(tg["block_n"]), int(tg["block_k"]),
+                                  int(tg.get("split_k", 1) or 1))
+        stages = int(tg.get("num_stages", 2) or 2)
+    else:
+        blc = fbc.get("block_level_fusion_config") if isinstance(fbc, dict) else None
+        tiles = (blc or {}).get("output_tiles") if isinstance(blc, dict) else None
+        sizes = _ints(tiles[0].get("sizes")) if tiles and isinstance(tiles[0], dict) else ()
+        dbc = dot.backend_config or {}
+        bk = _ints(dbc.get("sizes")) if isinstance(dbc, dict) else ()
+        if len(sizes) < 2 or not bk:
+            return None, None
+        cfg = gpu_gemm.GemmConfig(sizes[-2], sizes[-1], bk[0], 1)
+        stages = int(blc.get("num_stages", 2) or 2)
+    shown = f"{cfg.block_m}x{cfg.block_n}x{cfg.block_k}" + (f" split-K {cfg.split_k}" if cfg.split_k > 1 else "")
+    if stages <= 1:
+        return None, (f"the program's tiles {shown} with num_stages=1 are XLA's un-autotuned default "
+                      "(a deviceless compile): timed with the tiles the model's autotuner picks")
+    return cfg, f"tiles {shown} from the program's backend_config"
+
+
+def _gemm_operands(instr: Instruction, comp: Computation, module: Module):
+    """(lhs shape, rhs shape, out shape, (b, m, n, k), program tile, notes) or None."""
+    notes: list[str] = []
+    if instr.opcode == "dot":
+        got = _dot_sizes(instr, comp)
+        return None if got is None else (*got[:2], instr.shape, got[2], None, notes)
+    if instr.opcode == "custom-call" and (instr.custom_call_target or "") in CUBLAS_GEMM_TARGETS:
+        bc = instr.backend_config or {}
+        g = bc.get("gemm_backend_config", bc) if isinstance(bc, dict) else {}
+        dn = g.get("dot_dimension_numbers") if isinstance(g, dict) else None
+        ops = [comp.by_name.get(o) for o in instr.operands[:2]]
+        if not isinstance(dn, dict) or len(ops) < 2 or None in ops:
+            return None
+        lhs, rhs = ops[0].shape, ops[1].shape
+        sizes = _sizes(lhs, rhs, None, _ints(dn.get("lhs_batch_dimensions")),
+                       _ints(dn.get("lhs_contracting_dimensions")), _ints(dn.get("rhs_batch_dimensions")),
+                       _ints(dn.get("rhs_contracting_dimensions")))
+        notes.append(f"cuBLAS gemm ({instr.custom_call_target}): tiles picked by the model")
+        return lhs, rhs, _first_array(instr.shape), sizes, None, notes
+    if instr.opcode == "fusion" and instr.attrs.get("kind", "").strip() == "kCustom":
+        bc = instr.backend_config or {}
+        fbc = bc.get("fusion_backend_config", {}) if isinstance(bc, dict) else {}
+        if not isinstance(fbc, dict) or fbc.get("kind") not in TRITON_GEMM_KINDS:
+            return None
+        fc = module.computations.get(instr.called_computations[0]) if instr.called_computations else None
+        dots = [i for i in fc.instructions if i.opcode == "dot"] if fc is not None else []
+        if len(dots) != 1:
+            return None
+        got = _dot_sizes(dots[0], fc)
+        if got is None:
+            return None
+        tile, note = _triton_tile(instr, dots[0])
+        if note:
+            notes.append(note)
+        return (*got[:2], _first_array(instr.shape), got[2], tile, notes)
+    return None
+
+
+def gemm_kernel_time(instr: Instruction, comp: Computation, module: Module, spec, peak: float | None,
+                     peak_key: str | None) -> tuple[gpu_gemm.GemmTime, list[str]] | None:
+    """The GPU GEMM model's time of one GEMM kernel (module docstring), with notes; None when
+    ``instr`` is no GEMM kernel this model reads, the spec lacks the GPU figures
+    (`gpu_gemm.gemm_model_applies`) or ``peak`` (FLOP/s of its operands) is unknown."""
+    if not peak or not gpu_gemm.gemm_model_applies(spec):
+        return None
+    got = _gemm_operands(instr, comp, module)
+    if got is None:
+        return None
+    lhs, rhs, out, (b, m, n, k), tile, notes = got
+    if min(b, m, n, k) < 1:
+        return None
+    t = gpu_gemm.gemm_time(spec, b=b, m=m, n=n, k=k, peak_flops_per_s=peak, peak_key=peak_key,
+                           lhs_bytes=_elem_bytes(lhs), rhs_bytes=_elem_bytes(rhs),
+                           out_bytes=_elem_bytes(out), tile=tile,
+                           allow_split_k=instr.opcode != "fusion")
+    c = t.config
+    notes.append(f"GPU GEMM model (hardware/gpu_gemm.py): b={b} m={m} n={n} k={k}, CTA tile "
+                 f"{c.block_m}x{c.block_n}x{c.block_k}" + (f", split-K {c.split_k}" if c.split_k > 1 else "")
+                 + f", {t.ctas} CTAs in {t.waves} wave(s) on {spec.num_sms} SMs, {t.bound}-bound")
+    return t, notes
+
+
+def nccl_time(info, spec, spans_nodes: bool) -> float | None:
+    """NCCL model time of a collective (``CollectiveInfo``) on a GPU spec; None when the model
+    does not apply (not a GPU spec, or no link bandwidth)."""
+    if not nccl.nccl_model_applies(spec):
+        return None
+    return nccl.collective_time_s(info.kind, info.wire_bytes, info.group_size, spec,
+                                  spans_nodes=spans_nodes)
