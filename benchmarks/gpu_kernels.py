@@ -5,9 +5,8 @@ Writes ``benchmarks/gpu_kernels.md``. Data (``../shared/data``, see its README.m
 ``xla_collectives_h100.csv`` (default_collective_perf_table.txtpb, sm_90).
 
 Method:
-  * Shapes are split in two halves at random (numpy seed 0; one GEMM shape (b, m, n, k) with all
-    its dtypes goes to one half; one collective (opcode, group) configuration with all its
-    sizes... no: each collective row on its own). The fitted constants of
+  * Rows are split in two halves at random (numpy seed 0): a GEMM shape (b, m, n, k) goes to
+    one half with all its dtypes; collective rows are split one by one. The fitted constants of
     ``jaxmove/hardware/gpu_gemm.py`` (GemmParams) and ``jaxmove/hardware/nccl.py``
     (NcclParams) are fitted on the first half (least squares on log time, scipy's
     Nelder-Mead); every figure in the report is on the other half.
