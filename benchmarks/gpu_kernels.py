@@ -8,7 +8,7 @@ Method:
   * Rows are split in two halves at random (numpy seed 0): a GEMM shape (b, m, n, k) goes to
     one half with all its dtypes; collective rows are split one by one. The fitted constants of
     ``jaxmove/hardware/gpu_gemm.py`` (GemmParams) and ``jaxmove/hardware/nccl.py``
-    (NcclParams) are fitted on the first half (least squares on log time, scipy's
+    (NcclParams) are fitted on the first half (mean absolute error of log time, scipy's
     Nelder-Mead); every figure in the report is on the other half.
   * What the table measures: XLA's ``matmul_perf_table_gen`` records the *median kernel
     duration* over the CUPTI kernel events of 5 x 2 runs of a one-dot program
