@@ -136,10 +136,10 @@ def test_chromium_renders_escaped_and_sortable(chromium, hostile_report, tmp_pat
     assert 'data-ready="1"' in dom                       # our script ran
     assert "<pwned-marker" not in dom and "<pwned-img" not in dom   # the planted ones did not
     assert "&lt;script&gt;document.body.appendChild" in dom       # shown as text
-    # The page sorts on load by #sort=TABLE:COLUMN:DIR. Column 6 is "HBM read".
+    # The page sorts on load by #sort=TABLE:COLUMN:DIR. Column 7 is "HBM read".
     for direction in ("asc", "desc"):
-        dom = dump_dom(chromium, f"{path.as_uri()}#sort=instructions:6:{direction}", tmp_path)
-        p = _Rows("instructions", 6)
+        dom = dump_dom(chromium, f"{path.as_uri()}#sort=instructions:7:{direction}", tmp_path)
+        p = _Rows("instructions", 7)
         p.feed(dom)
         vals = [float(v) for v in p.values]
         assert len(vals) == 4     # negate, add, custom-call (unmodeled, but listed), multiply
@@ -195,3 +195,95 @@ def test_plots_draw(tmp_path):
     plt.close(fig)
     with pytest.raises(ValueError, match="hardware"):
         plots.roofline(jaxmove.analyze("gpt-tiny-decode"))
+
+
+# ---- layout (issue 16): labels not clipped, names not broken, shapes shown ------------------
+
+LONG_SRC = ("/home/someone/projects/a-rather-long-project-name/.venv/lib/python3.11/site-packages/"
+            "flax/nnx/nn/a_module_with_a_long_file_name_for_the_layout_test.py")
+LAYOUT_HLO = f"""\
+HloModule layout, entry_computation_layout={{(f32[256,256]{{1,0}})->(f32[256,256]{{1,0}}, f32[256,256]{{1,0}})}}
+
+ENTRY %main (x: f32[256,256]) -> (f32[256,256], f32[256,256]) {{
+  %x = f32[256,256]{{1,0}} parameter(0)
+  %dynamic-update-slice_convert_bitcast_fusion.12345 = f32[256,256]{{1,0}} negate(%x), metadata={{op_name="jit(f)/layers_0/attn/neg" source_file="{LONG_SRC}" source_line=1342}}
+  %a = f32[256,256]{{1,0}} add(%dynamic-update-slice_convert_bitcast_fusion.12345, %x), metadata={{op_name="jit(f)/layers_0/attn/add" source_file="/tmp/m.py" source_line=3}}
+  %big_without_source = f32[256,256]{{1,0}} exponential(%x)
+  %big_without_source.2 = f32[256,256]{{1,0}} multiply(%big_without_source, %x)
+  ROOT %out = (f32[256,256]{{1,0}}, f32[256,256]{{1,0}}) tuple(%a, %big_without_source.2)
+}}
+"""
+
+# Measures the rendered page and writes the findings onto <body> (the page's CSP allows
+# inline scripts; nothing is fetched).
+_MEASURE = r"""<script>
+window.addEventListener("load", function(){
+  var clipped = [], wrapped = [], first = {}, labels = 0;
+  document.querySelectorAll("svg").forEach(function(svg){
+    var box = svg.getBoundingClientRect();
+    svg.querySelectorAll("text.label").forEach(function(t){
+      var r = t.getBoundingClientRect(); labels += 1;
+      if (r.left < box.left - 0.5 || r.right > box.right + 0.5) clipped.push(t.textContent);
+    });
+    var title = svg.querySelector("title"), lab = svg.querySelector("text.label");
+    if (title && lab) first[title.textContent] = lab.lastChild.textContent;
+  });
+  document.querySelectorAll("#instructions td.name").forEach(function(td){
+    var range = document.createRange(); range.selectNodeContents(td);
+    if (range.getClientRects().length > 1) wrapped.push(td.textContent);
+  });
+  document.body.setAttribute("data-clipped", JSON.stringify(clipped));
+  document.body.setAttribute("data-wrapped", JSON.stringify(wrapped));
+  document.body.setAttribute("data-first-bars", JSON.stringify(first));
+  document.body.setAttribute("data-labels", String(labels));
+  document.body.setAttribute("data-measured", "1");
+});
+</script>"""
+
+
+def _attr(dom: str, name: str) -> str:
+    import html as _h
+    m = re.search(name + r'="([^"]*)"', dom)
+    assert m, f"{name} not in the DOM"
+    return _h.unescape(m.group(1))
+
+
+def _png_size(path) -> tuple[int, int]:
+    data = path.read_bytes()
+    assert data[:8] == b"\x89PNG\r\n\x1a\n", "not a PNG"
+    return int.from_bytes(data[16:20], "big"), int.from_bytes(data[20:24], "big")
+
+
+def test_chromium_layout(chromium, tmp_path):
+    import json as _json
+
+    src = tmp_path / "layout.hlo"
+    src.write_text(LAYOUT_HLO)
+    report = jaxmove.analyze(str(src), hardware="h100-sxm")
+    page = render_html(report)
+    path = tmp_path / "layout.html"
+    path.write_text(page.replace("</body>", _MEASURE + "</body>"), encoding="utf-8")
+    for width in (900, 1400):   # a narrow window and a wide one
+        cmd = [chromium, "--headless", "--no-sandbox", "--disable-gpu", "--hide-scrollbars",
+               f"--window-size={width},1600", f"--user-data-dir={tmp_path / 'chrome-profile'}",
+               "--run-all-compositor-stages-before-draw", "--virtual-time-budget=5000"]
+        dom = subprocess.run(cmd + ["--dump-dom", path.as_uri()], capture_output=True, text=True,
+                             timeout=120).stdout
+        assert _attr(dom, "data-measured") == "1" and int(_attr(dom, "data-labels")) >= 10
+        assert _json.loads(_attr(dom, "data-clipped")) == [], f"chart labels cut at {width}px"
+        assert _json.loads(_attr(dom, "data-wrapped")) == [], f"instruction names broken at {width}px"
+        first = _json.loads(_attr(dom, "data-first-bars"))
+        # the two instructions without a source line move the most bytes, yet "(no source)" is
+        # no place in the program: it is not the first bar of the by-source chart
+        src_chart = next(v for k, v in first.items() if k.startswith("HBM bytes by source line"))
+        assert src_chart != "(no source)"
+        shot = tmp_path / f"layout-{width}.png"
+        res = subprocess.run(cmd + [f"--screenshot={shot}", path.as_uri()], capture_output=True,
+                             timeout=120)
+        assert res.returncode == 0 and shot.is_file(), res.stderr[-2000:]
+        assert _png_size(shot) == (width, 1600)
+    # the whole path is on the page (relative to the package root), and the shapes are shown
+    assert "a_module_with_a_long_file_name_for_the_layout_test.py:1342" in page
+    assert "f32[256,256]" in page and "\u2190" in page
+    # the chart's label is the path relative to the package root, whole (the tooltip has it all)
+    assert "</title>flax/nnx/nn/a_module_with_a_long_file_name_for_the_layout_test.py:1342</text>" in page

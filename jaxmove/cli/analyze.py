@@ -26,12 +26,12 @@ def _cmd_analyze(args: argparse.Namespace) -> int:
         out = report.to_json()
         if args.by:
             from ..report.attribution import by_json
-            out.update(by_json(report, args.by, out))
+            out.update(by_json(report, args.by, out, rollup=getattr(args, "rollup", False)))
         json.dump(out, sys.stdout, indent=1)
         sys.stdout.write("\n")
     elif args.by:
         from ..report.table import render_groups
-        render_groups(report, args.by)
+        render_groups(report, args.by, rollup=getattr(args, "rollup", False))
     else:
         render_report(report, top=args.top)
     return 0
@@ -64,6 +64,9 @@ def add_analyze_command(sub) -> None:
     a.add_argument("--by", choices=("source", "module", "opcode", "fusion_kind", "role"),
                    help="aggregate instructions by source line, module path (op_name), opcode, "
                         "fusion kind or tensor role (table; with --json adds by_<key>)")
+    a.add_argument("--rollup", action="store_true",
+                   help="with --by module: merge repeated layers (layers_3/attn -> layers_*/attn); "
+                        "with --json adds by_module_rollup")
     a.add_argument("--html", metavar="FILE", help="also write a self-contained HTML report")
     a.add_argument("--trace", metavar="FILE",
                    help="also write a Chrome trace (JSON, opens in Perfetto) of the estimated timeline")

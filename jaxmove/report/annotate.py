@@ -17,7 +17,11 @@ with the most HBM bytes), ``paths`` (non-zero data-path bytes), and when present
 ``est_time_s``, ``bound``, ``intensity`` (flops per HBM byte), ``modeled_hbm_bytes`` (with
 the tiling re-reads of the time model, when it differs), ``onchip_reuse_bytes`` (bytes a
 fusion keeps on chip), the collective (``collective=all-reduce group=4 wire_bytes=...``,
-wire bytes per program run), ``unmodeled``, ``src`` and ``op_name``.
+wire bytes per program run), ``unmodeled``, ``shape`` and ``operand_shapes`` (dtype and
+dimensions without layout, operands separated by ``; ``), ``src`` (inferred from the
+nearest neighbours when XLA dropped the instruction's metadata: ``src_inferred_from``
+names the instruction it was taken from) and ``op_name``. When the report is incomplete
+the first line says so (``// incomplete: N instructions unmodeled ...``).
 Names and paths taken from the program are written as JSON strings, so a newline in them
 cannot end the comment.
 """
@@ -33,6 +37,7 @@ from ..passes.pipeline import InstructionCost
 from .attribution import attribute
 from .columns import QUIET_OPCODES, row_collective, row_reuse, row_time
 from .report import dominant_role
+from .shapes import operand_shapes, shape_text
 
 _COMMENT_ONLY = re.compile(r"^\s*(//.*)?$")
 
@@ -93,9 +98,15 @@ def row_annotation(report, row: InstructionCost) -> str:
             parts.append("async")
     if row.unmodeled:
         parts.append("unmodeled=" + _q("; ".join(row.unmodeled)))
+    parts.append("shape=" + _q(shape_text(row.instr.shape)))
+    if row.instr.operands:
+        parts.append("operand_shapes=" + _q("; ".join(operand_shapes(report.module, row.computation,
+                                                                      row.instr))))
     att = attribute(report.module, row.instr)
     if att.source is not None:
         parts.append("src=" + _q(att.source_key))
+        if att.source_inferred:
+            parts.append("src_inferred_from=" + _q(att.source_inferred_from))
     if att.op_name:
         parts.append("op_name=" + _q(att.op_name))
     return " ".join(parts)
@@ -172,6 +183,11 @@ def annotate(report, hlo_text: str | None = None) -> str:
             ln = f"{ln}  // {' '.join(after[i])}"
         out.append(ln)
     header = ("// jaxmove annotate: figures are totals over one program run (per execution x "
-              "multiplicity x=); bytes in bytes; role = the tensor role with the most HBM bytes")
+              "multiplicity x=); bytes in bytes; role = the tensor role with the most HBM bytes; "
+              "shape / operand_shapes without layout (operands separated by '; '); "
+              "src_inferred_from = the instruction whose source line was taken (XLA dropped this one's)")
+    headline = report.incomplete_headline() if hasattr(report, "incomplete_headline") else None
+    if headline:
+        header = f"// {headline}\n{header}"
     text = header + "\n" + "\n".join(out)
     return text if text.endswith("\n") else text + "\n"

@@ -17,15 +17,30 @@ Two repairs keep the module path about modules: an einsum's subscripts, which
 are dropped; and an instruction whose op_name an XLA pass dropped while rewriting it
 (XLA:CPU's gemv-rewriter re-creates matrix-vector dots without metadata, and its
 reduce-window split of reductions does the same) takes the module path its users share,
-else the one its operands share (``Attribution.module_inferred`` says so).
+else the one its operands share (``Attribution.module_inferred`` says so). Source lines
+are inferred the same way (``Attribution.source_inferred_from`` names the instruction
+whose line was taken): the nearest users that have one, else the nearest operands.
+"Nearest" walks through neighbours that lack the attribute themselves (a weight
+``convert`` feeding a metadata-less ``dot`` feeding the attention fusion takes the
+fusion's line), at most ``MAX_INFERENCE_HOPS`` hops, within the instruction's computation.
+
+Paths are shown (``display_path``) relative to the package root for installed packages
+(``flax/nnx/nn/linear.py``), else to the current directory, else to the standard library;
+the JSON keeps the path as the metadata wrote it.
 
 ``aggregate(report, by)`` sums the per-instruction figures (totals over one program run)
-by source line, module path, opcode, fusion kind or tensor role.
+by source line, module path, opcode, fusion kind or tensor role; ``rollup=True`` merges
+repeated layers of a module path (``layers_3/attn`` -> ``layers_*/attn``, ``rollup_path``).
 """
 
 from __future__ import annotations
 
+import functools
+import os
 import re
+import sysconfig
+import weakref
+from collections import Counter, deque
 from dataclasses import dataclass
 
 from ..hlo import Instruction, Module, SourceLocation
@@ -37,6 +52,8 @@ from .columns import QUIET_OPCODES, row_time
 BY_KEYS = ("source", "module", "opcode", "fusion_kind", "role")
 
 NO_SOURCE = "(no source)"
+#: How far (in operand/user edges) a source line or module path is looked for.
+MAX_INFERENCE_HOPS = 16
 NO_OP_NAME = "(no op_name)"
 TOP_LEVEL = "(top level)"
 
@@ -79,6 +96,62 @@ def _unwrap(component: str) -> str | None:
         component = m.group(2)
 
 
+_PACKAGE_DIRS = ("site-packages", "dist-packages")
+
+
+def display_path(path: str, cwd: str | None = None) -> str:
+    """A source path as a reader wants it: relative to the package root for an installed
+    package (``.../site-packages/flax/nnx/nn/linear.py`` -> ``flax/nnx/nn/linear.py``),
+    else relative to ``cwd`` (default: the current directory) when below it, else to the
+    standard library, else to the root of an editable install that lies there (a package's
+    ``__init__.py`` chain: ``/work/main/models/gpt.py`` -> ``models/gpt.py``... when
+    ``/work/main/models`` is a package), else unchanged. Never shortened in the middle."""
+    norm = path.replace("\\", "/")
+    parts = norm.split("/")
+    for k in range(len(parts) - 2, -1, -1):
+        if parts[k] in _PACKAGE_DIRS:
+            return "/".join(parts[k + 1:])
+    if not os.path.isabs(path):
+        return path
+    cwd = cwd or os.getcwd()
+    for root in (cwd, sysconfig.get_paths().get("stdlib", "")):
+        if root and (path == root or path.startswith(root.rstrip(os.sep) + os.sep)):
+            return os.path.relpath(path, root)
+    return _package_relative(path)
+
+
+@functools.lru_cache(maxsize=4096)
+def _package_relative(path: str) -> str:
+    """``path`` relative to the directory above its outermost package (the folders that
+    hold an ``__init__.py``), or ``path`` when its folder is no package."""
+    d = os.path.dirname(path)
+    top = None
+    try:
+        while d and d != os.path.dirname(d) and os.path.isfile(os.path.join(d, "__init__.py")):
+            top = d
+            d = os.path.dirname(d)
+    except OSError:
+        return path
+    return os.path.relpath(path, os.path.dirname(top)) if top else path
+
+
+_LAYER = re.compile(r"^(?:(.*[_-])?\d+|\d+)$")
+
+
+def rollup_path(module_path: str) -> str:
+    """Merge repeated layers: every path component that is a number or ends in ``_<n>``
+    / ``-<n>`` gets ``*`` for the number (``layers_3/attn`` -> ``layers_*/attn``,
+    ``h/11/mlp`` -> ``h/*/mlp``, ``Dense_0`` -> ``Dense_*``). Keys such as ``(no op_name)``
+    are returned unchanged."""
+    if module_path.startswith("("):
+        return module_path
+    out = []
+    for c in module_path.split("/"):
+        m = _LAYER.match(c)
+        out.append(((m.group(1) or "") + "*") if m else c)
+    return "/".join(out)
+
+
 @dataclass(frozen=True, slots=True)
 class Attribution:
     """Where one instruction came from.
@@ -94,6 +167,9 @@ class Attribution:
       primitive: the op_name's last component (``dot_general``), or "".
       module_inferred: True when the instruction has no op_name and ``module_path`` is
         the path its neighbours share (see the module docstring).
+      source_inferred_from: "" when ``source`` is the instruction's own (or its fused
+        instructions'); else the name of the neighbouring instruction whose source line
+        was taken (``source`` is then that line, ``stack`` empty).
     """
 
     source: SourceLocation | None
@@ -103,11 +179,26 @@ class Attribution:
     module_path: str
     primitive: str
     module_inferred: bool = False
+    source_inferred_from: str = ""
+
+    @property
+    def source_inferred(self) -> bool:
+        """True when ``source`` was taken from a neighbouring instruction."""
+        return bool(self.source_inferred_from)
 
     @property
     def source_key(self) -> str:
-        """``file:line`` of the innermost frame, or ``(no source)``."""
+        """``file:line`` of the innermost frame (as the metadata wrote the path), or
+        ``(no source)``."""
         return f"{self.source.file}:{self.source.line}" if self.source else NO_SOURCE
+
+    @property
+    def source_label(self) -> str:
+        """``display_path(file):line`` (``flax/nnx/nn/linear.py:1342``), prefixed with
+        ``≈`` when inferred; ``(no source)`` when there is none."""
+        if self.source is None:
+            return NO_SOURCE
+        return ("≈ " if self.source_inferred else "") + f"{display_path(self.source.file)}:{self.source.line}"
 
     @property
     def module_key(self) -> str:
@@ -184,38 +275,120 @@ def _common_prefix(paths: list[list[str]]) -> list[str]:
     return out
 
 
+class _ModuleIndex:
+    """Per-module lookups the inference needs, built once: each instruction's computation,
+    and the attributions already computed (attribution is a pure function of the module)."""
+
+    def __init__(self, module: Module):
+        self.owner: dict[int, object] = {}
+        for comp in module.computations.values():
+            for i in comp.instructions:
+                self.owner[id(i)] = comp
+        self.attributions: dict[int, Attribution] = {}
+
+
+_INDEXES: "weakref.WeakKeyDictionary[Module, _ModuleIndex]" = weakref.WeakKeyDictionary()
+
+
+def _index(module: Module) -> _ModuleIndex:
+    idx = _INDEXES.get(module)
+    if idx is None:
+        idx = _INDEXES[module] = _ModuleIndex(module)
+    return idx
+
+
 def _owner(module: Module, instr: Instruction):
-    for comp in module.computations.values():
+    comp = _index(module).owner.get(id(instr))
+    if comp is not None and comp.by_name.get(instr.name) is instr:
+        return comp
+    for comp in module.computations.values():   # the module changed since it was indexed
         if comp.by_name.get(instr.name) is instr:
             return comp
     return None
 
 
+def _nearest(comp, instr: Instruction, has, direction: str) -> list[Instruction]:
+    """The nearest instructions in one direction (``users`` or ``operands``) for which
+    ``has(i)`` holds: breadth first, walking on only through neighbours for which it does
+    not, at most MAX_INFERENCE_HOPS hops; the first hop that finds any returns all it found
+    (in printed order). Parameters end a walk: they carry no scope or line of the program."""
+    seen = {instr.name}
+    frontier = [instr]
+    for _ in range(MAX_INFERENCE_HOPS):
+        nxt: list[Instruction] = []
+        for cur in frontier:
+            group = comp.users(cur.name) if direction == "users" else comp.operand_instructions(cur)
+            for n in group:
+                if n.name not in seen and n.opcode != "parameter":
+                    seen.add(n.name)
+                    nxt.append(n)
+        found = [n for n in nxt if has(n)]
+        if found:
+            return found
+        if not nxt:
+            return []
+        frontier = nxt
+    return []
+
+
 def neighbour_module_path(module: Module, instr: Instruction) -> str:
-    """The module path shared by ``instr``'s users (those with an op_name naming a scope),
-    else by its non-parameter operands; "" when neither group has one in common.
+    """The module path shared by ``instr``'s nearest users with an op_name naming a scope,
+    else by its nearest non-parameter operands; "" when neither group has one in common.
 
     For instructions an XLA pass re-created without metadata: the rewritten op computes
     a value for its users, so their scope is the best witness, its operands' the next.
-    One hop only (neighbours without op_name are skipped).
+    Neighbours without op_name are walked through (``_nearest``).
     """
     comp = _owner(module, instr)
     if comp is None:
         return ""
-    for group in (comp.users(instr.name),
-                  [o for o in comp.operand_instructions(instr) if o.opcode != "parameter"]):
-        paths = [parts for op_name, parts in (_module_parts(module, i) for i in group)
-                 if op_name and parts]
+
+    def has(i):
+        op_name, parts = _module_parts(module, i)
+        return bool(op_name and parts)
+
+    for direction in ("users", "operands"):
+        group = _nearest(comp, instr, has, direction)
+        paths = [_module_parts(module, i)[1] for i in group]
         common = _common_prefix(paths) if paths else []
         if common:
             return "/".join(common)
     return ""
 
 
+def neighbour_source(module: Module, instr: Instruction) -> tuple[SourceLocation, str] | None:
+    """(source location, instruction it was taken from) for an instruction without one:
+    the line most of its nearest users with a source line share (the first of them in
+    printed order on a tie), else the same over its nearest operands; None when neither
+    direction reaches one (``_nearest``)."""
+    comp = _owner(module, instr)
+    if comp is None:
+        return None
+
+    def has(i):
+        return module.source_location(i) is not None
+
+    for direction in ("users", "operands"):
+        group = _nearest(comp, instr, has, direction)
+        if group:
+            locs = [module.source_location(i) for i in group]
+            counts = Counter((loc.file, loc.line) for loc in locs)
+            best = max(counts.values())
+            for i, loc in zip(group, locs):
+                if counts[(loc.file, loc.line)] == best:
+                    return loc, i.name
+    return None
+
+
 def attribute(module: Module, instr: Instruction) -> Attribution:
     """Source location, stack, name stack and module path of one instruction (a fusion
     without metadata is attributed through its fused instructions; an instruction with
-    no op_name at all through its neighbours, ``neighbour_module_path``)."""
+    no op_name or no source line at all through its neighbours, ``neighbour_module_path``
+    and ``neighbour_source``). Cached per module."""
+    idx = _index(module)
+    cached = idx.attributions.get(id(instr))
+    if cached is not None:
+        return cached
     source = module.source_location(instr)
     original = instr
     instr = metadata_instruction(module, instr)
@@ -229,24 +402,42 @@ def attribute(module: Module, instr: Instruction) -> Attribution:
     if not op_name:
         module_path = neighbour_module_path(module, original)
         inferred = bool(module_path)
-    return Attribution(source, source_stack(module, instr), op_name,
-                       "/".join(scopes), module_path, primitive, inferred)
+    stack, source_from = source_stack(module, instr), ""
+    if source is None:
+        found = neighbour_source(module, original)
+        if found is not None:
+            source, source_from = found
+            stack = ()
+    att = Attribution(source, stack, op_name, "/".join(scopes), module_path, primitive, inferred,
+                      source_from)
+    idx.attributions[id(original)] = att
+    return att
 
 
-def row_key(report, row: InstructionCost, by: str) -> str:
-    """The group of one row under ``by`` (one of BY_KEYS except ``role``)."""
+def row_key(report, row: InstructionCost, by: str, rollup: bool = False) -> str:
+    """The group of one row under ``by`` (one of BY_KEYS except ``role``); with ``rollup``
+    a module path has its repeated layers merged (``rollup_path``)."""
     if by == "source":
         return attribute(report.module, row.instr).source_key
     if by == "module":
-        return attribute(report.module, row.instr).module_key
+        key = attribute(report.module, row.instr).module_key
+        return rollup_path(key) if rollup else key
     if by == "opcode":
         return row.instr.opcode
     if by == "fusion_kind":
         if row.instr.opcode == "fusion":
             return row.instr.fusion_kind or "(fusion without kind)"
         return f"(not a fusion: {row.instr.opcode})"
-    from ..errors import UsageError
-    raise UsageError(f"--by expects one of {', '.join(BY_KEYS)}, got '{by}'")
+    raise ValueError(f"--by expects one of {', '.join(BY_KEYS)}, got '{by}'")
+
+
+def _inferred(report, row: InstructionCost, by: str) -> bool:
+    """Whether the row's group under ``by`` was inferred from its neighbours."""
+    if by == "source":
+        return attribute(report.module, row.instr).source_inferred
+    if by == "module":
+        return attribute(report.module, row.instr).module_inferred
+    return False
 
 
 @dataclass(frozen=True, slots=True)
@@ -263,6 +454,11 @@ class Group:
       est_time_s: summed estimated time when the report has times, else None (a sum of
         per-instruction times, not a schedule).
       names: instruction names, costliest (HBM bytes) first.
+      inferred: how many of the instructions have the key by inference from their
+        neighbours (a source line or module path they lack themselves).
+      label: the key as shown (a source key with its path made readable,
+        ``display_path``); the key itself otherwise.
+      merged: for a rolled-up module path, how many distinct paths it merges (else 1).
     """
 
     key: str
@@ -271,15 +467,26 @@ class Group:
     flops: int | None
     est_time_s: float | None
     names: tuple[str, ...]
+    inferred: int = 0
+    label: str = ""
+    merged: int = 1
+
+    @property
+    def shown(self) -> str:
+        """``label`` or ``key``."""
+        return self.label or self.key
 
     def to_json(self) -> dict:
         t = self.total
-        out = {"key": self.key, "instructions": self.instructions, "flops": self.flops,
+        out = {"key": self.key, "label": self.shown, "instructions": self.instructions,
+               "inferred_instructions": self.inferred, "flops": self.flops,
                "hbm_read_bytes": t.hbm_read_bytes, "hbm_write_bytes": t.hbm_write_bytes,
                "by_path": {p: t.path_bytes(p) for p in PATHS if t.path_bytes(p)},
                "instruction_names": list(self.names[:20])}
         if self.est_time_s is not None:
             out["est_time_s"] = self.est_time_s
+        if self.merged != 1:
+            out["merged_paths"] = self.merged
         return out
 
 
@@ -296,13 +503,23 @@ def _sum_time(report, rows: list[InstructionCost]) -> float | None:
     return float(sum(ts)) if ts else None
 
 
-def aggregate(report, by: str) -> list[Group]:
+def _label(by: str, key: str) -> str:
+    if by == "source" and key != NO_SOURCE:
+        file, _, line = key.rpartition(":")
+        return f"{display_path(file)}:{line}" if file else key
+    return key
+
+
+def aggregate(report, by: str, rollup: bool = False) -> list[Group]:
     """Group the report's instructions by ``by`` and sum their figures.
 
     Args:
       report: a Report.
-      by: ``source`` (``file:line`` of the innermost frame), ``module`` (Flax module /
-        named-scope path from op_name), ``opcode``, ``fusion_kind`` or ``role``.
+      by: ``source`` (``file:line`` of the innermost frame, inferred from neighbours for an
+        instruction without one), ``module`` (Flax module / named-scope path from op_name),
+        ``opcode``, ``fusion_kind`` or ``role``.
+      rollup: with ``by="module"``, merge repeated layers (``layers_*/attn``,
+        ``rollup_path``); ignored otherwise.
     Returns:
       Groups sorted by HBM bytes (then flops), largest first. For every key except
       ``role`` the groups partition the rows of ``report_rows(report)``, so the group
@@ -314,6 +531,7 @@ def aggregate(report, by: str) -> list[Group]:
     """
     rows = report_rows(report)
     groups: list[Group] = []
+    rollup = rollup and by == "module"
     if by == "role":
         for role in ROLES:
             members = [r for r in rows if any(r.total.role_bytes(role))]
@@ -327,30 +545,37 @@ def aggregate(report, by: str) -> list[Group]:
     else:
         by_key: dict[str, list[InstructionCost]] = {}
         for r in rows:
-            by_key.setdefault(row_key(report, r, by), []).append(r)
+            by_key.setdefault(row_key(report, r, by, rollup), []).append(r)
         for key, members in by_key.items():
             total = Cost()
             for r in members:
                 total = total + r.total
             members.sort(key=lambda r: (r.total.hbm_bytes, r.total.flops), reverse=True)
+            merged = len({row_key(report, r, by) for r in members}) if rollup else 1
             groups.append(Group(key, len(members), total, total.flops, _sum_time(report, members),
-                                tuple(r.instr.name for r in members)))
+                                tuple(r.instr.name for r in members),
+                                sum(_inferred(report, r, by) for r in members), _label(by, key),
+                                merged))
     groups.sort(key=lambda g: (g.total.hbm_bytes, g.flops or 0), reverse=True)
     return groups
 
 
-def by_json(report, by: str, base_json: dict | None = None) -> dict:
+def by_json(report, by: str, base_json: dict | None = None, rollup: bool = False) -> dict:
     """The JSON keys ``jaxmove analyze --by BY --json`` adds to the report's JSON.
 
     For ``source``, ``module``, ``opcode`` and ``fusion_kind``: ``{"by_<by>": [group, ...]}``
-    (``Group.to_json``, largest first). For ``role``, the report already has ``by_role``
+    (``Group.to_json``, largest first); ``--by module --rollup`` adds ``by_module_rollup``
+    (repeated layers merged) beside ``by_module``. For ``role``, the report already has ``by_role``
     (exact role bytes of the program totals); its entries keep their values and gain
     ``instructions`` (how many instructions move bytes of that role) and
     ``instruction_names`` (the costliest 20).
     """
     groups = aggregate(report, by)
     if by != "role":
-        return {f"by_{by}": [g.to_json() for g in groups]}
+        out = {f"by_{by}": [g.to_json() for g in groups]}
+        if rollup and by == "module":
+            out["by_module_rollup"] = [g.to_json() for g in aggregate(report, by, rollup=True)]
+        return out
     base = (base_json or report.to_json())["by_role"]
     out = {}
     for g in groups:

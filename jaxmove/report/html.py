@@ -19,9 +19,10 @@ from datetime import datetime, timezone
 
 from ..passes.cost import PATHS
 from ..vocab import ROLES
-from .attribution import BY_KEYS, aggregate, attribute, report_rows
+from .attribution import BY_KEYS, NO_OP_NAME, NO_SOURCE, aggregate, attribute, report_rows
 from .columns import row_collective, row_measured_s, row_time, times_of
 from .report import dominant_role
+from .shapes import operand_shapes, shape_text
 from .table import human_bytes, human_count
 
 #: At most this many instruction rows are written (the costliest by HBM bytes).
@@ -39,8 +40,14 @@ th,td{padding:.25em .6em;border-bottom:1px solid #e6e8ef;text-align:left;vertica
 td.n,th.n{text-align:right;font-variant-numeric:tabular-nums;white-space:nowrap}
 table.sortable th{cursor:pointer;background:#f4f6fb;position:sticky;top:0;user-select:none}
 table.sortable th.asc:after{content:" \\25B2"} table.sortable th.desc:after{content:" \\25BC"}
-td.name{font-family:ui-monospace,Menlo,Consolas,monospace;word-break:break-all;max-width:28em}
-td.src,td.op{font-family:ui-monospace,Menlo,Consolas,monospace;font-size:.9em;color:#445;word-break:break-all;max-width:26em}
+td.name{font-family:ui-monospace,Menlo,Consolas,monospace;white-space:nowrap}
+td.src,td.op,td.shape{font-family:ui-monospace,Menlo,Consolas,monospace;font-size:.9em;color:#445;max-width:30em}
+td.shape{white-space:nowrap} td.shape .ops{white-space:normal;color:#6b7a8f;font-size:.9em;min-width:14em}
+td.shape span{white-space:nowrap}
+.inferred{font-style:italic;color:#6b7a8f}
+.scroll{overflow-x:auto;max-width:100%}
+.chart svg{max-width:100%;height:auto}
+.incomplete{background:#fdecea;color:#b3261e;border-left:4px solid #b3261e;padding:.5em .8em;font-weight:600}
 .unmodeled{color:#b3261e} .note{color:#7a5b00} #filter{margin:.4em 0;padding:.3em;width:24em}
 details{margin:.4em 0} summary{cursor:pointer;font-weight:600}
 """
@@ -105,21 +112,35 @@ def _fmt_s(x: float | None) -> str:
     return f"{x * 1e9:.3g} ns"
 
 
+#: Width of one character of the charts' monospace labels at 12 px: 0.6 em (7.2 px, the
+#: advance of DejaVu Sans Mono, Menlo, Consolas) plus a margin for wider fallback faces.
+_LABEL_CHAR_PX = 7.4
+
+
 def bar_chart(title: str, items: list[tuple[str, list[float]]], fmt=human_bytes,
-              legend: tuple[str, ...] = (), width: int = 560) -> str:
+              legend: tuple[str, ...] = (), width: int = 560, muted: frozenset[str] = frozenset(),
+              titles: dict[str, str] | None = None) -> str:
     """An inline SVG horizontal bar chart.
 
     Args:
       items: (label, [segment values]) per bar; segments are stacked left to right.
       fmt: formats a bar's total for its value label.
       legend: one name per segment (shown when more than one).
+      width: width of the plot area plus labels when the labels are short; the label
+        column widens to the longest label (never cut), and the page scales the chart
+        down to its column.
+      muted: labels drawn in grey (``(no source)``: not a place in the program).
+      titles: label -> tooltip text (e.g. the full path of a shortened source label).
     Labels are escaped; the chart has no script.
     """
-    bar_h, gap, label_w, value_w = 18, 6, 230, 90
+    bar_h, gap, value_w = 18, 6, 90
+    longest = max((len(label) for label, _ in items), default=0)
+    label_w = max(120, int(longest * _LABEL_CHAR_PX) + 16)
+    plot_w = max(width - 230 - value_w, 240)
+    width = label_w + plot_w + value_w
     top = 24 + (18 if len(legend) > 1 else 0)
     height = top + len(items) * (bar_h + gap) + 6
     vmax = max((sum(v) for _, v in items), default=0) or 1
-    plot_w = width - label_w - value_w
     out = [f'<svg xmlns="http://www.w3.org/2000/svg" role="img" width="{width}" height="{height}" '
            f'viewBox="0 0 {width} {height}" font-size="12" font-family="system-ui,sans-serif">',
            f'<title>{_e(title)}</title><text x="0" y="14" font-weight="600">{_e(title)}</text>']
@@ -129,17 +150,20 @@ def bar_chart(title: str, items: list[tuple[str, list[float]]], fmt=human_bytes,
             out.append(f'<rect x="{x}" y="24" width="10" height="10" fill="{_PALETTE[k % len(_PALETTE)]}"/>'
                        f'<text x="{x + 14}" y="33">{_e(name)}</text>')
             x += 14 + 8 * len(name) + 12
+    titles = titles or {}
     for j, (label, values) in enumerate(items):
         y = top + j * (bar_h + gap)
-        short = label if len(label) <= 34 else "\u2026" + label[-33:]
-        out.append(f'<text x="{label_w - 6}" y="{y + 13}" text-anchor="end"><title>{_e(label)}</title>'
-                   f'{_e(short)}</text>')
+        grey = label in muted
+        out.append(f'<text class="label" x="{label_w - 6}" y="{y + 13}" text-anchor="end" '
+                   f'font-family="ui-monospace,Menlo,Consolas,monospace"'
+                   f'{" fill=" + chr(34) + "#8a93a3" + chr(34) if grey else ""}>'
+                   f'<title>{_e(titles.get(label, label))}</title>{_e(label)}</text>')
         x = float(label_w)
         for k, v in enumerate(values):
             w = plot_w * v / vmax
             if w > 0:
-                out.append(f'<rect x="{x:.1f}" y="{y}" width="{w:.1f}" height="{bar_h}" '
-                           f'fill="{_PALETTE[k % len(_PALETTE)]}"/>')
+                fill = "#c4c9d4" if grey else _PALETTE[k % len(_PALETTE)]
+                out.append(f'<rect x="{x:.1f}" y="{y}" width="{w:.1f}" height="{bar_h}" fill="{fill}"/>')
             x += w
         out.append(f'<text x="{x + 4:.1f}" y="{y + 13}">{_e(fmt(sum(values)))}</text>')
     out.append("</svg>")
@@ -151,10 +175,21 @@ def _th(label: str, num: bool = False) -> str:
     return f"<th{attrs}>{_e(label)}</th>"
 
 
+def _breakable(text: str) -> str:
+    """Escaped ``text`` with a line-break opportunity after every ``/`` (paths and name
+    stacks wrap between components, never inside one)."""
+    return "/<wbr>".join(_e(part) for part in text.split("/"))
+
+
 def _td_num(value, text: str | None = None) -> str:
     if value is None:
         return '<td class="n" data-v=""></td>'
     return f'<td class="n" data-v="{_e(value)}">{_e(text if text is not None else value)}</td>'
+
+
+def _incomplete(report) -> str:
+    headline = report.incomplete_headline() if hasattr(report, "incomplete_headline") else None
+    return f'<p class="incomplete" id="incomplete">{_e(headline)}</p>' if headline else ""
 
 
 def _cards(report) -> str:
@@ -171,7 +206,9 @@ def _cards(report) -> str:
     times = times_of(report)
     est = getattr(times, "est_time_s", None)
     if est is not None:
-        cards.append((_fmt_s(est), "estimated time"))
+        lower = hasattr(report, "complete") and not report.complete
+        cards.append((("\u2265 " if lower else "") + _fmt_s(est),
+                      "estimated time (at least)" if lower else "estimated time"))
     return '<div class="cards">' + "".join(
         f'<div class="card"><b>{_e(v)}</b><span>{_e(k)}</span></div>' for v, k in cards) + "</div>"
 
@@ -188,7 +225,8 @@ def _instruction_table(report, rows) -> str:
     has_times = times_of(report) is not None
     has_coll = any(row_collective(r) is not None for r in rows)
     has_meas = any(row_measured_s(report, r) is not None for r in rows)
-    head = [_th("#", True), _th("instruction"), _th("computation"), _th("op / fusion"), _th("x", True),
+    head = [_th("#", True), _th("instruction"), _th("computation"), _th("op / fusion"),
+            _th("shape \u2190 operand shapes"), _th("x", True),
             _th("flops", True), _th("HBM read", True), _th("HBM written", True),
             _th("flops/byte", True), _th("role")]
     if has_times:
@@ -205,8 +243,14 @@ def _instruction_table(report, rows) -> str:
         kind = r.instr.opcode if r.instr.opcode != "fusion" else f"fusion:{r.instr.fusion_kind or '?'}"
         name_cls = "name unmodeled" if r.unmodeled else "name"
         title = f' title="{_e("unmodeled: " + "; ".join(r.unmodeled))}"' if r.unmodeled else ""
+        ops = operand_shapes(report.module, r.computation, r.instr)
+        ops_html = ", ".join(f"<span>{_e(o)}</span>" for o in ops[:4]) + (
+            f", \u2026 +{len(ops) - 4}" if len(ops) > 4 else "")
+        shape_cell = (f'<td class="shape" title="{_e(shape_text(r.instr.shape))} \u2190 {_e("; ".join(ops))}">'
+                      f'{_e(shape_text(r.instr.shape))}'
+                      + (f'<div class="ops">\u2190 {ops_html}</div>' if ops else "") + "</td>")
         cells = [_td_num(k), f'<td class="{name_cls}"{title}>{_e(r.instr.name)}</td>',
-                 f'<td class="name">{_e(r.computation)}</td>', f"<td>{_e(kind)}</td>",
+                 f'<td class="name">{_e(r.computation)}</td>', f"<td>{_e(kind)}</td>", shape_cell,
                  _td_num(r.multiplicity.count,
                          f"{r.multiplicity.count}{'?' if r.multiplicity.unknown_trip_count else ''}"),
                  _td_num(t.flops, human_count(t.flops)),
@@ -228,23 +272,29 @@ def _instruction_table(report, rows) -> str:
         if has_meas:
             ms = row_measured_s(report, r)
             cells += [_td_num(ms, _fmt_s(ms))]
-        cells += [f'<td class="src" title="{_e(" <- ".join(f"{s.file}:{s.line}" for s in att.stack))}">'
-                  f'{_e(att.source_key if att.source else "")}</td>',
-                  f'<td class="op">{_e(att.op_name)}</td>']
+        if att.source_inferred:
+            src_title = (f"inferred from {att.source_inferred_from} (XLA dropped this instruction's "
+                         f"metadata): {att.source_key}")
+        else:
+            src_title = " <- ".join(f"{s.file}:{s.line}" for s in att.stack)
+        cells += [f'<td class="src{" inferred" if att.source_inferred else ""}" title="{_e(src_title)}">'
+                  f'{_breakable(att.source_label) if att.source else ""}</td>',
+                  f'<td class="op">{_breakable(att.op_name)}</td>']
         body.append("<tr>" + "".join(cells) + "</tr>")
-    return ('<table class="sortable" id="instructions"><thead><tr>' + "".join(head) +
-            "</tr></thead><tbody>" + "\n".join(body) + "</tbody></table>")
+    return ('<div class="scroll"><table class="sortable" id="instructions"><thead><tr>' + "".join(head) +
+            "</tr></thead><tbody>" + "\n".join(body) + "</tbody></table></div>")
 
 
-def _group_table(report, by: str) -> str:
-    groups = aggregate(report, by)
+def _group_table(report, by: str, rollup: bool = False) -> str:
+    groups = aggregate(report, by, rollup=rollup)
     has_time = any(g.est_time_s is not None for g in groups)
-    head = [_th(by), _th("instructions", True), _th("flops", True), _th("HBM read", True),
+    head = [_th(by), _th("instructions", True), _th("inferred", True), _th("flops", True), _th("HBM read", True),
             _th("HBM written", True)] + ([_th("est. time (sum)", True)] if has_time else []) + \
         [_th("costliest instructions")]
     body = []
     for g in groups:
-        cells = [f'<td class="src">{_e(g.key)}</td>', _td_num(g.instructions),
+        cells = [f'<td class="src" title="{_e(g.key)}">{_breakable(g.shown)}</td>', _td_num(g.instructions),
+                 _td_num(g.inferred),
                  _td_num(g.flops, human_count(g.flops) if g.flops is not None else "n/a"),
                  _td_num(g.total.hbm_read_bytes, human_bytes(g.total.hbm_read_bytes)),
                  _td_num(g.total.hbm_write_bytes, human_bytes(g.total.hbm_write_bytes))]
@@ -253,8 +303,9 @@ def _group_table(report, by: str) -> str:
         names = ", ".join(g.names[:3]) + (" \u2026" if len(g.names) > 3 else "")
         cells.append(f'<td class="name">{_e(names)}</td>')
         body.append("<tr>" + "".join(cells) + "</tr>")
-    return (f'<table class="sortable" id="by_{_e(by)}"><thead><tr>' + "".join(head) +
-            "</tr></thead><tbody>" + "\n".join(body) + "</tbody></table>")
+    tid = f"by_{by}" + ("_rollup" if rollup else "")
+    return (f'<div class="scroll"><table class="sortable" id="{_e(tid)}"><thead><tr>' + "".join(head) +
+            "</tr></thead><tbody>" + "\n".join(body) + "</tbody></table></div>")
 
 
 def _charts(report) -> str:
@@ -262,11 +313,21 @@ def _charts(report) -> str:
     charts = [bar_chart("Bytes by path", [(p, [t.path_bytes(p)]) for p in PATHS]),
               bar_chart("HBM bytes by tensor role", [(r, list(t.role_bytes(r))) for r in ROLES],
                         legend=("read", "written"))]
-    for by, title in (("source", "HBM bytes by source line (top 12)"),
-                      ("opcode", "HBM bytes by opcode"), ("module", "HBM bytes by module path (top 12)")):
-        groups = aggregate(report, by)[:12]
-        charts.append(bar_chart(title, [(g.key, [g.total.hbm_read_bytes, g.total.hbm_write_bytes])
-                                        for g in groups], legend=("read", "written")))
+    for by, title in (("source", "HBM bytes by source line (top 12; \u2248 = some inferred)"),
+                      ("opcode", "HBM bytes by opcode"),
+                      ("module", "HBM bytes by module path, repeated layers merged (top 12)")):
+        groups = aggregate(report, by, rollup=by == "module")
+        # a group without a place in the program is no bar to compare: drawn last, in grey
+        placeless = [g for g in groups if g.key in (NO_SOURCE, NO_OP_NAME)]
+        groups = [g for g in groups if g not in placeless][:12] + placeless
+        charts.append(bar_chart(title, [(("\u2248 " if g.inferred else "") + g.shown,
+                                          [g.total.hbm_read_bytes, g.total.hbm_write_bytes])
+                                         for g in groups], legend=("read", "written"),
+                                muted=frozenset({NO_SOURCE, NO_OP_NAME}),
+                                titles={("\u2248 " if g.inferred else "") + g.shown:
+                                        g.key + (f" ({g.inferred} of {g.instructions} instructions "
+                                                 "inferred from neighbours)" if g.inferred else "")
+                                        for g in groups}))
     times = times_of(report)
     if times is not None:
         by_bound: dict[str, float] = {}
@@ -316,6 +377,8 @@ def render_html(report, title: str | None = None) -> str:
     title = title or f"jaxmove: {report.program.name}"
     groups = "".join(f"<details{' open' if by == 'source' else ''}><summary>by {_e(by)}</summary>"
                      f"{_group_table(report, by)}</details>" for by in BY_KEYS)
+    groups += ("<details><summary>by module, repeated layers merged (layers_*/attn)</summary>"
+               f"{_group_table(report, 'module', rollup=True)}</details>")
     stamp = datetime.now(timezone.utc).strftime("%Y-%m-%d %H:%M UTC")
     return (
         "<!DOCTYPE html>\n<html lang=\"en\"><head><meta charset=\"utf-8\">"
@@ -323,7 +386,7 @@ def render_html(report, title: str | None = None) -> str:
         "<meta http-equiv=\"Content-Security-Policy\" content=\"default-src 'none'; "
         "style-src 'unsafe-inline'; script-src 'unsafe-inline'; img-src data:\">"
         f"<title>{_e(title)}</title><style>{_CSS}</style></head><body>"
-        f"<h1>{_e(title)}</h1>{_program_line(report)}{_cards(report)}"
+        f"<h1>{_e(title)}</h1>{_incomplete(report)}{_program_line(report)}{_cards(report)}"
         f"<h2>Breakdown</h2>{_charts(report)}"
         f"<h2>Instructions</h2><p>Click a column header to sort. {len(rows)} kernel-level "
         f"instructions.</p><input id=\"filter\" type=\"search\" placeholder=\"filter rows\u2026\">{more}"
@@ -353,14 +416,14 @@ def summary_html(report, top: int = 10) -> str:
         att = attribute(report.module, r.instr)
         tm = row_time(report, r)
         est = getattr(tm, "est_time_s", None)
-        trs.append(f"<tr><td>{_e(r.instr.name)}</td><td>{_e(kind)}</td>"
+        trs.append(f"<tr><td>{_e(r.instr.name)}</td><td>{_e(kind)}</td><td>{_e(shape_text(r.instr.shape))}</td>"
                    f'<td style="text-align:right">{_e(r.multiplicity.count)}</td>'
                    f'<td style="text-align:right">{_e(human_count(r.total.flops))}</td>'
                    f'<td style="text-align:right">{_e(human_bytes(r.total.hbm_read_bytes))}</td>'
                    f'<td style="text-align:right">{_e(human_bytes(r.total.hbm_write_bytes))}</td>'
                    f"<td>{_e(dominant_role(r.total))}</td>"
                    + (f'<td style="text-align:right">{_e(_fmt_s(est))}</td>' if times_of(report) is not None else "")
-                   + f"<td>{_e(att.source_key if att.source else '')}</td></tr>")
+                   + f"<td>{_e(att.source_label if att.source else '')}</td></tr>")
     time_head = "<th>est. time</th>" if times_of(report) is not None else ""
     paths = "".join(f"<tr><td>{_e(p)}</td><td style=\"text-align:right\">{_e(human_bytes(t.path_bytes(p)))}"
                     f"</td></tr>" for p in PATHS)
@@ -370,11 +433,13 @@ def summary_html(report, top: int = 10) -> str:
     est = getattr(times_of(report), "est_time_s", None)
     est_txt = f", estimated {_fmt_s(est)}" if est is not None else ""
     p = report.program
-    return (f"<div><b>{_e(p.name)}</b> <small>backend={_e(p.backend)} devices={_e(p.num_devices)} "
+    headline = report.incomplete_headline() if hasattr(report, "incomplete_headline") else None
+    head_html = f'<b style="color:#b3261e">{_e(headline)}</b><br>' if headline else ""
+    return (f"<div>{head_html}<b>{_e(p.name)}</b> <small>backend={_e(p.backend)} devices={_e(p.num_devices)} "
             f"source={_e(p.source)}</small><br>HBM read {_e(human_bytes(t.hbm_read_bytes))}, written "
             f"{_e(human_bytes(t.hbm_write_bytes))}, {_e(human_count(t.flops))}FLOP{_e(est_txt)} per program run; "
             f"{len(report.unmodeled)} unmodeled"
             f"<div style=\"display:flex;gap:2em\"><table><tr><th>path</th><th>bytes</th></tr>{paths}</table>"
             f"<table><tr><th>role</th><th>read</th><th>written</th></tr>{roles}</table></div>"
-            f"<table><tr><th>instruction</th><th>op</th><th>x</th><th>flops</th><th>read</th><th>written</th>"
+            f"<table><tr><th>instruction</th><th>op</th><th>shape</th><th>x</th><th>flops</th><th>read</th><th>written</th>"
             f"<th>role</th>{time_head}<th>source</th></tr>{''.join(trs)}</table></div>")

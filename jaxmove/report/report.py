@@ -81,6 +81,35 @@ class Report:
     def unmodeled(self) -> list[InstructionCost]:
         return self.analysis.unmodeled
 
+    def time_unmodeled_rows(self) -> list[InstructionCost]:
+        """Rows whose estimated time is incomplete (a figure the spec or a pass lacks),
+        besides the unmodeled rows; empty without a hardware spec."""
+        tm = self.times
+        if tm is None:
+            return []
+        return [r for r in self.rows if not r.unmodeled
+                and getattr(tm.rows.get((r.computation, r.instr.name)), "unmodeled", ())]
+
+    @property
+    def complete(self) -> bool:
+        """True when every instruction is modeled (and, with a hardware spec, timed in
+        full); else the totals are lower bounds and the estimated time is "at least"."""
+        return not self.unmodeled and not self.time_unmodeled_rows()
+
+    def incomplete_headline(self) -> str | None:
+        """The first line a rendering prints when the report is incomplete, else None:
+        ``incomplete: N instructions unmodeled (...)``."""
+        n, m = len(self.unmodeled), len(self.time_unmodeled_rows())
+        if not n and not m:
+            return None
+        parts = []
+        if n:
+            parts.append(f"{n} instruction{'s' if n != 1 else ''} unmodeled")
+        if m:
+            parts.append(f"{m} more with incomplete time")
+        what = "totals and time are lower bounds" if self.times is not None else "totals are lower bounds"
+        return f"incomplete: {', '.join(parts)} ({what}; listed below)"
+
     def to_dataframe(self):
         """One pandas row per instruction of the JSON ``instructions`` (report/frame.py)."""
         from .frame import to_dataframe
@@ -115,12 +144,19 @@ class Report:
                            for p in self.parameters],
             "memory_stats": dict(self.memory_stats),
             "notes": self.notes,
+            # False when anything is unmodeled: totals (and est_time_s) are then lower bounds
+            "complete": self.complete,
+            "unmodeled_count": len(self.unmodeled),
+            "time_unmodeled_count": len(self.time_unmodeled_rows()),
             **_timing_json(self),
         }
 
     def _row_json(self, r: InstructionCost) -> dict:
+        from .attribution import attribute
+        from .shapes import operand_shapes, shape_text
         t = r.total
-        loc = self.module.source_location(r.instr)
+        att = attribute(self.module, r.instr)   # source inferred from neighbours when absent
+        loc = att.source
         md = r.instr.metadata
         return {
             "name": r.instr.name, "computation": r.computation, "opcode": r.instr.opcode,
@@ -137,6 +173,11 @@ class Report:
             "branch_of": list(r.multiplicity.branch_of) if r.multiplicity.branch_of else None,
             "notes": list(r.notes),
             "source": f"{loc.file}:{loc.line}" if loc else None,
+            "source_inferred": att.source_inferred,
+            "source_inferred_from": att.source_inferred_from or None,
+            "module": att.module_key, "module_inferred": att.module_inferred,
+            "shape": shape_text(r.instr.shape),
+            "operand_shapes": operand_shapes(self.module, r.computation, r.instr),
             "op_name": md.op_name if md else None,
             "hlo_line": r.instr.line,
             "collective": _collective_json(r),
@@ -183,7 +224,8 @@ def _timing_json(report: Report) -> dict:
                        "dispatch_overhead_s": tm.dispatch_overhead_s,
                        "first_touch_bytes": tm.first_touch.total_bytes if tm.first_touch else 0,
                        "timeline": [list(t) for t in tm.timeline],
-                       "unmodeled": list(tm.unmodeled), "notes": list(tm.notes)}
+                       "unmodeled": list(tm.unmodeled), "notes": list(tm.notes),
+                       "est_time_is_lower_bound": not report.complete}
     return out
 
 

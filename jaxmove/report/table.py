@@ -36,9 +36,15 @@ def make_console() -> Console:
 
 
 def render_report(report: Report, top: int = 15, console: Console | None = None) -> None:
+    from .attribution import attribute
+    from .shapes import operand_shapes, shape_text, short_shapes
+
     console = console or make_console()
     p = report.program
     t = report.totals
+    headline = report.incomplete_headline() if hasattr(report, "incomplete_headline") else None
+    if headline:
+        console.print(f"[bold red]{escape(headline)}[/bold red]")
     console.print(f"[bold]{escape(p.name)}[/bold]  backend={p.backend}  devices={p.num_devices}  "
                   f"source={escape(p.source)}")
     console.print(f"HBM read {human_bytes(t.hbm_read_bytes)}, written {human_bytes(t.hbm_write_bytes)}, "
@@ -55,23 +61,31 @@ def render_report(report: Report, top: int = 15, console: Console | None = None)
                         "(totals over one program run)")
     num = {"justify": "right", "no_wrap": True}
     for col, kw in (("instruction", {"overflow": "fold"}), ("op / fusion", {"no_wrap": True}),
+                    ("shape ← operands", {"overflow": "fold"}),
                     ("x", num), ("flops", num), ("read", num), ("written", num),
                     ("role", {"no_wrap": True}), ("source", {"overflow": "fold"})):
         table.add_column(col, **kw)
     if times is not None:
         for col in ("est. time", "bound", "flop/B", "on-chip reuse"):
             table.add_column(col, **num)
+    inferred = False
     for r in ordered:
-        loc = report.module.source_location(r.instr)
+        att = attribute(report.module, r.instr)
+        inferred = inferred or att.source_inferred
         kind = r.instr.opcode if r.instr.opcode != "fusion" else f"fusion:{r.instr.fusion_kind or '?'}"
         mult = f"{r.multiplicity.count}{'?' if r.multiplicity.unknown_trip_count else ''}"
         name = escape(r.instr.name) + (" [red](unmodeled)[/red]" if r.unmodeled else "")
-        cells = [name, kind, mult, human_count(r.total.flops), human_bytes(r.total.hbm_read_bytes),
-                 human_bytes(r.total.hbm_write_bytes), dominant_role(r.total),
-                 escape(f"{loc.file.rsplit('/', 1)[-1]}:{loc.line}") if loc else ""]
+        ops = short_shapes(operand_shapes(report.module, r.computation, r.instr))
+        shapes = shape_text(r.instr.shape) + (f" ← {ops}" if ops else "")
+        cells = [name, kind, escape(shapes), mult, human_count(r.total.flops),
+                 human_bytes(r.total.hbm_read_bytes), human_bytes(r.total.hbm_write_bytes),
+                 dominant_role(r.total), escape(att.source_label) if att.source else ""]
         if times is not None:
             cells += time_cells(report, r)
         table.add_row(*cells)
+    if inferred:
+        table.caption = ("source '≈ file:line': inferred from the nearest instructions using (else "
+                         "feeding) it; XLA dropped its own metadata")
     console.print(table)
 
     paths = Table(title="Bytes by path")
@@ -91,7 +105,7 @@ def render_report(report: Report, top: int = 15, console: Console | None = None)
 
     if report.unmodeled:
         console.print(f"[bold red]Unmodeled ({len(report.unmodeled)}):[/bold red] figures for these are "
-                      "incomplete")
+                      "incomplete, so the totals above are lower bounds")
         for r in report.unmodeled[:20]:
             console.print(f"  {escape(r.instr.name)} ({r.instr.opcode}): {escape('; '.join(r.unmodeled))}")
     else:
@@ -101,25 +115,40 @@ def render_report(report: Report, top: int = 15, console: Console | None = None)
         console.print(f"[yellow]note:[/yellow] {escape(n)}")
 
 
-def render_groups(report: Report, by: str, top: int = 40, console: Console | None = None) -> None:
+def render_groups(report: Report, by: str, top: int = 40, console: Console | None = None,
+                  rollup: bool = False) -> None:
     """``jaxmove analyze --by BY``: instructions aggregated by source line, module path,
-    opcode, fusion kind or role (report/attribution.py), largest HBM bytes first."""
+    opcode, fusion kind or role (report/attribution.py), largest HBM bytes first;
+    ``rollup`` merges repeated layers of module paths (``layers_*/attn``)."""
     from .attribution import aggregate
 
     console = console or make_console()
-    groups = aggregate(report, by)
+    headline = report.incomplete_headline() if hasattr(report, "incomplete_headline") else None
+    if headline:
+        console.print(f"[bold red]{escape(headline)}[/bold red]")
+    groups = aggregate(report, by, rollup=rollup)
     has_time = any(g.est_time_s is not None for g in groups)
-    table = Table(title=f"HBM bytes and flops by {by} (totals over one program run)")
-    for col in (by, "instructions", "flops", "read", "written") + (("est. time (sum)",) if has_time else ()) \
+    has_inferred = any(g.inferred for g in groups)
+    rolled = rollup and by == "module"
+    table = Table(title=f"HBM bytes and flops by {by}{' (repeated layers merged)' if rolled else ''} "
+                        "(totals over one program run)")
+    for col in (by, "instructions") + (("inferred",) if has_inferred else ()) + (("paths",) if rolled else ()) \
+            + ("flops", "read", "written") + (("est. time (sum)",) if has_time else ()) \
             + ("costliest instructions",):
-        table.add_column(col, justify="left" if col in (by, "costliest instructions") else "right")
+        table.add_column(col, justify="left" if col in (by, "costliest instructions") else "right",
+                         overflow="fold")
     for g in groups[:top]:
-        cells = [g.key, str(g.instructions), human_count(g.flops) if g.flops is not None else "n/a",
-                 human_bytes(g.total.hbm_read_bytes), human_bytes(g.total.hbm_write_bytes)]
+        cells = [g.shown, str(g.instructions)] + ([str(g.inferred)] if has_inferred else []) \
+            + ([str(g.merged)] if rolled else []) \
+            + [human_count(g.flops) if g.flops is not None else "n/a",
+               human_bytes(g.total.hbm_read_bytes), human_bytes(g.total.hbm_write_bytes)]
         if has_time:
             cells.append(f"{g.est_time_s * 1e6:.3g} µs" if g.est_time_s is not None else "")
         cells.append(", ".join(g.names[:3]) + (" …" if len(g.names) > 3 else ""))
         table.add_row(*[escape(c) for c in cells])  # program strings are not markup
+    if has_inferred:
+        table.caption = (f"inferred: instructions without their own {'source line' if by == 'source' else 'op_name'}"
+                         " (XLA dropped it), grouped by their nearest neighbours'")
     console.print(table)
     if len(groups) > top:
         console.print(f"({len(groups) - top} more groups; --json lists them all)")
@@ -171,7 +200,8 @@ def render_time_summary(report: Report, console: Console) -> None:
                           "through HBM (pass --hardware NAME for time estimates)")
         return
     t = times
-    console.print(f"[bold]Estimated time on {t.spec_name}: {human_seconds(t.est_time_s)}[/bold] per program run, "
+    lower = "at least " if hasattr(report, "complete") and not report.complete else ""
+    console.print(f"[bold]Estimated time on {t.spec_name}: {lower}{human_seconds(t.est_time_s)}[/bold] per program run, "
                   f"{t.bound}-bound (the largest of the sums: compute {human_seconds(t.compute_time_s)}, memory "
                   f"{human_seconds(t.memory_time_s)}, network {human_seconds(t.network_time_s)}, launch overhead "
                   f"{human_seconds(t.overhead_s)} for {t.kernels} kernels; no-overlap sum "
@@ -189,6 +219,8 @@ def render_time_summary(report: Report, console: Console) -> None:
 
 def render_collectives(report: Report, console: Console, top: int = 10) -> None:
     """The collectives that put the most bytes on the wire (per device, one program run)."""
+    from .attribution import attribute
+
     rows = [r for r in report.rows if r.collective is not None]
     if not rows:
         return
@@ -198,9 +230,9 @@ def render_collectives(report: Report, console: Console, top: int = 10) -> None:
         table.add_column(col, justify="right" if col in ("group", "groups", "x", "buffer", "wire") else "left")
     for r in rows[:top]:
         c = r.collective
-        loc = report.module.source_location(r.instr)
+        att = attribute(report.module, r.instr)
         table.add_row(escape(r.instr.name), c.kind + (" (async)" if c.is_async else ""), str(c.group_size),
                       str(c.num_groups), str(r.multiplicity.count), human_bytes(c.buffer_bytes),
                       human_bytes(r.total.device_to_device_bytes),
-                      escape(f"{loc.file.rsplit('/', 1)[-1]}:{loc.line}") if loc else "")
+                      escape(att.source_label) if att.source else "")
     console.print(table)
