@@ -33,6 +33,8 @@ def build_parser() -> argparse.ArgumentParser:
     add_compare_command(sub)
     from .plans import add_plans_command
     add_plans_command(sub)
+    from .sweep import add_sweep_command
+    add_sweep_command(sub)
     return p
 
 

@@ -1,0 +1,85 @@
+"""``jaxmove sweep SWEEP.toml``: compile a grid of points locally or on Ray, rank the results."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+
+from .common import positive_int
+
+
+def _positive_seconds(text: str) -> float:
+    try:
+        v = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected seconds (a positive number), got {text!r}") from None
+    if not v > 0 or v == float("inf"):
+        raise argparse.ArgumentTypeError(f"expected seconds (a positive number), got {text!r}")
+    return v
+
+
+def _cmd_sweep(args: argparse.Namespace) -> int:
+    from ..report.outputs import check_output_path
+    from ..sweep import load_sweep, sweep
+
+    for path, what in ((args.html, "--html file"), (args.plot, "--plot file")):
+        if path:
+            check_output_path(path, what)
+    spec = load_sweep(args.sweep)  # bad SWEEP.toml: one line before anything starts
+    if not args.json and not args.no_progress:
+        print(f"jaxmove: sweep {spec.name}: {len(spec.points)} points, {args.executor} executor",
+              file=sys.stderr, flush=True)
+    result = sweep(spec, executor=args.executor, jobs=args.jobs, address=args.address,
+                   timeout_s=args.timeout, output=args.output, resume=args.resume,
+                   overwrite=args.overwrite, progress=not args.no_progress)
+    if args.html:
+        result.write_html(args.html)
+        print(f"jaxmove: wrote {args.html}", file=sys.stderr)
+    if args.plot:
+        import matplotlib
+        matplotlib.use("Agg")
+        result.pareto_plot(path=args.plot)
+        print(f"jaxmove: wrote {args.plot}", file=sys.stderr)
+    if args.output:
+        print(f"jaxmove: results in {args.output}", file=sys.stderr)
+    if args.json:
+        json.dump(result.to_json(), sys.stdout, indent=1)
+        sys.stdout.write("\n")
+    else:
+        from ..sweep.render import render_table
+        render_table(result, top=args.top)
+    return 0
+
+
+def add_sweep_command(sub) -> None:
+    """Register ``jaxmove sweep``."""
+    p = sub.add_parser(
+        "sweep", help="compile a grid of models x configs x meshes x plans (local or Ray), rank them",
+        description="Compile and analyse every point of SWEEP.toml (a [grid] and/or [[points]] over "
+                    "model, --set values, target, mesh and plan), each in its own process, and rank "
+                    "them: fastest estimated step time that fits the device's memory first. Per point: "
+                    "fits, memory per device, HBM bytes by role, wire bytes by collective kind, step "
+                    "time and bound, compile time, or the error.")
+    p.add_argument("sweep", metavar="SWEEP.toml")
+    p.add_argument("--executor", choices=("local", "ray"), default="local",
+                   help="local: a pool of --jobs worker processes here (default); ray: Ray tasks "
+                        "(pip install 'jaxmove[ray]')")
+    p.add_argument("--jobs", type=positive_int, metavar="N",
+                   help="points at once (default: CPU count here; for ray the cluster's CPUs)")
+    p.add_argument("--address", metavar="auto|ray://HOST:PORT",
+                   help="ray cluster to use (default: start a local Ray instance for the sweep)")
+    p.add_argument("--timeout", type=_positive_seconds, metavar="SECONDS",
+                   help="per point; a worker past it is killed and the point retried once")
+    p.add_argument("-o", "--output", metavar="FILE.parquet|FILE.jsonl",
+                   help="write each point's row as it finishes (Parquet or JSON lines)")
+    p.add_argument("--resume", action="store_true",
+                   help="continue the sweep in -o: finished points are not compiled again")
+    p.add_argument("--overwrite", action="store_true", help="replace an existing -o file")
+    p.add_argument("--json", action="store_true", help="print JSON (ranked points) instead of the table")
+    p.add_argument("--html", metavar="FILE", help="also write a self-contained HTML page of the sweep")
+    p.add_argument("--plot", metavar="FILE.png|.svg",
+                   help="also write the Pareto plot (step time vs memory per device)")
+    p.add_argument("--top", type=positive_int, default=30, help="points in the table (default 30)")
+    p.add_argument("--no-progress", action="store_true", help="no progress bar on stderr")
+    p.set_defaults(func=_cmd_sweep)

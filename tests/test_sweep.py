@@ -1,0 +1,356 @@
+"""Sweeps (jaxmove/sweep/): SWEEP.toml expansion and errors, a local sweep whose rows equal the
+same points run one by one through ``plans.compare_plans`` / ``api.analyze`` (and closed-form
+bytes), the same rows from Ray, retry-once of a worker that dies or hangs, and ``--resume``.
+
+Closed forms for mlp-tiny (2 layers of Linear 32->128, gelu, Linear 128->32, f32) on the mesh
+data=2 x model=4, batch B:
+  dp: batch over all 8 devices, parameters replicated: 2 * (2*32*128 + 128 + 32) * 4 B =
+      66,816 B of weights per device, read once; no collective; input [B/8, 32] per device.
+  tp: up kernel/bias and down kernel sharded over model=4, down bias replicated:
+      2 * (2*32*32 + 32 + 32) * 4 B = 16,896 B of weights per device; one all-reduce per layer
+      of the [B/2, 32] f32 block output over the 4 model devices: ring wire bytes
+      2 (n-1)/n * (B/2 * 32 * 4) per layer (DESIGN.md, collectives); input [B/2, 32].
+Each grid point costs a fresh worker process (jax import + compile), so the grid is 4 points
+compiled once per module (local), once on Ray, plus a reference process.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
+import pytest
+
+from jaxmove.sweep import Point, ResultFileError, SweepSpecError, load_sweep, parse_sweep
+
+ROOT = Path(__file__).resolve().parents[1]
+MESH = {"data": 2, "model": 4}
+BATCHES = (8, 16)
+PLANS = ("dp", "tp")
+HW = "h100-sxm"
+
+GRID = f"""\
+model = "mlp-tiny"
+hardware = "{HW}"
+[grid]
+plan = ["dp", "tp"]
+mesh = ["data=2,model=4"]
+[grid.set]
+batch = [8, 16]
+"""
+
+
+def _weights_bytes(plan: str) -> int:
+    d, f = 32, 128
+    if plan == "dp":
+        return 2 * (2 * d * f + f + d) * 4
+    return 2 * (2 * d * (f // 4) + f // 4 + d) * 4
+
+
+def _all_reduce_wire_bytes(batch: int) -> int:
+    n = MESH["model"]
+    buffer = batch // MESH["data"] * 32 * 4
+    return 2 * (2 * (n - 1) * buffer // n)
+
+
+# ---- SWEEP.toml -------------------------------------------------------------------------
+
+def test_grid_and_points_expand_in_order_with_stable_keys(tmp_path):
+    (tmp_path / "mine.toml").write_text('[rules]\nbatch = ["data"]\n')
+    text = GRID + '[[points]]\nmesh = "data=8"\nplan = "mine.toml"\nset = {batch = 32}\n' \
+                  '[[points]]\nplan = "dp"\nmesh = "data=2,model=4"\nset = {batch = 8}\n'  # a duplicate
+    spec = parse_sweep(text, str(tmp_path / "SWEEP.toml"))
+    assert [(p.plan, dict(p.overrides)["batch"]) for p in spec.points] == [
+        ("dp", "8"), ("dp", "16"), ("tp", "8"), ("tp", "16"), (str(tmp_path / "mine.toml"), "32")]
+    assert spec.notes == ["1 duplicate point(s) dropped"]
+    assert all(p.target == "cpu" and p.hardware == HW for p in spec.points)
+    assert spec.points[0].mesh == (("data", 2), ("model", 4)) and spec.points[0].num_devices == 8
+    # the key hashes the inputs: equal points, equal keys; any input changed, another key
+    keys = [p.key for p in spec.points]
+    again = parse_sweep(text, str(tmp_path / "SWEEP.toml"))
+    assert [p.key for p in again.points] == keys
+    assert len({p.key for p in spec.points}) == 5
+    # ... including the plan file's contents
+    (tmp_path / "mine.toml").write_text('[rules]\nbatch = ["data"]\nembed = ["data"]\n')
+    assert parse_sweep(text, str(tmp_path / "SWEEP.toml")).points[4].key != keys[4]
+    assert Point.from_json(spec.points[2].to_json()) == spec.points[2]
+
+
+@pytest.mark.parametrize("edit, expected", [
+    (("hardware =", "hardwre ="), r"SWEEP\.toml:2: hardwre: unknown key"),
+    (('plan = ["dp", "tp"]', "plan = []"), r"SWEEP\.toml:4: grid\.plan: empty list"),
+    (("batch = [8, 16]", "batchsize = [8, 16]"), r"SWEEP\.toml:7: grid\.set\.batchsize: unknown --set key"),
+    (('mesh = ["data=2,model=4"]', 'mesh = ["data=64,model=64"]'),
+     r"SWEEP\.toml:5: grid\.mesh: mesh 'data=64,model=64' has 4096 devices, more than target 'cpu' has"),
+    (('plan = ["dp", "tp"]', 'plan = ["dp", "nope"]'), r"SWEEP\.toml:4: grid\.plan: plan 'nope' is not a preset"),
+    (('model = "mlp-tiny"', 'model = "mlp-huge"'), r"SWEEP\.toml:1: model: unknown preset 'mlp-huge'"),
+    (('[grid]\nplan = ["dp", "tp"]\nmesh = ["data=2,model=4"]\n[grid.set]\nbatch = [8, 16]\n', "[grid]\n"),
+     r"SWEEP\.toml:3: \[grid\]: empty grid"),
+    (('hardware = "h100-sxm"', 'hardware = "h100-sxm"\ntarget = "warp-drive"'),
+     r"SWEEP\.toml:3: target: unknown target 'warp-drive'"),
+])
+def test_bad_sweep_file_is_one_line_naming_file_and_key(tmp_path, capsys, edit, expected):
+    import re
+
+    from jaxmove.cli import main
+
+    path = tmp_path / "SWEEP.toml"
+    assert edit[0] in GRID
+    path.write_text(GRID.replace(edit[0], edit[1]))
+    with pytest.raises(SweepSpecError, match=expected):
+        load_sweep(path)
+    assert main(["sweep", str(path), "--no-progress"]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and err[0].startswith(f"jaxmove: error: {path}:"), err
+    assert re.search(expected, err[0])
+
+
+def test_bad_result_file_and_arguments(tmp_path):
+    from jaxmove.sweep import SweepError, sweep
+
+    spec = parse_sweep(GRID, str(tmp_path / "SWEEP.toml"))
+    with pytest.raises(ResultFileError, match="unknown result format '.csv'"):
+        sweep(spec, output=tmp_path / "r.csv")
+    (tmp_path / "r.jsonl").write_text('{"key": "x", "status": "ok"}\n')
+    with pytest.raises(ResultFileError, match="exists; pass --resume"):
+        sweep(spec, output=tmp_path / "r.jsonl")
+    with pytest.raises(SweepError, match="--resume needs"):
+        sweep(spec, resume=True)
+    with pytest.raises(SweepError, match="--executor 'slurm'"):
+        sweep(spec, executor="slurm")
+
+
+def test_result_file_survives_a_cut_last_line(tmp_path):
+    from jaxmove.sweep.store import ResultStore
+
+    path = tmp_path / "r.jsonl"
+    path.write_text(json.dumps({"key": "a", "status": "ok", "est_time_s": 1.5}) + '\n{"key": "b", "sta')
+    store = ResultStore(path, resume=True)
+    assert list(store.rows) == ["a"] and "incomplete last line" in store.notes[0]
+    store.add({"key": "c", "status": "error"})
+    assert [json.loads(line)["key"] for line in path.read_text().splitlines()] == ["a", "c"]
+
+
+def test_ranking_and_pareto_front():
+    from jaxmove.sweep import SweepResult
+
+    def row(key, t, m, fits=True, status="ok"):
+        return {"key": key, "status": status, "fits": fits, "est_time_s": t, "peak_bytes": m}
+
+    rows = [row("slow-small", 3.0, 10), row("fast-big", 1.0, 100), row("dominated", 2.0, 200),
+            row("fastest-no-fit", 0.5, 1000, fits=False), row("failed", None, None, None, "error"),
+            row("mid", 2.0, 50)]
+    res = SweepResult("t", "t.toml", rows)
+    assert [r["key"] for r in res.rows] == ["fast-big", "mid", "dominated", "slow-small",
+                                            "fastest-no-fit", "failed"]
+    assert res.best["key"] == "fast-big"
+    assert {r["key"] for r in res.rows if r["pareto"]} == {"fastest-no-fit", "fast-big", "mid", "slow-small"}
+
+
+# ---- one point at a time through the API (the reference) ----------------------------------
+
+_REFERENCE = textwrap.dedent(f"""
+    import json, sys
+    from jaxmove.api import analyze
+    from jaxmove.plans import capture_with_plan, compare_plans, ensure_cpu_devices, load_plan
+    assert ensure_cpu_devices(8)
+    out = {{}}
+    for batch in {BATCHES!r}:
+        cmp = compare_plans("mlp-tiny", {MESH!r}, {list(PLANS)!r}, {{"batch": str(batch)}}, {HW!r})
+        for r in cmp.results:
+            report = analyze(capture_with_plan("mlp-tiny", {{"batch": str(batch)}}, load_plan(r.plan),
+                                               {MESH!r}), hardware={HW!r})
+            t = report.totals
+            out[f"{{r.plan}}/{{batch}}"] = dict(
+                peak_bytes=r.peak_bytes, fits=r.fits, argument_bytes=r.argument_bytes,
+                temp_bytes=r.temp_bytes, hbm_bytes=r.hbm_bytes, flops=r.flops, wire_bytes=r.wire_bytes,
+                wire_bytes_by_kind=r.wire_bytes_by_kind, collective_time_s=r.collective_time_s,
+                est_time_s=report.times.est_time_s, bound=report.times.bound,
+                weights_bytes=sum(t.role_bytes("weights")), hbm_bytes_by_role_total=t.hbm_bytes)
+    json.dump(out, sys.stdout)
+""")
+
+
+@pytest.fixture(scope="module")
+def reference():
+    env = dict(os.environ, XLA_FLAGS="--xla_force_host_platform_device_count=8", JAX_PLATFORMS="cpu")
+    proc = subprocess.run([sys.executable, "-c", _REFERENCE], cwd=ROOT, env=env, capture_output=True,
+                          text=True, timeout=600)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    return json.loads(proc.stdout)
+
+
+@pytest.fixture(scope="module")
+def local_sweep(tmp_path_factory):
+    from jaxmove import sweep
+
+    d = tmp_path_factory.mktemp("sweep")
+    (d / "SWEEP.toml").write_text(GRID)
+    out = d / "results.parquet"
+    arrived = []
+    res = sweep(d / "SWEEP.toml", jobs=2, output=out, timeout_s=300, on_row=lambda r: arrived.append(
+        len(__import__("pyarrow.parquet", fromlist=["x"]).read_table(out))))
+    return res, out, arrived
+
+
+def _by_point(result) -> dict:
+    return {f"{r['plan']}/{r['overrides']['batch']}": r for r in result.rows}
+
+
+def test_local_sweep_equals_points_run_one_by_one(local_sweep, reference):
+    res, _, _ = local_sweep
+    rows = _by_point(res)
+    assert sorted(rows) == sorted(reference) and len(rows) == 4
+    for name, ref in reference.items():
+        row = rows[name]
+        assert row["status"] == "ok" and row["error"] is None, row
+        for k in ("peak_bytes", "fits", "argument_bytes", "temp_bytes", "hbm_bytes", "flops", "wire_bytes",
+                  "wire_bytes_by_kind", "collective_time_s", "est_time_s", "bound"):
+            assert row[k] == ref[k], (name, k, row[k], ref[k])
+        assert row["hbm_bytes_by_role"]["weights"] == ref["weights_bytes"]
+        assert sum(row["hbm_bytes_by_role"].values()) == ref["hbm_bytes_by_role_total"]
+        assert row["num_devices"] == 8 and row["mesh"] == "data=2,model=4" and row["target"] == "cpu"
+        assert row["compile_s"] > 0 and row["attempts"] == 1
+    # independent closed forms (module docstring)
+    for batch in BATCHES:
+        for plan in PLANS:
+            row = rows[f"{plan}/{batch}"]
+            assert row["hbm_bytes_by_role"]["weights"] == _weights_bytes(plan)
+            rows_per_device = batch // 8 if plan == "dp" else batch // MESH["data"]
+            assert row["argument_bytes"] == _weights_bytes(plan) + rows_per_device * 32 * 4
+        assert rows[f"dp/{batch}"]["wire_bytes_by_kind"] == {}
+        assert rows[f"tp/{batch}"]["wire_bytes_by_kind"] == {"all-reduce": _all_reduce_wire_bytes(batch)}
+
+
+def test_local_sweep_outputs(local_sweep, tmp_path):
+    import pyarrow.parquet as pq
+
+    from jaxmove.sweep.store import unflatten_row
+
+    res, out, arrived = local_sweep
+    # written as each point arrived, one more row each time
+    assert arrived == [1, 2, 3, 4]
+    stored = {r["key"]: unflatten_row(r) for r in pq.read_table(out).to_pylist()}
+    for r in res.rows:
+        s = stored[r["key"]]
+        assert {k: s[k] for k in s if k in r} == {k: r[k] for k in s if k in r}
+    # ranked: fastest that fits first
+    times = [r["est_time_s"] for r in res.rows]
+    assert all(r["fits"] for r in res.rows) and times == sorted(times) and res.best is res.rows[0]
+    # JSON: stable keys; DataFrame: flat columns, integer --set values
+    js = res.to_json()
+    assert set(js) == {"sweep", "counts", "points"} and js["counts"]["ok"] == 4
+    from jaxmove.sweep.point import ROW_KEYS
+    assert all(set(ROW_KEYS) | {"rank", "pareto"} <= set(p) for p in js["points"])
+    json.dumps(js)
+    df = res.to_dataframe()
+    assert list(df["rank"]) == [1, 2, 3, 4] and str(df["set.batch"].dtype) == "Int64"
+    assert list(df["wire_bytes.all-reduce"].fillna(0)) == [r["wire_bytes_by_kind"].get("all-reduce", 0)
+                                                          for r in res.rows]
+    # HTML page: self-contained, escaped; the Pareto plot as inline SVG
+    import dataclasses
+    page = dataclasses.replace(res, name="<script>alert(1)</script>").to_html()
+    assert "<script>alert(1)</script>" not in page and "&lt;script&gt;alert(1)" in page
+    assert "<svg" in page and page.count("<script>") == 1            # the page's own script only
+    assert not any(s in page for s in ("src=", 'href="http', "url(http", "@import"))
+    assert page.count("<tr>") == 1 + 4
+    res.pareto_plot(path=tmp_path / "p.png")
+    assert (tmp_path / "p.png").read_bytes()[:4] == b"\x89PNG"
+
+
+# ---- ray ------------------------------------------------------------------------------------
+
+@pytest.fixture(scope="module")
+def ray_instance():
+    ray = pytest.importorskip("ray", reason="ray is not installed (pip install 'jaxmove[ray]'; the "
+                                            "test extra installs it)")
+    import warnings
+    with warnings.catch_warnings():  # jax warns about any fork; ray's processes fork + exec
+        warnings.simplefilter("ignore", RuntimeWarning)
+        ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False, logging_level="ERROR")
+    yield ray
+    ray.shutdown()
+
+
+def test_ray_sweep_gives_the_same_rows(ray_instance, local_sweep, tmp_path):
+    from jaxmove import sweep
+
+    res, _, _ = local_sweep
+    (tmp_path / "SWEEP.toml").write_text(GRID.replace("batch = [8, 16]", "batch = [8]"))  # 2 of the 4
+    got = sweep(tmp_path / "SWEEP.toml", executor="ray", timeout_s=300, output=tmp_path / "r.jsonl")
+    assert got.executor == "ray" and ray_instance.is_initialized()  # it used the running instance
+    assert len(got.rows) == 2 and all(r["status"] == "ok" for r in got.rows)
+    local = {r["key"]: r for r in res.rows}
+    skip = {"compile_s", "analysis_s", "wall_s", "rank", "pareto"}
+    for b in got.rows:
+        a = local[b["key"]]                                          # the same key: the same point
+        assert {k: v for k, v in a.items() if k not in skip} == {k: v for k, v in b.items() if k not in skip}
+
+
+# ---- retry, report, resume ------------------------------------------------------------------
+
+_FLAKY = textwrap.dedent("""
+    import os, signal, time
+    from pathlib import Path
+    import jax, jax.numpy as jnp
+    from jaxmove.workload import Workload
+
+    def _attempt(name):
+        counter = Path(__file__).with_name(name + ".count")
+        n = int(counter.read_text()) if counter.exists() else 0
+        counter.write_text(str(n + 1))
+        return n
+
+    def _workload():
+        return Workload("double", lambda x: x * 2, (jax.ShapeDtypeStruct((256,), jnp.float32),),
+                        ("activations",))
+
+    def dies_twice():            # the first two worker processes are killed
+        if _attempt("dies") < 2:
+            os.kill(os.getpid(), signal.SIGKILL)
+        return _workload()
+
+    def hangs_once():            # the first worker process runs past the timeout
+        if _attempt("hangs") < 1:
+            time.sleep(120)
+        return _workload()
+""")
+
+
+def test_dead_and_hung_workers_retry_once_then_report_and_resume(tmp_path):
+    from jaxmove import sweep
+
+    (tmp_path / "flaky.py").write_text(_FLAKY)
+    (tmp_path / "SWEEP.toml").write_text(textwrap.dedent("""
+        [[points]]
+        model = "flaky.py:dies_twice"
+        [[points]]
+        model = "flaky.py:hangs_once"
+        [[points]]
+        model = "mlp-tiny"
+    """))
+    out = tmp_path / "r.jsonl"
+    first = sweep(tmp_path / "SWEEP.toml", jobs=2, timeout_s=15, output=out)
+    rows = {r["model"].rsplit(":", 1)[-1]: r for r in first.rows}
+    died, hung, fine = rows["dies_twice"], rows["hangs_once"], rows["mlp-tiny"]
+    assert died["status"] == "died" and died["attempts"] == 2 and "SIGKILL" in died["error"]
+    assert hung["status"] == "ok" and hung["attempts"] == 2            # the retry finished it
+    assert hung["hbm_read_bytes"] == 256 * 4 and hung["hbm_write_bytes"] == 256 * 4
+    assert fine["status"] == "ok" and fine["attempts"] == 1
+    assert first.rows[-1] is died and "retried once" in first.notes[0]
+    assert (tmp_path / "dies.count").read_text() == "2" and (tmp_path / "hangs.count").read_text() == "2"
+    # resume: only the point whose worker died runs again (its third process succeeds)
+    new_rows = []
+    second = sweep(tmp_path / "SWEEP.toml", jobs=2, timeout_s=15, output=out, resume=True,
+                   on_row=new_rows.append)
+    assert [r["model"].rsplit(":", 1)[-1] for r in new_rows] == ["dies_twice"]
+    assert second.resumed == 2 and all(r["status"] == "ok" for r in second.rows)
+    assert (tmp_path / "hangs.count").read_text() == "2"                 # not compiled again
+    again = {r["key"]: r for r in second.rows}
+    for old in (fine, hung):                                              # read back unchanged
+        assert {k: v for k, v in again[old["key"]].items() if k != "rank"} == \
+            {k: v for k, v in old.items() if k != "rank"}
