@@ -48,6 +48,7 @@ from ..hlo import Computation, Instruction, Module
 from ..hlo.attrs import parse_kv_block
 from ..hlo.opcodes import COLLECTIVE_KINDS, OPCODES
 from ..hlo.replica_groups import ReplicaGroupsError, parse_replica_groups
+from .callgraph import post_order
 
 _KINDS = frozenset(COLLECTIVE_KINDS)
 # Ops that carry ``use_global_device_ids`` (the others are cross-partition with a channel_id).
@@ -137,17 +138,20 @@ def _fused_collectives(module: Module, cname: str) -> tuple[tuple[Instruction, C
     hit = cache.get(cname)
     if hit is not None:
         return hit
-    cache[cname] = ()  # guards against (malformed) recursion
-    comp = module.computations[cname]
-    out: list[tuple[Instruction, Computation]] = []
+    # nested fused computations first, innermost first (iterative: any nesting depth)
     kinds = _KIND_OF
-    for i in comp.instructions:
-        if i.opcode in kinds:
-            out.append((i, comp))
-        elif i.opcode == "fusion":
-            for c in i.called_computations:
-                out.extend(_fused_collectives(module, c))
-    cache[cname] = tuple(out)
+    for name in post_order(module, [cname], lambda i: i.opcode == "fusion"):
+        if name in cache:
+            continue
+        comp = module.computations[name]
+        out: list[tuple[Instruction, Computation]] = []
+        for i in comp.instructions:
+            if i.opcode in kinds:
+                out.append((i, comp))
+            elif i.opcode == "fusion":
+                for c in i.called_computations:
+                    out.extend(cache.get(c, ()))
+        cache[name] = tuple(out)
     return cache[cname]
 
 
@@ -272,7 +276,12 @@ def _info(instr: Instruction, comp: Computation, module: Module, kind: str) -> C
             wire = 0
             notes.append("received bytes are counted on the matching send")
         else:
-            buffer = _operand_bytes(instr, comp, [0])
+            # in place (slice_sizes=): operand 0 is the data; combined (XLA:GPU's
+            # CollectivePermuteCombiner, N operands): every operand is sent
+            inplace = kind == "collective-permute" and ("slice_sizes" in instr.attrs or (
+                len(instr.operands) == 4 and instr.operands[2] in comp.by_name
+                and comp.by_name[instr.operands[2]].shape.element_type in ("tuple", "s32", "s64")))
+            buffer = _operand_bytes(instr, comp, [0] if inplace or kind != "collective-permute" else None)
             sends: dict[int, int] = {}
             for s, t in pairs:
                 if s != t:

@@ -35,6 +35,7 @@ from .._perf import slots_constructor
 from ..hlo import Computation, Instruction, Module, Shape
 from ..hlo.attrs import parse_kv_block
 from ..hlo.opcodes import custom_call_targets, names
+from .callgraph import post_order
 
 KFMA_FLOPS = 2  # xla/service/hlo_cost_analysis.h: kFmaFlops
 
@@ -456,7 +457,26 @@ def _fusion(instr: Instruction, module: Module) -> FlopCount:
                 return ZERO
             if inner.opcode == "scatter":
                 return _scatter(inner, module)
-    return computation_flops(fused, module)
+    memo = _FUSED_FLOPS.get(module)
+    if memo is None:
+        memo = _FUSED_FLOPS[module] = {}
+    hit = memo.get(fused.name)
+    if hit is not None:
+        return hit
+    # nested fused computations first, innermost first (iterative: any nesting depth); each
+    # then finds its inner fusions memoized here instead of recursing
+    for name in post_order(module, [fused.name], _is_fusion):
+        if name not in memo:
+            memo[name] = computation_flops(module.computations[name], module)
+    return memo[fused.name]
+
+
+def _is_fusion(instr: Instruction) -> bool:
+    return instr.opcode == "fusion"
+
+
+# Per module: fused computation -> its FlopCount (nested fusions are costed once, bottom up).
+_FUSED_FLOPS: "weakref.WeakKeyDictionary[Module, dict[str, FlopCount]]" = weakref.WeakKeyDictionary()
 
 
 def _no_rule(reason: str) -> Rule:

@@ -10,6 +10,7 @@ from dataclasses import dataclass, field, replace
 
 from .._perf import gc_paused, slots_constructor
 from ..hlo import Computation, Instruction, Module
+from .callgraph import post_order
 from .collectives import CollectiveError, CollectiveInfo, collective_info, collective_kind
 from .cost import FIELD_INDEX, ZERO_COST, Cost
 from .cost import from_values as cost_from_values
@@ -198,6 +199,10 @@ def _access_slots(ms: int, role: str, is_read: bool) -> tuple[int, ...]:
     return fs
 
 
+def _calls_kernels(instr: Instruction) -> bool:
+    return instr.opcode in ("while", "call", "conditional", "async-start")
+
+
 @gc_paused
 def analyze_module(module: Module, entry_roles: dict[int, str] | None = None) -> ModuleAnalysis:
     """Run the passes over ``module``.
@@ -269,6 +274,9 @@ def analyze_module(module: Module, entry_roles: dict[int, str] | None = None) ->
         c = memo[cname] = Cost.sum(parts)
         return c
 
+    # callees first (iterative), so total() finds every callee memoized and never recurses
+    for cname in post_order(module, [module.entry.name], _calls_kernels):
+        total(cname)
     totals = total(module.entry.name)
     for marker, what in ((KV_REWRITE, "rewrite a whole KV-cache buffer instead of updating it in "
                           "place"), (KV_COPY, "write a whole copy of the KV cache to read it")):

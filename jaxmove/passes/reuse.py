@@ -50,6 +50,7 @@ import math
 from dataclasses import dataclass, field
 
 from ..hlo import Computation, Instruction, Module, Shape
+from .callgraph import post_order
 from .flops import CUSTOM_CALL_RULES, KFMA_FLOPS, convolution_flops, instruction_flops
 from .traffic import (FREE_OPCODES, HOST_MEMORY_SPACE, ON_CHIP_MEMORY_SPACES, InstrTraffic,
                       instruction_traffic)
@@ -130,7 +131,7 @@ class FusionReuse:
 
     @property
     def onchip_reuse_bytes(self) -> int:
-        return self.unfused_bytes - self.fused_bytes
+        return max(0, self.unfused_bytes - self.fused_bytes)
 
     @property
     def intermediate_bytes(self) -> int:
@@ -241,21 +242,35 @@ def unfused_traffic(fused: Computation, module: Module,
     hit = memo.get(fused.name)
     if hit is not None:
         return hit
+    # nested fused computations first, innermost first (iterative: any nesting depth)
+    for name in post_order(module, [fused.name], _is_fusion)[:-1]:
+        if name not in memo:
+            memo[name] = _unfused_one(module.computations[name], module, memo)
+    out = memo[fused.name] = _unfused_one(fused, module, memo)
+    return out
+
+
+def _is_fusion(instr: Instruction) -> bool:
+    return instr.opcode == "fusion"
+
+
+def _unfused_one(fused: Computation, module: Module,
+                 memo: dict[str, tuple[int, tuple[str, ...]]]) -> tuple[int, tuple[str, ...]]:
+    """unfused_traffic of one computation whose nested fusions are in ``memo``."""
     total = 0
     unmodeled: list[str] = []
     for instr in fused.instructions:
         if instr.opcode == "fusion" and instr.called_computations \
                 and instr.called_computations[0] in module.computations:
-            b, u = unfused_traffic(module.computations[instr.called_computations[0]], module, memo)
+            b, u = memo.get(instr.called_computations[0]) or unfused_traffic(
+                module.computations[instr.called_computations[0]], module, memo)
             total += b
             unmodeled.extend(u)
             continue
         t = instruction_traffic(instr, fused, module)
         total += hbm_bytes(t)
         unmodeled.extend(f"{instr.name}: {r}" for r in t.unmodeled)
-    out = (total, tuple(dict.fromkeys(unmodeled)))
-    memo[fused.name] = out
-    return out
+    return total, tuple(dict.fromkeys(unmodeled))
 
 
 def onchip_intermediates(fused: Computation) -> tuple[tuple[str, int], ...]:
@@ -282,6 +297,10 @@ def fusion_reuse(instr: Instruction, comp: Computation, module: Module,
     fused_comp = module.computations[instr.called_computations[0]]
     fused = hbm_bytes(instruction_traffic(instr, comp, module))
     unfused, unmodeled = unfused_traffic(fused_comp, module, _memo)
+    # Run unfused, the kernels still read the fusion's operands and write its results: never
+    # less than the fusion itself (a fusion of bitcasts costs 0 unfused by the per-op rules,
+    # yet its kernel moves its operand), so reuse is never negative.
+    unfused = max(unfused, fused)
     return FusionReuse(fused, unfused, onchip_intermediates(fused_comp), capacity_bytes, unmodeled)
 
 
@@ -416,13 +435,6 @@ def kernel_tilings(instr: Instruction, comp: Computation, module: Module,
     notes: list[str] = []
 
     def visit(i: Instruction, c: Computation) -> None:
-        if i.opcode == "fusion":
-            for callee in i.called_computations[:1]:
-                fc = module.computations.get(callee)
-                if fc is not None:
-                    for inner in fc.instructions:
-                        visit(inner, fc)
-            return
         try:
             t = _tiling_of(i, c, module, fast_memory_bytes)
         except (ValueError, KeyError, IndexError, ZeroDivisionError) as e:
@@ -431,7 +443,16 @@ def kernel_tilings(instr: Instruction, comp: Computation, module: Module,
         if t is not None:
             found.append(t)
 
-    visit(instr, comp)
+    # in the order a recursive walk would meet them, with an explicit stack (any nesting depth)
+    stack = [(instr, comp)]
+    while stack:
+        i, c = stack.pop()
+        if i.opcode == "fusion":
+            fc = module.computations.get(i.called_computations[0]) if i.called_computations else None
+            if fc is not None:
+                stack.extend((inner, fc) for inner in reversed(fc.instructions))
+            continue
+        visit(i, c)
     return tuple(found), tuple(notes)
 
 
@@ -442,8 +463,17 @@ def is_dot_like(instr: Instruction, module: Module) -> bool:
     if instr.opcode == "custom-call":
         return (instr.custom_call_target or "") in _MATMUL_TARGETS | _CONV_TARGETS
     if instr.opcode == "fusion" and instr.called_computations:
-        fc = module.computations.get(instr.called_computations[0])
-        return fc is not None and any(is_dot_like(i, module) for i in fc.instructions)
+        stack, seen = [instr.called_computations[0]], set()  # iterative: any nesting depth
+        while stack:
+            fc = module.computations.get(stack.pop())
+            if fc is None or fc.name in seen:
+                continue
+            seen.add(fc.name)
+            for i in fc.instructions:
+                if i.opcode == "fusion":
+                    stack.extend(i.called_computations[:1])
+                elif is_dot_like(i, module):
+                    return True
     return False
 
 
@@ -505,4 +535,8 @@ def _program_total(analysis, rows: dict[tuple[str, str], InstructionReuse]) -> i
         memo[cname] = s
         return s
 
+    # callees first (iterative), so total() finds every callee memoized and never recurses
+    for cname in post_order(module, [module.entry.name],
+                            lambda i: i.opcode in ("while", "call", "conditional", "async-start")):
+        total(cname)
     return total(module.entry.name)

@@ -69,6 +69,24 @@ class _RolePropagation:
         return self.roles[(comp.name, name)]
 
     def run(self, comp: Computation, params: dict[int, tuple[str, ...]]) -> tuple[str, ...]:
+        """Roles of every instruction of ``comp`` and of the computations it calls; returns its
+        root's. Iterative: each callee's walk is a frame on an explicit stack (a generator that
+        yields the callee it needs and receives its root roles), so call chains of any depth
+        are walked without Python recursion."""
+        stack = [self._run(comp, params)]
+        result = None
+        while stack:
+            try:
+                request = stack[-1].send(result)
+            except StopIteration as stop:
+                stack.pop()
+                result = stop.value
+                continue
+            result = None
+            stack.append(self._run(*request))
+        return result
+
+    def _run(self, comp: Computation, params: dict[int, tuple[str, ...]]):
         cname = comp.name
         if cname in self.done:
             return self.roles[(cname, comp.root.name)]
@@ -77,7 +95,9 @@ class _RolePropagation:
         roles = self.roles
         routed = _ROUTED
         for instr in comp.instructions:
-            if instr.opcode in routed:
+            if instr.opcode in _CALLERS:
+                r = yield from self._caller_roles(comp, instr, params)
+            elif instr.opcode in routed:
                 r = self.instr_roles(comp, instr, params)
             else:  # computes a new value: what instr_roles answers, without its lookups
                 r = _activations(instr.shape.num_leaves)
@@ -105,34 +125,56 @@ class _RolePropagation:
             src = comp.by_name[instr.operands[0]].shape
             start = leaf_position(src, (instr.tuple_index,))
             return ops[0][start:start + n]
-        if op == "while":
-            init = ops[0]
-            body = self.module.computations[instr.attrs["body"].lstrip("%")]
-            cond = self.module.computations[instr.attrs["condition"].lstrip("%")]
-            self.run(body, {0: init})
-            self.run(cond, {0: init})
-            return init if len(init) == n else ("activations",) * n
-        if op in ("call", "conditional"):
-            outs = []
-            for b, callee in enumerate(instr.called_computations):
-                c = self.module.computations[callee]
-                if op == "call":
-                    p = {i: r for i, r in enumerate(ops)}
-                else:
-                    p = {0: ops[b + 1]} if b + 1 < len(ops) else {}
-                outs.append(self.run(c, p))
-            if outs and all(o == outs[0] for o in outs) and len(outs[0]) == n:
-                return outs[0]
-            return ("activations",) * n
-        if op == "async-start":
-            for callee in instr.called_computations:
-                self.run(self.module.computations[callee], {i: r for i, r in enumerate(ops)})
-            return ("activations",) * n
+        if op in _CALLERS:  # (run walks these itself; this answers for a lone instruction)
+            return self.run_caller(comp, instr, params)
         if op in PASSTHROUGH or (op == "custom-call" and instr.custom_call_target in _CC_PASSTHROUGH):
             if ops and len(ops[0]) == n:
                 return ops[0]
             if ops and ops[0]:
                 return (ops[0][0],) * n
+        return ("activations",) * n
+
+    def run_caller(self, comp: Computation, instr: Instruction,
+                   params: dict[int, tuple[str, ...]]) -> tuple[str, ...]:
+        """Roles of a while / call / conditional / async-start, walking its callees."""
+        gen = self._caller_roles(comp, instr, params)
+        result = None
+        while True:
+            try:
+                request = gen.send(result)
+            except StopIteration as stop:
+                return stop.value
+            result = self.run(*request)
+
+    def _caller_roles(self, comp: Computation, instr: Instruction,
+                      params: dict[int, tuple[str, ...]]):
+        """Generator: yields (callee, its parameter roles) for each callee to walk, receives the
+        callee's root roles, returns the instruction's roles."""
+        n = _nleaves(instr.shape)
+        op = instr.opcode
+        roles, cname = self.roles, comp.name
+        ops = [roles[(cname, o)] for o in instr.operands]
+        comps = self.module.computations
+        if op == "while":
+            init = ops[0]
+            body = comps[instr.attrs["body"].strip().lstrip("%")]
+            cond = comps[instr.attrs["condition"].strip().lstrip("%")]
+            yield body, {0: init}
+            yield cond, {0: init}
+            return init if len(init) == n else ("activations",) * n
+        if op in ("call", "conditional"):
+            outs = []
+            for b, callee in enumerate(instr.called_computations):
+                if op == "call":
+                    p = {i: r for i, r in enumerate(ops)}
+                else:
+                    p = {0: ops[b + 1]} if b + 1 < len(ops) else {}
+                outs.append((yield comps[callee], p))
+            if outs and all(o == outs[0] for o in outs) and len(outs[0]) == n:
+                return outs[0]
+            return ("activations",) * n
+        for callee in instr.called_computations:  # async-start
+            yield comps[callee], {i: r for i, r in enumerate(ops)}
         return ("activations",) * n
 
     def fusion_roles(self, comp: Computation, instr: Instruction) -> tuple[str, ...]:
@@ -150,6 +192,8 @@ class _RolePropagation:
         return tuple(out) if len(out) == n else _activations(n)
 
 
+# Instructions whose callees run as kernels of their own: walked by _RolePropagation.run.
+_CALLERS = frozenset({"while", "call", "conditional", "async-start"})
 # Opcodes whose roles instr_roles derives from operands, parameters or callees; every other
 # opcode computes a new value: all leaves "activations".
 _ROUTED = PASSTHROUGH | {"parameter", "tuple", "get-tuple-element", "while", "call", "conditional",

@@ -54,6 +54,7 @@ from dataclasses import dataclass, field
 
 from ..hlo import Computation, Instruction, Module
 from ..hlo.opcodes import OPCODES, names
+from .callgraph import post_order
 from .first_touch import FirstTouch, first_touch_pass
 from .multiplicity import callee_counts
 from .reuse import ReuseAnalysis, reuse_pass
@@ -224,15 +225,17 @@ def _is_matrix_instr(instr: Instruction, module: Module) -> bool:
 
 def _matrix_work(instr: Instruction, module: Module) -> list[Instruction]:
     """The dot-like instructions a kernel runs: itself, or those inside its fusion."""
-    if instr.opcode == "fusion":
-        out: list[Instruction] = []
-        for callee in instr.called_computations[:1]:
-            fc = module.computations.get(callee)
+    out: list[Instruction] = []
+    stack = [instr]  # in the order a recursive walk meets them; iterative: any nesting depth
+    while stack:
+        i = stack.pop()
+        if i.opcode == "fusion":
+            fc = module.computations.get(i.called_computations[0]) if i.called_computations else None
             if fc is not None:
-                for inner in fc.instructions:
-                    out.extend(_matrix_work(inner, module))
-        return out
-    return [instr] if _is_matrix_instr(instr, module) else []
+                stack.extend(reversed(fc.instructions))
+        elif _is_matrix_instr(i, module):
+            out.append(i)
+    return out
 
 
 def compute_time(instr: Instruction, comp: Computation, module: Module, spec, flops: int,
@@ -548,6 +551,10 @@ def estimate_times(analysis, spec, reuse: ReuseAnalysis | None = None) -> TimeEs
             unmodeled.append(f"{row.instr.name}: {why}")
     walker = _Walker(module, rows)
     dispatch = getattr(spec, "dispatch_overhead_s", None) or 0.0
+    # callees first (iterative), so comp_time finds every callee memoized and never recurses
+    for cname in post_order(module, [module.entry.name],
+                            lambda i: i.opcode in ("while", "call", "conditional", "async-start")):
+        walker.comp_time(cname)
     total = walker.comp_time(module.entry.name, record=True) + dispatch
     vals = rows.values()
     comp_s = sum(r.compute_time_s or 0.0 for r in vals)

@@ -232,10 +232,52 @@ class _FusionAnalysis:
         return demand
 
     def demand_elems(self, value: Instruction) -> int:
-        """Elements of ``value`` that the fusion's kernel actually reads."""
+        """Elements of ``value`` that the fusion's kernel actually reads.
+
+        Iterative: the demands it depends on (element-preserving users inside the fusion,
+        parameters of nested fusions) are settled first from an explicit stack, deepest
+        first, so chains and nestings of any depth take no Python recursion."""
         hit = self._memo.get(value.name)
         if hit is not None:
             return hit
+        stack: list[tuple[_FusionAnalysis, Instruction]] = [(self, value)]
+        while stack:
+            fa, v = stack[-1]
+            if v.name in fa._memo:
+                stack.pop()
+                continue
+            deps = fa._unsettled(v)
+            if deps:
+                stack.extend(deps)
+                continue
+            stack.pop()
+            fa._memo[v.name] = fa._demand_one(v)
+        return self._memo[value.name]
+
+    def _unsettled(self, value: Instruction) -> list[tuple["_FusionAnalysis", Instruction]]:
+        """The demands _demand_one(value) reads that are not memoized yet."""
+        out: list[tuple[_FusionAnalysis, Instruction]] = []
+        vshape = value.shape
+        if not vshape.is_array:
+            return out
+        total = vshape.num_elements
+        for user, k in self.users.get(value.name, ()):
+            op = user.opcode
+            if k == 0 and op in ("slice", "dynamic-slice", "gather", "pad", "dynamic-update-slice",
+                                 "scatter"):
+                continue
+            if op in ELEMENT_PRESERVING and user.shape.is_array and user.shape.num_elements == total:
+                if not (user.is_root or user.name in self._root_names) and user.name not in self._memo:
+                    out.append((self, user))
+            elif op == "fusion" and user.called_computations:
+                fa = self._nested_analysis(user.called_computations[0])
+                p = fa.comp.parameters[k]
+                if p.shape.is_array and p.name not in fa._memo:
+                    out.append((fa, p))
+        return out
+
+    def _demand_one(self, value: Instruction) -> int:
+        """demand_elems of ``value`` once _unsettled(value) is empty."""
         vshape = value.shape
         if not vshape.is_array:
             return 0
@@ -256,18 +298,17 @@ class _FusionAnalysis:
             elif op in ELEMENT_PRESERVING and user.shape.is_array and user.shape.num_elements == total:
                 # a value that leaves the fusion is computed (and its inputs read) in full
                 leaves_fusion = user.is_root or user.name in self._root_names
-                d = total if leaves_fusion else self.demand_elems(user)
+                d = total if leaves_fusion else self._memo[user.name]
             elif op == "fusion" and user.called_computations:
                 fa = self._nested_analysis(user.called_computations[0])
                 p = fa.comp.parameters[k]
-                d = fa.demand_elems(p) if p.shape.is_array else total
+                d = fa._memo[p.name] if p.shape.is_array else total
             else:
                 d = total
             demand += d
             if demand >= total:
                 demand = total
                 break
-        self._memo[value.name] = demand
         return demand
 
 

@@ -245,15 +245,38 @@ def metadata_instruction(module: Module, instr: Instruction) -> Instruction:
     if (md is not None and (md.op_name or md.source_file or md.stack_frame_id)) \
             or instr.opcode != "fusion" or not instr.called_computations:
         return instr
+    # depth first with an explicit stack (nested fusions any number of levels deep), each
+    # fused computation once: what the recursive walk finds, without its repeated visits
     fused = module.computations.get(instr.called_computations[0])
     if fused is None:
         return instr
-    for inner in [fused.root] + fused.instructions[::-1]:
+    seen = {fused.name}
+    stack = [(instr, iter([fused.root] + fused.instructions[::-1]))]
+    while stack:
+        owner, it = stack[-1]
+        inner = next(it, None)
+        if inner is None:
+            stack.pop()
+            if stack and owner.metadata is not None:  # a nested fusion with (empty) metadata
+                return owner
+            continue
         if inner is instr:
             continue
-        found = metadata_instruction(module, inner)
-        if found.metadata is not None:
-            return found
+        md = inner.metadata
+        if (md is not None and (md.op_name or md.source_file or md.stack_frame_id)) \
+                or inner.opcode != "fusion" or not inner.called_computations \
+                or inner.called_computations[0] not in module.computations:
+            if md is not None:
+                return inner
+            continue
+        cname = inner.called_computations[0]
+        if cname in seen:
+            if md is not None:
+                return inner
+            continue
+        seen.add(cname)
+        nested = module.computations[cname]
+        stack.append((inner, iter([nested.root] + nested.instructions[::-1])))
     return instr
 
 
