@@ -61,6 +61,8 @@ def analyze(target, *args, overrides: dict[str, str] | None = None, hardware=Non
     from .passes.timing import estimate_times
     reuse = reuse_pass(analysis, spec)
     times = estimate_times(analysis, spec, reuse) if spec is not None else None
+    from .passes.excess import excess_pass
+    excess = excess_pass(analysis, program.parameters, spec, reuse)
     return Report(ProgramInfo(program.name, program.backend, program.num_devices, program.source),
                   analysis, program.parameters, dict(program.memory_stats), program.xla_cost_analysis,
-                  reuse=reuse, times=times)
+                  reuse=reuse, times=times, excess=excess)

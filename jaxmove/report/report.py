@@ -37,6 +37,7 @@ class Report:
       memory_stats: XLA's compiled memory statistics in bytes (empty for HLO files).
       xla_cost_analysis: ``Compiled.cost_analysis()`` when captured from JAX, else None.
       reuse: on-chip reuse per fusion and tiling of dots (``passes/reuse.py``), or None.
+      excess: compulsory traffic, excess and its causes (``passes/excess.py``), or None.
       times: estimated times on a hardware spec (``passes/timing.py``), or None when no
         hardware was given.
     """
@@ -48,6 +49,7 @@ class Report:
     xla_cost_analysis: dict | None = None
     reuse: object | None = None   # passes.reuse.ReuseAnalysis
     times: object | None = None   # passes.timing.TimeEstimate
+    excess: object | None = None  # passes.excess.ExcessAnalysis
 
     @property
     def module(self):
@@ -149,6 +151,8 @@ class Report:
             "unmodeled_count": len(self.unmodeled),
             "time_unmodeled_count": len(self.time_unmodeled_rows()),
             **_timing_json(self),
+            # compulsory traffic, excess and its causes (passes/excess.py); None when not computed
+            "excess": self.excess.to_json() if self.excess is not None else None,
         }
 
     def _row_json(self, r: InstructionCost) -> dict:

@@ -1,0 +1,1257 @@
+"""Excess movement: what a program moves beyond the compulsory minimum, why, and the fix.
+
+*Compulsory* traffic of one program run (per device) is what the program's semantics need
+(DESIGN.md, "Compulsory and excess"):
+
+* each ENTRY parameter is read once, for the footprint the program needs of it: the sum over
+  the kernels that read it (directly, or through a copy of it) of the bytes each touches,
+  at most the parameter's data bytes (a gathered row, a sliced window, a whole weight);
+* each result leaf is written once (its data bytes); a result that updates a parameter (the
+  output aliased to it, or built on a copy of it) writes only the update: the bytes of its
+  in-place dynamic-update-slice / scatter writes (in a fusion that rebuilds the buffer, the
+  update operand of its dynamic-update-slice);
+* an intermediate (a value written by one kernel and read by others) that fits on chip
+  (its data bytes at most the on-chip capacity of ``reuse.onchip_capacity_bytes(spec)``)
+  costs nothing; one that does not fit is written once and read once per time it is written;
+  without a hardware spec the capacity is unknown and every intermediate is such a spill;
+* a collective sends its wire bytes (``passes/collectives.py``) at the width of the data
+  (a bf16 value converted to f32 to be sent counts at bf16) and only the part of an
+  all-gather's result that the program reads;
+* the program's own host I/O (infeed, outfeed, host send/recv) is compulsory; a host
+  offload and its return are not.
+
+*Compiled* traffic is what the traffic pass counts (``passes/traffic.py``, the report's
+totals; a conditional counts its costliest branch, as the totals do) plus, with a spec, the
+operand re-reads of the tiling model of dots (``passes/reuse.py``), the bytes the time model
+charges. Every access of every kernel is split into a compulsory part and *excess*, and each
+excess byte gets one cause, so per role and per path
+
+    compiled = compulsory + sum of causes + unattributed
+
+holds exactly. Causes (``CAUSE_KINDS``; the first that applies):
+
+1. ``tile_padding``: physical minus data bytes of tiled layouts (TPU ``T(8,128)``).
+2. The kernel's own kind: ``rematerialization`` (an instruction XLA's rematerialization
+   cloned, named ``*.remat*``, or one from a ``jax.checkpoint``'s recomputation, op_name
+   ``rematted_computation``), ``host_round_trip`` (MoveToHost / MoveToDevice, copies between
+   host and device memory), ``split_k_partials`` (a Triton gemm fusion with ``split_k`` > 1:
+   its partial sums, written and read back), and the copy kernels -- ``copy`` / ``transpose``
+   / ``convert`` / ``reshape``, or a fusion whose root is a chain of them from one parameter:
+   ``not_donated`` when the copy is of a parameter whose update the program returns (XLA
+   copies an argument it may not overwrite), else ``layout_change`` or ``dtype_conversion``.
+3. A read of a copy of a buffer beyond that buffer's footprint: the copy's cause.
+4. The buffer: a parameter read again beyond its footprint, or a spilled intermediate read
+   more often than written, is ``re_read`` (the same buffer read by several kernels, or in
+   every loop iteration); an intermediate that fits on chip is
+   ``materialized_intermediate`` (a fusion boundary); an update of a parameter written
+   beyond its update bytes is ``whole_rewrite``.
+5. Tiling: ``tiling_re_read``; collectives: ``collective_wider_than_data``,
+   ``all_gather_partly_used``.
+6. Anything else: ``unattributed`` (reported, never dropped).
+
+Time: a cause's HBM bytes at the spec's ``hbm_bytes_per_s`` plus its wire bytes at the link
+bandwidth of the collective (``collectives.link_bandwidth_bytes_per_s``): the memory time the
+bytes add (the saving is that much where the kernel is memory-bound). Host bytes have no
+bandwidth in the specs: their time is unmodeled (``untimed_bytes``).
+
+The pass is a pure function of (analysis, entry parameters, spec, reuse); passes never print.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from .._perf import gc_paused
+from ..hlo import Computation, Instruction, Module
+from ..hlo.shape import HOST_MEMORY_SPACE
+from ..vocab import PATHS, ROLES
+from .roles import entry_parameter_name, leaf_position, roles_pass
+from .traffic import ON_CHIP_MEMORY_SPACES
+
+#: Stable cause keys of the JSON ``excess.causes[].kind`` (may be added to, never removed).
+CAUSE_KINDS = ("not_donated", "donated_but_copied", "materialized_intermediate", "layout_change", "dtype_conversion",
+               "re_read", "tiling_re_read", "whole_rewrite", "tile_padding", "split_k_partials",
+               "rematerialization", "all_gather_partly_used", "collective_wider_than_data",
+               "host_round_trip")
+UNATTRIBUTED = "unattributed"
+#: Instructions listed per cause (the costliest); ``num_instructions`` counts them all.
+MAX_LISTED = 10
+
+_HBM_READ, _HBM_WRITE = "hbm_to_onchip", "onchip_to_hbm"
+_COPY_OPS = frozenset({"copy", "transpose", "convert", "reshape", "bitcast-convert"})
+_FUSED_COPY_OPS = _COPY_OPS | {"bitcast"}
+_ALIAS_LEAFWISE = frozenset({"bitcast", "add-dependency", "domain", "opt-barrier",
+                             "optimization-barrier"})
+_NATIVE_STARTS = frozenset({"all-reduce-start", "all-gather-start", "collective-permute-start"})
+_HOST_IO = frozenset({"infeed", "outfeed", "send", "recv"})
+_HOST_TARGETS = frozenset({"MoveToHost", "MoveToDevice"})
+
+
+# ---- records ------------------------------------------------------------------------------
+
+@dataclass(frozen=True, slots=True)
+class CauseInstruction:
+    """One instruction responsible for (part of) a cause: bytes per program run."""
+
+    computation: str
+    name: str
+    opcode: str
+    bytes: int
+    source: str | None
+    op_name: str | None
+
+
+@dataclass(frozen=True)
+class ExcessCause:
+    """Bytes moved for one reason, per program run.
+
+    Attributes:
+      kind: one of ``CAUSE_KINDS`` or ``unattributed``.
+      subject: what it is about (a parameter path, an argument name; "" for program-wide).
+      bytes: all paths together; by_role: HBM bytes per role; by_path: bytes per path.
+      time_s: HBM bytes / hbm_bytes_per_s + wire bytes / link bandwidth (None without a
+        spec, or when no part of it can be timed); untimed_bytes: bytes not in time_s.
+      fix: the change that would remove it, in the words a JAX user acts on.
+      flops: flops of the instructions responsible (recomputation for remat), else 0.
+      instructions: the costliest instructions responsible (at most ``MAX_LISTED``);
+        num_instructions: how many there are.
+    """
+
+    kind: str
+    subject: str
+    bytes: int
+    by_role: dict[str, int]
+    by_path: dict[str, int]
+    time_s: float | None
+    untimed_bytes: int
+    fix: str
+    flops: int
+    instructions: tuple[CauseInstruction, ...]
+    num_instructions: int
+
+    def to_json(self) -> dict:
+        return {"kind": self.kind, "subject": self.subject, "bytes": self.bytes,
+                "time_s": self.time_s, "untimed_bytes": self.untimed_bytes,
+                "by_role": dict(self.by_role), "by_path": dict(self.by_path), "fix": self.fix,
+                "flops": self.flops, "num_instructions": self.num_instructions,
+                "instructions": [{"computation": i.computation, "name": i.name, "opcode": i.opcode,
+                                  "bytes": i.bytes, "source": i.source, "op_name": i.op_name}
+                                 for i in self.instructions]}
+
+
+@dataclass(frozen=True, slots=True)
+class ExcessLine:
+    """Compulsory, compiled and excess bytes of one role or path, per program run."""
+
+    compulsory_bytes: int
+    compiled_bytes: int
+    unattributed_bytes: int
+
+    @property
+    def excess_bytes(self) -> int:
+        return self.compiled_bytes - self.compulsory_bytes
+
+    @property
+    def excess_fraction(self) -> float:
+        """excess / compiled (0.0 when nothing moves)."""
+        return self.excess_bytes / self.compiled_bytes if self.compiled_bytes else 0.0
+
+    def to_json(self) -> dict:
+        return {"compulsory_bytes": self.compulsory_bytes, "compiled_bytes": self.compiled_bytes,
+                "excess_bytes": self.excess_bytes, "excess_fraction": self.excess_fraction,
+                "unattributed_bytes": self.unattributed_bytes}
+
+
+@dataclass
+class ExcessAnalysis:
+    """Excess movement of one program run (module docstring).
+
+    Attributes:
+      by_role: role -> ExcessLine of HBM bytes (read + written); by_path: path -> ExcessLine.
+      causes: every cause with bytes, costliest first (by time with a spec, else bytes).
+      unattributed: the excess no rule explains (kind ``unattributed``).
+      hardware: the spec's name, or None; onchip_capacity_bytes: the capacity intermediates
+        are compared with (None without a spec).
+      per_instruction: (computation, instruction) -> excess bytes per program run.
+      notes: how the figures were derived where it is not obvious.
+    """
+
+    by_role: dict[str, ExcessLine]
+    by_path: dict[str, ExcessLine]
+    causes: list[ExcessCause]
+    unattributed: ExcessCause
+    hardware: str | None
+    onchip_capacity_bytes: int | None
+    per_instruction: dict[tuple[str, str], int] = field(default_factory=dict)
+    notes: list[str] = field(default_factory=list)
+
+    @property
+    def compulsory_bytes(self) -> int:
+        return sum(v.compulsory_bytes for v in self.by_path.values())
+
+    @property
+    def compiled_bytes(self) -> int:
+        return sum(v.compiled_bytes for v in self.by_path.values())
+
+    @property
+    def excess_bytes(self) -> int:
+        return self.compiled_bytes - self.compulsory_bytes
+
+    @property
+    def excess_fraction(self) -> float:
+        return self.excess_bytes / self.compiled_bytes if self.compiled_bytes else 0.0
+
+    @property
+    def excess_time_s(self) -> float | None:
+        """Sum of the causes' times (None without a spec)."""
+        if self.hardware is None:
+            return None
+        return sum(c.time_s or 0.0 for c in (*self.causes, self.unattributed))
+
+    def cause(self, kind: str, subject: str | None = None) -> ExcessCause | None:
+        """The (first) cause of ``kind`` (and ``subject``), or None."""
+        for c in self.causes:
+            if c.kind == kind and (subject is None or c.subject == subject):
+                return c
+        return None
+
+    def bytes_of(self, kind: str) -> int:
+        """Bytes of every cause of ``kind`` together."""
+        return sum(c.bytes for c in self.causes if c.kind == kind)
+
+    def to_json(self) -> dict:
+        """The ``excess`` object of ``jaxmove analyze --json`` (stable keys)."""
+        return {"compulsory_bytes": self.compulsory_bytes, "compiled_bytes": self.compiled_bytes,
+                "excess_bytes": self.excess_bytes, "excess_fraction": self.excess_fraction,
+                "excess_time_s": self.excess_time_s, "hardware": self.hardware,
+                "onchip_capacity_bytes": self.onchip_capacity_bytes,
+                "by_role": {r: v.to_json() for r, v in self.by_role.items()},
+                "by_path": {p: v.to_json() for p, v in self.by_path.items()},
+                "causes": [c.to_json() for c in self.causes],
+                "unattributed": self.unattributed.to_json(),
+                "notes": list(self.notes)}
+
+    def to_dataframe(self):
+        """One pandas row per cause (kind, subject, bytes, time_s, HBM bytes per role, bytes
+        per path, fix, instructions); the unattributed excess last when it is not zero.
+
+        Raises ImportError without pandas."""
+        import pandas as pd
+
+        rows = []
+        for c in (*self.causes, *((self.unattributed,) if self.unattributed.bytes else ())):
+            rec = {"kind": c.kind, "subject": c.subject, "bytes": c.bytes, "time_s": c.time_s,
+                   "flops": c.flops, "num_instructions": c.num_instructions, "fix": c.fix,
+                   "instructions": ", ".join(i.name for i in c.instructions)}
+            rec.update({f"{r}_bytes": c.by_role.get(r, 0) for r in ROLES})
+            rec.update({f"{p}_bytes": c.by_path.get(p, 0) for p in PATHS})
+            rows.append(rec)
+        cols = ["kind", "subject", "bytes", "time_s", "flops", "num_instructions", "fix",
+                "instructions", *(f"{r}_bytes" for r in ROLES), *(f"{p}_bytes" for p in PATHS)]
+        return pd.DataFrame.from_records(rows, columns=cols)
+
+
+# ---- buffers --------------------------------------------------------------------------------
+
+class _Buffers:
+    """Union-find over value leaves ``(computation, instruction, leaf)`` that share one buffer
+    (bitcasts, tuples, while carries, call parameters, in-place updates, async pairs)."""
+
+    __slots__ = ("parent",)
+
+    def __init__(self):
+        self.parent: dict[tuple, tuple] = {}
+
+    def find(self, k: tuple) -> tuple:
+        parent = self.parent
+        p = parent.get(k)
+        if p is None:
+            return k
+        root = p
+        while True:
+            q = parent.get(root)
+            if q is None:
+                break
+            root = q
+        while k != root:  # path compression
+            nxt = parent[k]
+            parent[k] = root
+            k = nxt
+        return root
+
+    def union(self, a: tuple, b: tuple) -> None:
+        ra, rb = self.find(a), self.find(b)
+        if ra != rb:
+            self.parent[ra] = rb
+
+    def union_leaves(self, ca: str, a: str, cb: str, b: str, n: int, oa: int = 0, ob: int = 0) -> None:
+        for j in range(n):
+            self.union((ca, a, oa + j), (cb, b, ob + j))
+
+
+def _fused_chain(module: Module, fused: Computation, instr: Instruction, ops) -> tuple[int | None, bool]:
+    """(parameter number, changes the element type) when ``instr`` of ``fused`` is a chain of
+    ``ops`` from one parameter; (None, False) otherwise."""
+    dtype_change = False
+    seen = 0
+    while seen < 10_000:
+        seen += 1
+        if instr.opcode == "parameter":
+            return instr.parameter_number, dtype_change
+        if instr.opcode not in ops or not instr.operands:
+            return None, False
+        src = fused.by_name.get(instr.operands[0])
+        if src is None:
+            return None, False
+        if instr.opcode in ("convert", "bitcast-convert") and src.shape.element_type != instr.shape.element_type:
+            dtype_change = True
+        instr = src
+    return None, False
+
+
+def _through_bitcast(comp: Computation, instr: Instruction) -> Instruction:
+    while instr.opcode == "bitcast" and instr.operands and instr.operands[0] in comp.by_name:
+        instr = comp.by_name[instr.operands[0]]
+    return instr
+
+
+def _copy_kind(instr: Instruction, comp: Computation, module: Module) -> tuple[str, int] | None:
+    """("layout_change" | "dtype_conversion", source operand) of a copy kernel, else None."""
+    op = instr.opcode
+    if not instr.shape.is_array:
+        return None
+    if op in _COPY_OPS and instr.operands:
+        src = comp.by_name.get(instr.operands[0])
+        if src is None or not src.shape.is_array:
+            return None
+        dtype = src.shape.element_type != instr.shape.element_type
+        return ("dtype_conversion" if dtype else "layout_change"), 0
+    if op == "fusion" and instr.called_computations:
+        fused = module.computations.get(instr.called_computations[0])
+        if fused is None or fused.root.opcode == "tuple":
+            return None
+        k, dtype = _fused_chain(module, fused, fused.root, _FUSED_COPY_OPS)
+        if k is None or k >= len(instr.operands) or fused.root.opcode == "parameter":
+            return None
+        if fused.root.opcode == "bitcast" and _through_bitcast(fused, fused.root).opcode == "parameter":
+            return None
+        return ("dtype_conversion" if dtype else "layout_change"), k
+    return None
+
+
+def _inner_update_bytes(instr: Instruction, module: Module) -> int:
+    """Update bytes of a fusion that rebuilds a buffer around a dynamic-update-slice (root,
+    through bitcasts) instead of updating it in place; 0 for anything else."""
+    if instr.opcode != "fusion" or not instr.called_computations:
+        return 0
+    fused = module.computations.get(instr.called_computations[0])
+    if fused is None:
+        return 0
+    root = _through_bitcast(fused, fused.root)
+    if root.opcode == "dynamic-update-slice" and len(root.operands) > 1:
+        upd = fused.by_name.get(root.operands[1])
+        return upd.shape.logical_byte_size if upd is not None else 0
+    return 0
+
+
+def _raw_attrs_have(instr: Instruction, key: str, needle: str) -> bool:
+    """``needle`` occurs in attribute ``key`` (in the attribute text when not yet split: a
+    cheap test before parsing metadata or backend_config)."""
+    a = instr._attrs
+    if a is None:
+        t = instr._attr_text
+        return bool(t) and needle in t
+    v = a.get(key)
+    return v is not None and needle in v
+
+
+def _split_k(instr: Instruction) -> int:
+    """``split_k`` of a Triton gemm fusion's config (xla/autotuning.proto TritonGemmKey), else 1."""
+    if instr.opcode != "fusion" or not _raw_attrs_have(instr, "backend_config", "split_k"):
+        return 1
+    bc = instr.backend_config
+    if not isinstance(bc, dict):
+        return 1
+    cfg = bc.get("fusion_backend_config", {})
+    cfg = cfg.get("triton_gemm_config") if isinstance(cfg, dict) else None
+    if not isinstance(cfg, dict):
+        return 1
+    try:
+        return int(cfg.get("split_k", 1))
+    except (TypeError, ValueError):
+        return 1
+
+
+def _is_remat(instr: Instruction) -> bool:
+    """Cloned by XLA's rematerialization (``.remat`` suffix, xla/service/hlo_rematerialization.cc)
+    or recomputed by a ``jax.checkpoint`` (``rematted_computation`` in op_name)."""
+    if ".remat" in instr.name:
+        return True
+    if not _raw_attrs_have(instr, "metadata", "rematted_computation"):
+        return False
+    md = instr.metadata
+    return bool(md is not None and md.op_name and "rematted_computation" in md.op_name)
+
+
+def _kernel_cause(instr: Instruction, comp: Computation, module: Module) -> str | None:
+    if _is_remat(instr):
+        return "rematerialization"
+    op = instr.opcode
+    if op == "custom-call" and (instr.custom_call_target or "") in _HOST_TARGETS:
+        return "host_round_trip"
+    if _split_k(instr) > 1:
+        return "split_k_partials"
+    return None
+
+
+# ---- the pass --------------------------------------------------------------------------------
+
+class _Ledger:
+    """Bytes per role and path: compiled, compulsory, per cause and per instruction."""
+
+    def __init__(self, hbm_s_per_byte: float | None):
+        self.compiled: dict[tuple, int] = {}      # (role, path) -> bytes
+        self.compulsory: dict[tuple, int] = {}
+        self.cause_rp: dict[tuple, int] = {}      # (kind, subject, role, path) -> bytes
+        self.cause_instr: dict[tuple, int] = {}   # (kind, subject, computation, name) -> bytes
+        self.cause_s: dict[tuple, float] = {}     # (kind, subject) -> seconds of wire bytes
+        self.hbm_s_per_byte = hbm_s_per_byte
+
+    def add(self, role, path: str, phys: int, compulsory: int, logical: int, kind: str,
+            subject: str, key: tuple[str, str]) -> None:
+        """One access: ``phys`` bytes moved, ``logical`` of them data, ``compulsory`` of
+        those needed; the padding is ``tile_padding``, the rest of the data ``kind``."""
+        rp = (role, path)
+        compiled = self.compiled
+        compiled[rp] = compiled.get(rp, 0) + phys
+        if compulsory:
+            c = self.compulsory
+            c[rp] = c.get(rp, 0) + compulsory
+        if phys > logical:
+            self._cause("tile_padding", "", role, path, phys - logical, key)
+        if logical > compulsory:
+            nbytes = logical - compulsory
+            crp, ci = self.cause_rp, self.cause_instr
+            k = (kind, subject, role, path)
+            crp[k] = crp.get(k, 0) + nbytes
+            k = (kind, subject, key[0], key[1])
+            ci[k] = ci.get(k, 0) + nbytes
+
+    def _cause(self, kind, subject, role, path, nbytes, key) -> None:
+        k = (kind, subject, role, path)
+        self.cause_rp[k] = self.cause_rp.get(k, 0) + nbytes
+        k = (kind, subject, key[0], key[1])
+        self.cause_instr[k] = self.cause_instr.get(k, 0) + nbytes
+
+    def add_wire(self, path: str, wire: int, compulsory: int, parts, key, s_per_byte) -> None:
+        """A collective's wire bytes: ``parts`` are (kind, bytes) of the excess."""
+        rp = (None, path)
+        self.compiled[rp] = self.compiled.get(rp, 0) + wire
+        self.compulsory[rp] = self.compulsory.get(rp, 0) + compulsory
+        for kind, nbytes in parts:
+            if nbytes > 0:
+                self._cause(kind, "", None, path, nbytes, key)
+                if s_per_byte is not None:
+                    self.cause_s[(kind, "")] = self.cause_s.get((kind, ""), 0.0) + nbytes * s_per_byte
+
+
+@gc_paused
+def excess_pass(analysis, parameters=(), spec=None, reuse=None, roles=None) -> ExcessAnalysis:
+    """Compulsory traffic and excess of ``analysis`` (a pipeline ModuleAnalysis).
+
+    Args:
+      parameters: the program's ``EntryParameter`` s (capture; empty for HLO dumps: roles and
+        names then come from the HLO, donation from ``input_output_alias``).
+      spec: a HardwareSpec for the on-chip capacity and the time of each cause, or None.
+      reuse: the ReuseAnalysis computed with ``spec`` (tiling re-reads), or None.
+      roles: the roles pass's RoleMap (recomputed from ``parameters`` when None).
+    Returns:
+      An ExcessAnalysis (module docstring); its figures are per program run.
+    """
+    return _Excess(analysis, tuple(parameters or ()), spec, reuse, roles).run()
+
+
+class _Excess:
+    def __init__(self, analysis, parameters, spec, reuse, roles):
+        self.analysis = analysis
+        self.module: Module = analysis.module
+        self.params = {p.number: p for p in parameters}
+        self.spec = spec
+        self.reuse = reuse
+        if roles is None:
+            roles = getattr(analysis, "roles", None)
+        if roles is None:
+            entry_roles = {p.number: p.role for p in parameters} if parameters else None
+            roles = roles_pass(self.module, entry_roles)
+        self.roles = roles
+        self.capacity: int | None = None
+        if spec is not None:
+            from .reuse import onchip_capacity_bytes
+            cap = onchip_capacity_bytes(spec)
+            self.capacity = cap[0] if cap else None
+        self.notes: list[str] = []
+        self.ledger = _Ledger(1.0 / spec.hbm_bytes_per_s if spec is not None else None)
+
+    # -- buffers ---------------------------------------------------------------------------
+
+    def _kernel_computations(self) -> list[str]:
+        """Kernel-level computations whose rows count, as the totals count them: of a
+        conditional, the branch the totals take (its costliest)."""
+        mult = self.analysis.multiplicity
+        module = self.module
+        skip: set[str] = set()
+        conds = [i for c in mult for i in module.computations[c].instructions if i.opcode == "conditional"]
+        if conds:
+            per_comp: dict[str, list] = {}
+            for r in self.analysis.rows:
+                per_comp.setdefault(r.computation, []).append(r)
+
+            def cost(cname):
+                reach = module.reachable_computations([cname], through_fusions=False)
+                hbm = sum(r.per_execution.hbm_bytes for c in reach for r in per_comp.get(c, ()))
+                fl = sum(r.per_execution.flops for c in reach for r in per_comp.get(c, ()))
+                return hbm, fl
+
+            keep: set[str] = set()
+            for ci in conds:
+                branches = list(ci.called_computations)
+                best = max(branches, key=cost)
+                keep |= module.reachable_computations([best], through_fusions=False)
+                for b in branches:
+                    if b != best:
+                        skip |= module.reachable_computations([b], through_fusions=False)
+            skip -= keep
+            if skip:
+                self.notes.append("conditionals: the branch the totals take (the costliest) is "
+                                  "counted, as in the report's totals")
+        return [c for c in mult if c not in skip]
+
+    def _union_all(self, comps: list[str]) -> None:
+        module, B = self.module, self.buffers
+        for cname in comps:
+            comp = module.computations[cname]
+            for instr in comp.instructions:
+                op = instr.opcode
+                name = instr.name
+                if op in _ALIAS_LEAFWISE and instr.operands:
+                    B.union_leaves(cname, name, cname, instr.operands[0], instr.shape.num_leaves)
+                elif op == "get-tuple-element":
+                    src = comp.by_name[instr.operands[0]]
+                    off = leaf_position(src.shape, (instr.tuple_index,))
+                    B.union_leaves(cname, name, cname, src.name, instr.shape.num_leaves, 0, off)
+                elif op == "tuple":
+                    k = 0
+                    for o in instr.operands:
+                        n = comp.by_name[o].shape.num_leaves
+                        B.union_leaves(cname, name, cname, o, n, k, 0)
+                        k += n
+                elif op == "while":
+                    body = module.computations[instr.attrs["body"].strip().lstrip("%")]
+                    cond = module.computations[instr.attrs["condition"].strip().lstrip("%")]
+                    n = instr.shape.num_leaves
+                    B.union_leaves(cname, name, cname, instr.operands[0], n)
+                    for c in (body, cond):
+                        if c.parameters:
+                            B.union_leaves(cname, name, c.name, c.parameters[0].name, n)
+                    B.union_leaves(cname, name, body.name, body.root.name, n)
+                elif op in ("call", "async-start"):
+                    for callee in instr.called_computations:
+                        c = module.computations[callee]
+                        for p in c.parameters:
+                            k = p.parameter_number
+                            if k is not None and k < len(instr.operands):
+                                B.union_leaves(c.name, p.name, cname, instr.operands[k], p.shape.num_leaves)
+                        if op == "call":
+                            B.union_leaves(cname, name, c.name, c.root.name, instr.shape.num_leaves)
+                        elif instr.shape.is_tuple and len(instr.shape.tuple_shapes) > 1:
+                            off = leaf_position(instr.shape, (1,))
+                            B.union_leaves(cname, name, c.name, c.root.name, c.root.shape.num_leaves, off)
+                elif op == "conditional":
+                    for b, callee in enumerate(instr.called_computations):
+                        c = module.computations[callee]
+                        if c.parameters and b + 1 < len(instr.operands):
+                            B.union_leaves(c.name, c.parameters[0].name, cname, instr.operands[b + 1],
+                                           c.parameters[0].shape.num_leaves)
+                        B.union_leaves(cname, name, c.name, c.root.name, instr.shape.num_leaves)
+                elif op == "dynamic-update-slice" and instr.operands:
+                    B.union((cname, name, 0), (cname, instr.operands[0], 0))
+                elif op == "scatter" and instr.operands:
+                    n_in = (len(instr.operands) - 1) // 2
+                    for k in range(n_in):
+                        B.union((cname, name, k if n_in > 1 else 0), (cname, instr.operands[k], 0))
+                elif op.endswith("-done") and instr.operands:
+                    start = comp.by_name.get(instr.operands[0])
+                    while start is not None and start.opcode.endswith("-update") and start.operands:
+                        start = comp.by_name.get(start.operands[0])
+                    if start is None:
+                        continue
+                    if start.opcode in _NATIVE_STARTS or not start.shape.is_tuple:
+                        continue  # the start's writes are indexed by the done (see _write_key)
+                    idx = (0,) if start.opcode == "copy-start" else (1,)
+                    if len(start.shape.tuple_shapes) > idx[0]:
+                        off = leaf_position(start.shape, idx)
+                        B.union_leaves(cname, name, cname, start.name, instr.shape.num_leaves, 0, off)
+                elif op == "fusion" and (cname, name) in self.inplace_fusions:
+                    self._union_inplace_fusion(comp, instr)
+
+    def _union_inplace_fusion(self, comp: Computation, instr: Instruction) -> None:
+        """A fusion whose root (tuple element) is an in-place dynamic-update-slice / scatter of
+        a fusion parameter writes into that operand's buffer (passes/traffic.py's rule)."""
+        fused = self.module.computations.get(instr.called_computations[0]) if instr.called_computations else None
+        if fused is None:
+            return
+        root = fused.root
+        leaves = ([(k, fused.by_name[o]) for k, o in enumerate(root.operands)] if root.opcode == "tuple"
+                  else [(None, root)])
+        for k, leaf in leaves:
+            p = _through_bitcast(fused, leaf)
+            if p.opcode not in ("dynamic-update-slice", "scatter") or not p.operands:
+                continue
+            buf = _through_bitcast(fused, fused.by_name[p.operands[0]])
+            if buf.opcode != "parameter" or buf.shape.byte_size != p.shape.byte_size:
+                continue
+            n = buf.parameter_number
+            if n is None or n >= len(instr.operands):
+                continue
+            pos = 0 if k is None else leaf_position(instr.shape, (k,))
+            self.buffers.union((comp.name, instr.name, pos), (comp.name, instr.operands[n], 0))
+
+    # -- naming ----------------------------------------------------------------------------
+
+    def _param_subject(self, number: int) -> str:
+        p = self.params.get(number)
+        if p is not None:
+            return p.path
+        instr = next((i for i in self.module.entry.parameters if i.parameter_number == number), None)
+        return entry_parameter_name(instr) if instr is not None else f"parameter {number}"
+
+    def _argument(self, number: int) -> tuple[str, int | None, bool]:
+        """(argument name, argnum or None, donated) of an entry parameter."""
+        p = self.params.get(number)
+        if p is None:
+            return self._param_subject(number), None, number in self.module.input_output_alias
+        arg = p.path.split("/", 1)[0]
+        if arg == "args" and "/" in p.path:
+            arg = "/".join(p.path.split("/")[:2])
+        return arg, getattr(p, "argnum", None), p.donated
+
+    # -- run -------------------------------------------------------------------------------
+
+    def run(self) -> ExcessAnalysis:
+        module = self.module
+        self.buffers = _Buffers()
+        comps = self._kernel_computations()
+        self.comps = set(comps)
+        self.inplace_fusions = {(r.computation, r.instr.name) for r in self.analysis.rows
+                                if r.traffic.inplace_buffer_bytes and r.instr.opcode == "fusion"}
+        self._union_all(comps)
+        B = self.buffers
+        entry = module.entry
+        # entry parameter leaves
+        param_root: dict[tuple, tuple[int, int, object]] = {}
+        for p in entry.parameters:
+            for j, (_idx, leaf) in enumerate(_leaves(p.shape)):
+                param_root.setdefault(B.find((entry.name, p.name, j)), (p.parameter_number, j, leaf))
+        # result leaves
+        out_root: dict[tuple, tuple[int, object]] = {}
+        for j, (idx, leaf) in enumerate(_leaves(entry.root.shape)):
+            out_root.setdefault(B.find((entry.name, entry.root.name, j)), (j, leaf))
+        alias_of_out: dict[int, int] = {}
+        for pnum, pairs in module.input_output_alias.items():
+            for out_idx, _pidx in pairs:
+                try:
+                    alias_of_out[leaf_position(entry.root.shape, tuple(out_idx))
+                                 if entry.root.shape.is_tuple else 0] = pnum
+                except (IndexError, AttributeError):
+                    continue
+        self.param_root, self.out_root, self.alias_of_out = param_root, out_root, alias_of_out
+
+        rows = [r for r in self.analysis.rows if r.computation in self.comps]
+        self.rows = rows
+        # cause kernels, and copy kernels: derived buffers (origin root, width num, den, kind, row)
+        derived: dict[tuple, tuple] = {}
+        kcause: dict[int, str] = {}
+        for k, r in enumerate(rows):
+            instr = r.instr
+            t = r.traffic
+            if not t.reads and not t.writes:
+                continue
+            comp = module.computations[r.computation]
+            c = _kernel_cause(instr, comp, module)
+            if c is None and instr.opcode not in _HOST_IO and _touches_host(t):
+                c = "host_round_trip"
+            if c is not None:
+                kcause[k] = c
+                continue
+            ck = _copy_kind(instr, comp, module)
+            if ck is None:
+                continue
+            kind, src_k = ck
+            src = comp.by_name[instr.operands[src_k]]
+            sroot = B.find((r.computation, src.name, 0))
+            origin, num, den = sroot, instr.shape.element_bits, src.shape.element_bits
+            if sroot in derived:
+                o2, n2, d2, _c, _k = derived[sroot]
+                origin, num, den = o2, num * n2, den * d2
+            droot = B.find((r.computation, instr.name, 0))
+            if droot in param_root:
+                continue  # writes into a parameter's own buffer: not a copy of it
+            derived[droot] = (origin, num, den, kind, k)
+            kcause[k] = kind
+        # a copy of a parameter that becomes (the buffer of) an update result: not donated
+        update_of: dict[tuple, int] = {}
+        for oroot, (j, _leaf) in out_root.items():
+            if oroot in param_root:
+                update_of[oroot] = param_root[oroot][0]
+            elif oroot in derived and derived[oroot][0] in param_root:
+                pnum = update_of[oroot] = param_root[derived[oroot][0]][0]
+                donated = self._argument(pnum)[2]
+                kcause[derived[oroot][4]] = "donated_but_copied" if donated else "not_donated"
+            elif j in alias_of_out:
+                update_of[oroot] = alias_of_out[j]
+        for oroot in list(out_root):
+            if oroot in derived and oroot not in update_of:
+                del derived[oroot]  # a result written by a copy kernel: the result itself
+        self.derived, self.kcause, self.update_of = derived, kcause, update_of
+        self.copy_origin = {v[4]: v[0] for v in derived.values()}
+        # split-K partial sums exist only to be reduced: reading them back is split-K's too
+        produced_cause: dict[tuple, str] = {}
+        for k, c in kcause.items():
+            if c != "split_k_partials":
+                continue
+            r = rows[k]
+            for j in range(r.instr.shape.num_leaves):
+                produced_cause.setdefault(B.find((r.computation, r.instr.name, j)), c)
+        self.produced_cause = produced_cause
+        special = set(param_root) | set(out_root) | set(derived) | set(update_of)
+        cap = self.capacity
+        ledger = self.ledger
+        roles = self.roles
+        streamed: dict[tuple, int] = {}    # spilled intermediate -> read bytes granted so far
+        self.streamed = streamed
+        reads: dict[tuple, list] = {}      # budget root -> [(prio, order, units, logical, k, role, phys, root)]
+        write_total: dict[tuple, int] = {}
+        read_units: dict[tuple, int] = {}  # buffer root -> data bytes its readers touch
+        out_left = {root: (leaf.logical_byte_size if root not in update_of else None)
+                    for root, (_j, leaf) in out_root.items()}
+        update_left: dict[tuple, int] = {}
+        tilings = []
+        order = 0
+        find = B.find
+        gathered = set()  # buffers all-gathers write: how much of them is read decides their excess
+        for r in rows:
+            c = r.collective
+            if c is not None and c.kind == "all-gather":
+                wkey, _leaf = self._write_key(r.instr, module.computations[r.computation], ())
+                gathered.add(find(wkey))
+        reuse_rows = self.reuse.rows if self.reuse is not None else None
+        add = ledger.add
+        computations = module.computations
+        no_cause = "materialized_intermediate"
+        kernel_write_causes = ("rematerialization", "split_k_partials", "host_round_trip",
+                               "dtype_conversion", "layout_change")
+        for k, r in enumerate(rows):
+            t = r.traffic
+            t_reads, t_writes = t.reads, t.writes
+            if not t_reads and not t_writes:
+                continue
+            instr = r.instr
+            cname = r.computation
+            comp = computations[cname]
+            by_name = comp.by_name
+            operands = instr.operands
+            count = r.multiplicity.count
+            key = (cname, instr.name)
+            kc = kcause.get(k)
+            prio = 0 if kc is None else (2 if kc == "rematerialization" else 1)
+            for a in t_reads:
+                ms = a.memory_space
+                if ms in ON_CHIP_MEMORY_SPACES:
+                    continue
+                oname = operands[a.operand]
+                oshape = by_name[oname].shape
+                if a.index and oshape.is_tuple:
+                    pos = leaf_position(oshape, a.index)
+                    leaf = oshape.subshape(a.index)
+                else:
+                    pos, leaf = 0, oshape
+                phys = a.nbytes * count
+                lg = a.logical_nbytes
+                logical = (lg if lg is not None else _logical(a, leaf)) * count
+                if ms == HOST_MEMORY_SPACE:
+                    add(None, "host_to_device", phys, phys if kc is None else 0, phys,
+                        kc or "host_round_trip", "", key)
+                    continue
+                rl = roles[(cname, oname)]
+                role = rl[pos] if pos < len(rl) else rl[0]
+                root = find((cname, oname, pos))
+                order += 1
+                if root in gathered:
+                    read_units[root] = read_units.get(root, 0) + min(logical, leaf.logical_byte_size * count)
+                if root not in special and cap is not None and leaf.logical_byte_size <= cap:
+                    # an intermediate that fits on chip: reading it back is excess
+                    add(role, _HBM_READ, phys, 0, logical,
+                        kc if kc is not None else produced_cause.get(root, no_cause), "", key)
+                    continue
+                if prio == 0 and root not in special and root not in produced_cause:
+                    w = write_total.get(root)
+                    if w is not None:  # a spilled intermediate already written: read it back once
+                        g = streamed.get(root, 0)
+                        give = min(logical, w - g)
+                        if give > 0:
+                            streamed[root] = g + give
+                        else:
+                            give = 0
+                        add(role, _HBM_READ, phys, give, logical, "re_read", "", key)
+                        continue
+                broot, units = root, logical
+                if root in derived:
+                    broot, num, den = derived[root][0], derived[root][1], derived[root][2]
+                    units = logical * den // num if num else logical
+                lst = reads.get(broot)
+                if lst is None:
+                    lst = reads[broot] = []
+                lst.append((prio, order, units, logical, k, role, phys, root))
+            if t_writes:
+                out_roles = roles[key]
+            for a in t_writes:
+                ms = a.memory_space
+                if ms in ON_CHIP_MEMORY_SPACES:
+                    continue
+                if a.index or instr.opcode in _NATIVE_STARTS:
+                    wkey, leaf = self._write_key(instr, comp, a.index)
+                    rl = roles.get((wkey[0], wkey[1]))
+                    role = rl[wkey[2]] if rl and wkey[2] < len(rl) else "activations"
+                else:
+                    wkey, leaf = (cname, instr.name, 0), instr.shape
+                    role = out_roles[0]
+                phys = a.nbytes * count
+                lg = a.logical_nbytes
+                logical = (lg if lg is not None else _logical(a, leaf)) * count
+                if ms == HOST_MEMORY_SPACE:
+                    add(None, "device_to_host", phys, phys if kc is None else 0, phys,
+                        kc or "host_round_trip", "", key)
+                    continue
+                root = find(wkey)
+                write_total[root] = write_total.get(root, 0) + logical
+                if root not in special:  # an intermediate
+                    size = leaf.logical_byte_size if leaf is not None else logical
+                    if kc in kernel_write_causes:
+                        add(role, _HBM_WRITE, phys, 0, logical, kc, "", key)
+                    elif cap is not None and size <= cap:
+                        add(role, _HBM_WRITE, phys, 0, logical, no_cause, "", key)
+                    else:
+                        add(role, _HBM_WRITE, phys, logical, logical, UNATTRIBUTED, "", key)
+                    continue
+                update = 0
+                if t.inplace_buffer_bytes:
+                    update = logical
+                else:
+                    inner = _inner_update_bytes(instr, module)
+                    if inner:
+                        update = min(logical, inner * count)
+                self._special_write(root, k, key, role, phys, logical, update, out_left, update_left)
+            if reuse_rows is not None:
+                ru = reuse_rows.get(key)
+                if ru is not None and ru.tilings:
+                    tilings.append((k, r, ru))
+        self._settle_reads(reads, write_total)
+        for k, r, ru in tilings:
+            self._tiling(k, r, ru)
+        for k, r in enumerate(rows):
+            if r.collective is not None:
+                self._collective(k, r, read_units)
+        return self._result()
+
+    # -- accesses ------------------------------------------------------------------------
+
+    def _write_key(self, instr: Instruction, comp: Computation, index: tuple[int, ...]):
+        """The value leaf a write of ``instr`` at ``index`` fills, and that leaf's shape."""
+        target = instr
+        if instr.opcode in _NATIVE_STARTS:
+            done = [u for u in comp.users(instr.name) if u.opcode.endswith("-done")]
+            if done:
+                target = done[0]
+        shape = target.shape
+        if not shape.is_tuple:
+            return (comp.name, target.name, 0), shape
+        try:
+            return (comp.name, target.name, leaf_position(shape, index)), shape.subshape(index)
+        except (IndexError, KeyError, AttributeError):
+            return (comp.name, target.name, 0), None
+
+    def _special_write(self, root, k, key, role, phys, logical, update, out_left, update_left) -> None:
+        """A write into a result, a parameter or a copy of one (see the module docstring)."""
+        kc = self.kcause.get(k)
+        subject = ""
+        if root in self.update_of or (root in self.param_root and root not in self.out_root):
+            pnum = self.update_of.get(root)
+            if pnum is None:
+                pnum = self.param_root[root][0]
+            left = update_left.get(root)
+            if left is None:
+                left = self._out_size(root)
+            comp_b = min(update, left)
+            update_left[root] = left - comp_b
+            own, subject = "whole_rewrite", self._param_subject(pnum)
+        elif root in self.out_root:
+            left = out_left.get(root) or 0
+            comp_b = min(logical, left)
+            out_left[root] = left - comp_b
+            own = UNATTRIBUTED
+        else:  # a copy of a parameter or intermediate
+            comp_b, own = 0, self.derived[root][3]
+            o = self.derived[root][0]
+            subject = self._param_subject(self.param_root[o][0]) if o in self.param_root else ""
+        kind = kc if kc is not None else own
+        if kind in ("not_donated", "donated_but_copied"):
+            subject = self._not_donated_subject(k)
+        elif kind in ("rematerialization", "split_k_partials", "host_round_trip"):
+            subject = ""
+        self.ledger.add(role, _HBM_WRITE, phys, comp_b, logical, kind, subject, key)
+
+    def _key(self, k: int) -> tuple[str, str]:
+        r = self.rows[k]
+        return (r.computation, r.instr.name)
+
+    def _settle_reads(self, reads: dict, write_total: dict) -> None:
+        """Grant each buffer's compulsory read budget: kernels that are no copies first, in
+        schedule order, then copies, then recomputation; the rest is excess."""
+        derived, kcause, ledger = self.derived, self.kcause, self.ledger
+        cap = self.capacity
+        for broot, claims in reads.items():
+            mixed = any(c[0] for c in claims)
+            if mixed:
+                claims.sort()
+            if broot in self.param_root:
+                pnum, _j, leaf = self.param_root[broot]
+                size = leaf.logical_byte_size
+                normal = [c for c in claims if c[0] <= 0] or claims
+                budget = min(size, sum(min(size, c[2]) for c in normal))
+                subject = self._param_subject(pnum)
+                own = "re_read"
+            else:
+                size = self._logical_size(broot)
+                fits = cap is not None and size is not None and size <= cap
+                budget = 0 if fits else write_total.get(broot, 0) - self.streamed.get(broot, 0)
+                own = "materialized_intermediate" if fits else "re_read"
+                if broot in self.produced_cause:
+                    budget, own = 0, self.produced_cause[broot]
+                subject = ""
+            for prio, _order, units, logical, k, role, phys, root in claims:
+                g = min(units, budget) if budget > 0 else 0
+                budget -= g
+                comp_b = min(g, logical)  # granted in the origin's bytes (a wider copy: the rest is excess)
+                kind = kcause.get(k)
+                subj = subject
+                if kind is None:
+                    kind = kcause.get(derived[root][4], derived[root][3]) if root in derived else own
+                if kind in ("not_donated", "donated_but_copied"):
+                    subj = self._not_donated_subject(k if kcause.get(k) == kind else derived[root][4])
+                elif kind in ("rematerialization", "split_k_partials", "host_round_trip"):
+                    subj = ""
+                ledger.add(role, _HBM_READ, phys, comp_b, logical, kind, subj, self._key(k))
+
+    def _not_donated_subject(self, k: int) -> str:
+        origin = self.copy_origin.get(k)
+        if origin is not None and origin in self.param_root:
+            return self._argument(self.param_root[origin][0])[0]
+        return ""
+
+    def _logical_size(self, root: tuple) -> int | None:
+        comp = self.module.computations.get(root[0])
+        instr = comp.by_name.get(root[1]) if comp is not None else None
+        if instr is None:
+            return None
+        shape = instr.shape
+        if not shape.is_tuple:
+            return shape.logical_byte_size
+        leaves = _leaves(shape)
+        return leaves[root[2]][1].logical_byte_size if root[2] < len(leaves) else None
+
+    def _out_size(self, root: tuple) -> int:
+        return self.out_root[root][1].logical_byte_size if root in self.out_root else \
+            self.param_root[root][2].logical_byte_size
+
+    # -- tiling and collectives ------------------------------------------------------------
+
+    def _tiling(self, k: int, r, ru) -> None:
+        comp = self.module.computations[r.computation]
+        count = r.multiplicity.count
+        roles = self.roles
+        for t in ru.tilings:
+            extra = t.extra_read_bytes * count
+            if extra <= 0:
+                continue
+            lhs = t.lhs_bytes * max(0, t.lhs_passes - 1)
+            rhs = t.rhs_bytes * max(0, t.rhs_passes - 1)
+            ops = self._dot_operand_roles(r.instr, comp, t.instruction)
+            shares = [(ops[0], lhs), (ops[1], rhs)] if lhs + rhs else [(ops[0], 1)]
+            tot = sum(s for _r, s in shares) or 1
+            done = 0
+            for i, (role, s) in enumerate(shares):
+                b = extra - done if i == len(shares) - 1 else extra * s // tot
+                done += b
+                if b:
+                    self.ledger.add(role, _HBM_READ, b, 0, b, "tiling_re_read", "", self._key(k))
+
+    def _dot_operand_roles(self, instr: Instruction, comp: Computation, dot_name: str) -> tuple[str, str]:
+        from .roles import _trace_to_parameter
+        roles = self.roles
+        out = []
+        if instr.opcode != "fusion":
+            for o in instr.operands[:2]:
+                rl = roles.get((comp.name, o))
+                out.append(rl[0] if rl else "activations")
+        else:
+            fused = self.module.computations.get(instr.called_computations[0])
+            dot = _find_fused(self.module, fused, dot_name) if fused is not None else None
+            if dot is not None:
+                dcomp, d = dot
+                for o in d.operands[:2]:
+                    kk = _trace_to_parameter(self.module, dcomp, dcomp.by_name[o]) if dcomp is fused else None
+                    rl = roles.get((comp.name, instr.operands[kk])) if kk is not None and kk < len(instr.operands) else None
+                    out.append(rl[0] if rl else "activations")
+        while len(out) < 2:
+            out.append("activations")
+        return out[0], out[1]
+
+    def _collective(self, k: int, r, read_units: dict) -> None:
+        c = r.collective
+        count = r.multiplicity.count
+        wire = c.wire_bytes * count
+        if wire <= 0:
+            return
+        comp = self.module.computations[r.computation]
+        instr = r.instr
+        compulsory = wire
+        parts: list[tuple[str, int]] = []
+        # wider than the data: operands converted from a narrower float just to be sent
+        narrow = self._narrow_source_bits(instr, comp)
+        if narrow is not None:
+            wide_bits, narrow_bits = narrow
+            keep = wire * narrow_bits // wide_bits
+            parts.append(("collective_wider_than_data", compulsory - keep))
+            compulsory = keep
+        if c.kind == "all-gather":
+            key, leaf = self._write_key(instr, comp, ())
+            if key is not None and leaf is not None and leaf.is_array:
+                root = self.buffers.find(key)
+                size = leaf.logical_byte_size * count
+                used = min(size, read_units.get(root, 0))
+                if used < size:
+                    keep = compulsory * used // size if size else compulsory
+                    parts.append(("all_gather_partly_used", compulsory - keep))
+                    compulsory = keep
+        s_per_byte = None
+        if self.spec is not None:
+            from .collectives import link_bandwidth_bytes_per_s
+            try:
+                bw = link_bandwidth_bytes_per_s(c, self.spec)
+            except (AttributeError, ValueError, KeyError, TypeError):
+                bw = None
+            s_per_byte = 1.0 / bw if bw else None
+        self.ledger.add_wire("device_to_device", wire, compulsory, parts, self._key(k), s_per_byte)
+
+    def _narrow_source_bits(self, instr: Instruction, comp: Computation) -> tuple[int, int] | None:
+        for o in instr.operands:
+            src = comp.by_name.get(o)
+            if src is None or not src.shape.is_array:
+                continue
+            src = _through_bitcast(comp, src)
+            inner = None
+            if src.opcode == "convert" and src.operands:
+                inner = comp.by_name.get(src.operands[0])
+            elif src.opcode == "fusion":
+                ck = _copy_kind(src, comp, self.module)
+                if ck is not None and ck[0] == "dtype_conversion":
+                    inner = comp.by_name.get(src.operands[ck[1]])
+            if inner is not None and inner.shape.is_array and inner.shape.element_type.startswith(("bf", "f")) \
+                    and src.shape.element_type.startswith("f") \
+                    and inner.shape.element_bits < src.shape.element_bits:
+                return src.shape.element_bits, inner.shape.element_bits
+        return None
+
+    # -- result ----------------------------------------------------------------------------
+
+    def _result(self) -> ExcessAnalysis:
+        ledger = self.ledger
+        module = self.module
+        rows_by_key = {(r.computation, r.instr.name): r for r in self.rows}
+        groups: dict[tuple[str, str], list] = {}  # (kind, subject) -> [by_role, by_path, instrs]
+        for (kind, subject, role, path), nbytes in ledger.cause_rp.items():
+            g = groups.setdefault((kind, subject), [{}, {}, []])
+            if role is not None:
+                g[0][role] = g[0].get(role, 0) + nbytes
+            g[1][path] = g[1].get(path, 0) + nbytes
+        per_instruction: dict[tuple[str, str], int] = {}
+        for (kind, subject, cname, name), nbytes in ledger.cause_instr.items():
+            groups[(kind, subject)][2].append(((cname, name), nbytes))
+            per_instruction[(cname, name)] = per_instruction.get((cname, name), 0) + nbytes
+        causes: list[ExcessCause] = []
+        unattributed = None
+        spb = ledger.hbm_s_per_byte
+        for (kind, subject), (by_role, by_path, instrs) in groups.items():
+            total = sum(by_path.values())
+            if not total:
+                continue
+            instrs.sort(key=lambda kv: -kv[1])
+            items = []
+            flops = 0
+            for key, b in instrs:
+                row = rows_by_key.get(key)
+                if row is None:
+                    continue
+                if kind == "rematerialization":
+                    flops += row.total.flops
+                if len(items) < MAX_LISTED:
+                    loc = module.source_location(row.instr)
+                    md = row.instr.metadata
+                    items.append(CauseInstruction(key[0], key[1], row.instr.opcode, b,
+                                                  f"{loc.file}:{loc.line}" if loc else None,
+                                                  md.op_name if md is not None and md.op_name else None))
+            hbm = by_path.get(_HBM_READ, 0) + by_path.get(_HBM_WRITE, 0)
+            wire = by_path.get("device_to_device", 0)
+            wire_s = ledger.cause_s.get((kind, subject))
+            untimed = total - hbm - (wire if wire_s is not None else 0)
+            time_s = None
+            if spb is not None and untimed < total:
+                time_s = hbm * spb + (wire_s or 0.0)
+            if spb is None:
+                untimed = total
+            cause = ExcessCause(kind, subject, total, by_role, by_path, time_s, untimed,
+                                self._fix(kind, subject, total, items), flops, tuple(items), len(instrs))
+            if kind == UNATTRIBUTED:
+                unattributed = cause
+            else:
+                causes.append(cause)
+        if unattributed is None:
+            unattributed = ExcessCause(UNATTRIBUTED, "", 0, {}, {}, 0.0 if spb is not None else None,
+                                       0, "", 0, (), 0)
+        if spb is not None:
+            causes.sort(key=lambda c: (-(c.time_s or 0.0), -c.bytes, c.kind, c.subject))
+        else:
+            causes.sort(key=lambda c: (-c.bytes, c.kind, c.subject))
+        un_rp: dict[tuple, int] = {}
+        for (kind, _s, role, path), nbytes in ledger.cause_rp.items():
+            if kind == UNATTRIBUTED:
+                un_rp[(role, path)] = un_rp.get((role, path), 0) + nbytes
+
+        def line(pick):
+            return ExcessLine(sum(v for rp, v in ledger.compulsory.items() if pick(rp)),
+                              sum(v for rp, v in ledger.compiled.items() if pick(rp)),
+                              sum(v for rp, v in un_rp.items() if pick(rp)))
+
+        by_role = {r: line(lambda rp, r=r: rp[0] == r and rp[1] in (_HBM_READ, _HBM_WRITE)) for r in ROLES}
+        by_path = {p: line(lambda rp, p=p: rp[1] == p) for p in PATHS}
+        notes = list(self.notes)
+        if self.capacity is None:
+            notes.append("no on-chip capacity (no hardware spec, or one without l2_bytes/vmem_bytes): "
+                         "every intermediate is counted as a compulsory spill (written and read once); "
+                         "give a hardware spec to find the ones that fit on chip")
+        if any(r.unmodeled for r in self.rows):
+            notes.append("unmodeled instructions move bytes jaxmove cannot count: they are in neither "
+                         "compiled nor compulsory")
+        if spb is not None and any(c.untimed_bytes for c in causes):
+            notes.append("host transfer bytes are not timed (the hardware specs give no host link "
+                         "bandwidth), nor wire bytes on a spec without link figures")
+        return ExcessAnalysis(by_role, by_path, causes, unattributed,
+                              self.spec.name if self.spec is not None else None, self.capacity,
+                              per_instruction, notes)
+
+    def _fix(self, kind: str, subject: str, nbytes: int, items) -> str:
+        saves = f"saves {human_bytes(nbytes)} per step"
+        first = items[0].name if items else "?"
+        if kind == "donated_but_copied":
+            return (f"`{subject}` is donated but XLA still copies it (`{first}`) before updating it: the "
+                    "program also reads the old value after the update is scheduled, or returns it with "
+                    "another layout or sharding; read it before updating it, return it as it came in -- "
+                    f"{saves}")
+        if kind == "not_donated":
+            pnum = next((p for p in self.params.values() if self._argument(p.number)[0] == subject), None)
+            argnum = getattr(pnum, "argnum", None) if pnum is not None else None
+            how = f"donate_argnums=({argnum},)" if argnum is not None else "donate_argnums / donate_argnames"
+            return f"donate `{subject}` -- jax.jit(..., {how}) -- {saves}"
+        if kind == "materialized_intermediate":
+            return (f"values written by one kernel and read back by the next fit on chip (e.g. `{first}`): "
+                    "a fusion boundary; let XLA fuse the pair (avoid optimization barriers, custom calls and "
+                    f"sharding constraints between them) or write one Pallas kernel -- {saves}")
+        if kind == "layout_change":
+            return (f"`{first}` copies {('`' + subject + '`') if subject else 'a buffer'} into another layout: "
+                    "store it in the layout its consumer reads (e.g. a KV cache as [B, H, S, D] for attention "
+                    f"over S) or drop the transpose/swapaxes -- {saves}")
+        if kind == "dtype_conversion":
+            return (f"`{first}` converts {('`' + subject + '`') if subject else 'a value'} to another dtype and "
+                    "back or before use: keep it in the dtype it is used in (store it so, or compute in it with "
+                    f"preferred_element_type) -- {saves}")
+        if kind == "re_read":
+            return (f"{('`' + subject + '`') if subject else 'buffers'} read again by several kernels or loop "
+                    f"iterations (e.g. `{first}`): fuse the consumers or reorder the work so it is read once -- "
+                    f"{saves}")
+        if kind == "tiling_re_read":
+            return (f"dot operands exceed on-chip memory and are re-read per output tile (e.g. `{first}`): "
+                    f"split the dot into blocks whose operands fit, or reuse each block -- {saves}")
+        if kind == "whole_rewrite":
+            return (f"`{subject}` is rewritten whole (`{first}`) though only part of it changes: update it in "
+                    "place with jax.lax.dynamic_update_slice / .at[].set on the donated buffer (no concatenate, "
+                    f"no restacking in a scan) -- {saves}")
+        if kind == "tile_padding":
+            return ("tiled layouts move whole tiles: make the minor dimensions multiples of the tile (128 lanes; "
+                    f"8 sublanes for 32-bit, 16 for bf16) or put large dimensions last -- {saves}")
+        if kind == "split_k_partials":
+            return (f"split-K writes partial sums (`{first}`) and reads them back to reduce them: a larger "
+                    f"output (M·N) or a shorter contraction lets XLA pick a tiling without split-K -- {saves}")
+        if kind == "rematerialization":
+            return (f"recomputed forward work (`{first}`, jax.checkpoint or XLA's rematerialization): save these "
+                    "values instead (a jax.checkpoint policy such as dots_saveable, or more memory) -- "
+                    f"{saves}")
+        if kind == "all_gather_partly_used":
+            return (f"only part of the all-gather's result is read (`{first}`): gather just that part, or shard "
+                    f"the consumer like the operand -- {saves}")
+        if kind == "collective_wider_than_data":
+            return (f"`{first}` sends data wider than it is (converted to f32 to be sent): XLA:CPU promotes bf16 "
+                    "collectives; on TPU/GPU keep the dtype, or convert after the collective -- "
+                    f"{saves}")
+        if kind == "host_round_trip":
+            return (f"data goes to host memory and back (`{first}`): keep it on device if it fits (drop the "
+                    f"host offload / memory_kind='pinned_host' or the checkpoint offload policy) -- {saves}")
+        return f"excess no rule explains (e.g. `{first}`) -- {human_bytes(nbytes)} per step"
+
+
+def _touches_host(t) -> bool:
+    return any(a.memory_space == HOST_MEMORY_SPACE for a in (*t.reads, *t.writes))
+
+
+_UNITS = ((1 << 40, "TiB"), (1 << 30, "GiB"), (1 << 20, "MiB"), (1 << 10, "KiB"))
+
+
+def human_bytes(n: float) -> str:
+    """1536 -> '1.50 KiB' (binary units; the fix texts' wording)."""
+    for scale, unit in _UNITS:
+        if abs(n) >= scale:
+            return f"{n / scale:.2f} {unit}"
+    return f"{int(n)} B"
+
+
+def _leaves(shape) -> list:
+    if not shape.is_tuple:
+        return [((), shape)]
+    return list(shape.leaves_with_index())
+
+
+def _logical(a, leaf) -> int:
+    """Data bytes of an access (``Access.logical_nbytes``, else the leaf's share)."""
+    lg = a.logical_nbytes
+    if lg is not None:
+        return lg
+    if leaf is None or not leaf.byte_size or leaf.byte_size == leaf.logical_byte_size:
+        return a.nbytes
+    return a.nbytes * leaf.logical_byte_size // leaf.byte_size
+
+
+def _find_fused(module: Module, fused: Computation, name: str):
+    for c in [fused]:
+        i = c.by_name.get(name)
+        if i is not None:
+            return c, i
+    return None

@@ -1,0 +1,466 @@
+"""Excess movement (passes/excess.py): for every cause a small program built to have it and a
+control without it; the expected bytes are counted by hand from the shapes in each test."""
+
+from __future__ import annotations
+
+import os
+
+os.environ.setdefault("JAX_PLATFORMS", "cpu")
+
+import pytest  # noqa: E402
+
+from jaxmove.hardware import load_spec  # noqa: E402
+from jaxmove.hlo import parse_module  # noqa: E402
+from jaxmove.passes.excess import CAUSE_KINDS, excess_pass  # noqa: E402
+from jaxmove.passes.pipeline import analyze_module  # noqa: E402
+from jaxmove.passes.reuse import reuse_pass  # noqa: E402
+from jaxmove.vocab import PATHS, ROLES  # noqa: E402
+
+H100 = load_spec("h100-sxm")       # l2_bytes 50 MiB: every intermediate here fits on chip
+CPU = load_spec("cpu-generic")     # l2_bytes 8 MiB
+
+
+def excess_of(text: str, spec=None, parameters=()):
+    analysis = analyze_module(parse_module(text))
+    ex = excess_pass(analysis, parameters, spec, reuse_pass(analysis, spec))
+    check_identity(ex, analysis)
+    return ex, analysis
+
+
+def check_identity(ex, analysis=None, extra_read=0):
+    """compiled = compulsory + causes + unattributed, per role and per path; compiled equals
+    the traffic pass's totals (plus tiling re-reads)."""
+    for p in PATHS:
+        line = ex.by_path[p]
+        causes = sum(c.by_path.get(p, 0) for c in ex.causes)
+        assert line.compiled_bytes == line.compulsory_bytes + causes + line.unattributed_bytes, p
+        assert line.compulsory_bytes >= 0
+    for r in ROLES:
+        line = ex.by_role[r]
+        causes = sum(c.by_role.get(r, 0) for c in ex.causes)
+        assert line.compiled_bytes == line.compulsory_bytes + causes + line.unattributed_bytes, r
+    assert ex.unattributed.bytes == sum(v.unattributed_bytes for v in ex.by_path.values())
+    if analysis is not None:
+        t = analysis.totals
+        tiling = ex.bytes_of("tiling_re_read")
+        assert ex.by_path["hbm_to_onchip"].compiled_bytes == t.hbm_read_bytes + tiling
+        assert ex.by_path["onchip_to_hbm"].compiled_bytes == t.hbm_write_bytes
+        assert ex.by_path["device_to_device"].compiled_bytes == t.device_to_device_bytes
+    for c in ex.causes:
+        assert c.kind in CAUSE_KINDS and c.bytes > 0 and c.fix and c.instructions
+
+
+N = 1024  # elements of the vectors below; f32 -> 4 KiB
+
+NO_EXCESS = f"""HloModule ok
+%f (a: f32[{N}], b: f32[{N}]) -> f32[{N}] {{
+  %a = f32[{N}] parameter(0)
+  %b = f32[{N}] parameter(1)
+  ROOT %s = f32[{N}] add(%a, %b)
+}}
+ENTRY %main (x: f32[{N}], w_kernel: f32[{N}]) -> f32[{N}] {{
+  %x = f32[{N}] parameter(0)
+  %w_kernel = f32[{N}] parameter(1)
+  ROOT %y = f32[{N}] fusion(%x, %w_kernel), kind=kLoop, calls=%f
+}}
+"""
+
+
+@pytest.mark.parametrize("spec", [None, H100], ids=["no-spec", "h100"])
+def test_no_excess_reports_zero_and_no_cause(spec):
+    ex, _ = excess_of(NO_EXCESS, spec)
+    assert ex.excess_bytes == 0 and ex.causes == [] and ex.unattributed.bytes == 0
+    assert ex.compulsory_bytes == 3 * 4 * N            # read x, read w, write y
+    assert ex.by_role["weights"].compulsory_bytes == 4 * N
+
+
+TWO_KERNELS = f"""HloModule two
+%f1 (a: f32[{N}]) -> f32[{N}] {{
+  %a = f32[{N}] parameter(0)
+  ROOT %e = f32[{N}] exponential(%a)
+}}
+%f2 (b: f32[{N}]) -> f32[{N}] {{
+  %b = f32[{N}] parameter(0)
+  ROOT %n = f32[{N}] negate(%b)
+}}
+ENTRY %main (x: f32[{N}]) -> f32[{N}] {{
+  %x = f32[{N}] parameter(0)
+  %t = f32[{N}] fusion(%x), kind=kLoop, calls=%f1
+  ROOT %y = f32[{N}] fusion(%t), kind=kLoop, calls=%f2
+}}
+"""
+ONE_KERNEL = f"""HloModule one
+%f (a: f32[{N}]) -> f32[{N}] {{
+  %a = f32[{N}] parameter(0)
+  %e = f32[{N}] exponential(%a)
+  ROOT %n = f32[{N}] negate(%e)
+}}
+ENTRY %main (x: f32[{N}]) -> f32[{N}] {{
+  %x = f32[{N}] parameter(0)
+  ROOT %y = f32[{N}] fusion(%x), kind=kLoop, calls=%f
+}}
+"""
+
+
+def test_materialized_intermediate_that_fits_on_chip():
+    ex, _ = excess_of(TWO_KERNELS, H100)
+    c = ex.cause("materialized_intermediate")
+    assert c.bytes == 2 * 4 * N                        # t written once and read back once
+    assert c.by_path == {"onchip_to_hbm": 4 * N, "hbm_to_onchip": 4 * N}
+    assert {i.name for i in c.instructions} == {"t", "y"}
+    assert ex.excess_bytes == 2 * 4 * N and c.time_s == pytest.approx(2 * 4 * N / H100.hbm_bytes_per_s)
+    control, _ = excess_of(ONE_KERNEL, H100)
+    assert control.excess_bytes == 0 and control.causes == []
+
+
+def test_without_capacity_an_intermediate_is_a_compulsory_spill():
+    ex, _ = excess_of(TWO_KERNELS, None)
+    assert ex.excess_bytes == 0 and ex.causes == []
+    assert any("no on-chip capacity" in n for n in ex.notes)
+
+
+def test_reread_weight():
+    text = f"""HloModule rr
+%f1 (a: f32[{N}], w: f32[{N}]) -> f32[{N}] {{
+  %a = f32[{N}] parameter(0)
+  %w = f32[{N}] parameter(1)
+  ROOT %m = f32[{N}] multiply(%a, %w)
+}}
+%f2 (b: f32[{N}], w2: f32[{N}]) -> f32[{N}] {{
+  %b = f32[{N}] parameter(0)
+  %w2 = f32[{N}] parameter(1)
+  ROOT %m2 = f32[{N}] add(%b, %w2)
+}}
+ENTRY %main (x: f32[{N}], w_kernel: f32[{N}]) -> f32[{N}] {{
+  %x = f32[{N}] parameter(0)
+  %w_kernel = f32[{N}] parameter(1)
+  %t = f32[{N}] fusion(%x, %w_kernel), kind=kLoop, calls=%f1
+  ROOT %y = f32[{N}] fusion(%t, %w_kernel), kind=kLoop, calls=%f2
+}}
+"""
+    ex, _ = excess_of(text, None)
+    c = ex.cause("re_read", "w_kernel")
+    assert c.bytes == 4 * N and c.by_role == {"weights": 4 * N}   # the second read of w
+    assert ex.excess_bytes == 4 * N
+    assert ex.by_role["weights"].compulsory_bytes == 4 * N
+    control, _ = excess_of(NO_EXCESS, None)
+    assert control.cause("re_read") is None
+
+
+def test_layout_change_of_a_parameter():
+    text = """HloModule lay
+%f (a: f32[64,128]) -> f32[64,128] {
+  %a = f32[64,128]{0,1} parameter(0)
+  ROOT %n = f32[64,128]{1,0} negate(%a)
+}
+ENTRY %main (x: f32[64,128]) -> f32[64,128] {
+  %x = f32[64,128]{1,0} parameter(0)
+  %c = f32[64,128]{0,1} copy(%x)
+  ROOT %y = f32[64,128]{1,0} fusion(%c), kind=kLoop, calls=%f
+}
+"""
+    b = 64 * 128 * 4
+    ex, _ = excess_of(text, H100)
+    c = ex.cause("layout_change")
+    assert c.bytes == 2 * b and c.subject == "x"     # the copy reads x and writes it again
+    assert [i.name for i in c.instructions] == ["c"]
+    assert ex.excess_bytes == 2 * b and ex.compulsory_bytes == 2 * b
+
+
+def test_dtype_conversion_of_a_parameter():
+    text = f"""HloModule dt
+%f (a: f32[{N}]) -> bf16[{N}] {{
+  %a = f32[{N}] parameter(0)
+  %n = f32[{N}] negate(%a)
+  ROOT %c = bf16[{N}] convert(%n)
+}}
+ENTRY %main (x: bf16[{N}]) -> bf16[{N}] {{
+  %x = bf16[{N}] parameter(0)
+  %up = f32[{N}] convert(%x)
+  ROOT %y = bf16[{N}] fusion(%up), kind=kLoop, calls=%f
+}}
+"""
+    ex, _ = excess_of(text, H100)
+    # compulsory: read x (2N) once, write y (2N). The convert reads 2N and writes 4N; the
+    # fusion reads 4N of which 2N stand for x: 2N + 4N + 2N excess
+    assert ex.compulsory_bytes == 4 * N
+    c = ex.cause("dtype_conversion")
+    assert c.bytes == 8 * N and {i.name for i in c.instructions} == {"up", "y"}
+    assert ex.excess_bytes == 8 * N
+
+
+def _capture_decode(fn, donate):
+    import jax
+    import jax.numpy as jnp
+
+    from jaxmove.capture import capture
+
+    args = (jax.ShapeDtypeStruct((32, 32), jnp.float32), jax.ShapeDtypeStruct((2, 16, 4, 8), jnp.float32),
+            jax.ShapeDtypeStruct((2, 32), jnp.float32), jax.ShapeDtypeStruct((), jnp.int32))
+    prog = capture(fn, *args, roles=("weights", "kv_cache", "activations", "activations"),
+                   donate_argnums=donate)
+    analysis = analyze_module(parse_module(prog.hlo_text), {p.number: p.role for p in prog.parameters})
+    ex = excess_pass(analysis, prog.parameters, H100, reuse_pass(analysis, H100))
+    check_identity(ex, analysis)
+    return ex
+
+
+B, S, HEADS, D = 2, 16, 4, 8
+CACHE_BYTES = B * S * HEADS * D * 4
+
+
+def _attend(w, cache, x, pos):
+    import jax
+    import jax.numpy as jnp
+    k = x @ w
+    cache = jax.lax.dynamic_update_slice(cache, k.reshape(B, 1, HEADS, D), (0, pos, 0, 0))
+    return jnp.einsum("bhd,bshd->bhs", k.reshape(B, HEADS, D), cache), cache
+
+
+def _sum_after_update(w, cache, x, pos):
+    import jax
+    import jax.numpy as jnp
+    k = x @ w
+    cache = jax.lax.dynamic_update_slice(cache, k.reshape(B, 1, HEADS, D), (0, pos, 0, 0))
+    return jnp.sum(cache, axis=1), cache
+
+
+def test_not_donated_cache_costs_two_cache_copies():
+    ex = _capture_decode(_attend, ())
+    c = ex.cause("not_donated")
+    assert c.bytes == 2 * CACHE_BYTES and c.subject == "cache"   # copy: read it, write it
+    assert c.by_role == {"kv_cache": 2 * CACHE_BYTES}
+    assert "donate_argnums=(1,)" in c.fix and "donate `cache`" in c.fix
+    donated = _capture_decode(_attend, (1,))
+    assert donated.cause("not_donated") is None and donated.cause("donated_but_copied") is None
+    # compulsory cache traffic: read it once (attention), write only the new row
+    assert donated.by_role["kv_cache"].compulsory_bytes == CACHE_BYTES + B * HEADS * D * 4
+    assert ex.by_role["kv_cache"].compulsory_bytes == CACHE_BYTES + B * HEADS * D * 4
+
+
+def test_donated_but_copied():
+    # XLA:CPU copies a donated cache that a fusion also reads while it is updated (twice:
+    # copy.1 = copy(cache), copy = copy(copy.1)); each copy reads and writes the cache
+    ex = _capture_decode(_sum_after_update, (1,))
+    c = ex.cause("donated_but_copied")
+    assert c is not None and c.bytes == 2 * CACHE_BYTES * c.num_instructions
+    assert ex.cause("not_donated") is None
+
+
+def test_whole_rewrite_of_a_donated_cache():
+    text = """HloModule rw, input_output_alias={ {}: (0, {}, may-alias) }
+%f (c: f32[16,64], u: f32[1,64], i: s32[]) -> f32[16,64] {
+  %c = f32[16,64] parameter(0)
+  %n = f32[16,64] negate(%c)
+  %u = f32[1,64] parameter(1)
+  %i = s32[] parameter(2)
+  %z = s32[] constant(0)
+  ROOT %d = f32[16,64] dynamic-update-slice(%n, %u, %i, %z)
+}
+ENTRY %main (k_cache: f32[16,64], upd: f32[1,64], pos: s32[]) -> f32[16,64] {
+  %k_cache = f32[16,64] parameter(0)
+  %upd = f32[1,64] parameter(1)
+  %pos = s32[] parameter(2)
+  ROOT %y = f32[16,64] fusion(%k_cache, %upd, %pos), kind=kLoop, calls=%f
+}
+"""
+    ex, _ = excess_of(text, H100)
+    c = ex.cause("whole_rewrite", "k_cache")
+    assert c.bytes == 16 * 64 * 4 - 64 * 4            # the whole cache written, one row needed
+    assert c.by_role == {"kv_cache": 16 * 64 * 4 - 64 * 4}
+    inplace = text.replace("%n = f32[16,64] negate(%c)\n", "").replace("dynamic-update-slice(%n,",
+                                                                       "dynamic-update-slice(%c,")
+    control, _ = excess_of(inplace, H100)
+    assert control.cause("whole_rewrite") is None and control.excess_bytes == 0
+
+
+def test_split_k_partials():
+    cfg = ('backend_config={"fusion_backend_config":{"kind":"__triton_gemm","triton_gemm_config":'
+           '{"block_m":"16","block_n":"16","block_k":"64","split_k":"%s","num_stages":"1",'
+           '"num_warps":"4","num_ctas":"1"}}}')
+    text = """HloModule sk
+%gemm (a: f32[64,4096], b: f32[4096,64]) -> f32[4,64,64] {
+  %a = f32[64,4096] parameter(0)
+  %b = f32[4096,64] parameter(1)
+  %ar = f32[64,4,1024] reshape(%a)
+  %br = f32[4,1024,64] reshape(%b)
+  ROOT %d = f32[4,64,64] dot(%ar, %br), lhs_batch_dims={1}, lhs_contracting_dims={2}, rhs_batch_dims={0}, rhs_contracting_dims={1}
+}
+%add (x: f32[], y: f32[]) -> f32[] {
+  %x = f32[] parameter(0)
+  %y = f32[] parameter(1)
+  ROOT %s = f32[] add(%x, %y)
+}
+%red (p: f32[4,64,64]) -> f32[64,64] {
+  %p = f32[4,64,64] parameter(0)
+  %zero = f32[] constant(0)
+  ROOT %r = f32[64,64] reduce(%p, %zero), dimensions={0}, to_apply=%add
+}
+ENTRY %main (lhs: f32[64,4096], rhs_kernel: f32[4096,64]) -> f32[64,64] {
+  %lhs = f32[64,4096] parameter(0)
+  %rhs_kernel = f32[4096,64] parameter(1)
+  %g = f32[4,64,64] fusion(%lhs, %rhs_kernel), kind=kCustom, calls=%gemm, CFG
+  ROOT %y = f32[64,64] fusion(%g), kind=kInput, calls=%red
+}
+"""
+    partial = 4 * 64 * 64 * 4
+    ex, _ = excess_of(text.replace("CFG", cfg % "4"), H100)
+    c = ex.cause("split_k_partials")
+    assert c.bytes == 2 * partial                      # partials written, then read to reduce
+    assert {i.name for i in c.instructions} == {"g", "y"}
+    control, _ = excess_of(text.replace("CFG", cfg % "1"), H100)
+    assert control.cause("split_k_partials") is None
+
+
+def test_rematerialization():
+    text = f"""HloModule rm
+%f1 (a: f32[{N}]) -> f32[{N}] {{
+  %a = f32[{N}] parameter(0)
+  ROOT %e = f32[{N}] exponential(%a)
+}}
+%f2 (b: f32[{N}], c: f32[{N}]) -> f32[{N}] {{
+  %b = f32[{N}] parameter(0)
+  %c = f32[{N}] parameter(1)
+  ROOT %m = f32[{N}] multiply(%b, %c)
+}}
+ENTRY %main (x: f32[{N}]) -> (f32[{N}], f32[{N}]) {{
+  %x = f32[{N}] parameter(0)
+  %t = f32[{N}] fusion(%x), kind=kLoop, calls=%f1
+  %t.remat = f32[{N}] fusion(%x), kind=kLoop, calls=%f1
+  %y = f32[{N}] fusion(%t.remat, %x), kind=kLoop, calls=%f2
+  ROOT %o = (f32[{N}], f32[{N}]) tuple(%t, %y)
+}}
+"""
+    ex, _ = excess_of(text, None)
+    c = ex.cause("rematerialization")
+    assert c.bytes == 2 * 4 * N                       # the clone re-reads x and writes t again
+    assert c.flops == 0 and [i.name for i in c.instructions] == ["t.remat"]
+    control, _ = excess_of(text.replace("%t.remat = f32[1024] fusion(%x), kind=kLoop, calls=%f1\n  ", "")
+                           .replace("fusion(%t.remat, %x)", "fusion(%t, %x)"), None)
+    assert control.cause("rematerialization") is None
+
+
+def test_tiling_rereads_of_a_large_dot():
+    m = 2048
+    text = f"""HloModule tl
+ENTRY %main (a: f32[{m},{m}], b_kernel: f32[{m},{m}]) -> f32[{m},{m}] {{
+  %a = f32[{m},{m}] parameter(0)
+  %b_kernel = f32[{m},{m}] parameter(1)
+  ROOT %d = f32[{m},{m}] dot(%a, %b_kernel), lhs_contracting_dims={{1}}, rhs_contracting_dims={{0}}
+}}
+"""
+    # cpu-generic: S = 8 MiB / 4 B = 2^21 elements, tile edge a = floor(sqrt(S + 1) - 1) = 1447;
+    # A is read ceil(2048 / 1447) = 2 times, B twice: one extra pass over each
+    ex, _ = excess_of(text, CPU)
+    c = ex.cause("tiling_re_read")
+    assert c.bytes == 2 * m * m * 4
+    assert c.by_role == {"unknown": m * m * 4, "weights": m * m * 4}
+    control, _ = excess_of(text, H100)                # 50 MiB: a = 3620 >= 2048, read once
+    assert control.cause("tiling_re_read") is None
+
+
+def test_all_gather_only_partly_used():
+    text = """HloModule ag, num_partitions=4
+%f (g: f32[64,128]) -> f32[16,128] {
+  %g = f32[64,128] parameter(0)
+  ROOT %s = f32[16,128] slice(%g), slice={[0:16], [0:128]}
+}
+ENTRY %main (x: f32[16,128]) -> f32[16,128] {
+  %x = f32[16,128] parameter(0)
+  %ag = f32[64,128] all-gather(%x), channel_id=1, replica_groups={{0,1,2,3}}, dimensions={0}, use_global_device_ids=true
+  ROOT %y = f32[16,128] fusion(%ag), kind=kLoop, calls=%f
+}
+"""
+    wire = 3 * 16 * 128 * 4                            # (n-1)/n of the 64x128 result
+    ex, _ = excess_of(text, H100)
+    c = ex.cause("all_gather_partly_used")
+    assert c.bytes == wire - wire // 4 and c.by_path == {"device_to_device": wire - wire // 4}
+    assert ex.by_path["device_to_device"].compulsory_bytes == wire // 4
+    full = text.replace("f32[16,128] slice(%g), slice={[0:16], [0:128]}", "f32[64,128] negate(%g)") \
+               .replace("-> f32[16,128] {\n  %g", "-> f32[64,128] {\n  %g") \
+               .replace("ROOT %y = f32[16,128]", "ROOT %y = f32[64,128]").replace(
+                   "(x: f32[16,128]) -> f32[16,128]", "(x: f32[16,128]) -> f32[64,128]")
+    control, _ = excess_of(full, H100)
+    assert control.cause("all_gather_partly_used") is None
+    assert control.by_path["device_to_device"].excess_bytes == 0
+
+
+def test_collective_wider_than_the_data():
+    text = f"""HloModule ar, num_partitions=4
+%sum (a: f32[], b: f32[]) -> f32[] {{
+  %a = f32[] parameter(0)
+  %b = f32[] parameter(1)
+  ROOT %s = f32[] add(%a, %b)
+}}
+ENTRY %main (x: bf16[{N}]) -> bf16[{N}] {{
+  %x = bf16[{N}] parameter(0)
+  %up = f32[{N}] convert(%x)
+  %r = f32[{N}] all-reduce(%up), channel_id=1, replica_groups={{{{0,1,2,3}}}}, use_global_device_ids=true, to_apply=%sum
+  ROOT %y = bf16[{N}] convert(%r)
+}}
+"""
+    wire = 2 * 3 * 4 * N // 4                          # 2 (n-1)/n of the f32 buffer
+    ex, _ = excess_of(text, H100)
+    c = ex.cause("collective_wider_than_data")
+    assert c.bytes == wire // 2                        # sent at bf16, half the wire bytes
+    assert ex.by_path["device_to_device"].compulsory_bytes == wire // 2
+    narrow = text.replace("%up = f32[1024] convert(%x)\n  ", "").replace("all-reduce(%up)", "all-reduce(%x)") \
+                 .replace("%r = f32[1024] all-reduce", "%r = bf16[1024] all-reduce") \
+                 .replace("ROOT %y = bf16[1024] convert(%r)", "ROOT %y = bf16[1024] negate(%r)")
+    control, _ = excess_of(narrow, H100)
+    assert control.cause("collective_wider_than_data") is None
+
+
+def test_host_round_trip():
+    text = f"""HloModule host
+%f (a: f32[{N}]) -> f32[{N}] {{
+  %a = f32[{N}] parameter(0)
+  ROOT %n = f32[{N}] negate(%a)
+}}
+ENTRY %main (x: f32[{N}]) -> f32[{N}] {{
+  %x = f32[{N}] parameter(0)
+  %h = f32[{N}]{{0:S(5)}} custom-call(%x), custom_call_target="MoveToHost"
+  %d = f32[{N}] custom-call(%h), custom_call_target="MoveToDevice"
+  ROOT %y = f32[{N}] fusion(%d), kind=kLoop, calls=%f
+}}
+"""
+    ex, _ = excess_of(text, None)
+    c = ex.cause("host_round_trip")
+    # x's read is still needed; the host copy is written and read, and written back to HBM
+    assert c.bytes == 3 * 4 * N
+    assert c.by_path == {"device_to_host": 4 * N, "host_to_device": 4 * N, "onchip_to_hbm": 4 * N}
+    control, _ = excess_of(ONE_KERNEL, None)
+    assert control.cause("host_round_trip") is None
+
+
+def test_tile_padding_on_tpu():
+    from tests.device_compile import abstract, compile_tpu, tpu_mesh
+
+    import jax.numpy as jnp
+
+    mesh = tpu_mesh(1)
+    for cols, pad in ((100, 28), (128, 0)):
+        c = compile_tpu(lambda x: x * 2.0, abstract(mesh, (64, cols), jnp.float32))
+        analysis = analyze_module(parse_module(c.as_text()))
+        spec = load_spec("tpu-v5e")
+        ex = excess_pass(analysis, (), spec, reuse_pass(analysis, spec))
+        check_identity(ex, analysis)
+        got = ex.bytes_of("tile_padding")
+        assert got == 2 * 64 * pad * 4                  # read and written in (8, 128) tiles
+
+
+def test_report_json_and_dataframe():
+    import jaxmove
+
+    report = jaxmove.analyze("gpt-tiny-decode", hardware="h100-sxm")
+    j = report.to_json()["excess"]
+    assert set(j) >= {"compulsory_bytes", "compiled_bytes", "excess_bytes", "excess_fraction",
+                      "excess_time_s", "by_role", "by_path", "causes", "unattributed", "notes"}
+    assert j["compiled_bytes"] == j["compulsory_bytes"] + sum(c["bytes"] for c in j["causes"]) \
+        + j["unattributed"]["bytes"]
+    for c in j["causes"]:
+        assert set(c) >= {"kind", "subject", "bytes", "time_s", "by_role", "by_path", "fix",
+                          "instructions"}
+    df = report.excess.to_dataframe()
+    assert list(df["kind"]) == [c["kind"] for c in j["causes"]] + (
+        ["unattributed"] if j["unattributed"]["bytes"] else [])
