@@ -127,18 +127,43 @@ def cmd_calibrate(args: argparse.Namespace) -> int:
     except CalibrationError as e:
         print(f"jaxmove: error: calibration failed: {e}", file=sys.stderr)
         return 1
+    from ..hardware.calibrate import spread_limit, unstable_figures
+
+    unstable = unstable_figures(spec)
+    print(f"{spec.label}")
+    print_calibrated_figures(spec, unstable)
+    for key in unstable:
+        sp = (spec.calibration or {}).get(f"{key.replace('.', '_')}_spread")
+        how = (f"spread {sp:.0%} over {spec.calibration.get('repeats')} repeats exceeds "
+               f"{spread_limit(key):.0%}" if isinstance(sp, float) and sp >= 0 else "no stable estimate")
+        print(f"jaxmove: warning: {key}: {how}; the machine is probably busy", file=sys.stderr)
+    if unstable and not args.force:
+        print(f"jaxmove: error: not saved: {len(unstable)} figure(s) unstable ({', '.join(unstable)}); "
+              "calibrate on an idle machine, or pass --force to save them anyway", file=sys.stderr)
+        return 1
     try:
         path = write_spec(spec, target)
     except OSError as e:
         raise OutputPathError(f"{shown}: cannot write calibrated spec ({e.strerror or e})") from None
-    print(f"{spec.label}")
-    print(f"  memory bandwidth    {_si(spec.hbm_bytes_per_s, 'B/s')}")
-    for key, value in spec.flops_per_s.items():
-        print(f"  peak {key:<14} {_si(value, 'FLOP/s')}")
-    print(f"  per-kernel overhead {_si(spec.kernel_launch_overhead_s, 's')}")
     print(f"wrote {path}" + ("  (use: --hardware local)" if args.output is None else
-                              f"  (use: --hardware {path})"))
+                              f"  (use: --hardware {path})")
+          + (f"  [--force: {len(unstable)} unstable figure(s) saved]" if unstable else ""))
     return 0
+
+
+def print_calibrated_figures(spec, unstable: list[str] = ()) -> None:
+    """Every figure a calibrated spec holds, with its spread over the repeats: what
+    ``calibrate`` saves (``spec.numeric_fields()``)."""
+    cal = spec.calibration or {}
+    for key, value in spec.numeric_fields().items():
+        unit = ("FLOP/s" if key.startswith("flops_per_s.") else "B/s" if key.endswith("bytes_per_s")
+                else "s" if key.endswith("_s") else "")
+        shown = (_binary(int(value)) if key.endswith("_bytes") else _si(value, unit) if unit else str(value))
+        sp = cal.get(f"{key.replace('.', '_')}_spread")
+        spread_txt = (f"  spread {sp:.0%}" if isinstance(sp, float) and sp >= 0 else
+                      "  spread: no stable estimate" if isinstance(sp, float) else "")
+        flag = "  UNSTABLE" if key in unstable else ""
+        print(f"  {key:<28} {shown:>12}{spread_txt}{flag}")
 
 
 def add_hardware_commands(sub) -> None:
@@ -154,11 +179,16 @@ def add_hardware_commands(sub) -> None:
     c = sub.add_parser("calibrate", help="measure this machine's device and write the 'local' spec",
                        description="Measure the local default JAX device with jax itself: memory "
                                    "bandwidth from a large streaming update, peak FLOP/s per dtype from "
-                                   "large matmuls, per-kernel overhead from chains of tiny kernels. "
+                                   "large matmuls, per-kernel overhead from chains of tiny kernels; "
+                                   "each probe repeated, the median kept, and the spec saved only when "
+                                   "the repeats agree (or with --force). "
                                    "Writes a spec that `--hardware local` then uses (atomically: a "
                                    "temporary file renamed over the target).")
     c.add_argument("--quick", action="store_true",
                    help="smaller problems and fewer repetitions (seconds; for CI)")
+    c.add_argument("--force", action="store_true",
+                   help="save the spec even when a figure's spread over the repeats exceeds its limit "
+                        "(25%% for bandwidths and peaks, 50%% for overheads; a busy machine)")
     c.add_argument("-o", "--output", metavar="PATH",
                    help="write the spec here instead of $JAXMOVE_CACHE_DIR/local.toml "
                         "(default ~/.cache/jaxmove/local.toml)")

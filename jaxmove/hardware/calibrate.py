@@ -30,6 +30,20 @@ What is measured, with JAX itself (each timing ends with ``block_until_ready``):
 Capacity comes from ``Device.memory_stats()['bytes_limit']`` (host RAM on CPU), the
 CPU last-level cache from sysfs, and the GPU SM count from ``Device.core_count``.
 `quick=True` uses smaller problems and fewer repetitions (about 10 s on a 2-core CPU).
+
+Repeats and spread. A machine under load gives figures that are off without looking
+wrong (a per-kernel overhead of 0.0065 us where idle runs give 0.3-0.4 us). So every
+probe runs ``repeats`` times (3 quick, 5 full; each repeat is the whole timing above,
+problem set-up and compilation shared), the spec keeps the **median** of the repeats,
+and ``calibration`` records each figure's spread, ``(max - min) / median`` over the
+repeats (``<key>_spread``, dots in the key written as ``_``). A figure is *unstable*
+(``calibration["unstable"]``, comma-separated keys) when its spread exceeds
+``SPREAD_LIMITS``: 25% for bandwidths and peaks (the best of several calls is a stable
+statistic on an idle machine: repeats agree within a few percent), 50% for the overheads
+and the first-touch rate (differences of two medians of short timings: idle repeats agree
+within ~20%), or when the per-kernel overhead needed a fall-back estimator (the chain of
+k kernels was not slower than the chain of one). ``jaxmove calibrate`` warns about
+unstable figures and saves the spec only with ``--force``.
 """
 
 from __future__ import annotations
@@ -48,7 +62,7 @@ from typing import Any, Callable
 from jaxmove.hardware.spec import HardwareSpec
 from jaxmove.hlo.opcodes import names
 
-__all__ = ["CalibrationError", "calibrate"]
+__all__ = ["CalibrationError", "SPREAD_LIMITS", "calibrate", "spread", "unstable_figures"]
 
 Progress = Callable[[str], None]
 
@@ -60,21 +74,48 @@ class CalibrationError(RuntimeError):
     """A measurement produced no usable number (e.g. timings all zero)."""
 
 
+#: Largest relative spread ``(max - min) / median`` over a probe's repeats that a saved
+#: figure may have (module docstring): throughput figures, and time differences.
+SPREAD_LIMITS = {"throughput": 0.25, "overhead": 0.5}
+_OVERHEAD_KEYS = ("kernel_launch_overhead_s", "dispatch_overhead_s", "first_touch_bytes_per_s")
+
+
+def spread(values: list[float]) -> float:
+    """``(max - min) / median`` of repeated measurements of one figure (0 for one value;
+    inf when the median is not positive)."""
+    if len(values) < 2:
+        return 0.0
+    med = statistics.median(values)
+    return (max(values) - min(values)) / med if med > 0 else float("inf")
+
+
+def spread_limit(key: str) -> float:
+    """The ``SPREAD_LIMITS`` entry that applies to the figure ``key``."""
+    return SPREAD_LIMITS["overhead" if key in _OVERHEAD_KEYS else "throughput"]
+
+
+def unstable_figures(spec: HardwareSpec) -> list[str]:
+    """The keys a calibrated spec marks unstable (``calibration["unstable"]``), or []."""
+    text = (spec.calibration or {}).get("unstable", "")
+    return [k for k in str(text).split(",") if k]
+
+
 class _Plan:
     def __init__(self, quick: bool) -> None:
         self.quick = quick
+        self.repeats = 3 if quick else 5          # of every probe; the median is kept
         self.stream_bytes = (128 if quick else 512) * 2**20
-        self.stream_reps = 5 if quick else 20
+        self.stream_reps = 3 if quick else 10      # calls per repeat (the best is its figure)
         self.matmul_start_n = 512
         self.matmul_max_n = 2048 if quick else 8192
         self.matmul_target_s = 0.03 if quick else 0.2
-        self.matmul_reps = 3 if quick else 10
+        self.matmul_reps = 2 if quick else 5
         self.chain_len = 64 if quick else 256
-        self.chain_reps = 100 if quick else 1000
+        self.chain_reps = 60 if quick else 300
         self.copy_bytes = (64 if quick else 256) * 2**20
-        self.budget_s = 1.5 if quick else 10.0  # per measurement, beyond the minimum reps
+        self.budget_s = 0.5 if quick else 2.0  # per measurement and repeat, beyond the minimum reps
         self.first_touch_bytes = (64 if quick else 256) * 2**20
-        self.first_touch_reps = 5 if quick else 15
+        self.first_touch_reps = 3 if quick else 7
 
 
 def _timed(fn: Callable[[], Any], *, reps: int, budget_s: float, warmup: int = 1) -> list[float]:
@@ -174,20 +215,22 @@ def _measure_stream(plan: _Plan, device: Any) -> tuple[float, dict[str, Any]]:
         holder[0] = step(holder[0])
         return holder[0]
 
+    moved = 2 * n * 4
+    values, calls = [], 0
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")  # "donated buffers were not usable" on some backends
-        times = _timed(call, reps=plan.stream_reps, budget_s=plan.budget_s)
-    moved = 2 * n * 4
-    best = min(times)
+        for k in range(plan.repeats):
+            times = _timed(call, reps=plan.stream_reps, budget_s=plan.budget_s, warmup=1 if k == 0 else 0)
+            values.append(moved / min(times))
+            calls += len(times)
     del holder[0]
-    return moved / best, {
+    return values, {
         "stream_array_bytes": n * 4,
-        "stream_median_bytes_per_s": moved / statistics.median(times),
-        "stream_calls": len(times),
+        "stream_calls": calls,
     }
 
 
-def _measure_matmul(plan: _Plan, device: Any, dtype: Any, precision: Any) -> tuple[float, dict[str, Any]]:
+def _measure_matmul(plan: _Plan, device: Any, dtype: Any, precision: Any) -> tuple[list[float], dict[str, Any]]:
     import jax
     import jax.numpy as jnp
 
@@ -200,12 +243,29 @@ def _measure_matmul(plan: _Plan, device: Any, dtype: Any, precision: Any) -> tup
         if min(first) >= plan.matmul_target_s or n * 2 > plan.matmul_max_n:
             break
         n *= 2
-    times = _timed(lambda: mm(a, b), reps=plan.matmul_reps, budget_s=plan.budget_s, warmup=0)
     flops = 2 * n**3
-    return flops / min(times), {"n": n, "median_flops_per_s": flops / statistics.median(times), "calls": len(times)}
+    values, calls = [], 0
+    for _ in range(plan.repeats):
+        times = _timed(lambda: mm(a, b), reps=plan.matmul_reps, budget_s=plan.budget_s, warmup=0)
+        values.append(flops / min(times))
+        calls += len(times)
+    return values, {"n": n, "calls": calls}
 
 
-def _measure_kernel_overhead(plan: _Plan, device: Any) -> tuple[float, dict[str, Any]]:
+def _kernel_overhead_one(extra: int, med1: float, medn: float, min1: float, minn: float,
+                         kn: int) -> tuple[float, str]:
+    """(seconds per extra kernel, estimator) from one repeat's chain timings."""
+    per_kernel = (medn - med1) / extra
+    if per_kernel > 0:
+        return per_kernel, "median difference"
+    per_kernel = (minn - min1) / extra
+    if per_kernel > 0:
+        return per_kernel, "minimum difference"
+    return medn / kn, "upper bound: median time / kernels"
+
+
+def _measure_kernel_overhead(plan: _Plan, device: Any) -> tuple[list[float], list[float], dict[str, Any]]:
+    """(per-kernel overhead per repeat, dispatch overhead per repeat, details)."""
     import jax
     import jax.numpy as jnp
 
@@ -219,30 +279,32 @@ def _measure_kernel_overhead(plan: _Plan, device: Any) -> tuple[float, dict[str,
 
     x = jax.device_put(jnp.ones((8, 8), jnp.float32), device)
     w = jax.device_put(jnp.eye(8, dtype=jnp.float32) * 0.5, device)
-    results = {}
-    for k in (1, plan.chain_len):
-        compiled = chain(k).lower(x, w).compile()
-        kernels = _count_kernels(compiled.as_text())
-        times = _timed(lambda: compiled(x, w), reps=plan.chain_reps, budget_s=plan.budget_s, warmup=3)
-        results[k] = (kernels, statistics.median(times), min(times))
-    (k1, med1, min1), (kn, medn, minn) = results[1], results[plan.chain_len]
+    compiled = {k: chain(k).lower(x, w).compile() for k in (1, plan.chain_len)}
+    kernels = {k: _count_kernels(c.as_text()) for k, c in compiled.items()}
+    k1, kn = kernels[1], kernels[plan.chain_len]
     extra = kn - k1
     if extra <= 0:
         raise CalibrationError(f"kernel-overhead chain compiled to {kn} kernels vs {k1}; cannot separate them")
-    per_kernel = (medn - med1) / extra
-    method = "median difference"
-    if per_kernel <= 0:
-        per_kernel = (minn - min1) / extra
-        method = "minimum difference"
-    if per_kernel <= 0:
-        per_kernel = medn / kn
-        method = "upper bound: median time / kernels"
-    return per_kernel, {
+    per_kernel, dispatch, methods, med1s, medns = [], [], [], [], []
+    for r in range(plan.repeats):  # the two chains timed back to back in each repeat
+        stats = {}
+        for k, c in compiled.items():
+            times = _timed(lambda c=c: c(x, w), reps=plan.chain_reps, budget_s=plan.budget_s,
+                           warmup=3 if r == 0 else 1)
+            stats[k] = (statistics.median(times), min(times))
+        (med1, min1), (medn, minn) = stats[1], stats[plan.chain_len]
+        value, method = _kernel_overhead_one(extra, med1, medn, min1, minn, kn)
+        per_kernel.append(value)
+        dispatch.append(med1 - k1 * value)
+        methods.append(method)
+        med1s.append(med1)
+        medns.append(medn)
+    return per_kernel, dispatch, {
         "kernel_chain_kernels": kn,
-        "kernel_chain_median_s": medn,
+        "kernel_chain_median_s": statistics.median(medns),
         "kernel_chain_1_kernels": k1,
-        "kernel_chain_1_median_s": med1,
-        "kernel_overhead_estimator": method,
+        "kernel_chain_1_median_s": statistics.median(med1s),
+        "kernel_overhead_estimator": ", ".join(dict.fromkeys(methods)),
     }
 
 
@@ -250,9 +312,10 @@ def _measure_kernel_overhead(plan: _Plan, device: Any) -> tuple[float, dict[str,
 _GLIBC_MMAP_THRESHOLD_MAX_BYTES = 4 * 1024 * 1024 * 8
 
 
-def _measure_first_touch(plan: _Plan, device: Any) -> tuple[float, dict[str, Any]] | None:
-    """(bytes/s of writing into freshly mapped pages, details), or None when a fresh
-    output does not fault (module docstring)."""
+def _measure_first_touch(plan: _Plan, device: Any) -> tuple[list[float], dict[str, Any]] | None:
+    """(bytes/s of writing into freshly mapped pages, one per repeat; details), or None when
+    a fresh output does not fault or is not slower than the in-place call in the median
+    repeat (module docstring)."""
     import resource
 
     import jax
@@ -279,32 +342,40 @@ def _measure_first_touch(plan: _Plan, device: Any) -> tuple[float, dict[str, Any
                 flts.append(f1 - f0)
         return statistics.median(times), statistics.median(flts)
 
+    nbytes = n * 4
+    rates, fresh_s, inplace_s, faults_seen = [], [], [], []
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
-        t_fresh, f_fresh = run(fresh, False)
-        t_inplace, f_inplace = run(inplace, True)
+        for _ in range(plan.repeats):
+            t_fresh, f_fresh = run(fresh, False)
+            t_inplace, _f_inplace = run(inplace, True)
+            fresh_s.append(t_fresh)
+            inplace_s.append(t_inplace)
+            faults_seen.append(f_fresh)
+            # a repeat where the fresh call was not slower gives no rate: counted as 0 so the
+            # spread shows it
+            rates.append(nbytes / (t_fresh - t_inplace) if t_fresh > t_inplace else 0.0)
     del base
-    nbytes = n * 4
-    page_bytes = nbytes / f_fresh if f_fresh else None
-    if not f_fresh or f_fresh < 0.5 * nbytes / 4096 or t_fresh <= t_inplace:
+    f_fresh = statistics.median(faults_seen)
+    if not f_fresh or f_fresh < 0.5 * nbytes / 4096 or statistics.median(rates) <= 0:
         return None
-    return nbytes / (t_fresh - t_inplace), {
+    return rates, {
         "first_touch_array_bytes": nbytes,
-        "first_touch_fresh_median_s": t_fresh,
-        "first_touch_inplace_median_s": t_inplace,
+        "first_touch_fresh_median_s": statistics.median(fresh_s),
+        "first_touch_inplace_median_s": statistics.median(inplace_s),
         "first_touch_faults_per_call": int(f_fresh),
-        "first_touch_bytes_per_fault": round(page_bytes, 1),
+        "first_touch_bytes_per_fault": round(nbytes / f_fresh, 1),
     }
 
 
-def _measure_device_copy(plan: _Plan, devices: list[Any]) -> float:
+def _measure_device_copy(plan: _Plan, devices: list[Any]) -> list[float]:
     import jax
     import jax.numpy as jnp
 
     n = plan.copy_bytes // 4
     x = jax.device_put(jnp.ones((n,), jnp.float32), devices[0])
-    times = _timed(lambda: jax.device_put(x, devices[1]), reps=3 if plan.quick else 10, budget_s=plan.budget_s)
-    return n * 4 / min(times)
+    return [n * 4 / min(_timed(lambda: jax.device_put(x, devices[1]), reps=3 if plan.quick else 10,
+                               budget_s=plan.budget_s)) for _ in range(plan.repeats)]
 
 
 def _capacity_bytes(device: Any) -> tuple[int, str]:
@@ -324,8 +395,11 @@ def calibrate(quick: bool = False, progress: Progress | None = None) -> Hardware
     """Measure the local default JAX device (``jax.devices()[0]``) and return its spec.
 
     The spec is named ``local``; every measured number's ``sources`` entry reads
-    "measured by jaxmove calibrate on <device> at <UTC time>: <method>". Extra detail
-    (problem sizes, medians, dispatch overhead, jax version) is in ``calibration``.
+    "measured by jaxmove calibrate on <device> at <UTC time>: <method>". Each figure is
+    the median of ``repeats`` runs of its probe; ``calibration`` holds the spread of each
+    (``<key>_spread``), the limits (``spread_limit_throughput``, ``spread_limit_overhead``)
+    and the figures beyond them (``unstable``; see the module docstring), besides problem
+    sizes and the jax version.
 
     quick: smaller problems and fewer repetitions; under 30 s on a 2-core CPU.
       Full mode takes up to a couple of minutes.
@@ -359,12 +433,29 @@ def calibrate(quick: bool = False, progress: Progress | None = None) -> Hardware
         "quick": quick,
     }
 
-    say(f"memory bandwidth: streaming x + 1 over up to {plan.stream_bytes // 2**20} MiB of float32")
-    hbm, d = _measure_stream(plan, device)
+    details["repeats"] = plan.repeats
+    details["spread_limit_throughput"] = SPREAD_LIMITS["throughput"]
+    details["spread_limit_overhead"] = SPREAD_LIMITS["overhead"]
+    unstable: list[str] = []
+    reps = f"median of {plan.repeats} repeats"
+
+    def keep(key: str, values: list[float]) -> float:
+        """The median of a figure's repeats; records its spread, and whether it is unstable."""
+        sp = spread(values)
+        details[f"{key.replace('.', '_')}_spread"] = round(sp, 4) if sp != float("inf") else -1.0
+        if sp > spread_limit(key):
+            unstable.append(key)
+        return statistics.median(values)
+
+    say(f"memory bandwidth: streaming x + 1 over up to {plan.stream_bytes // 2**20} MiB of float32 "
+        f"({plan.repeats} repeats)")
+    values, d = _measure_stream(plan, device)
+    hbm = keep("hbm_bytes_per_s", values)
     details.update(d)
     sources["hbm_bytes_per_s"] = (
-        f"{stamp}: best of {d['stream_calls']} calls of jit(x + 1) on float32[{d['stream_array_bytes'] // 4}] "
-        f"with x donated; bytes = read + write = 2 x {d['stream_array_bytes']}"
+        f"{stamp}: {reps}, each the best of its calls ({d['stream_calls']} calls in all), of jit(x + 1) on "
+        f"float32[{d['stream_array_bytes'] // 4}] with x donated; bytes = read + write = 2 x "
+        f"{d['stream_array_bytes']}"
     )
 
     flops: dict[str, float] = {}
@@ -378,44 +469,46 @@ def calibrate(quick: bool = False, progress: Progress | None = None) -> Hardware
         dtypes.append(("tf32", jnp.float32, jax.lax.Precision.DEFAULT))
     for key, dtype, precision in dtypes:
         say(f"peak FLOP/s ({key}): square matmuls")
-        value, d = _measure_matmul(plan, device, dtype, precision)
-        flops[key] = value
+        values, d = _measure_matmul(plan, device, dtype, precision)
+        flops[key] = keep(f"flops_per_s.{key}", values)
         details[f"matmul_{key}_n"] = d["n"]
-        details[f"matmul_{key}_median_flops_per_s"] = d["median_flops_per_s"]
         prec = f", precision={precision.name}" if precision is not None else ""
         sources[f"flops_per_s.{key}"] = (
-            f"{stamp}: best of {d['calls']} calls of jit(dot) on {jnp.dtype(dtype).name}[{d['n']},{d['n']}] "
-            f"x [{d['n']},{d['n']}]{prec}; FLOPs = 2 n^3"
+            f"{stamp}: {reps}, each the best of its calls ({d['calls']} in all), of jit(dot) on "
+            f"{jnp.dtype(dtype).name}[{d['n']},{d['n']}] x [{d['n']},{d['n']}]{prec}; FLOPs = 2 n^3"
         )
 
-    say(f"per-kernel overhead: chain of {plan.chain_len} tiny dots")
-    overhead, d = _measure_kernel_overhead(plan, device)
+    say(f"per-kernel overhead: chain of {plan.chain_len} tiny dots ({plan.repeats} repeats)")
+    per_kernel, dispatches, d = _measure_kernel_overhead(plan, device)
+    overhead = keep("kernel_launch_overhead_s", per_kernel)
     details.update(d)
+    if d["kernel_overhead_estimator"] != "median difference" and "kernel_launch_overhead_s" not in unstable:
+        unstable.append("kernel_launch_overhead_s")   # the chain of k was not slower than the chain of 1
     sources["kernel_launch_overhead_s"] = (
-        f"{stamp}: (median time of a jitted chain of {plan.chain_len} 8x8 dots ({d['kernel_chain_kernels']} kernels "
-        f"in the compiled HLO) - median time of a chain of 1) / extra kernels ({d['kernel_overhead_estimator']})"
+        f"{stamp}: {reps} of (median time of a jitted chain of {plan.chain_len} 8x8 dots "
+        f"({d['kernel_chain_kernels']} kernels in the compiled HLO) - median time of a chain of 1) / extra "
+        f"kernels ({d['kernel_overhead_estimator']})"
     )
 
-    dispatch = d["kernel_chain_1_median_s"] - d["kernel_chain_1_kernels"] * overhead
     extra: dict[str, Any] = {}
-    if dispatch > 0:
-        extra["dispatch_overhead_s"] = dispatch
+    if statistics.median(dispatches) > 0:
+        extra["dispatch_overhead_s"] = keep("dispatch_overhead_s", dispatches)
         sources["dispatch_overhead_s"] = (
-            f"{stamp}: median time of the jitted chain of 1 8x8 dot ({d['kernel_chain_1_kernels']} kernels, "
-            f"{d['kernel_chain_1_median_s']:.4g} s) - its kernels x kernel_launch_overhead_s: the host's cost of one "
-            "blocking program call"
+            f"{stamp}: {reps} of (median time of the jitted chain of 1 8x8 dot "
+            f"({d['kernel_chain_1_kernels']} kernels, {d['kernel_chain_1_median_s']:.4g} s in the median repeat) - "
+            "its kernels x that repeat's per-kernel overhead): the host's cost of one blocking program call"
         )
 
     if kind == "cpu" and _platform.libc_ver()[0] == "glibc":
         say("first-touch page mapping: x + 1 into a fresh output vs in place")
         ft = _measure_first_touch(plan, device)
         if ft is not None:
-            rate, d = ft
+            rates, d = ft
             details.update(d)
-            extra["first_touch_bytes_per_s"] = rate
+            extra["first_touch_bytes_per_s"] = keep("first_touch_bytes_per_s", rates)
             extra["mmap_threshold_bytes"] = _GLIBC_MMAP_THRESHOLD_MAX_BYTES
             sources["first_touch_bytes_per_s"] = (
-                f"{stamp}: float32[{d['first_touch_array_bytes'] // 4}] x + 1: median of "
+                f"{stamp}: {reps} of: float32[{d['first_touch_array_bytes'] // 4}] x + 1: median of "
                 f"{plan.first_touch_reps} calls into a fresh output ({d['first_touch_faults_per_call']} page "
                 f"faults per call, ru_minflt) - median of {plan.first_touch_reps} donated in-place calls; "
                 f"bytes = {d['first_touch_array_bytes']} / that difference"
@@ -435,9 +528,10 @@ def calibrate(quick: bool = False, progress: Progress | None = None) -> Hardware
     sources["devices_per_node"] = f"{stamp}: number of local {platform} devices (jax.local_devices())"
     if len(local) > 1:
         say("device-to-device bandwidth: jax.device_put from device 0 to device 1")
-        extra["intra_node_bytes_per_s"] = _measure_device_copy(plan, local)
+        extra["intra_node_bytes_per_s"] = keep("intra_node_bytes_per_s", _measure_device_copy(plan, local))
         sources["intra_node_bytes_per_s"] = (
-            f"{stamp}: best time of jax.device_put of {plan.copy_bytes} bytes from device 0 to device 1"
+            f"{stamp}: {reps}, each the best time of jax.device_put of {plan.copy_bytes} bytes from device 0 "
+            "to device 1"
         )
     if kind == "cpu":
         llc = _cpu_last_level_cache_bytes()
@@ -450,6 +544,7 @@ def calibrate(quick: bool = False, progress: Progress | None = None) -> Hardware
             extra["num_sms"] = cores
             sources["num_sms"] = f"{stamp}: jax Device.core_count"
 
+    details["unstable"] = ",".join(unstable)
     details["duration_s"] = round(time.perf_counter() - t_start, 3)
     for key, value in {"hbm_bytes_per_s": hbm, "kernel_launch_overhead_s": overhead, **{f"flops_per_s.{k}": v for k, v in flops.items()}}.items():
         if not (value > 0 and value != float("inf")):
