@@ -32,6 +32,9 @@ def _cmd_analyze(args: argparse.Namespace) -> int:
     elif args.by:
         from ..report.table import render_groups
         render_groups(report, args.by, rollup=getattr(args, "rollup", False))
+    elif getattr(args, "excess", False):
+        from ..report.excess_table import render_excess
+        render_excess(report)
     else:
         render_report(report, top=args.top)
     return 0
@@ -68,6 +71,10 @@ def add_analyze_command(sub) -> None:
                    help="with --by module: merge repeated layers (layers_3/attn -> layers_*/attn); "
                         "with --json adds by_module_rollup")
     a.add_argument("--html", metavar="FILE", help="also write a self-contained HTML report")
+    a.add_argument("--excess", action="store_true",
+                   help="show the excess movement instead of the instruction table: compulsory vs "
+                        "compiled bytes per role and path, then the causes ranked by time (with "
+                        "--hardware) and the change that removes each")
     a.add_argument("--trace", metavar="FILE",
                    help="also write a Chrome trace (JSON, opens in Perfetto) of the estimated timeline")
     from .plans import add_plan_options
