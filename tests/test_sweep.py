@@ -170,7 +170,8 @@ _REFERENCE = textwrap.dedent(f"""
                 temp_bytes=r.temp_bytes, hbm_bytes=r.hbm_bytes, flops=r.flops, wire_bytes=r.wire_bytes,
                 wire_bytes_by_kind=r.wire_bytes_by_kind, collective_time_s=r.collective_time_s,
                 est_time_s=report.times.est_time_s, bound=report.times.bound,
-                weights_bytes=sum(t.role_bytes("weights")), hbm_bytes_by_role_total=t.hbm_bytes)
+                weights_bytes=sum(t.role_bytes("weights")), hbm_bytes_by_role_total=t.hbm_bytes,
+                excess_bytes=getattr(getattr(report, "excess", None), "excess_bytes", None))
     json.dump(out, sys.stdout)
 """)
 
@@ -211,6 +212,7 @@ def test_local_sweep_equals_points_run_one_by_one(local_sweep, reference):
         for k in ("peak_bytes", "fits", "argument_bytes", "temp_bytes", "hbm_bytes", "flops", "wire_bytes",
                   "wire_bytes_by_kind", "collective_time_s", "est_time_s", "bound"):
             assert row[k] == ref[k], (name, k, row[k], ref[k])
+        assert row.get("excess_bytes") == ref["excess_bytes"]  # present when jaxmove has the pass
         assert row["hbm_bytes_by_role"]["weights"] == ref["weights_bytes"]
         assert sum(row["hbm_bytes_by_role"].values()) == ref["hbm_bytes_by_role_total"]
         assert row["num_devices"] == 8 and row["mesh"] == "data=2,model=4" and row["target"] == "cpu"

@@ -31,8 +31,9 @@ flops, hbm_bytes,       jaxmove's totals (``report.totals``)
 hbm_read_bytes,
 hbm_write_bytes
 hbm_bytes_by_role       {role: read + write HBM bytes} for every role of ``vocab.ROLES``
-excess_bytes            HBM bytes beyond the compulsory minimum, when jaxmove's report has an
-                        excess analysis (``report.excess``); the key is absent otherwise
+excess_bytes,           bytes moved beyond the compulsory minimum (compiled - compulsory, every
+compulsory_bytes,       path) and the costliest cause of the excess (``report.excess``,
+excess_top_cause        ``passes/excess.py``); keys absent when the report has no excess analysis
 wire_bytes,             bytes one device sends over the interconnect, in all and by collective
 wire_bytes_by_kind      kind (``all-reduce``, ``all-gather``, ...)
 collective_time_s       summed collective time (no overlap), None without interconnect figures
@@ -60,7 +61,7 @@ from importlib import metadata
 
 from .spec import Point
 
-#: Row keys every row has, in order (``excess_bytes`` is added when the report has it).
+#: Row keys every row has, in order (the ``excess`` keys are added when the report has them).
 ROW_KEYS = (
     "key", "status", "error", "model", "target", "hardware", "mesh", "plan", "overrides",
     "num_devices", "backend", "fits", "peak_bytes", "argument_bytes", "output_bytes", "alias_bytes",
@@ -89,16 +90,15 @@ def _is_out_of_memory(e: BaseException) -> bool:
     return "RESOURCE_EXHAUSTED" in str(e) or "Ran out of memory" in str(e)
 
 
-def _excess_bytes(report) -> int | None:
-    """Total excess HBM bytes of the report's excess analysis, when jaxmove has one."""
+def _excess(report) -> dict:
+    """``excess_bytes``, ``compulsory_bytes`` and ``excess_top_cause`` of the report's excess
+    analysis (``passes/excess.py``: compiled minus compulsory bytes); {} when it has none."""
     ex = getattr(report, "excess", None)
     if ex is None:
-        return None
-    for attr in ("excess_bytes", "total_excess_bytes", "total_bytes"):
-        v = getattr(ex, attr, None)
-        if isinstance(v, (int, float)):
-            return int(v)
-    return None
+        return {}
+    causes = [c for c in ex.causes if c.bytes]
+    return {"excess_bytes": ex.excess_bytes, "compulsory_bytes": ex.compulsory_bytes,
+            "excess_top_cause": causes[0].kind if causes else None}
 
 
 def run_point(point: Point) -> dict:
@@ -161,8 +161,6 @@ def run_point(point: Point) -> dict:
         row.update(est_time_s=tm.est_time_s, bound=tm.bound, compute_time_s=tm.compute_time_s,
                    memory_time_s=tm.memory_time_s, network_time_s=tm.network_time_s,
                    time_unmodeled=len(tm.unmodeled))
-    excess = _excess_bytes(report)
-    if excess is not None:
-        row["excess_bytes"] = excess
+    row.update(_excess(report))
     row["wall_s"] = time.perf_counter() - t0
     return row

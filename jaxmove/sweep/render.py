@@ -137,17 +137,28 @@ def pareto_plot(result, ax=None, path=None):
     if front:
         ax.step([r["peak_bytes"] for r in front], [r["est_time_s"] for r in front], where="post",
                 color="#3aa17e", lw=1.2, label="Pareto front", zorder=2)
-        for r in front:
+        mid = sorted(r["peak_bytes"] for r in pts)[len(pts) // 2]
+        for r in front:  # labels point inwards so that they stay inside the axes
+            right = r["peak_bytes"] >= mid
             ax.annotate(point_label(r), (r["peak_bytes"], r["est_time_s"]), fontsize=7,
-                        xytext=(4, 4), textcoords="offset points")
+                        xytext=(-5 if right else 5, 5), textcoords="offset points",
+                        ha="right" if right else "left")
     for cap in sorted({r["hbm_capacity_bytes"] for r in result.rows if r.get("hbm_capacity_bytes")}):
         if pts and cap <= 10 * max(r["peak_bytes"] for r in pts):
             ax.axvline(cap, color="#c9a227", ls="--", lw=1, label=f"HBM {human_bytes(cap)}")
     if pts:
+        from matplotlib.ticker import FuncFormatter, LogLocator
         ax.set_xscale("log")
         ax.set_yscale("log")
-    ax.set_xlabel("memory per device (bytes)")
-    ax.set_ylabel("estimated step time (s)")
+        ax.xaxis.set_major_locator(LogLocator(base=2, numticks=8))    # 16 KiB, 32 KiB, ...
+        ax.yaxis.set_major_locator(LogLocator(base=10, subs=(1.0, 2.0, 5.0)))
+        ax.xaxis.set_major_formatter(FuncFormatter(lambda v, _: human_bytes(v)))
+        ax.yaxis.set_major_formatter(FuncFormatter(lambda v, _: fmt_time(v)))
+        ax.xaxis.set_minor_formatter(FuncFormatter(lambda v, _: ""))
+        ax.yaxis.set_minor_formatter(FuncFormatter(lambda v, _: ""))
+        ax.margins(x=0.15, y=0.15)
+    ax.set_xlabel("memory per device")
+    ax.set_ylabel("estimated step time")
     ax.set_title(f"sweep {result.name}: step time vs memory per device")
     if pts:
         ax.legend(fontsize=8)
