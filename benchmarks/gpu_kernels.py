@@ -19,6 +19,10 @@ Method:
     their durations. The estimate compared is the same statistic over the kernels jaxmove
     predicts for the program (gpu_gemm's kernels, plus the fp8 rhs transpose as a
     memory-bound kernel of the same fixed cost).
+  * What the collective table measures: XLA's ``collective_perf_table_gen`` records the median
+    over 20 runs of the whole one-collective program's ``compute_time_ns`` (so XLA's thunk and
+    NCCL's launch are in it); a collective-permute runs 101 times in a while loop and the time
+    is divided by 100 (xla/tools/collective_perf_table_gen.cc).
   * Baselines: a plain roofline ``max(2bmnk / peak, bytes(A + B + C) / hbm_bytes_per_s)`` and
     the roofline + the spec's ``kernel_launch_overhead_s`` (jaxmove's estimate before this
     model).
@@ -264,24 +268,37 @@ def predict_collectives(spec, d: pd.DataFrame, params) -> np.ndarray:
 
 
 def fit_nccl(spec, d: pd.DataFrame) -> nccl.NcclParams:
+    """Fit NcclParams on ``d``: mean absolute log error, Nelder-Mead."""
     from scipy.optimize import minimize
 
     y = np.log(d.time_s.to_numpy())
 
     def params_of(x):
-        return nccl.NcclParams(base_latency_s=x[0] * 1e-6, step_latency_s=x[1] * 1e-6,
-                               bandwidth_efficiency=x[2])
+        return nccl.NcclParams(overhead_s=x[0] * 1e-6, latency_scale=x[1], bandwidth_efficiency=x[2],
+                               local_copy_efficiency=x[3])
 
     def loss(x):
-        if not (0 <= x[0] < 1000 and 0 <= x[1] < 1000 and 0.01 < x[2] <= 1.0):
+        if not (0 <= x[0] < 1000 and 0 <= x[1] < 100 and 0.01 < x[2] <= 1.5 and 0.01 < x[3] <= 10):
             return 1e9
         return float(np.mean(np.abs(np.log(predict_collectives(spec, d, params_of(x))) - y)))
 
-    r = minimize(loss, [10.0, 2.0, 0.7], method="Nelder-Mead",
-                 options={"xatol": 1e-4, "fatol": 1e-6, "maxiter": 2000})
-    return nccl.NcclParams(base_latency_s=round(float(r.x[0]), 3) * 1e-6,
-                           step_latency_s=round(float(r.x[1]), 3) * 1e-6,
-                           bandwidth_efficiency=round(float(r.x[2]), 4))
+    r = minimize(loss, [6.0, 1.0, 0.8, 0.5], method="Nelder-Mead",
+                 options={"xatol": 1e-4, "fatol": 1e-6, "maxiter": 3000, "adaptive": True})
+    return nccl.NcclParams(overhead_s=round(float(r.x[0]), 3) * 1e-6, latency_scale=round(float(r.x[1]), 4),
+                           bandwidth_efficiency=round(float(r.x[2]), 4),
+                           local_copy_efficiency=round(float(r.x[3]), 4))
+
+
+def _ring_bus_gbps(spec) -> float:
+    arch = nccl.arch_of(spec)
+    link = spec.intra_node_bytes_per_s / 1e9 * arch.nvlink_bw_per_link_gbps / arch.nvlink_raw_per_link_gbps
+    nch, bw = nccl._ring_channels(link, arch)
+    return nch * bw
+
+
+def _steps_before(kind: str, n: int) -> int:
+    """Ring steps of jaxmove's collective time before the NCCL model (passes/collectives.py)."""
+    return 1 if kind == "collective-permute" else 2 * (n - 1) if kind == "all-reduce" else n - 1
 
 
 def collective_baselines(spec, d: pd.DataFrame, launch: bool) -> np.ndarray:
@@ -289,7 +306,7 @@ def collective_baselines(spec, d: pd.DataFrame, launch: bool) -> np.ndarray:
     intra-node bandwidth (+ the kernel launch overhead)."""
     out = []
     for r in d.itertuples():
-        t = spec.link_latency_s * nccl.steps(r.opcode, r.n) + wire_bytes(r) / spec.intra_node_bytes_per_s
+        t = spec.link_latency_s * _steps_before(r.opcode, r.n) + wire_bytes(r) / spec.intra_node_bytes_per_s
         out.append(t + (spec.kernel_launch_overhead_s if launch else 0.0))
     return np.array(out)
 
@@ -299,6 +316,11 @@ def collectives_report(spec) -> tuple[list[str], dict]:
     fit_mask = split_halves(pd.Series(range(len(d))))
     params = fit_nccl(spec, d[fit_mask])
     test = d[~fit_mask].reset_index(drop=True)
+    picks: dict[str, int] = {}
+    for r in test.itertuples():
+        c = nccl.choose(r.opcode, wire_bytes(r), r.n, spec)
+        key = f"{c.algorithm}/{c.protocol}"
+        picks[key] = picks.get(key, 0) + 1
     meas = test.time_s.to_numpy()
     preds = {"model": predict_collectives(spec, test, params),
              "roofline": collective_baselines(spec, test, False),
@@ -328,10 +350,16 @@ def collectives_report(spec) -> tuple[list[str], dict]:
         "",
         "Fitted constants (`jaxmove/hardware/nccl.py`, `NcclParams`):",
         "",
-        f"* `base_latency_s` = {params.base_latency_s:.4g}",
-        f"* `step_latency_s` = {params.step_latency_s:.4g}",
-        f"* `bandwidth_efficiency` = {params.bandwidth_efficiency} (of {spec.intra_node_bytes_per_s / 1e9:.0f} GB/s "
-        "NVLink per direction)",
+        f"* `overhead_s` (XLA's collective thunk + NCCL kernel launch) = {params.overhead_s:.4g}",
+        f"* `latency_scale` (on NCCL's tuning.cc latencies) = {params.latency_scale}",
+        f"* `bandwidth_efficiency` (on NCCL's tuning.cc bandwidths; the ring's busBw here is "
+        f"{_ring_bus_gbps(spec):.0f} GB/s from {spec.intra_node_bytes_per_s / 1e9:.0f} GB/s NVLink per direction) = "
+        f"{params.bandwidth_efficiency}",
+        f"* `local_copy_efficiency` (NCCL's in-GPU copies, fraction of {spec.hbm_bytes_per_s / 1e12:.2f} TB/s HBM) = "
+        f"{params.local_copy_efficiency}",
+        "",
+        "NCCL's pick per row (algorithm/protocol by tuning.cc's own time; held-out rows): "
+        + ", ".join(f"{k} {v}" for k, v in sorted(picks.items())) + ".",
         "",
         *table(rows),
     ]

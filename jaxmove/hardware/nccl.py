@@ -1,27 +1,50 @@
-"""Time of one NCCL collective on NVIDIA GPUs: ring steps, a per-step latency, a protocol
-efficiency, and the slowest link the group spans.
+"""Time of one NCCL collective on NVIDIA GPUs: NCCL's own tuning model (algorithms, protocols,
+latencies, bandwidths), the protocol and algorithm NCCL would pick, and a few fitted terms.
 
-The model is NCCL's own (``src/graph/tuning.cc``: a base latency per algorithm and protocol,
-a per-hop latency times the algorithm's steps, and the bus bandwidth times a protocol
-efficiency; bus-bandwidth factors from nccl-tests' doc/PERFORMANCE.md), with the
-alpha-beta form of Thakur, Rabenseifner & Gropp, "Optimization of Collective Communication
-Operations in MPICH" (IJHPCA 2005)::
+NCCL picks, for each call, the (algorithm, protocol) with the least modelled time
+``latency + bytes / bandwidth`` (NVIDIA/nccl ``src/graph/tuning.cc``: ``ncclTopoTuneModel``
+builds the tables, ``ncclTopoGetAlgoTime`` evaluates them). This module rebuilds those tables
+for one NVLink (NVSwitch) node from the spec and NCCL's published constants, and adds what a
+measurement of an XLA program sees on top (fitted, `NcclParams`)::
 
-    time = base_latency_s + steps(kind, n) * step_latency_s
-           + wire_bytes / (bandwidth_efficiency * link_bytes_per_s)
+    time = overhead_s + latency_scale * lat[a, p] + bytes / (bandwidth_efficiency * bw[a, p])
+           + local_bytes / (local_copy_efficiency * hbm_bytes_per_s)
 
-* ``wire_bytes`` is what one device sends (``passes/collectives.py``: all-reduce
-  2(n-1)/n S, all-gather / reduce-scatter / all-to-all (n-1)/n S, collective-permute S).
-* ``steps``: ring all-reduce 2(n-1) (reduce-scatter then all-gather), all-gather /
-  reduce-scatter (n-1), all-to-all (n-1) (point-to-point exchanges, one per peer),
-  collective-permute 1. NCCL's tree and NVLS (NVSwitch multicast) all-reduce are not modeled:
-  inside one NVSwitch node the ring's bandwidth term dominates from a few MiB up.
-* ``link_bytes_per_s``: ``intra_node_bytes_per_s`` (NVLink through NVSwitch, per GPU per
-  direction) when every group stays in one node, else ``inter_node_bytes_per_s``
-  (InfiniBand, one NIC per GPU); both from the spec, with sources.
-* ``base_latency_s``, ``step_latency_s``, ``bandwidth_efficiency`` are fitted (`NcclParams`,
-  `FITTED`) by ``benchmarks/gpu_kernels.py`` on a random half of XLA's measured H100 table
-  (``../shared/data/xla_collectives_h100.csv``); the other half is the reported error.
+* Algorithms (tuning.cc): all-reduce ring, tree and NVLS (NVSwitch multicast, compute
+  capability >= 9.0); all-gather and reduce-scatter ring and NVLS; protocols LL, LL128 and
+  Simple (NVLS: Simple only). ``(a, p)`` is the pair with the least NCCL time.
+* Latency (us, tuning.cc ``baseLatencies`` + ``hwLatencies[NVLINK]``): ring ``base[p] +
+  nsteps * hw[p]`` with ``nsteps`` = 2(n-1) for all-reduce, n-1 for all-gather /
+  reduce-scatter; tree ``base[p] + 2 (n-1) hw[p]``; NVLS ``hw`` (25 us).
+* Bandwidth (GB/s): the ring graph's ``nChannels x bwIntra`` (search.cc: the first speed of
+  the architecture's speed array not above the GPU's NVLink bandwidth, as many channels as
+  fit, then doubled (``ncclTopoDupChannels``)); the GPU's NVLink bandwidth as NCCL counts it is
+  the spec's ``intra_node_bytes_per_s`` x NCCL's per-link figure / the link's signalling rate
+  (topo.h ``SM80_NVLINK_BW`` 20.0, ``SM90_NVLINK_BW`` 20.6, ``SM100_NVLINK_BW`` 40.1 GB/s per
+  link of 25 / 25 / 50 GB/s per direction: NVLink 3/4/5). Then tuning.cc's refinements: LL
+  ``min(llMaxBw, busBw / 2)``, LL128 ``min(0.92 busBw, nChannels x perChMaxRingLL128Bw)``, tree
+  ``min(0.92 busBw, nChannels x perChMaxTreeBw)`` (LL ``/3.8``, LL128 ``x 7/9``), NVLS
+  ``busBw x nvlsEfficiency x (nCh-1)/nCh`` with ``nCh`` = the group's GPUs (``x 2`` for
+  all-reduce, ``x (n-1)/n`` for all-gather / reduce-scatter); ring and NVLS all-reduce
+  bandwidths are converted to algorithm bandwidth by ``n / nsteps``, tree by 1/2.
+  ``bytes`` is NCCL's ``nBytes``: the buffer of all-reduce, the whole output of all-gather,
+  the whole input of reduce-scatter.
+* All-to-all and collective-permute are NCCL send/recv (``ncclSend``/``ncclRecv`` grouped):
+  not in tuning.cc's tables; they are timed as one ring step of the Simple protocol (or LL
+  below NCCL's ``NCCL_P2P_LL_THRESHOLD`` of 16 KiB, src/enqueue.cc) over the wire bytes, each
+  peer on its own channels.
+* ``local_bytes``: what NCCL's kernel copies inside the GPU's own memory besides the transfer
+  (out-of-place all-gather copies its input into its slot of the output, 2 x input bytes;
+  reduce-scatter reads its whole input and writes its share, input + output; all-reduce reads
+  its input and writes its output, 2 x buffer; all-to-all copies its own share, 2 x buffer /
+  n); done by NCCL's CTAs, so below the HBM rate (``local_copy_efficiency``, fitted).
+* Across nodes (``spans_nodes``): the ring over the network (``inter_node_bytes_per_s``, one
+  NIC per GPU) with tuning.cc's NET latencies; NVLS and tree are not modelled there.
+
+Fitted (`FITTED`, by ``benchmarks/gpu_kernels.py`` on a random half of XLA's measured H100
+table, ``../shared/data/xla_collectives_h100.csv``; the other half is the reported error):
+``overhead_s`` (XLA's collective thunk and NCCL's kernel launch, which the measured program
+time includes), ``latency_scale``, ``bandwidth_efficiency``, ``local_copy_efficiency``.
 """
 
 from __future__ import annotations
@@ -29,42 +52,197 @@ from __future__ import annotations
 import dataclasses
 import math
 
-__all__ = ["FITTED", "NcclParams", "collective_time_s", "nccl_model_applies", "steps"]
+__all__ = ["FITTED", "NcclArch", "NcclChoice", "NcclParams", "arch_of", "choose", "collective_time_s",
+           "nccl_model_applies", "steps"]
 
 
 @dataclasses.dataclass(frozen=True, kw_only=True, slots=True)
 class NcclParams:
-    """Fitted constants.
+    """Fitted constants (module docstring).
 
-    base_latency_s: fixed cost of one collective kernel (launch, the NCCL proxy handshake), s.
-    step_latency_s: latency of one algorithm step (a hop through NVSwitch, its flag
-      synchronisation), s.
-    bandwidth_efficiency: fraction of the link's per-direction bandwidth the protocol
-      sustains (NCCL's Simple protocol moves data in chunks with flags between them).
+    overhead_s: fixed cost of one collective outside NCCL's model (XLA's thunk, the NCCL
+      kernel launch), s.
+    latency_scale: factor on NCCL's modelled latency (its table is tuned to rank algorithms,
+      not to predict a profiled time).
+    bandwidth_efficiency: factor on NCCL's modelled bandwidth.
+    local_copy_efficiency: fraction of the HBM bandwidth NCCL's CTAs reach on their local
+      copies.
     """
 
-    base_latency_s: float
-    step_latency_s: float
+    overhead_s: float
+    latency_scale: float
     bandwidth_efficiency: float
+    local_copy_efficiency: float
 
 
 #: Fitted by benchmarks/gpu_kernels.py (seed 0, the fitting half of xla_collectives_h100.csv).
-FITTED = NcclParams(base_latency_s=15.937e-6, step_latency_s=1.231e-6, bandwidth_efficiency=0.5958)
+FITTED = NcclParams(overhead_s=1.839e-6, latency_scale=1.859, bandwidth_efficiency=0.8066,
+                    local_copy_efficiency=0.7447)
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class NcclArch:
+    """NCCL's per-architecture constants (NVIDIA/nccl src/graph/tuning.cc
+    ``ncclTunerConstantsDefaults``, search.cc speed arrays, topo.h NVLink bandwidths)."""
+
+    name: str
+    nvlink_bw_per_link_gbps: float     # topo.h SMxx_NVLINK_BW
+    nvlink_raw_per_link_gbps: float    # NVLink generation, per link per direction
+    ll_max_bw_gbps: float              # llMaxBws[arch][1 node]
+    ring_ll128_max_bw_per_ch_gbps: float   # perChMaxRingLL128Bws
+    tree_max_bw_per_ch_gbps: float     # perChMaxTreeBws
+    tree_ll128_max_bw_per_ch_gbps: float   # perChMaxTreeLL128Bws
+    nvls_efficiency: float             # nvlsEfficiency (0: no NVLS)
+    speeds_gbps: tuple[float, ...]     # search.cc speedArrayIntra for the arch
+    dup_below_gbps: float              # ncclTopoDupChannels: no dup when bwIntra < this (cc > 80)
+
+
+_SPEEDS_PRE90 = (40.0, 30.0, 20.0, 18.0, 15.0, 12.0, 10.0, 9.0, 7.0, 6.0, 5.0, 4.0, 3.0)
+ARCHS = {
+    8: NcclArch("ampere", 20.0, 25.0, 87.7, 20.0, 24.0, 20.0, 0.0, _SPEEDS_PRE90, 0.0),
+    9: NcclArch("hopper", 20.6, 25.0, 141.0, 36.7, 38.7, 36.7, 0.85,
+                (60.0, 50.0, 40.0, 30.0, 24.0, 20.0, 15.0, 12.0, 11.0, 6.0, 3.0), 50.0),
+    10: NcclArch("blackwell", 40.1, 50.0, 282.0, 40.0, 70.0, 55.6, 0.74,
+                 (90.0, 80.0, 70.0, 60.0, 50.0, 45.0, 40.0, 30.0, 24.0, 20.0, 19.0, 18.0), 50.0),
+}
+
+# tuning.cc, microseconds: (LL, LL128, Simple)
+_BASE_LAT = {"ring": (6.6, 14.0, 8.4), "tree": (6.8, 14.0, 8.4), "nvls": (0.0, 0.0, 0.0)}
+_HW_LAT_NVLINK = {"ring": (0.6, 1.9, 3.4), "tree": (0.6, 1.25, 4.0), "nvls": (0.0, 0.0, 25.0)}
+_HW_LAT_NET = {"ring": (2.7, 4.0, 14.0), "tree": (5.0, 8.5, 14.0), "nvls": (0.0, 0.0, 18.0)}
+PROTOCOLS = ("LL", "LL128", "Simple")
+P2P_LL_THRESHOLD_BYTES = 16384  # NCCL_P2P_LL_THRESHOLD default (src/enqueue.cc)
 
 _KINDS = ("all-reduce", "all-gather", "reduce-scatter", "all-to-all", "ragged-all-to-all",
           "collective-permute", "collective-broadcast", "send")
 
 
+def arch_of(spec) -> NcclArch:
+    """NCCL constants for the spec's GPU: by ``target.compute_capability`` major (8, 9, 10+);
+    a spec without it gets Hopper's."""
+    cc = str((getattr(spec, "target", None) or {}).get("compute_capability", "9.0"))
+    try:
+        major = int(cc.split(".")[0])
+    except ValueError:
+        major = 9
+    return ARCHS[min(max(major, 8), 10)]
+
+
 def steps(kind: str, n: int, algorithm: str = "ring") -> int:
-    """Latency steps of ``kind`` over a group of ``n`` devices with ``algorithm`` ("ring" or
-    "tree"; tree applies to all-reduce only: 2 ceil(log2 n), up the tree and down)."""
+    """Latency steps of ``kind`` over ``n`` devices (tuning.cc ``nsteps``; tree all-reduce
+    2 (n-1) inside a node, chain up and down; send/recv kinds 1)."""
     if n <= 1:
         return 0
-    if kind in ("collective-permute", "send"):
+    if kind in ("collective-permute", "send", "all-to-all", "ragged-all-to-all",
+                "collective-broadcast"):
         return 1
     if kind == "all-reduce":
-        return 2 * math.ceil(math.log2(n)) if algorithm == "tree" else 2 * (n - 1)
+        return 2 * (n - 1)
     return n - 1
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class NcclChoice:
+    """NCCL's pick: algorithm, protocol, its modelled latency (s) and bandwidth (bytes/s)."""
+
+    algorithm: str
+    protocol: str
+    latency_s: float
+    bandwidth_bytes_per_s: float
+
+
+def _ring_channels(link_gbps: float, arch: NcclArch) -> tuple[int, float]:
+    """(nChannels, bwIntra GB/s) of the ring graph on an NVSwitch node (search.cc)."""
+    speed = next((s for s in arch.speeds_gbps if s <= link_gbps), arch.speeds_gbps[-1])
+    nch = max(1, int(link_gbps // speed))
+    if not (arch.dup_below_gbps and speed < arch.dup_below_gbps and nch > 4):
+        nch, speed = 2 * nch, speed / 2
+    return nch, speed
+
+
+def tables(kind: str, n: int, spec, *, spans_nodes: bool = False) -> list[NcclChoice]:
+    """NCCL's (algorithm, protocol) candidates for ``kind`` over ``n`` GPUs (module docstring),
+    latency in s and algorithm bandwidth in bytes/s of NCCL's ``nBytes``."""
+    arch = arch_of(spec)
+    if spans_nodes:
+        link = (spec.inter_node_bytes_per_s or 0.0) / 1e9
+        hw = _HW_LAT_NET
+    else:
+        link = spec.intra_node_bytes_per_s / 1e9 * arch.nvlink_bw_per_link_gbps / arch.nvlink_raw_per_link_gbps
+        hw = _HW_LAT_NVLINK
+    nch, bw_intra = _ring_channels(link, arch) if not spans_nodes else (1, link)
+    bus = nch * bw_intra
+    p2p = kind not in ("all-reduce", "all-gather", "reduce-scatter")
+    ns = steps(kind, n)
+    out: list[NcclChoice] = []
+    for i, p in enumerate(PROTOCOLS):
+        if p2p:
+            if p == "LL128":
+                continue
+            bw = min(arch.ll_max_bw_gbps, bus * 0.5) if p == "LL" else bus
+            out.append(NcclChoice("p2p", p, (_BASE_LAT["ring"][i] + hw["ring"][i]) * 1e-6, bw * 1e9))
+            continue
+        if p == "LL":
+            bw = min(arch.ll_max_bw_gbps, bus * 0.5)
+        elif p == "LL128":
+            bw = min(bus * 0.92, nch * arch.ring_ll128_max_bw_per_ch_gbps)
+        else:
+            bw = bus
+        out.append(NcclChoice("ring", p, (_BASE_LAT["ring"][i] + ns * hw["ring"][i]) * 1e-6,
+                              bw * n / ns * 1e9))
+        if kind == "all-reduce" and not spans_nodes:
+            tb = min(bus * 0.92, nch * arch.tree_max_bw_per_ch_gbps)
+            if p == "LL":
+                tb = min(tb / 3.8, arch.ll_max_bw_gbps)
+            elif p == "LL128":
+                tb = min(tb * 7.0 / 9.0, nch * arch.tree_ll128_max_bw_per_ch_gbps)
+            out.append(NcclChoice("tree", p, (_BASE_LAT["tree"][i] + 2 * (n - 1) * hw["tree"][i]) * 1e-6,
+                                  tb * 0.5 * 1e9))
+    if not p2p and not spans_nodes and arch.nvls_efficiency > 0 and n >= 2:
+        c = n  # NVLS graph: one channel (head) per GPU of the communicator
+        per = bus / c * arch.nvls_efficiency * (c - 1) / c
+        if kind == "all-reduce":
+            bw = c * per * 2.0 * n / ns
+        else:
+            bw = c * per * (n - 1) / n
+        out.append(NcclChoice("nvls", "Simple", hw["nvls"][2] * 1e-6, bw * 1e9))
+    return out
+
+
+def nccl_bytes(kind: str, wire_bytes: float, n: int) -> float:
+    """NCCL's ``nBytes`` from the bytes one device sends (inverse of the ring factors of
+    passes/collectives.py): all-reduce buffer, all-gather output, reduce-scatter input;
+    send/recv kinds: the wire bytes."""
+    if kind == "all-reduce":
+        return wire_bytes * n / (2.0 * (n - 1))
+    if kind in ("all-gather", "reduce-scatter"):
+        return wire_bytes * n / (n - 1)
+    return wire_bytes
+
+
+def local_bytes(kind: str, wire_bytes: float, n: int) -> float:
+    """Bytes NCCL's kernel copies within the GPU's memory (module docstring)."""
+    nb = nccl_bytes(kind, wire_bytes, n)
+    if kind == "all-gather":
+        return 2.0 * nb / n
+    if kind == "reduce-scatter":
+        return nb + nb / n
+    if kind == "all-reduce":
+        return 2.0 * nb
+    if kind in ("all-to-all", "ragged-all-to-all"):
+        return 2.0 * wire_bytes / (n - 1)
+    return 0.0
+
+
+def choose(kind: str, wire_bytes: float, n: int, spec, *, spans_nodes: bool = False) -> NcclChoice:
+    """The (algorithm, protocol) NCCL picks: the least ``latency + nBytes / bandwidth``."""
+    nb = nccl_bytes(kind, wire_bytes, n)
+    if kind not in ("all-reduce", "all-gather", "reduce-scatter"):
+        cands = tables(kind, n, spec, spans_nodes=spans_nodes)
+        want = "LL" if wire_bytes <= P2P_LL_THRESHOLD_BYTES else "Simple"
+        return next(c for c in cands if c.protocol == want)
+    return min(tables(kind, n, spec, spans_nodes=spans_nodes),
+               key=lambda c: c.latency_s + nb / c.bandwidth_bytes_per_s)
 
 
 def nccl_model_applies(spec) -> bool:
@@ -82,8 +260,9 @@ def collective_time_s(kind: str, wire_bytes: float, group_size: int, spec, *,
         (``recv`` moves nothing of its own: 0).
       wire_bytes: bytes one device sends (``CollectiveInfo.wire_bytes``).
       group_size: devices per group (2 for point-to-point).
-      spec: a GPU HardwareSpec.
-      spans_nodes: a group holds devices of more than one node (then the inter-node link).
+      spec: a GPU HardwareSpec (``intra_node_bytes_per_s``, ``hbm_bytes_per_s``; across
+        nodes ``inter_node_bytes_per_s``).
+      spans_nodes: a group holds devices of more than one node (then the network ring).
       params: fitted constants.
     Returns:
       seconds; 0.0 when nothing moves; None when the spec lacks the link bandwidth.
@@ -98,8 +277,10 @@ def collective_time_s(kind: str, wire_bytes: float, group_size: int, spec, *,
         raise ValueError(f"collective {kind}: wire_bytes={wire_bytes}, group_size={group_size}")
     if wire_bytes == 0 or group_size <= 1:
         return 0.0
-    bw = spec.inter_node_bytes_per_s if spans_nodes else spec.intra_node_bytes_per_s
-    if not bw:
+    if not (spec.inter_node_bytes_per_s if spans_nodes else spec.intra_node_bytes_per_s):
         return None
-    return (params.base_latency_s + steps(kind, group_size) * params.step_latency_s
-            + wire_bytes / (params.bandwidth_efficiency * bw))
+    c = choose(kind, wire_bytes, group_size, spec, spans_nodes=spans_nodes)
+    nb = nccl_bytes(kind, wire_bytes, group_size)
+    return (params.overhead_s + params.latency_scale * c.latency_s
+            + nb / (params.bandwidth_efficiency * c.bandwidth_bytes_per_s)
+            + local_bytes(kind, wire_bytes, group_size) / (params.local_copy_efficiency * spec.hbm_bytes_per_s))
