@@ -464,3 +464,39 @@ def test_report_json_and_dataframe():
     df = report.excess.to_dataframe()
     assert list(df["kind"]) == [c["kind"] for c in j["causes"]] + (
         ["unattributed"] if j["unattributed"]["bytes"] else [])
+
+
+def _hlo_file(tmp_path, text):
+    p = tmp_path / "m.hlo"
+    p.write_text(text)
+    return str(p)
+
+
+def test_cli_excess_table_and_json(tmp_path, capsys):
+    import json
+
+    from jaxmove.cli import main
+
+    path = _hlo_file(tmp_path, TWO_KERNELS)
+    assert main(["analyze", path, "--hardware", "h100-sxm", "--excess"]) == 0
+    out = capsys.readouterr().out
+    assert "materialized_intermediate" in out and "8.00 KiB" in out   # 2 x 4 KiB of t
+    assert main(["analyze", path, "--hardware", "h100-sxm", "--json"]) == 0
+    j = json.loads(capsys.readouterr().out)["excess"]
+    assert j["excess_bytes"] == 2 * 4 * N and j["causes"][0]["kind"] == "materialized_intermediate"
+    assert j["by_path"]["onchip_to_hbm"]["excess_bytes"] == 4 * N
+
+
+def test_html_section_and_plans_column(tmp_path):
+    import jaxmove
+    from jaxmove.plans.compare import summarize
+    from jaxmove.plans.plan import load_plan
+    from jaxmove.report.html import render_html
+
+    report = jaxmove.analyze(_hlo_file(tmp_path, TWO_KERNELS), hardware="h100-sxm")
+    page = render_html(report)
+    assert "Excess movement" in page and 'id="excess_causes"' in page
+    res = summarize(report, load_plan("dp"), H100, 1, {})
+    assert res.excess_bytes == 2 * 4 * N and res.excess_fraction == pytest.approx(2 / 4)
+    df = report.to_dataframe()
+    assert dict(zip(df["name"], df["excess_bytes"])) == {"t": 4 * N, "y": 4 * N}

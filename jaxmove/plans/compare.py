@@ -64,6 +64,9 @@ class PlanResult:
     notes: list[str] = field(default_factory=list)
     error: str | None = None
     compile_s: float = 0.0
+    # bytes beyond the compulsory minimum (passes/excess.py) and their share of all bytes moved
+    excess_bytes: int | None = None
+    excess_fraction: float | None = None
 
     @classmethod
     def from_json(cls, d: dict) -> "PlanResult":
@@ -242,6 +245,10 @@ def summarize(report, plan: Plan, spec, num_devices: int, memory_stats: dict[str
         res.notes.append(f"{spec.name} lacks interconnect bandwidth or latency: no collective time")
     colls.sort(key=lambda s: (s.time_s or 0.0, s.wire_bytes), reverse=True)
     res.top_collectives = colls[:3]
+    from ..passes.excess import excess_pass
+    from ..passes.reuse import reuse_pass
+    ex = excess_pass(report.analysis, report.parameters, spec, reuse_pass(report.analysis, spec))
+    res.excess_bytes, res.excess_fraction = ex.excess_bytes, ex.excess_fraction
     return res
 
 

@@ -30,7 +30,7 @@ def report_records(report) -> list[dict]:
     ``compute_time_s``, ``memory_time_s``, ``network_time_s``, ``bound`` (time model),
     ``modeled_hbm_bytes`` (time model), ``collective``, ``group_size``, ``wire_bytes``
     (collectives; wire bytes per program run), ``onchip_reuse_bytes`` (reuse pass, per
-    program run) and ``measured_s``. ``arithmetic_intensity`` is flops per HBM byte (the time model's,
+    program run), ``excess_bytes`` (passes/excess.py, per program run) and ``measured_s``. ``arithmetic_intensity`` is flops per HBM byte (the time model's,
     over its modeled bytes, when the report has times; None when no HBM bytes move) --
     the same figure as the JSON.
     """
@@ -74,6 +74,9 @@ def report_records(report) -> list[dict]:
             rec["onchip_reuse_bytes"] = (getattr(reuse, "onchip_reuse_bytes", 0) or 0) * r.multiplicity.count
         if has_times and rec.get("est_time_s") is not None:
             rec["modeled_hbm_bytes"] = getattr(tm, "hbm_bytes", None)
+        ex = getattr(report, "excess", None)
+        if ex is not None:  # bytes beyond the compulsory (passes/excess.py), per program run
+            rec["excess_bytes"] = ex.per_instruction.get((r.computation, r.instr.name), 0)
         ms = row_measured_s(report, r)
         if ms is not None:
             rec["measured_s"] = ms

@@ -380,6 +380,7 @@ def render_html(report, title: str | None = None) -> str:
     groups += ("<details><summary>by module, repeated layers merged (layers_*/attn)</summary>"
                f"{_group_table(report, 'module', rollup=True)}</details>")
     stamp = datetime.now(timezone.utc).strftime("%Y-%m-%d %H:%M UTC")
+    from .excess_html import excess_section
     return (
         "<!DOCTYPE html>\n<html lang=\"en\"><head><meta charset=\"utf-8\">"
         "<meta name=\"viewport\" content=\"width=device-width, initial-scale=1\">"
@@ -387,7 +388,7 @@ def render_html(report, title: str | None = None) -> str:
         "style-src 'unsafe-inline'; script-src 'unsafe-inline'; img-src data:\">"
         f"<title>{_e(title)}</title><style>{_CSS}</style></head><body>"
         f"<h1>{_e(title)}</h1>{_incomplete(report)}{_program_line(report)}{_cards(report)}"
-        f"<h2>Breakdown</h2>{_charts(report)}"
+        f"<h2>Breakdown</h2>{_charts(report)}{excess_section(report)}"
         f"<h2>Instructions</h2><p>Click a column header to sort. {len(rows)} kernel-level "
         f"instructions.</p><input id=\"filter\" type=\"search\" placeholder=\"filter rows\u2026\">{more}"
         f"{_instruction_table(report, shown)}"

@@ -23,6 +23,12 @@ def _b(n: int | None) -> str:
     return "n/a" if n is None else human_bytes(n)
 
 
+def _excess(r) -> str:
+    """Excess bytes (passes/excess.py) and their share of the bytes moved, or n/a."""
+    n, f = getattr(r, "excess_bytes", None), getattr(r, "excess_fraction", None)
+    return "n/a" if n is None else f"{human_bytes(n)} ({100 * (f or 0.0):.0f}%)"
+
+
 def render_plans(cmp, console: Console | None = None) -> None:
     """One row per plan: per-device memory, HBM bytes, wire bytes by kind, collective time,
     the three costliest collectives; then each plan's notes and errors."""
@@ -37,12 +43,12 @@ def render_plans(cmp, console: Console | None = None) -> None:
                   f"per device; collective time on its links)")
     table = Table(title="Sharding plans, per device, one program run")
     for col, just in (("plan", "left"), ("args", "right"), ("temp", "right"), ("peak", "right"),
-                      ("fits", "left"), ("HBM bytes", "right"), ("wire bytes by kind", "left"),
+                      ("fits", "left"), ("HBM bytes", "right"), ("excess", "right"), ("wire bytes by kind", "left"),
                       ("coll. time", "right"), ("costliest collectives", "left")):
         table.add_column(col, justify=just, no_wrap=col in ("plan", "costliest collectives"))
     for r in cmp.results:
         if r.error:
-            table.add_row(escape(r.plan), "", "", "", "", "", f"[red]failed: {escape(str(r.error))}[/red]", "", "")
+            table.add_row(escape(r.plan), "", "", "", "", "", "", f"[red]failed: {escape(str(r.error))}[/red]", "", "")
             continue
         fits = ("?" if r.fits is None else "yes" if r.fits else
                 f"[bold red]NO[/bold red] (> {human_bytes(cmp.hbm_capacity_bytes)})")
@@ -55,7 +61,7 @@ def render_plans(cmp, console: Console | None = None) -> None:
             + (f" @{c.source.rsplit('/', 1)[-1]}" if c.source else f" {c.name}")
             for c in r.top_collectives) or "-"
         table.add_row(escape(r.plan), _b(r.argument_bytes), _b(r.temp_bytes), _b(r.peak_bytes), fits,
-                      human_bytes(r.hbm_bytes), kinds, _time(r.collective_time_s), top)
+                      human_bytes(r.hbm_bytes), _excess(r), kinds, _time(r.collective_time_s), top)
     console.print(table)
     console.print("peak = XLA's arguments + outputs - aliased + temporaries of the partitioned "
                   "program (XLA:CPU buffer assignment); coll. time sums the collectives without "
