@@ -66,9 +66,15 @@ PRESETS: dict[str, Preset] = {
                               gpt.GPTConfig, gpt.decode_workload, _GPT_TINY),
 }
 
+from . import families, train, transformer  # noqa: E402  (Llama-class families, issue 14)
+
+PRESETS.update(families.presets(Preset))
+
 #: Every key ``--set key=value`` may name (a preset accepts those its config has).
 OVERRIDE_KEYS = ("batch", "seq_len", "layers", "d_model", "heads", "kv_heads",
-                 "dtype", "scan_layers", "vocab", "d_ff", "experts", "top_k")
+                 "dtype", "scan_layers", "vocab", "d_ff", "experts", "top_k",
+                 "head_dim", "expert_d_ff", "shared_experts", "dense_layers", "sliding_window",
+                 "weights_dtype", "kv_dtype", "remat")
 
 
 #: Largest value of an integer override: int32, the type jax gives token ids (``vocab``)
@@ -110,9 +116,34 @@ def _parse_dtype(key: str, s: str) -> str:
         raise ValueError(f"--set {key}={s!r}: {e}") from None
 
 
+def _parse_count(key: str, s: str) -> int:
+    """A count that may be zero (``shared_experts``, ``dense_layers``)."""
+    try:
+        v = int(str(s).strip())
+    except (TypeError, ValueError):
+        v = -1
+    if not 0 <= v <= MAX_INT_OVERRIDE:
+        raise ValueError(f"--set {key}={s!r}: expected an integer in [0, {MAX_INT_OVERRIDE}]")
+    return v
+
+
+def _parse_with(canonical: Callable[[str], Any]) -> Callable[[str, str], Any]:
+    """A parser from a canonicalising function that raises ValueError on a bad name."""
+    def parse(key: str, s: str):
+        try:
+            return canonical(str(s).strip())
+        except ValueError as e:
+            raise ValueError(f"--set {key}={s!r}: {e}") from None
+    return parse
+
+
 _PARSERS = {k: _parse_int for k in OVERRIDE_KEYS}
 _PARSERS["dtype"] = _parse_dtype
 _PARSERS["scan_layers"] = _parse_bool
+_PARSERS["weights_dtype"] = _parse_with(transformer.weights_dtype_name)
+_PARSERS["kv_dtype"] = _parse_with(transformer.kv_dtype_name)
+_PARSERS["remat"] = _parse_with(transformer.remat_name)
+_PARSERS["shared_experts"] = _PARSERS["dense_layers"] = _parse_count
 
 
 def list_presets() -> list[tuple[str, str]]:

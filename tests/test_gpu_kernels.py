@@ -124,7 +124,7 @@ def test_nccl_tables_hand_computed():
     assert ar8.algorithm == "nvls" and ar8.bandwidth_bytes_per_s == pytest.approx(360e9 * 0.85)
     ar2 = nccl.choose("all-reduce", out, 2, H100)
     assert ar2.algorithm == "ring" and ar2.bandwidth_bytes_per_s == pytest.approx(360e9)
-    # across nodes: the ring over one 50 GB/s NIC per GPU with NET latencies (2 x 25 GB/s channels)
+    # across nodes: the ring over one 50 GB/s NIC per GPU, with tuning.cc NET latencies
     inter = nccl.choose("all-gather", wire, 8, H100, spans_nodes=True)
     assert inter.algorithm == "ring" and inter.bandwidth_bytes_per_s == pytest.approx(50e9 * 8 / 7)
     assert nccl.collective_time_s("recv", 100, 2, H100) == 0.0

@@ -1,0 +1,986 @@
+"""Llama-class decoders in Flax NNX: Llama-3, Mixtral, DeepSeek-V3-style MoE, Gemma-2.
+
+One configurable decoder (``TransformerConfig``) covers the four families; the presets in
+``jaxmove.zoo`` set the published dimensions.
+
+Block (pre-norm; Touvron et al. 2023 "LLaMA", Dubey et al. 2024 "The Llama 3 Herd of
+Models" Table 3)::
+
+    h = x + Attention(RMSNorm(x))          # Gemma-2: x + RMSNorm_post(Attention(RMSNorm(x)))
+    y = h + FFN(RMSNorm(h))                # Gemma-2: h + RMSNorm_post(FFN(RMSNorm(h)))
+
+- RMSNorm (Zhang & Sennrich 2019): ``x * rsqrt(mean(x^2) + eps) * scale`` in float32;
+  Gemma-2 multiplies by ``1 + scale``.
+- Rotary position embeddings (Su et al. 2021, "RoFormer"), the rotate-half layout of
+  Hugging Face ``LlamaRotaryEmbedding``; inverse frequencies ``theta^(-2i/D)``, with the
+  Llama-3.1 long-context scaling (``rope_scaling`` = (factor, low_freq_factor,
+  high_freq_factor, original_max_position), HF ``_compute_llama3_parameters``).
+- Grouped-query attention (Ainslie et al. 2023): ``kv_heads`` divides ``heads``.
+  Gemma-2 (Gemma Team 2024, "Gemma 2", section 2): even layers attend within a sliding
+  window of ``sliding_window`` positions, odd layers globally; scores are soft-capped
+  ``cap * tanh(s / cap)`` (``attn_softcap``) and so are the final logits
+  (``final_softcap``); queries are scaled by ``query_scale ** -0.5``.
+- Multi-head latent attention (DeepSeek-AI 2024, "DeepSeek-V2", section 2.1; "DeepSeek-V3"
+  section 2.1) when ``kv_lora_rank`` is set: q = W_qb RMSNorm(W_qa x); the cache holds the
+  compressed ``c_kv`` [B, S, kv_lora_rank] and the shared rotary key ``k_rope``
+  [B, S, qk_rope_dim]. Prefill expands keys and values per head; decode uses the absorbed
+  form (queries projected into the latent space, attention over ``c_kv`` directly).
+  YaRN scaling and the MTP module are left out.
+- FFN: SwiGLU ``down(silu(gate x) * up x)`` (Shazeer 2020), GeGLU (tanh gelu) for Gemma-2;
+  or a routed mixture of experts (``experts`` > 0): top-``top_k`` of ``experts`` SwiGLU
+  experts of width ``expert_d_ff``, plus ``shared_experts`` always-on experts (one SwiGLU
+  of width ``shared_experts * expert_d_ff``, DeepSeekMoE, Dai et al. 2024), routed with
+  softmax-then-top-k renormalised (Mixtral, Jiang et al. 2024) or sigmoid scores with a
+  selection bias, normalised and scaled by ``routed_scale`` (DeepSeek-V3 eq. 12-16; the
+  node-limited group routing is left out). Tokens reach experts through GShard's one-hot
+  dispatch with capacity ``ceil(top_k * S * capacity_factor / experts)`` per batch row
+  (see ``jaxmove.zoo.moe``); the first ``dense_layers`` layers have a dense FFN of width
+  ``d_ff`` (DeepSeek-V3: 3).
+- Untied LM head (Llama, Mixtral, DeepSeek) or tied to the embedding (Gemma-2, whose
+  embeddings are also scaled by ``sqrt(d_model)``).
+
+Weight-only quantization (``weights_dtype`` int8 or float8_e4m3fn): every projection
+kernel (attention, FFN, experts, LM head; not the embedding, norms or router) is stored in
+that dtype with one scale per output channel in the model dtype, and dequantized where it
+is used: ``w = kernel.astype(dtype) * scale`` (the AQT / MaxText weight-only scheme).
+Quantized KV cache (``kv_dtype``): int8 keeps one scale per (position, kv head) in the
+model dtype beside the cache (``k_scale``/``v_scale``, symmetric absmax / 127); float8
+stores the values cast with a per-tensor scale of 1 (vLLM's ``kv_cache_dtype=fp8``
+default), so no scale arrays.
+
+KV cache layout (``[B, H_kv, S, D]``, heads before positions as ``jaxmove.zoo.gpt``)::
+
+    unrolled: {"layers": [{"k_cache": [B,Hkv,S,D], "v_cache": ..., ("k_scale": [B,Hkv,S], ...)}]}
+    scanned:  {"layers": {"k_cache": [L,B,Hkv,S,D], ...}}
+    MLA:      "c_kv_cache" [B,S,r], "k_rope_cache" [B,S,dr] (+ "c_kv_scale", "k_rope_scale" [B,S])
+
+A model with ``dense_layers`` has a second stack ``dense_layers`` beside ``layers`` in the
+parameters and the cache. Decode reads the cache written so far (positions < pos) and the
+new token's own key and value, then writes only the new entries with
+``dynamic_update_slice`` (scanned layers: into the stacked cache carried by the loop), so
+the donated cache is updated in place.
+
+Name scopes (HLO ``op_name``): ``embed``, ``layers_<i>/{attn_norm,attn,mlp_norm,mlp|moe}``
+(``layers/...`` when scanned), ``norm``, ``lm_head``. Parameters (``nnx.to_pure_dict``):
+``embed/embedding`` [V, d]; per layer ``attn/{q,k,v,o}/kernel`` ([d, H, D], [d, Hkv, D],
+[H, D, d]), MLA ``attn/{q_a,q_b,kv_a,kv_b,o}/kernel`` and ``attn/{q_norm,kv_norm}/scale``;
+``mlp/{gate,up,down}/kernel``; ``moe/{router, router_bias, w_gate, w_up, w_down}`` and
+``moe/shared/{gate,up,down}``; norms ``*/scale``; ``norm/scale``, ``lm_head/kernel``
+[d, V]. Quantized kernels add ``.../scale`` of the kernel's output dims.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+from typing import Any
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+from flax import nnx
+
+from jaxmove.workload import Workload
+from .gpt import DTYPES
+from .moe import _top_k
+from .sharding import constrain
+
+# ----------------------------------------------------------------------------- dtypes
+
+#: Spellings of the quantized storage dtypes (``weights_dtype``, ``kv_dtype``).
+QUANT_DTYPES = {"int8": "int8", "s8": "int8", "fp8": "float8_e4m3fn", "f8": "float8_e4m3fn",
+                "float8_e4m3fn": "float8_e4m3fn", "e4m3": "float8_e4m3fn"}
+_NONE = ("none", "")
+
+
+def weights_dtype_name(name: str | None) -> str | None:
+    """``int8`` / ``fp8`` (float8_e4m3fn) / ``none`` -> canonical name or None.
+
+    Raises:
+      ValueError: another name.
+    """
+    if name is None or str(name).lower() in _NONE:
+        return None
+    try:
+        return QUANT_DTYPES[str(name).lower()]
+    except KeyError:
+        raise ValueError(f"unknown weights_dtype {name!r}; expected int8, fp8 or none") from None
+
+
+def kv_dtype_name(name: str | None) -> str | None:
+    """``int8`` / ``fp8`` / a float dtype (``bf16``, ``f32``, ``f16``) / ``none`` -> numpy name.
+
+    Raises:
+      ValueError: another name.
+    """
+    if name is None or str(name).lower() in _NONE:
+        return None
+    n = str(name).lower()
+    if n in QUANT_DTYPES:
+        return QUANT_DTYPES[n]
+    if n in DTYPES:
+        return jnp.dtype(DTYPES[n]).name
+    raise ValueError(f"unknown kv_dtype {name!r}; expected int8, fp8 or one of {sorted(DTYPES)}")
+
+
+#: ``remat`` policies: name -> jax.checkpoint policy (None: no rematerialisation).
+REMAT_POLICIES = {
+    "none": None,
+    "full": jax.checkpoint_policies.nothing_saveable,
+    "dots": jax.checkpoint_policies.checkpoint_dots,
+    "dots_no_batch": jax.checkpoint_policies.dots_with_no_batch_dims_saveable,
+}
+
+
+
+def remat_name(name: str) -> str:
+    """A ``REMAT_POLICIES`` key (case-insensitive).
+
+    Raises:
+      ValueError: another name.
+    """
+    n = str(name).strip().lower()
+    if n not in REMAT_POLICIES:
+        raise ValueError(f"unknown remat {name!r}; expected one of {', '.join(REMAT_POLICIES)}")
+    return n
+
+# ----------------------------------------------------------------------------- config
+
+_POSITIVE = ("vocab", "d_model", "heads", "kv_heads", "head_dim", "d_ff", "layers", "batch",
+             "seq_len")
+
+
+@dataclasses.dataclass(frozen=True)
+class TransformerConfig:
+    """Configuration of the Llama-class decoder (module docstring).
+
+    Sizes: ``vocab`` V, ``d_model`` d, ``heads`` H, ``kv_heads`` H_kv (None -> H),
+    ``head_dim`` D (None -> d / H), ``d_ff`` (dense FFN width), ``layers`` L, ``batch`` B,
+    ``seq_len`` S (prompt length of prefill and training, cache length of decode).
+    ``dtype``: parameters, activations and (by default) cache. ``scan_layers``: stacked
+    layer parameters run by one ``jax.lax.scan``. The other fields are described in the
+    module docstring.
+
+    Raises:
+      ValueError: a size is not a positive int; ``heads`` does not divide ``d_model``
+        (when ``head_dim`` is not given); ``kv_heads`` does not divide ``heads``;
+        ``top_k`` > ``experts``; ``dense_layers`` > ``layers``; an unknown dtype,
+        ``weights_dtype``, ``kv_dtype`` or ``remat`` name; an odd rotary dimension.
+    """
+
+    family: str = "llama"
+    vocab: int = 256
+    d_model: int = 64
+    heads: int = 4
+    kv_heads: int | None = None
+    head_dim: int | None = None
+    d_ff: int = 128
+    layers: int = 2
+    batch: int = 2
+    seq_len: int = 16
+    dtype: str = "float32"
+    scan_layers: bool = False
+    norm_eps: float = 1e-5
+    rope_theta: float = 500000.0
+    rope_scaling: tuple | None = None
+    tie_embeddings: bool = False
+    # Gemma-2
+    activation: str = "silu"
+    norm_plus_one: bool = False
+    post_norms: bool = False
+    embed_scale: bool = False
+    sliding_window: int | None = None
+    attn_softcap: float | None = None
+    final_softcap: float | None = None
+    query_scale: float | None = None
+    # mixture of experts
+    experts: int = 0
+    top_k: int = 2
+    expert_d_ff: int | None = None
+    shared_experts: int = 0
+    dense_layers: int = 0
+    capacity_factor: float = 1.0
+    router: str = "softmax"
+    routed_scale: float = 1.0
+    # multi-head latent attention (DeepSeek)
+    q_lora_rank: int | None = None
+    kv_lora_rank: int | None = None
+    qk_rope_dim: int = 64
+    v_head_dim: int | None = None
+    # quantization and training
+    weights_dtype: str | None = None
+    kv_dtype: str | None = None
+    remat: str = "none"
+
+    def __post_init__(self):
+        from .gpt import canonical_dtype
+        set_ = lambda k, v: object.__setattr__(self, k, v)  # noqa: E731
+        if self.kv_heads is None:
+            set_("kv_heads", self.heads)
+        if self.head_dim is None and isinstance(self.heads, int) and self.heads > 0 \
+                and isinstance(self.d_model, int):
+            if self.d_model % self.heads:
+                raise ValueError(f"heads={self.heads} must divide d_model={self.d_model} "
+                                 "(head_dim = d_model / heads)")
+            set_("head_dim", self.d_model // self.heads)
+        if self.expert_d_ff is None:
+            set_("expert_d_ff", self.d_ff)
+        set_("dtype", canonical_dtype(self.dtype))
+        set_("weights_dtype", weights_dtype_name(self.weights_dtype))
+        set_("kv_dtype", kv_dtype_name(self.kv_dtype) or self.dtype)
+        for k in _POSITIVE + ("expert_d_ff",):
+            v = getattr(self, k)
+            if not isinstance(v, int) or isinstance(v, bool) or v <= 0:
+                raise ValueError(f"{k} must be a positive int, got {v!r}")
+        if self.heads % self.kv_heads:
+            raise ValueError(f"kv_heads={self.kv_heads} must divide heads={self.heads}")
+        if self.experts and self.top_k > self.experts:
+            raise ValueError(f"top_k={self.top_k} must not exceed experts={self.experts}")
+        if self.dense_layers > self.layers:
+            raise ValueError(f"dense_layers={self.dense_layers} must not exceed layers={self.layers}")
+        if self.remat not in REMAT_POLICIES:
+            raise ValueError(f"unknown remat {self.remat!r}; expected one of {', '.join(REMAT_POLICIES)}")
+        if self.router not in ("softmax", "sigmoid"):
+            raise ValueError(f"unknown router {self.router!r}; expected softmax or sigmoid")
+        if self.activation not in ("silu", "gelu"):
+            raise ValueError(f"unknown activation {self.activation!r}; expected silu or gelu")
+        if self.rope_dim % 2:
+            raise ValueError(f"the rotary dimension ({self.rope_dim}) must be even")
+
+    @property
+    def mla(self) -> bool:
+        return self.kv_lora_rank is not None
+
+    @property
+    def rope_dim(self) -> int:
+        return self.qk_rope_dim if self.mla else self.head_dim
+
+    @property
+    def jnp_dtype(self):
+        return jnp.dtype(self.dtype)
+
+    @property
+    def capacity(self) -> int:
+        """Expert slots per batch row: ceil(top_k * S * capacity_factor / experts) (GShard)."""
+        return max(1, math.ceil(self.top_k * self.seq_len * self.capacity_factor / self.experts))
+
+    def local_layer(self, i: int) -> bool:
+        """Layer ``i`` attends within ``sliding_window`` (Gemma-2: even layers, HF
+        ``Gemma2DecoderLayer.is_sliding = not layer_idx % 2``)."""
+        return self.sliding_window is not None and i % 2 == 0
+
+
+# ----------------------------------------------------------------------------- layers
+
+# Logical axes of activations.
+HIDDEN = ("batch", "length", "embed")
+Q_AXES = ("batch", "length", "heads", "kv")
+CACHE_AXES = ("batch", "kv_heads", "length", "kv")
+MLP_AXES = ("batch", "length", "mlp")
+LOGITS_AXES = ("batch", "length", "vocab")
+
+
+class Dense(nnx.Module):
+    """A projection kernel, optionally weight-only quantized.
+
+    ``kernel`` has ``shape``; ``in_dims`` are the dims contracted with the input; a
+    quantized kernel has ``scale`` of ``shape`` without ``in_dims`` (one per output
+    channel) in the model dtype. ``axes`` are the kernel's logical axes.
+    """
+
+    def __init__(self, shape: tuple, axes: tuple, cfg: TransformerConfig, *, rngs: nnx.Rngs,
+                 in_dims: tuple = (0,), quantize: bool = True):
+        assert len(shape) == len(axes)
+        self.axes = tuple(axes)
+        self.in_dims = tuple(in_dims)
+        self.dtype = cfg.jnp_dtype
+        q = cfg.weights_dtype if quantize else None
+        if q is None:
+            fan_in = math.prod(shape[i] for i in in_dims)
+            init = nnx.initializers.normal(fan_in ** -0.5)
+            self.kernel = nnx.Param(init(rngs.params(), shape, self.dtype))
+        else:
+            self.kernel = nnx.Param(jnp.zeros(shape, jnp.dtype(q)))
+            out_shape = tuple(s for i, s in enumerate(shape) if i not in self.in_dims)
+            self.scale = nnx.Param(jnp.full(out_shape, 1.0 / 127, self.dtype))
+
+    def weight(self) -> jax.Array:
+        """The kernel in the model dtype (dequantized: ``kernel * scale`` per channel)."""
+        w = constrain(self.kernel[...], self.axes)
+        if "scale" in vars(self):
+            out_axes = tuple(a for i, a in enumerate(self.axes) if i not in self.in_dims)
+            s = constrain(self.scale[...], out_axes)
+            w = w.astype(self.dtype) * jnp.expand_dims(s, self.in_dims)
+        return w
+
+    def __call__(self, x: jax.Array) -> jax.Array:
+        """Contract the last ``len(in_dims)`` dims of x with the kernel's leading dims."""
+        n = len(self.in_dims)
+        return jnp.tensordot(x, self.weight(), axes=n)
+
+
+class RMSNorm(nnx.Module):
+    def __init__(self, dim: int, cfg: TransformerConfig, *, eps: float | None = None):
+        self.eps = cfg.norm_eps if eps is None else eps
+        self.plus_one = cfg.norm_plus_one
+        init = jnp.zeros if cfg.norm_plus_one else jnp.ones
+        self.scale = nnx.Param(init((dim,), cfg.jnp_dtype))
+
+    def __call__(self, x, axes=HIDDEN):
+        x32 = x.astype(jnp.float32)
+        y = x32 * jax.lax.rsqrt(jnp.mean(x32 * x32, axis=-1, keepdims=True) + self.eps)
+        s = constrain(self.scale[...], axes[-1:]).astype(jnp.float32)
+        y = y * (1.0 + s if self.plus_one else s)
+        return constrain(y.astype(x.dtype), axes)
+
+
+def inv_frequencies(cfg: TransformerConfig) -> np.ndarray:
+    """float32 [rope_dim / 2]: theta^(-2i/D), Llama-3.1-scaled when ``rope_scaling`` is set
+    (HF ``modeling_rope_utils._compute_llama3_parameters``)."""
+    d = cfg.rope_dim
+    inv = 1.0 / (cfg.rope_theta ** (np.arange(0, d, 2, dtype=np.float64) / d))
+    if cfg.rope_scaling:
+        factor, low, high, orig = cfg.rope_scaling
+        wavelen = 2 * math.pi / inv
+        scaled = np.where(wavelen > orig / low, inv / factor, inv)
+        smooth = (orig / wavelen - low) / (high - low)
+        smoothed = (1 - smooth) * scaled / factor + smooth * scaled
+        medium = (wavelen >= orig / high) & (wavelen <= orig / low)
+        inv = np.where(medium, smoothed, scaled)
+    return inv.astype(np.float32)
+
+
+def rope(x: jax.Array, positions: jax.Array, inv_freq: np.ndarray) -> jax.Array:
+    """Rotate-half rotary embedding of x [B, T, H, D] (or [B, T, D]) at positions [T]."""
+    ang = positions.astype(jnp.float32)[:, None] * jnp.asarray(inv_freq)[None, :]   # [T, D/2]
+    if x.ndim == 4:
+        ang = ang[:, None, :]
+    cos, sin = jnp.cos(ang), jnp.sin(ang)
+    x1, x2 = jnp.split(x.astype(jnp.float32), 2, axis=-1)
+    return jnp.concatenate([x1 * cos - x2 * sin, x2 * cos + x1 * sin], -1).astype(x.dtype)
+
+
+def _softcap(s, cap):
+    return s if cap is None else cap * jnp.tanh(s / cap)
+
+
+def quantize_kv(x: jax.Array, kv_dtype, scale_dtype) -> tuple[jax.Array, jax.Array | None]:
+    """Cache entries in ``kv_dtype``: int8 symmetric absmax over the last dim (scale
+    ``max|x| / 127`` in ``scale_dtype``); float8 and float dtypes a plain cast (scale None)."""
+    if jnp.dtype(kv_dtype) != jnp.int8:
+        return x.astype(kv_dtype), None
+    x32 = x.astype(jnp.float32)
+    s = jnp.maximum(jnp.max(jnp.abs(x32), axis=-1), 1e-8) / 127.0
+    q = jnp.clip(jnp.round(x32 / s[..., None]), -127, 127).astype(jnp.int8)
+    return q, s.astype(scale_dtype)
+
+
+def dequantize_kv(q: jax.Array, s: jax.Array | None, dtype) -> jax.Array:
+    if s is None:
+        return q.astype(dtype)
+    return q.astype(dtype) * s[..., None].astype(dtype)
+
+
+def _masked_softmax_parts(scores, mask):
+    """(softmax over the last axis of f32 ``scores`` where ``mask``, None)."""
+    scores = jnp.where(mask, scores, jnp.finfo(jnp.float32).min)
+    return jax.nn.softmax(scores, axis=-1), None
+
+
+def _local_mask(q_pos, k_pos, local, window):
+    """bool [T, S]: causal (k <= q), and within ``window`` when ``local`` (traced or bool)."""
+    causal = k_pos[None, :] <= q_pos[:, None]
+    if window is None:
+        return causal
+    near = (q_pos[:, None] - k_pos[None, :]) < window
+    return causal & (near | jnp.logical_not(local))
+
+
+class Attention(nnx.Module):
+    """Grouped-query attention with RoPE (Llama, Mixtral, Gemma-2)."""
+
+    def __init__(self, cfg: TransformerConfig, *, rngs: nnx.Rngs):
+        self.cfg = cfg
+        d, h, hkv, hd = cfg.d_model, cfg.heads, cfg.kv_heads, cfg.head_dim
+        self.q = Dense((d, h, hd), ("embed", "heads", "kv"), cfg, rngs=rngs)
+        self.k = Dense((d, hkv, hd), ("embed", "kv_heads", "kv"), cfg, rngs=rngs)
+        self.v = Dense((d, hkv, hd), ("embed", "kv_heads", "kv"), cfg, rngs=rngs)
+        self.o = Dense((h, hd, d), ("heads", "kv", "embed"), cfg, rngs=rngs, in_dims=(0, 1))
+
+    @property
+    def _scale(self):
+        c = self.cfg
+        return (c.query_scale if c.query_scale else c.head_dim) ** -0.5
+
+    def _qkv(self, x, positions):
+        q = constrain(rope(self.q(x), positions, inv_frequencies(self.cfg)), Q_AXES)
+        k = rope(self.k(x), positions, inv_frequencies(self.cfg))
+        v = self.v(x)
+        return (q, constrain(k.transpose(0, 2, 1, 3), CACHE_AXES),
+                constrain(v.transpose(0, 2, 1, 3), CACHE_AXES))
+
+    def _out(self, o):
+        return constrain(self.o(constrain(o, Q_AXES)), HIDDEN)
+
+    def forward(self, x, positions, local) -> tuple[jax.Array, dict]:
+        """x [B, T, d] -> (y [B, T, d], cache entries of T positions in ``kv_dtype``)."""
+        c = self.cfg
+        q, k, v = self._qkv(x, positions)
+        b, t, h, d = q.shape
+        hkv = k.shape[1]
+        qg = q.reshape(b, t, hkv, h // hkv, d)
+        s = jnp.einsum("btkgd,bksd->bkgts", qg, k, preferred_element_type=jnp.float32)
+        s = _softcap(s * self._scale, c.attn_softcap)
+        p, _ = _masked_softmax_parts(s, _local_mask(positions, positions, local, c.sliding_window))
+        o = jnp.einsum("bkgts,bksd->btkgd", p.astype(v.dtype), v).reshape(b, t, h, d)
+        return self._out(o), self._entries(k, v)
+
+    def _entries(self, k, v) -> dict:
+        c = self.cfg
+        kq, ks = quantize_kv(k, c.kv_dtype, c.jnp_dtype)
+        vq, vs = quantize_kv(v, c.kv_dtype, c.jnp_dtype)
+        out = {"k_cache": kq, "v_cache": vq}
+        if ks is not None:
+            out.update(k_scale=ks, v_scale=vs)
+        return out
+
+    def decode(self, x, write, pos, local) -> jax.Array:
+        """One step. x [B, 1, d]; ``write(entries) -> cache``: stores this step's entries
+        ([B, Hkv, 1, D], in ``kv_dtype``) at ``pos`` and returns this layer's updated cache
+        ([B, Hkv, S, D]); pos int32 scalar. Returns y [B, 1, d]."""
+        c = self.cfg
+        positions = jnp.reshape(pos, (1,)).astype(jnp.int32)
+        q, k, v = self._qkv(x, positions)
+        cache = write(self._entries(k, v))
+        b, t, h, d = q.shape
+        hkv = k.shape[1]
+        kc = constrain(dequantize_kv(cache["k_cache"], cache.get("k_scale"), k.dtype), CACHE_AXES)
+        vc = constrain(dequantize_kv(cache["v_cache"], cache.get("v_scale"), v.dtype), CACHE_AXES)
+        qg = q.reshape(b, t, hkv, h // hkv, d)
+        s = jnp.einsum("btkgd,bksd->bkgts", qg, kc, preferred_element_type=jnp.float32)
+        s = _softcap(s * self._scale, c.attn_softcap)
+        k_pos = jnp.arange(kc.shape[2])
+        mask = (k_pos <= pos)[None, :]
+        if c.sliding_window is not None:
+            mask = mask & ((pos - k_pos < c.sliding_window) | jnp.logical_not(local))[None, :]
+        p, _ = _masked_softmax_parts(s, mask)
+        o = jnp.einsum("bkgts,bksd->btkgd", p.astype(vc.dtype), vc).reshape(b, t, h, d)
+        return self._out(o)
+
+
+class MLAttention(nnx.Module):
+    """Multi-head latent attention (DeepSeek-V2/V3; module docstring)."""
+
+    def __init__(self, cfg: TransformerConfig, *, rngs: nnx.Rngs):
+        self.cfg = cfg
+        d, h = cfg.d_model, cfg.heads
+        r, dr, dn = cfg.kv_lora_rank, cfg.qk_rope_dim, cfg.head_dim
+        dv = cfg.v_head_dim or cfg.head_dim
+        if cfg.q_lora_rank:
+            self.q_a = Dense((d, cfg.q_lora_rank), ("embed", None), cfg, rngs=rngs)
+            self.q_norm = RMSNorm(cfg.q_lora_rank, cfg, eps=1e-6)
+            self.q_b = Dense((cfg.q_lora_rank, h, dn + dr), (None, "heads", "kv"), cfg, rngs=rngs)
+        else:
+            self.q_b = Dense((d, h, dn + dr), ("embed", "heads", "kv"), cfg, rngs=rngs)
+        self.kv_a = Dense((d, r + dr), ("embed", None), cfg, rngs=rngs)
+        self.kv_norm = RMSNorm(r, cfg, eps=1e-6)
+        self.kv_b = Dense((r, h, dn + dv), (None, "heads", "kv"), cfg, rngs=rngs)
+        self.o = Dense((h, dv, d), ("heads", "kv", "embed"), cfg, rngs=rngs, in_dims=(0, 1))
+        self.dims = (r, dr, dn, dv)
+
+    def _q(self, x, positions):
+        r, dr, dn, dv = self.dims
+        if "q_a" in vars(self):
+            x = self.q_norm(self.q_a(x), ("batch", "length", None))
+        q = constrain(self.q_b(x), Q_AXES)
+        return q[..., :dn], rope(q[..., dn:], positions, inv_frequencies(self.cfg))
+
+    def _latent(self, x, positions):
+        r = self.dims[0]
+        kv = self.kv_a(x)
+        c = self.kv_norm(kv[..., :r], ("batch", "length", None))
+        return c, rope(kv[..., r:], positions, inv_frequencies(self.cfg))           # [B,T,r], [B,T,dr]
+
+    def _entries(self, c, kr) -> dict:
+        cfg = self.cfg
+        cq, cs = quantize_kv(c, cfg.kv_dtype, cfg.jnp_dtype)
+        rq, rs = quantize_kv(kr, cfg.kv_dtype, cfg.jnp_dtype)
+        out = {"c_kv_cache": cq, "k_rope_cache": rq}
+        if cs is not None:
+            out.update(c_kv_scale=cs, k_rope_scale=rs)
+        return out
+
+    @property
+    def _scale(self):
+        return (self.dims[2] + self.dims[1]) ** -0.5
+
+    def forward(self, x, positions, local):
+        r, dr, dn, dv = self.dims
+        q_nope, q_rope = self._q(x, positions)
+        c, kr = self._latent(x, positions)
+        kv = constrain(jnp.einsum("btr,rhn->bthn", c, self.kv_b.weight()), Q_AXES)
+        k_nope, v = kv[..., :dn], kv[..., dn:]
+        s = (jnp.einsum("bthn,bshn->bhts", q_nope, k_nope, preferred_element_type=jnp.float32)
+             + jnp.einsum("bthp,bsp->bhts", q_rope, kr, preferred_element_type=jnp.float32))
+        p, _ = _masked_softmax_parts(s * self._scale, _local_mask(positions, positions, local, None))
+        o = jnp.einsum("bhts,bshv->bthv", p.astype(v.dtype), v)
+        return constrain(self.o(constrain(o, Q_AXES)), HIDDEN), self._entries(c, kr)
+
+    def decode(self, x, write, pos, local):
+        """Absorbed form: q_nope projected by W_uk into the latent space; attention over
+        ``c_kv`` [B, S, r]; the result projected by W_uv. ``write`` as ``Attention.decode``."""
+        r, dr, dn, dv = self.dims
+        positions = jnp.reshape(pos, (1,)).astype(jnp.int32)
+        q_nope, q_rope = self._q(x, positions)
+        c, kr = self._latent(x, positions)
+        cache = write(self._entries(c, kr))
+        w = self.kv_b.weight()
+        w_uk, w_uv = w[..., :dn], w[..., dn:]
+        ql = jnp.einsum("bthn,rhn->bthr", q_nope, w_uk)
+        cc = dequantize_kv(cache["c_kv_cache"], cache.get("c_kv_scale"), c.dtype)
+        rc = dequantize_kv(cache["k_rope_cache"], cache.get("k_rope_scale"), kr.dtype)
+        f32 = dict(preferred_element_type=jnp.float32)
+        s = jnp.einsum("bthr,bsr->bhts", ql, cc, **f32) + jnp.einsum("bthp,bsp->bhts", q_rope, rc, **f32)
+        mask = (jnp.arange(cc.shape[1]) <= pos)[None, :]
+        p, _ = _masked_softmax_parts(s * self._scale, mask)
+        ol = jnp.einsum("bhts,bsr->bthr", p.astype(cc.dtype), cc)
+        o = jnp.einsum("bthr,rhv->bthv", ol, w_uv)
+        return constrain(self.o(constrain(o, Q_AXES)), HIDDEN)
+
+
+class MLP(nnx.Module):
+    """Gated FFN: down(act(gate x) * up x); act silu (SwiGLU) or tanh-gelu (GeGLU)."""
+
+    def __init__(self, cfg: TransformerConfig, d_ff: int, *, rngs: nnx.Rngs):
+        d = cfg.d_model
+        self.act = cfg.activation
+        self.gate = Dense((d, d_ff), ("embed", "mlp"), cfg, rngs=rngs)
+        self.up = Dense((d, d_ff), ("embed", "mlp"), cfg, rngs=rngs)
+        self.down = Dense((d_ff, d), ("mlp", "embed"), cfg, rngs=rngs)
+
+    def __call__(self, x):
+        g = self.gate(x)
+        g = jax.nn.silu(g) if self.act == "silu" else jax.nn.gelu(g, approximate=True)
+        h = constrain(g * self.up(x), MLP_AXES)
+        return constrain(self.down(h), HIDDEN)
+
+
+class MoE(nnx.Module):
+    """Routed SwiGLU experts (+ shared experts); module docstring and ``jaxmove.zoo.moe``."""
+
+    def __init__(self, cfg: TransformerConfig, *, rngs: nnx.Rngs):
+        self.cfg = cfg
+        e, d, f = cfg.experts, cfg.d_model, cfg.expert_d_ff
+        self.router = nnx.Param(nnx.initializers.normal(d ** -0.5)(rngs.params(), (d, e), cfg.jnp_dtype))
+        if cfg.router == "sigmoid":
+            self.router_bias = nnx.Param(jnp.zeros((e,), jnp.float32))
+        self.w_gate = Dense((e, d, f), ("expert", "embed", "mlp"), cfg, rngs=rngs, in_dims=(1,))
+        self.w_up = Dense((e, d, f), ("expert", "embed", "mlp"), cfg, rngs=rngs, in_dims=(1,))
+        self.w_down = Dense((e, f, d), ("expert", "mlp", "embed"), cfg, rngs=rngs, in_dims=(1,))
+        if cfg.shared_experts:
+            self.shared = MLP(cfg, cfg.shared_experts * f, rngs=rngs)
+
+    def _route(self, x):
+        """(gates [B, S, k] f32, expert [B, S, k] int32)."""
+        cfg = self.cfg
+        router = constrain(self.router[...], ("embed", None))
+        logits = jnp.einsum("bsd,de->bse", x, router).astype(jnp.float32)
+        if cfg.router == "softmax":  # Mixtral: top-k of the softmax, renormalised
+            probs = constrain(jax.nn.softmax(logits, axis=-1), ("batch", None, None))
+            gates, expert = _top_k(probs, cfg.top_k)
+        else:  # DeepSeek-V3: sigmoid affinities, biased selection, normalised gates
+            scores = constrain(jax.nn.sigmoid(logits), ("batch", None, None))
+            _, expert = _top_k(scores + self.router_bias[...], cfg.top_k)
+            gates = jnp.take_along_axis(scores, expert, axis=-1)
+        gates = gates / jnp.sum(gates, axis=-1, keepdims=True) * cfg.routed_scale
+        return gates, expert
+
+    def __call__(self, x):
+        cfg = self.cfg
+        b, s, _ = x.shape
+        e, k = cfg.experts, cfg.top_k
+        c = max(1, math.ceil(k * s * cfg.capacity_factor / e))
+        with jax.named_scope("router"):
+            gates, expert = self._route(x)
+            onehot = constrain(jax.nn.one_hot(expert, e, dtype=jnp.int32),
+                               ("batch", None, None, None))                     # [B, S, k, E]
+            flat = onehot.reshape(b, s * k, e)
+            position = ((jnp.cumsum(flat, axis=1) - 1) * flat).sum(-1).reshape(b, s, k)
+            slot = jax.nn.one_hot(position, c, dtype=x.dtype)                   # [B, S, k, C]
+            oh = onehot.astype(x.dtype)
+            dispatch = constrain(jnp.einsum("bske,bskc->bsec", oh, slot), ("batch", None, None, None))
+            combine = constrain(jnp.einsum("bske,bskc,bsk->bsec", oh, slot, gates.astype(x.dtype)),
+                                ("batch", None, None, None))
+        with jax.named_scope("dispatch"):
+            xe = constrain(jnp.einsum("bsec,bsd->ebcd", dispatch, x), ("expert", "batch", None, "embed"))
+        with jax.named_scope("experts"):
+            g = jnp.einsum("ebcd,edf->ebcf", xe, self.w_gate.weight())
+            u = jnp.einsum("ebcd,edf->ebcf", xe, self.w_up.weight())
+            ye = jnp.einsum("ebcf,efd->ebcd", jax.nn.silu(g) * u, self.w_down.weight())
+            ye = constrain(ye, ("expert", "batch", None, "embed"))
+        with jax.named_scope("combine"):
+            ye = constrain(ye, (None, "batch", None, "embed"))
+            y = constrain(jnp.einsum("bsec,ebcd->bsd", combine, ye), HIDDEN)
+        if cfg.shared_experts:
+            with jax.named_scope("shared"):
+                y = y + self.shared(x)
+        return y
+
+
+class Block(nnx.Module):
+    def __init__(self, cfg: TransformerConfig, moe: bool, *, rngs: nnx.Rngs):
+        self.cfg = cfg
+        d = cfg.d_model
+        self.attn_norm = RMSNorm(d, cfg)
+        self.attn = MLAttention(cfg, rngs=rngs) if cfg.mla else Attention(cfg, rngs=rngs)
+        self.mlp_norm = RMSNorm(d, cfg)
+        if moe:
+            self.moe = MoE(cfg, rngs=rngs)
+        else:
+            self.mlp = MLP(cfg, cfg.d_ff, rngs=rngs)
+        if cfg.post_norms:
+            self.attn_post_norm = RMSNorm(d, cfg)
+            self.mlp_post_norm = RMSNorm(d, cfg)
+
+    def _ffn(self, x):
+        with jax.named_scope("mlp_norm"):
+            h = self.mlp_norm(x)
+        name = "moe" if "moe" in vars(self) else "mlp"
+        with jax.named_scope(name):
+            y = getattr(self, name)(h)
+            if self.cfg.post_norms:
+                y = self.mlp_post_norm(y)
+            return constrain(x + y, HIDDEN)
+
+    def _attn(self, x, a):
+        if self.cfg.post_norms:
+            a = self.attn_post_norm(a)
+        return constrain(x + a, HIDDEN)
+
+    def forward(self, x, positions, local):
+        """x [B, T, d] -> (y [B, T, d], this layer's cache entries of T positions)."""
+        with jax.named_scope("attn_norm"):
+            h = self.attn_norm(x)
+        with jax.named_scope("attn"):
+            a, entries = self.attn.forward(h, positions, local)
+            x = self._attn(x, a)
+        return self._ffn(x), entries
+
+    def decode(self, x, write, pos, local):
+        """One step; ``write`` as ``Attention.decode``."""
+        with jax.named_scope("attn_norm"):
+            h = self.attn_norm(x)
+        with jax.named_scope("attn"):
+            x = self._attn(x, self.attn.decode(h, write, pos, local))
+        return self._ffn(x)
+
+
+def _stack(cfg: TransformerConfig, n: int, moe: bool, rngs: nnx.Rngs):
+    if cfg.scan_layers:
+        @nnx.split_rngs(splits=n)
+        @nnx.vmap(in_axes=(0,), out_axes=0)
+        def make(rngs):
+            return Block(cfg, moe, rngs=rngs)
+        return make(rngs)
+    return nnx.List([Block(cfg, moe, rngs=rngs) for _ in range(n)])
+
+
+def segments(cfg: TransformerConfig) -> list[tuple[str, int, int, bool]]:
+    """[(stack name, first layer index, number of layers, is MoE)] in execution order."""
+    if not cfg.experts:
+        return [("layers", 0, cfg.layers, False)]
+    out = [("dense_layers", 0, cfg.dense_layers, False)] if cfg.dense_layers else []
+    if cfg.layers > cfg.dense_layers:
+        out.append(("layers", cfg.dense_layers, cfg.layers - cfg.dense_layers, True))
+    return out
+
+
+class Transformer(nnx.Module):
+    """The decoder; see the module docstring for names and layouts."""
+
+    def __init__(self, cfg: TransformerConfig, *, rngs: nnx.Rngs):
+        self.cfg = cfg
+        dt = cfg.jnp_dtype
+        self.embed = nnx.Embed(cfg.vocab, cfg.d_model, dtype=dt, param_dtype=dt, rngs=rngs)
+        for name, _, n, moe in segments(cfg):
+            setattr(self, name, _stack(cfg, n, moe, rngs))
+        self.norm = RMSNorm(cfg.d_model, cfg)
+        if not cfg.tie_embeddings:
+            self.lm_head = Dense((cfg.d_model, cfg.vocab), ("embed", "vocab"), cfg, rngs=rngs)
+
+    # -- pieces
+
+    def _embed(self, tokens):
+        with jax.named_scope("embed"):
+            table = constrain(self.embed.embedding[...], ("vocab", "embed"))
+            x = jnp.take(table, tokens, axis=0, mode="clip")
+            if self.cfg.embed_scale:  # Gemma: normalizer sqrt(d) in the model dtype
+                x = x * jnp.asarray(math.sqrt(self.cfg.d_model), x.dtype)
+            return constrain(x, HIDDEN)
+
+    def _logits(self, x):
+        with jax.named_scope("norm"):
+            h = self.norm(x)
+        with jax.named_scope("lm_head"):
+            if self.cfg.tie_embeddings:
+                table = constrain(self.embed.embedding[...], ("vocab", "embed"))
+                logits = jnp.einsum("btd,vd->btv", h, table)
+            else:
+                logits = self.lm_head(h)
+            logits = _softcap(logits.astype(jnp.float32), self.cfg.final_softcap)
+            return constrain(logits, LOGITS_AXES)
+
+    def _flags(self, first, n):
+        return np.array([self.cfg.local_layer(first + i) for i in range(n)])
+
+    def _run(self, x, positions, keep_cache: bool, remat: bool):
+        """All stacks over x [B, T, d]; returns (x, {stack: entries}) (entries None unless
+        ``keep_cache``)."""
+        cfg = self.cfg
+        policy = REMAT_POLICIES[cfg.remat] if remat else None
+        caches = {}
+        for name, first, n, _ in segments(cfg):
+            stack = getattr(self, name)
+            flags = self._flags(first, n)
+
+            def step(block_state, x, flag, graphdef):
+                y, entries = nnx.merge(graphdef, block_state).forward(x, positions, flag)
+                return y, (entries if keep_cache else None)
+
+            if cfg.scan_layers:
+                graphdef, state = nnx.split(stack)
+
+                def body(x, xs, graphdef=graphdef):
+                    st, flag = xs
+                    return step(st, x, flag, graphdef)
+
+                if policy is not None:
+                    body = jax.checkpoint(body, policy=policy)
+                with jax.named_scope(name):
+                    x, entries = jax.lax.scan(body, x, (state, jnp.asarray(flags)))
+                caches[name] = entries
+            else:
+                entries = []
+                for i, block in enumerate(stack):
+                    graphdef, st = nnx.split(block)
+                    f = lambda st, x, flag=bool(flags[i]), g=graphdef: step(st, x, flag, g)  # noqa: E731
+                    if policy is not None:
+                        f = jax.checkpoint(f, policy=policy)
+                    with jax.named_scope(f"{name}_{first + i if name == 'layers' and first else i}"):
+                        x, e = f(st, x)
+                    entries.append(e)
+                caches[name] = entries
+        return x, caches
+
+    # -- entry points
+
+    def forward(self, tokens: jax.Array) -> jax.Array:
+        """Training forward: tokens int32 [B, T] -> logits float32 [B, T, V]."""
+        x = self._embed(tokens)
+        x, _ = self._run(x, jnp.arange(tokens.shape[1], dtype=jnp.int32), False, True)
+        return self._logits(x)
+
+    def prefill(self, tokens: jax.Array) -> tuple[jax.Array, dict]:
+        """tokens int32 [B, T] -> (logits float32 [B, 1, V] of the last position, cache of
+        length T in the module docstring layout)."""
+        x = self._embed(tokens)
+        x, caches = self._run(x, jnp.arange(tokens.shape[1], dtype=jnp.int32), True, False)
+        cache = {}
+        for name, entries in caches.items():
+            cache[name] = entries if self.cfg.scan_layers else [dict(e) for e in entries]
+        return self._logits(x[:, -1:]), cache
+
+    def decode(self, cache: dict, tokens: jax.Array, pos: jax.Array) -> tuple[jax.Array, dict]:
+        """One step: cache (length S), tokens int32 [B, 1], pos int32 scalar in [0, S) ->
+        (logits float32 [B, 1, V], cache with position ``pos`` written in every layer)."""
+        cfg = self.cfg
+        pos = pos.astype(jnp.int32)
+        x = self._embed(tokens)
+        new_cache = {}
+        for name, first, n, _ in segments(cfg):
+            stack = getattr(self, name)
+            flags = self._flags(first, n)
+            if cfg.scan_layers:
+                graphdef, state = nnx.split(stack)
+
+                def body(carry, xs, graphdef=graphdef):
+                    x, c = carry
+                    st, flag, i = xs
+                    held = {}
+
+                    def write(entries, c=c, i=i):  # into the stacked cache, then this layer's view
+                        held.update({k: _write(k, v, entries[k], pos, i) for k, v in c.items()})
+                        return {k: jax.lax.dynamic_index_in_dim(v, i, 0, keepdims=False)
+                                for k, v in held.items()}
+
+                    y = nnx.merge(graphdef, st).decode(x, write, pos, flag)
+                    return (y, held), None
+
+                with jax.named_scope(name):
+                    (x, c), _ = jax.lax.scan(body, (x, cache[name]),
+                                             (state, jnp.asarray(flags), jnp.arange(n, dtype=jnp.int32)))
+                new_cache[name] = c
+            else:
+                out = []
+                for i, (block, c) in enumerate(zip(stack, cache[name])):
+                    def write(entries, c=c):
+                        out.append({k: _write(k, v, entries[k], pos) for k, v in c.items()})
+                        return out[-1]
+
+                    with jax.named_scope(f"{name}_{first + i if name == 'layers' and first else i}"):
+                        x = block.decode(x, write, pos, bool(flags[i]))
+                new_cache[name] = out
+        return self._logits(x), new_cache
+
+
+#: Position dim of each cache entry (without the stacked layers dim).
+POSITION_DIM = {"k_cache": 2, "v_cache": 2, "k_scale": 2, "v_scale": 2,
+                "c_kv_cache": 1, "k_rope_cache": 1, "c_kv_scale": 1, "k_rope_scale": 1}
+
+
+def _write(key, buf, entry, pos, layer=None):
+    """``dynamic_update_slice`` of the new entry (one position) into cache leaf ``key`` at
+    ``pos``; with ``layer`` the buffer has a leading layers dim."""
+    zero = jnp.zeros((), jnp.int32)
+    start = [zero] * entry.ndim
+    start[POSITION_DIM[key]] = pos
+    if layer is not None:
+        start = [layer] + start
+        entry = entry[None]
+    return jax.lax.dynamic_update_slice(buf, entry.astype(buf.dtype), tuple(start))
+
+
+# ----------------------------------------------------------------------------- workloads
+
+
+def _key_name(k) -> str:
+    for attr in ("key", "idx", "name"):
+        if hasattr(k, attr):
+            return str(getattr(k, attr))
+    return str(k)
+
+
+def abstract_model(cfg: TransformerConfig) -> Transformer:
+    """The model with ``jax.ShapeDtypeStruct`` leaves (``nnx.eval_shape``; nothing allocated)."""
+    return nnx.eval_shape(lambda: Transformer(cfg, rngs=nnx.Rngs(0)))
+
+
+def abstract_params(cfg: TransformerConfig) -> tuple[nnx.GraphDef, dict, dict]:
+    """(graphdef, pure-dict params of ``jax.ShapeDtypeStruct``, logical axes like params)."""
+    model = abstract_model(cfg)
+    axes_by_path: dict[tuple, tuple] = {}
+    for path, node in nnx.iter_graph(model):
+        p = tuple(str(x) for x in path)
+        if isinstance(node, Dense):
+            axes_by_path[p + ("kernel",)] = node.axes
+            out = tuple(a for i, a in enumerate(node.axes) if i not in node.in_dims)
+            axes_by_path[p + ("scale",)] = out
+        elif isinstance(node, RMSNorm):
+            axes_by_path[p + ("scale",)] = ("embed",) if p[-1] not in ("q_norm", "kv_norm") else (None,)
+        elif isinstance(node, nnx.Embed):
+            axes_by_path[p + ("embedding",)] = ("vocab", "embed")
+        elif isinstance(node, MoE):
+            axes_by_path[p + ("router",)] = ("embed", None)
+            axes_by_path[p + ("router_bias",)] = (None,)
+    graphdef, state = nnx.split(model)
+    params = nnx.to_pure_dict(state)
+
+    def axes(path, leaf):
+        names = tuple(_key_name(k) for k in path)
+        ax = axes_by_path[names]
+        if len(ax) + 1 == len(leaf.shape) and cfg.scan_layers and names[0] in ("layers", "dense_layers"):
+            ax = ("layers", *ax)
+        assert len(ax) == len(leaf.shape), (names, ax, leaf.shape)
+        return ax
+
+    return graphdef, params, jax.tree_util.tree_map_with_path(axes, params)
+
+
+def cache_entry_shapes(cfg: TransformerConfig, length: int) -> dict[str, tuple[tuple, Any, tuple]]:
+    """{leaf name: (shape, dtype, logical axes)} of one layer's cache of ``length`` positions."""
+    b, kv, dt = cfg.batch, jnp.dtype(cfg.kv_dtype), cfg.jnp_dtype
+    quant = kv == jnp.int8
+    if cfg.mla:
+        out = {"c_kv_cache": ((b, length, cfg.kv_lora_rank), kv, ("batch", "length", None)),
+               "k_rope_cache": ((b, length, cfg.qk_rope_dim), kv, ("batch", "length", None))}
+        if quant:
+            out.update(c_kv_scale=((b, length), dt, ("batch", "length")),
+                       k_rope_scale=((b, length), dt, ("batch", "length")))
+        return out
+    shape = (b, cfg.kv_heads, length, cfg.head_dim)
+    out = {"k_cache": (shape, kv, CACHE_AXES), "v_cache": (shape, kv, CACHE_AXES)}
+    if quant:
+        out.update(k_scale=(shape[:3], dt, CACHE_AXES[:3]), v_scale=(shape[:3], dt, CACHE_AXES[:3]))
+    return out
+
+
+def abstract_cache(cfg: TransformerConfig) -> tuple[dict, dict]:
+    """(the decode cache of ``seq_len`` positions as ``jax.ShapeDtypeStruct`` leaves, its
+    logical axes), in the module docstring layout."""
+    entries = cache_entry_shapes(cfg, cfg.seq_len)
+    cache, axes = {}, {}
+    for name, _, n, _ in segments(cfg):
+        if cfg.scan_layers:
+            cache[name] = {k: jax.ShapeDtypeStruct((n, *s), d) for k, (s, d, _) in entries.items()}
+            axes[name] = {k: ("layers", *a) for k, (_, _, a) in entries.items()}
+        else:
+            cache[name] = [{k: jax.ShapeDtypeStruct(s, d) for k, (s, d, _) in entries.items()}
+                           for _ in range(n)]
+            axes[name] = [{k: a for k, (_, _, a) in entries.items()} for _ in range(n)]
+    return cache, axes
+
+
+def parameter_count(params) -> int:
+    """Number of parameters: elements of every leaf except quantization scales (a
+    ``scale`` beside a ``kernel``; norms' ``scale`` leaves count)."""
+    def count(tree) -> int:
+        if isinstance(tree, dict):
+            return sum(count(v) for k, v in tree.items() if not (k == "scale" and "kernel" in tree))
+        if isinstance(tree, (list, tuple)):
+            return sum(count(v) for v in tree)
+        return math.prod(tree.shape)
+    return count(params)
+
+
+def _config(cfg: TransformerConfig, mode: str) -> dict:
+    return {**dataclasses.asdict(cfg), "model": cfg.family, "mode": mode}
+
+
+def prefill_workload(cfg: TransformerConfig, name: str) -> Workload:
+    """``fn(params, tokens) -> (logits [B, 1, V] f32, cache)``; tokens int32 [B, seq_len]."""
+    graphdef, params, param_axes = abstract_params(cfg)
+
+    def prefill(params, tokens):
+        return nnx.merge(graphdef, params).prefill(tokens)
+
+    tokens = jax.ShapeDtypeStruct((cfg.batch, cfg.seq_len), jnp.int32)
+    _, cache_axes = abstract_cache(cfg)
+    return Workload(
+        name=name, fn=prefill, args=(params, tokens),
+        roles=(jax.tree.map(lambda _: "weights", params), "activations"),
+        config=_config(cfg, "prefill"),
+        logical_axes=(param_axes, ("batch", "length")),
+        out_logical_axes=(("batch", None, "vocab"), cache_axes),
+    )
+
+
+def decode_workload(cfg: TransformerConfig, name: str) -> Workload:
+    """``fn(params, cache, tokens, pos) -> (logits [B, 1, V] f32, cache)``; the cache
+    (``seq_len`` positions) is donated; tokens int32 [B, 1]; pos int32 scalar."""
+    graphdef, params, param_axes = abstract_params(cfg)
+
+    def decode(params, cache, tokens, pos):
+        return nnx.merge(graphdef, params).decode(cache, tokens, pos)
+
+    cache, cache_axes = abstract_cache(cfg)
+    return Workload(
+        name=name, fn=decode,
+        args=(params, cache, jax.ShapeDtypeStruct((cfg.batch, 1), jnp.int32),
+              jax.ShapeDtypeStruct((), jnp.int32)),
+        roles=(jax.tree.map(lambda _: "weights", params), jax.tree.map(lambda _: "kv_cache", cache),
+               "activations", "activations"),
+        donate_argnums=(1,),
+        config=_config(cfg, "decode"),
+        logical_axes=(param_axes, cache_axes, ("batch", None), ()),
+        out_logical_axes=(("batch", None, "vocab"), cache_axes),
+    )

@@ -1,0 +1,303 @@
+"""Llama-class zoo families (jaxmove.zoo.transformer): published sizes, closed-form bytes,
+decode against prefill, training steps, expert parallelism and bad --set values.
+
+Closed forms are checked on reduced sizes in float32 with unrolled layers: XLA:CPU
+promotes bf16 and float8 values to f32 around some ops (extra converts of whole buffers)
+and does not fuse the dynamic-slice of a scanned layer's weights / cache into its dots, so
+on CPU the byte identities hold exactly only for f32 unrolled programs (the real-size test
+checks the entry parameters, which hold for any dtype).
+
+Reduced config (all tests): V=512 vocab, d=64, H=4 heads (D=16), Hkv=2, f=128, B=2, S=32.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+
+from jaxmove import analyze, zoo
+from jaxmove.capture import capture
+from jaxmove.zoo import transformer as tf
+
+ROOT = Path(__file__).resolve().parents[1]
+V, D_MODEL, H, HKV, F, B, S = 512, 64, 4, 2, 128, 2, 32
+D = D_MODEL // H
+SMALL = dict(vocab=V, d_model=D_MODEL, heads=H, kv_heads=HKV, d_ff=F, batch=B, seq_len=S,
+             dtype="f32", scan_layers="false")
+
+#: Published totals, independent of the code: Llama / Mixtral from the bf16 checkpoints'
+#: model.safetensors.index.json total_size / 2; Gemma 2 9B: report Table 1 (917,504,000
+#: embedding + 8,324,201,984 non-embedding); DeepSeek-V3: "671B total parameters".
+PUBLISHED = {"llama3-8b": 8_030_261_248, "llama3-70b": 70_553_706_496,
+             "llama3-405b": 405_853_388_800, "mixtral-8x7b": 46_702_792_704,
+             "deepseek-v3": 671e9, "gemma2-9b": 9_241_705_984}
+
+
+def n_params(tree) -> int:
+    """Elements of every leaf (unquantized presets: no scale leaves)."""
+    return sum(math.prod(x.shape) for x in jax.tree.leaves(tree))
+
+
+@pytest.mark.parametrize("family", list(PUBLISHED))
+def test_parameter_count_matches_published(family):
+    wl = zoo.build(f"{family}-decode")
+    assert all(isinstance(x, jax.ShapeDtypeStruct) for x in jax.tree.leaves(wl.args))
+    n = n_params(wl.args[0])
+    assert abs(n - PUBLISHED[family]) <= 0.005 * PUBLISHED[family], (family, n)
+
+
+def test_llama3_70b_decode_at_real_size_compiles_with_closed_form_arguments():
+    """`jaxmove analyze llama3-70b-decode --set batch=32 --set seq_len=8192` (abstract, ~4 s)."""
+    prog = capture(zoo.build("llama3-70b-decode", {"batch": "32", "seq_len": "8192"}))
+    by_role: dict[str, int] = {}
+    for p in prog.parameters:
+        by_role[p.role] = by_role.get(p.role, 0) + p.byte_size
+    assert by_role["weights"] == PUBLISHED["llama3-70b"] * 2                     # bf16
+    assert by_role["kv_cache"] == 2 * 80 * 32 * 8192 * 8 * 128 * 2               # 2 L B S Hkv D b
+    assert all(p.donated for p in prog.parameters if p.role == "kv_cache")
+    assert " while(" in prog.hlo_text                                           # scanned layers
+
+
+# ---- closed forms on reduced sizes ------------------------------------------------------------
+
+def llama_layer_params(d=D_MODEL, h=H, hkv=HKV, hd=D, f=F) -> dict[str, tuple[int, int]]:
+    """{kernel: (elements, output channels)} of one Llama layer; plus 2 RMSNorm scales [d]."""
+    return {"q": (d * h * hd, h * hd), "k": (d * hkv * hd, hkv * hd), "v": (d * hkv * hd, hkv * hd),
+            "o": (h * hd * d, d), "gate": (d * f, f), "up": (d * f, f), "down": (f * d, d)}
+
+
+def role_read(rep, role):
+    return rep.totals.role_bytes(role)[0]
+
+
+def role_written(rep, role):
+    return rep.totals.role_bytes(role)[1]
+
+
+@pytest.fixture(scope="module")
+def reports():
+    """Analyses of the reduced programs the closed-form tests read (each compiled once)."""
+    def run(preset, **sets):
+        return analyze(capture(zoo.build(preset, {**SMALL, **{k: str(v) for k, v in sets.items()}})))
+
+    return {
+        "decode2": run("llama3-8b-decode", layers=2),
+        "decode3": run("llama3-8b-decode", layers=3),
+        "int8_2": run("llama3-8b-decode", layers=2, weights_dtype="int8", kv_dtype="int8"),
+        "int8_3": run("llama3-8b-decode", layers=3, weights_dtype="int8", kv_dtype="int8"),
+        "mixtral2": run("mixtral-8x7b-decode", layers=2, experts=4, top_k=2),
+        "mixtral3": run("mixtral-8x7b-decode", layers=3, experts=4, top_k=2),
+        "gemma": run("gemma2-9b-decode", layers=2, head_dim=32, sliding_window=8),
+        "mla": run("deepseek-v3-decode", layers=2, dense_layers=1, experts=4, top_k=2,
+                   expert_d_ff=32, head_dim=16),
+    }
+
+
+def test_weights_read_per_layer_is_the_layer_parameter_bytes(reports):
+    """One more layer reads exactly its parameters once: 7 kernels + 2 norm scales, f32."""
+    per_layer = sum(n for n, _ in llama_layer_params().values()) + 2 * D_MODEL
+    assert role_read(reports["decode3"], "weights") - role_read(reports["decode2"], "weights") \
+        == per_layer * 4
+
+
+def test_int8_weights_read_int8_kernels_plus_per_channel_scales(reports):
+    """Weight-only int8: kernels at 1 byte plus one f32 scale per output channel; norms f32."""
+    layer = llama_layer_params()
+    per_layer = sum(n * 1 + out * 4 for n, out in layer.values()) + 2 * D_MODEL * 4
+    assert role_read(reports["int8_3"], "weights") - role_read(reports["int8_2"], "weights") \
+        == per_layer
+    # the LM head [d, V] too: whole-program weights shrink by 3 bytes per kernel element less
+    # the scales
+    kernels = 2 * sum(n for n, _ in layer.values()) + D_MODEL * V
+    scales = 2 * sum(out for _, out in layer.values()) + V
+    assert role_read(reports["decode2"], "weights") - role_read(reports["int8_2"], "weights") \
+        == kernels * 3 - scales * 4
+
+
+def test_decode_reads_the_kv_cache_once_and_writes_one_position(reports):
+    for key, layers in (("decode2", 2), ("decode3", 3), ("mixtral2", 2)):
+        rep = reports[key]
+        assert role_read(rep, "kv_cache") == 2 * layers * B * S * HKV * D * 4, key
+        assert role_written(rep, "kv_cache") == 2 * layers * B * 1 * HKV * D * 4, key
+
+
+def test_int8_kv_cache_reads_int8_values_plus_one_scale_per_position_and_head(reports):
+    rep = reports["int8_2"]
+    assert role_read(rep, "kv_cache") == 2 * 2 * B * S * HKV * (D * 1 + 4)
+    assert role_written(rep, "kv_cache") == 2 * 2 * B * 1 * HKV * (D * 1 + 4)
+
+
+def test_gemma2_kv_uses_its_own_head_dim(reports):
+    assert role_read(reports["gemma"], "kv_cache") == 2 * 2 * B * S * HKV * 32 * 4
+
+
+def test_mla_cache_is_the_compressed_latent_and_rotary_key(reports):
+    """Absorbed MLA decode: the latent c_kv serves as keys (scores) and values (output), two
+    dots, so it is read twice per layer; the rotary key once (scores)."""
+    r, dr = 512, 64   # DeepSeek-V3 kv_lora_rank and qk_rope_head_dim (not reduced)
+    assert role_read(reports["mla"], "kv_cache") == 2 * B * S * (2 * r + dr) * 4
+    assert role_written(reports["mla"], "kv_cache") == 2 * B * 1 * (r + dr) * 4
+
+
+def test_mixtral_decode_reads_every_expert_once_per_layer(reports):
+    """Batch rows route to different experts: all E experts' SwiGLU weights are read, plus
+    the router [d, E], attention and the 2 norm scales; XLA:CPU fuses the FFN norm's scaling
+    into both the router dot and the token dispatch, so that scale [d] is read twice."""
+    e = 4
+    layer = llama_layer_params()
+    attn = sum(layer[k][0] for k in "qkvo")
+    per_layer = attn + e * 3 * D_MODEL * F + D_MODEL * e + 2 * D_MODEL + D_MODEL
+    assert role_read(reports["mixtral3"], "weights") - role_read(reports["mixtral2"], "weights") \
+        == per_layer * 4
+
+
+# ---- numerics: one decode step continues a prefill ----------------------------------------------
+
+FAMILY_SMALL = {   # Mixtral's routed experts are DeepSeek's code with a softmax router
+    "llama3-8b": dict(layers=3, scan_layers=True),
+    "deepseek-v3": dict(experts=8, top_k=3, expert_d_ff=32, shared_experts=1, dense_layers=1,
+                        head_dim=16, q_lora_rank=24, kv_lora_rank=20, qk_rope_dim=8,
+                        v_head_dim=12, capacity_factor=8.0, scan_layers=True),
+    "gemma2-9b": dict(head_dim=32, sliding_window=5, layers=3),
+}
+
+
+@pytest.mark.parametrize("family", list(FAMILY_SMALL))
+def test_decode_step_matches_prefill_logits(family):
+    """logits of prefill(t[0:S])[-1] == decode(cache of prefill(t[0:S-1]), t[S-1], pos=S-1);
+    scanned (Llama, DeepSeek) and unrolled (Gemma-2, a window shorter than the sequence)."""
+    dims = {**zoo.families.FAMILIES[family], **dict(vocab=97, d_model=64, heads=4, kv_heads=2,
+            d_ff=96, layers=2, batch=2, seq_len=12, dtype="float32", scan_layers=False),
+            **FAMILY_SMALL[family]}
+    cfg = tf.TransformerConfig(**dims)
+    n = cfg.seq_len
+    import dataclasses
+    short = dataclasses.replace(cfg, seq_len=n - 1)
+    full_wl, short_wl, dec_wl = (tf.prefill_workload(cfg, "p"), tf.prefill_workload(short, "p"),
+                                 tf.decode_workload(cfg, "d"))
+    rng = np.random.default_rng(0)   # N(0, 0.6^2): logits of order 1-10
+    params = jax.tree.map(lambda x: np.asarray(rng.normal(0, 0.6, x.shape), x.dtype), full_wl.args[0])
+    tokens = jax.random.randint(jax.random.key(1), (cfg.batch, n), 0, cfg.vocab)
+    want, _ = jax.jit(full_wl.fn)(params, tokens)
+    _, cache = jax.jit(short_wl.fn)(params, tokens[:, :n - 1])
+
+    def pad(path, x):   # one more (empty) position at the end of each cache leaf
+        pdim = tf.POSITION_DIM[str(path[-1].key)] + cfg.scan_layers   # + the stacked layers dim
+        return jnp.pad(x, [(0, 1) if i == pdim else (0, 0) for i in range(x.ndim)])
+
+    cache = jax.tree_util.tree_map_with_path(pad, cache)
+    got, _ = jax.jit(dec_wl.fn)(params, cache, tokens[:, n - 1:], jnp.int32(n - 1))
+    np.testing.assert_allclose(np.asarray(got), np.asarray(want), atol=1e-4 * float(jnp.max(jnp.abs(want))))
+    if cfg.final_softcap:
+        assert float(jnp.max(jnp.abs(want))) <= cfg.final_softcap
+
+
+# ---- training ------------------------------------------------------------------------------------
+
+@pytest.fixture(scope="module")
+def train_program():
+    return capture(zoo.build("llama3-8b-train", {**SMALL, "layers": "2"}))
+
+
+def test_train_step_roles_donation_and_optimizer_bytes(train_program):
+    prog = train_program
+    layer = llama_layer_params()
+    params = 2 * (sum(n for n, _ in layer.values()) + 2 * D_MODEL) + 2 * V * D_MODEL + D_MODEL
+    by_role: dict[str, int] = {}
+    for p in prog.parameters:
+        by_role[p.role] = by_role.get(p.role, 0) + p.byte_size
+    assert by_role["weights"] == params * 4
+    # AdamW: mu and nu like the parameters (their dtype) + the int32 step count
+    assert by_role["optimizer_state"] == 2 * params * 4 + 4
+    assert by_role["activations"] == 2 * B * S * 4                 # tokens and targets
+    assert all(p.donated for p in prog.parameters if p.role in ("weights", "optimizer_state"))
+    rep = analyze(prog)
+    assert role_read(rep, "optimizer_state") == 2 * params * 4 + 4  # read once by the update
+
+
+def test_remat_recomputes_the_forward(train_program):
+    """remat=full recomputes each layer's forward in the backward pass: at least the matmuls
+    whose outputs the backward needs (q, k, v, gate, up; not o and down, whose gradients need
+    only their inputs) run again: 2 x tokens x their kernel elements per layer."""
+    full_prog = capture(zoo.build("llama3-8b-train", {**SMALL, "layers": "2", "remat": "full"}))
+    none, full = analyze(train_program), analyze(full_prog)
+    layer = llama_layer_params()
+    needed = sum(layer[k][0] for k in ("q", "k", "v", "gate", "up"))
+    assert full.totals.flops - none.totals.flops >= 2 * B * S * 2 * needed
+    assert [p.byte_size for p in full_prog.parameters] == [p.byte_size for p in train_program.parameters]
+
+
+# ---- expert parallelism ----------------------------------------------------------------------
+
+_EP_WORKER = textwrap.dedent("""
+    import json, sys
+    from jaxmove.plans import PRESETS, capture_with_plan, ensure_cpu_devices
+    from jaxmove.api import analyze
+    assert ensure_cpu_devices(4)
+    small = dict(vocab="64", d_model="32", heads="4", kv_heads="2", d_ff="64", batch="4",
+                 seq_len="16", dtype="f32", scan_layers="false", experts="4", top_k="2")
+    out = {}
+    for key, preset, extra in [
+            ("mixtral", "mixtral-8x7b-prefill", {"layers": "2"}),
+            ("deepseek", "deepseek-v3-prefill", {"layers": "3", "dense_layers": "1",
+                                                 "shared_experts": "1", "expert_d_ff": "64",
+                                                 "head_dim": "8"})]:
+        rep = analyze(capture_with_plan(preset, {**small, **extra}, PRESETS["ep"], {"model": 4}))
+        out[key] = [[r.collective.kind, r.collective.group_size, r.collective.buffer_bytes,
+                     r.multiplicity.count] for r in rep.rows if r.collective is not None]
+    json.dump(out, sys.stdout)
+""")
+
+
+def test_ep_plan_moves_tokens_by_two_all_to_alls_per_moe_layer():
+    """ep over model=4: experts split 4 ways, tokens dispatched and combined by all-to-all;
+    per-device buffer = E x (B/4) x C x d x 4 bytes, C = ceil(k S / E) (GShard capacity)."""
+    env = dict(os.environ, XLA_FLAGS="--xla_force_host_platform_device_count=4", JAX_PLATFORMS="cpu")
+    proc = subprocess.run([sys.executable, "-c", _EP_WORKER], cwd=ROOT, env=env,
+                          capture_output=True, text=True, timeout=600)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    got = json.loads(proc.stdout)
+    e, b, s, d, k, n = 4, 4, 16, 32, 2, 4
+    buffer = e * (b // n) * math.ceil(k * s / e) * d * 4
+    for key, moe_layers in (("mixtral", 2), ("deepseek", 2)):
+        assert got[key] == [["all-to-all", n, buffer, 1]] * (2 * moe_layers), key
+
+
+# ---- bad --set --------------------------------------------------------------------------------
+
+@pytest.mark.parametrize("preset,sets,match", [
+    ("llama3-8b-decode", {"heads": "7"}, r"heads=7 must divide d_model=4096"),
+    ("llama3-8b-decode", {"kv_heads": "5"}, r"kv_heads=5 must divide heads=32"),
+    ("llama3-8b-decode", {"dtype": "f8"}, r"--set dtype='f8': unknown dtype"),
+    ("llama3-8b-decode", {"weights_dtype": "int4"}, r"--set weights_dtype='int4': .*int8, fp8"),
+    ("llama3-8b-decode", {"kv_dtype": "int4"}, r"--set kv_dtype='int4': .*int8, fp8"),
+    ("llama3-8b-train", {"remat": "some"}, r"--set remat='some': .*none, full, dots"),
+    ("llama3-8b-train", {"weights_dtype": "int8"}, r"weights_dtype=int8: training presets"),
+    ("mixtral-8x7b-decode", {"top_k": "9"}, r"top_k=9 must not exceed experts=8"),
+    ("deepseek-v3-decode", {"dense_layers": "-1"}, r"--set dense_layers='-1': expected an integer"),
+])
+def test_bad_set_is_one_line_naming_the_key(preset, sets, match):
+    with pytest.raises(ValueError, match=match) as info:
+        zoo.build(preset, sets)
+    assert "\n" not in str(info.value)
+
+
+def test_quantized_presets_store_int8_and_fp8_kernels_with_scales():
+    for q, dtype in (("int8", jnp.int8), ("fp8", jnp.float8_e4m3fn)):
+        params = zoo.build("llama3-8b-decode", {**SMALL, "layers": "1", "weights_dtype": q}).args[0]
+        q_kernel = params["layers"][0]["attn"]["q"]
+        assert q_kernel["kernel"].dtype == dtype and q_kernel["kernel"].shape == (D_MODEL, H, D)
+        assert q_kernel["scale"].shape == (H, D) and q_kernel["scale"].dtype == jnp.float32
+        assert params["embed"]["embedding"].dtype == jnp.float32          # gathers stay float
+        assert tf.parameter_count(params) == n_params(zoo.build(
+            "llama3-8b-decode", {**SMALL, "layers": "1"}).args[0])
