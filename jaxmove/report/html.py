@@ -23,7 +23,7 @@ from .attribution import BY_KEYS, NO_OP_NAME, NO_SOURCE, aggregate, attribute, r
 from .columns import row_collective, row_measured_s, row_time, times_of
 from .report import dominant_role
 from .shapes import operand_shapes, shape_text
-from .table import human_bytes, human_count
+from .table import human_bytes, human_count, human_flops
 
 #: At most this many instruction rows are written (the costliest by HBM bytes).
 MAX_ROWS = 5000
@@ -195,7 +195,7 @@ def _incomplete(report) -> str:
 def _cards(report) -> str:
     t = report.totals
     cards = [(human_bytes(t.hbm_read_bytes), "HBM read"), (human_bytes(t.hbm_write_bytes), "HBM written"),
-             (human_count(t.flops) + "FLOP", "flops"),
+             (human_flops(t.flops), "flops"),
              (str(len(report_rows(report))), "instructions")]
     for role in ("weights", "kv_cache"):
         rd, wr = t.role_bytes(role)
@@ -438,7 +438,7 @@ def summary_html(report, top: int = 10) -> str:
     head_html = f'<b style="color:#b3261e">{_e(headline)}</b><br>' if headline else ""
     return (f"<div>{head_html}<b>{_e(p.name)}</b> <small>backend={_e(p.backend)} devices={_e(p.num_devices)} "
             f"source={_e(p.source)}</small><br>HBM read {_e(human_bytes(t.hbm_read_bytes))}, written "
-            f"{_e(human_bytes(t.hbm_write_bytes))}, {_e(human_count(t.flops))}FLOP{_e(est_txt)} per program run; "
+            f"{_e(human_bytes(t.hbm_write_bytes))}, {_e(human_flops(t.flops))}{_e(est_txt)} per program run; "
             f"{len(report.unmodeled)} unmodeled"
             f"<div style=\"display:flex;gap:2em\"><table><tr><th>path</th><th>bytes</th></tr>{paths}</table>"
             f"<table><tr><th>role</th><th>read</th><th>written</th></tr>{roles}</table></div>"

@@ -29,6 +29,12 @@ def human_count(n: float) -> str:
     return f"{int(n)}"
 
 
+def human_flops(n: float) -> str:
+    """12_300_000 -> '12.3 MFLOP', 0 -> '0 FLOP' (never '0FLOP')."""
+    c = human_count(n)
+    return f"{c}FLOP" if c[-1].isalpha() else f"{c} FLOP"
+
+
 def make_console() -> Console:
     """A console for tables: the terminal's width, or 160 columns when output is not a terminal."""
     c = Console(emoji=False)  # program-derived strings (names, paths) are no emoji codes
@@ -48,7 +54,7 @@ def render_report(report: Report, top: int = 15, console: Console | None = None)
     console.print(f"[bold]{escape(p.name)}[/bold]  backend={p.backend}  devices={p.num_devices}  "
                   f"source={escape(p.source)}")
     console.print(f"HBM read {human_bytes(t.hbm_read_bytes)}, written {human_bytes(t.hbm_write_bytes)}, "
-                  f"{human_count(t.flops)}FLOP per program run "
+                  f"{human_flops(t.flops)} per program run "
                   f"({len(report.listed_rows())} instructions = JSON `instructions`; parameters, "
                   "constants, tuples, bitcasts not counted)")
     render_time_summary(report, console)
