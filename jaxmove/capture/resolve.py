@@ -177,20 +177,26 @@ def load_target(spec: str):
     return made
 
 
-def resolve_program(target, *args, overrides: dict[str, str] | None = None, **capture_kwargs):
+def resolve_program(obj, /, *args, overrides: dict[str, str] | None = None, **capture_kwargs):
     """Turn any TARGET into a captured ``Program``.
 
     TARGET is a zoo preset name, a path to an HLO text file, ``module:function`` or
     ``file.py:function`` (the function is called with no arguments and must return a
     Workload, a ``jax.stages.Lowered``/``Compiled``), a Workload, a Program, or anything
     ``jaxmove.capture.capture`` accepts (a callable with ``args``, a Flax NNX module...).
+    ``capture_kwargs`` go to ``capture``; ``target=NAME`` (capture/targets.py) compiles for
+    that device (an HLO file or a Program is already compiled: a ``target`` other than
+    ``cpu`` is refused for an HLO file).
 
     Raises:
       FileNotFoundError: a path that does not exist.
       TargetError: a string that is neither a preset, a file nor ``module:function``.
+      TargetNameError, MissingExtraError, DoesNotFitError: see ``capture``.
     """
     from . import program as cap
 
+    target = obj
+    device_target = capture_kwargs.get("target")
     if isinstance(target, cap.Program):
         return target
     if isinstance(target, (str, os.PathLike)):
@@ -198,11 +204,13 @@ def resolve_program(target, *args, overrides: dict[str, str] | None = None, **ca
         from jaxmove import zoo as models
 
         if s in models.PRESETS:
-            return cap.capture(models.build(s, overrides or {}))
+            return cap.capture(models.build(s, overrides or {}), **capture_kwargs)
         if overrides:
             raise TargetError(f"--set applies to zoo presets only, not to '{s}'")
         if ":" in s and not Path(s).exists():
             made = load_target(s)
+            if isinstance(made, cap.Program):
+                return made
             try:
                 with _user_code(s):  # tracing runs the user's function again
                     return cap.capture(made, **capture_kwargs)
@@ -213,7 +221,13 @@ def resolve_program(target, *args, overrides: dict[str, str] | None = None, **ca
                                     f"{(str(e).strip().splitlines() or [''])[0]}") from e
         p = Path(s)
         if p.exists() or s.endswith(HLO_SUFFIXES) or os.sep in s:
-            return cap.program_from_hlo_file(p)
+            program = cap.program_from_hlo_file(p)
+            if device_target is not None and str(device_target).lower() != "cpu":
+                from .targets import TargetNameError
+                raise TargetNameError(f"--target {device_target}: {s} is an HLO file, already compiled "
+                                      f"(for {program.backend}); --target applies to zoo presets and "
+                                      "module:function targets")
+            return program
         presets = ", ".join(models.PRESETS)
         raise TargetError(f"'{s}' is not a zoo preset ({presets}), an HLO file, or module:function")
     return cap.capture(target, *args, **capture_kwargs)

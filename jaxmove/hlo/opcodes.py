@@ -202,7 +202,8 @@ _add("reduce-scatter", arity=">=1", category="collective", computes=False,
 _add("all-to-all", arity=">=1", category="collective", computes=False, collective="all-to-all")
 _add("ragged-all-to-all", arity=6, category="collective", computes=False,
      collective="ragged-all-to-all")
-_add("collective-permute", arity="1|4", category="collective", computes=False,
+_add("collective-permute", arity=">=1",  # combined (XLA:GPU CollectivePermuteCombiner): N; in place: 4
+     category="collective", computes=False,
      collective="collective-permute", roles_pass=True)
 _add("collective-broadcast", arity=">=1", category="collective", computes=False,
      collective="collective-broadcast")
@@ -213,7 +214,8 @@ _add("all-reduce-start", arity=">=1", category="collective", collective="all-red
 _add("all-gather-start", arity=">=1", category="collective", computes=False,
      collective="all-gather", roles_pass=True, async_part="start", async_of="all-gather",
      async_queue="network")
-_add("collective-permute-start", arity="1|4", category="collective", computes=False,
+_add("collective-permute-start", arity=">=1",  # combined (XLA:GPU CollectivePermuteCombiner): N; in place: 4
+     category="collective", computes=False,
      collective="collective-permute", roles_pass=True, async_part="start",
      async_of="collective-permute", async_queue="network")
 for _n in ("all-reduce", "all-gather", "collective-permute"):
