@@ -37,6 +37,7 @@ import numpy as np
 
 from ..errors import JaxmoveInputError
 
+from ..vocab import unlabeled_role
 from .workload import ROLES, Workload, role_from_name
 
 __all__ = [
@@ -244,7 +245,9 @@ def _resolve_roles(roles, args: tuple, leaves_by_arg: list[list[tuple[str, Any]]
                    static: set[int]) -> list[list[str]]:
     """Roles per leaf of every argument.
 
-    ``roles``: None (all ``activations``), a role string (all), a callable
+    ``roles``: None (``vocab.unlabeled_role`` of each leaf's path: ``weights`` / ``kv_cache``
+    when its name says so, as for an HLO dump of the same program, else ``activations``),
+    a role string (all), a callable
     ``(path, leaf) -> role``, or a tuple/list with one entry per positional
     argument, each a role string (the whole argument) or a pytree like the
     argument with role-string leaves.  Static arguments get no roles.
@@ -255,7 +258,7 @@ def _resolve_roles(roles, args: tuple, leaves_by_arg: list[list[tuple[str, Any]]
             if i in static:
                 out.append([])
             elif roles is None:
-                out.append(["activations"] * len(leaves))
+                out.append([unlabeled_role(p) for p, _ in leaves])
             elif isinstance(roles, str):
                 out.append([_check_role(roles, "all arguments")] * len(leaves))
             else:
@@ -492,7 +495,8 @@ def capture(target, *args, roles=None, donate_argnums=(), static_argnums=(), nam
         arguments, arrays or ``jax.ShapeDtypeStruct``); a ``jax.stages.Lowered``;
         a ``jax.stages.Compiled``; or a Flax NNX module (``args`` are the call
         inputs; see ``_capture_module`` for its roles).
-      roles: for a callable: None (all ``activations``), a role string, a callable
+      roles: for a callable: None (weights / kv_cache where a leaf's path names one, the rule
+        HLO dumps use, else ``activations``), a role string, a callable
         ``(path, leaf) -> role``, or one entry per positional argument (a role
         string or a pytree like the argument).  For Lowered/Compiled: None
         (``role_from_name`` of each path) or a callable.  Ignored for Workload

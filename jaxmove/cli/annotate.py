@@ -6,6 +6,7 @@ import argparse
 import sys
 
 from .common import add_target_argument, check_outputs, parse_sets
+from .common import add_module_option, module_kwargs
 
 
 def _cmd_annotate(args: argparse.Namespace) -> int:
@@ -13,7 +14,7 @@ def _cmd_annotate(args: argparse.Namespace) -> int:
     from ..report.annotate import annotate
 
     check_outputs(args)
-    program = resolve_program(args.target, overrides=parse_sets(args.set))
+    program = resolve_program(args.target, overrides=parse_sets(args.set), **module_kwargs(args))
     text = annotate(analyze(program, hardware=args.hardware), program.hlo_text)
     if args.output and args.output != "-":
         from ..report.outputs import write_text_atomic
@@ -33,6 +34,7 @@ def add_annotate_command(sub) -> None:
                                    "bound, collective figures when known). Totals over one program run; "
                                    "the output parses back as HLO.")
     add_target_argument(n)
+    add_module_option(n)
     n.add_argument("-o", "--output", metavar="FILE", help="write to FILE instead of stdout")
     n.add_argument("--hardware", metavar="NAME|path.toml|local",
                    help="also annotate estimated time, bound and arithmetic intensity on this device")

@@ -61,3 +61,15 @@ def add_target_argument(p: argparse.ArgumentParser) -> None:
     p.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
                    help="override a preset's config (batch, seq_len, layers, d_model, heads, "
                         "kv_heads, dtype, scan_layers, ...); repeatable")
+
+
+def add_module_option(p: argparse.ArgumentParser) -> None:
+    """``--module NAME``: which module of an XLA dump directory TARGET (capture/dumps.py)."""
+    p.add_argument("--module", metavar="NAME", default=None,
+                   help="with a TARGET that is an --xla_dump_to directory holding several optimized "
+                        "modules: the one to analyse (its name jit_f, module_0004.jit_f, or number 4)")
+
+
+def module_kwargs(args: argparse.Namespace) -> dict:
+    """``{"module": NAME}`` for ``resolve_program`` when ``--module`` was given, else {}."""
+    return {"module": args.module} if getattr(args, "module", None) else {}
