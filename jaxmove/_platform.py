@@ -28,6 +28,8 @@ _NOISE = re.compile(
     r"|=== Source Location Trace: ===|libtpu_init_utils\.cc|Failed to find host bounds"
     r"|Unable to initialize backend 'cuda'|Jax plugin configuration error"
     r"|cuda_versions|Unable to load CUDA|GPU will not be used"
+    # XLA:GPU compiling for a compile-only GPU (--target) logs its scheduler's memory guess
+    r"|gpu_hlo_schedule\.cc"
 )
 
 
@@ -80,12 +82,13 @@ def _filter(text: str) -> str:
     in_traceback = False
     for line in text.splitlines(keepends=True):
         if _NOISE.search(line):
-            in_traceback = False
+            in_traceback = True  # a traceback the plugin logs after its noise line goes with it
             continue
         if line.startswith("Traceback (most recent call last)") or (
                 in_traceback and (line.startswith((" ", "\t")) or not line.strip()
                                   or re.match(r"^\w+(Error|Exception):", line)
-                                  or line.startswith("The above exception"))):
+                                  or line.startswith("The above exception")
+                                  or line.startswith("During handling of the above exception"))):
             in_traceback = True
             continue
         in_traceback = False

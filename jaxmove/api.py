@@ -20,45 +20,43 @@ def backend_mismatch_note(backend: str, spec_name: str) -> str:
             "target backend for device-accurate figures")
 
 
-def does_not_fit_note(module, spec) -> str | None:
-    """A note when the program's arguments (its ENTRY parameters, per device: the bytes
-    that must sit in device memory before it runs) exceed the spec's
-    ``hbm_capacity_bytes``, else None. Starts with ``does not fit:``."""
-    need = sum(p.shape.byte_size for p in module.entry.parameters)
-    cap = getattr(spec, "hbm_capacity_bytes", None)
-    if not cap or need <= cap:
-        return None
-    from .report.table import human_bytes
-    return (f"does not fit: the program's arguments take {human_bytes(need)} per device, more than the "
-            f"{human_bytes(cap)} of device memory of {spec.name} ({need / cap:.3g}x); it cannot run there as "
-            "compiled (shard it over more devices, e.g. --mesh/--plan, or shrink it)")
-
-
-def analyze(target, *args, overrides: dict[str, str] | None = None, hardware=None,
-            **capture_kwargs) -> Report:
+def analyze(obj, /, *args, overrides: dict[str, str] | None = None, hardware=None,
+            target=None, **capture_kwargs) -> Report:
     """Analyse a program: where its bytes go, per instruction and in total.
 
     Args:
-      target: see ``resolve_program`` (preset name, HLO path, ``module:function``,
+      obj: see ``resolve_program`` (preset name, HLO path, ``module:function``,
         Workload, Program, callable + ``args``, jax Lowered/Compiled, NNX module).
       overrides: ``--set`` values for a zoo preset, e.g. ``{"layers": "2"}``.
       hardware: a spec name (``h100-sxm``, ``tpu-v5e``, ``local`` = the calibrated spec of
         this machine), a path to a spec ``.toml``, or a ``HardwareSpec``; sets
         ``report.times`` (per-instruction and program time estimates, passes/timing.py)
         and the tiling model of ``report.reuse``.
+      target: the compile target (``jaxmove/capture/targets.py``): None / ``cpu`` (XLA:CPU),
+        ``h100-sxm``, ``h100-sxm:1x2x8``, ``tpu-v5e:2x2``...: the program is compiled by that
+        device's compiler, without the device; ``hardware`` defaults to the target's spec.
     Returns:
       A Report: per-instruction rows (totals over one program run) and program totals
       by path and by role; ``report.reuse`` (on-chip reuse of fusions) always,
       ``report.times`` when ``hardware`` is given.
     Raises:
       FileNotFoundError, TargetError, jaxmove.hlo.HloParseError, jaxmove.capture.CaptureError,
-      jaxmove.hardware.HardwareSpecError (unknown hardware name, bad spec file).
+      jaxmove.hardware.HardwareSpecError (unknown hardware name, bad spec file),
+      jaxmove.capture.targets.TargetNameError / MissingExtraError (bad target, plugin not
+      installed), DoesNotFitError (the target compiler ran out of device memory).
     """
     spec = None
+    if target is not None:
+        from .capture.targets import Target
+        tgt = Target.parse(target)
+        target = tgt.name
+        if hardware is None and tgt.platform != "cpu":
+            hardware = tgt.spec_name
+        capture_kwargs["target"] = target
     if hardware is not None:
         from .hardware import HardwareSpec, load_spec
         spec = hardware if isinstance(hardware, HardwareSpec) else load_spec(hardware)
-    program = resolve_program(target, *args, overrides=overrides, **capture_kwargs)
+    program = resolve_program(obj, *args, overrides=overrides, **capture_kwargs)
     filename = program.source[4:] if program.source.startswith("hlo:") else f"<{program.name}>"
     try:
         module = parse_module(program.hlo_text, filename)
@@ -69,11 +67,9 @@ def analyze(target, *args, overrides: dict[str, str] | None = None, hardware=Non
             f"{filename}: computations (calls, loops, fusions) nested this deep are not "
             f"supported (the passes recurse once per level, up to Python's recursion limit "
             f"{sys.getrecursionlimit()})") from None
+    analysis.notes.extend(getattr(program, "notes", ()))
     if spec is not None and program.backend in ("cpu", "gpu", "tpu") and program.backend != spec.kind:
         analysis.notes.append(backend_mismatch_note(program.backend, spec.name))
-    fit = does_not_fit_note(module, spec) if spec is not None else None
-    if fit:
-        analysis.notes.insert(0, fit)
     from .passes.reuse import reuse_pass
     from .passes.timing import estimate_times
     reuse = reuse_pass(analysis, spec)

@@ -37,7 +37,6 @@ import numpy as np
 
 from ..errors import JaxmoveInputError
 
-from ..vocab import unlabeled_role
 from .workload import ROLES, Workload, role_from_name
 
 __all__ = [
@@ -92,6 +91,9 @@ class Program:
         ``module:<class>``, ``lowered:<name>``, ``compiled:<name>`` or ``hlo:<path>``.
       xla_cost_analysis: ``compiled.cost_analysis()`` (None if unavailable).
       config: the model configuration (empty if none).
+      target: the compile target it was compiled for (``cpu``, ``h100-sxm:1x1x8``,
+        ``tpu-v5e:2x2``; capture/targets.py); None for HLO files.
+      notes: what a report must say about how it was compiled (e.g. no GPU autotuning).
     """
 
     name: str
@@ -103,6 +105,8 @@ class Program:
     source: str
     xla_cost_analysis: dict | None = None
     config: dict = field(default_factory=dict)
+    target: str | None = "cpu"
+    notes: tuple[str, ...] = ()
 
 
 # ----------------------------------------------------------------------------- paths
@@ -245,9 +249,7 @@ def _resolve_roles(roles, args: tuple, leaves_by_arg: list[list[tuple[str, Any]]
                    static: set[int]) -> list[list[str]]:
     """Roles per leaf of every argument.
 
-    ``roles``: None (``vocab.unlabeled_role`` of each leaf's path: ``weights`` / ``kv_cache``
-    when its name says so, as for an HLO dump of the same program, else ``activations``),
-    a role string (all), a callable
+    ``roles``: None (all ``activations``), a role string (all), a callable
     ``(path, leaf) -> role``, or a tuple/list with one entry per positional
     argument, each a role string (the whole argument) or a pytree like the
     argument with role-string leaves.  Static arguments get no roles.
@@ -258,7 +260,7 @@ def _resolve_roles(roles, args: tuple, leaves_by_arg: list[list[tuple[str, Any]]
             if i in static:
                 out.append([])
             elif roles is None:
-                out.append([unlabeled_role(p) for p, _ in leaves])
+                out.append(["activations"] * len(leaves))
             elif isinstance(roles, str):
                 out.append([_check_role(roles, "all arguments")] * len(leaves))
             else:
@@ -409,32 +411,82 @@ def _compiled_info(compiled: jax.stages.Compiled) -> tuple[str, int, dict[str, i
     return backend, num_devices, stats, (dict(cost) if cost is not None else None)
 
 
-def _program(name, source, config, compiled, parameters) -> Program:
+def _program(name, source, config, compiled, parameters, target=None) -> Program:
+    from .targets import Target, target_notes
+
     backend, num_devices, stats, cost = _compiled_info(compiled)
+    if target is None:  # a Lowered/Compiled made elsewhere: its devices say what it was built for
+        tname = "cpu" if backend == "cpu" else backend
+        notes: tuple[str, ...] = ()
+    else:
+        t = Target.parse(target)
+        tname, notes = t.name, tuple(target_notes(t))
     return Program(name=name, hlo_text=compiled.as_text(), backend=backend, num_devices=num_devices,
                    memory_stats=stats, parameters=parameters, source=source,
-                   xla_cost_analysis=cost, config=dict(config))
+                   xla_cost_analysis=cost, config=dict(config), target=tname, notes=notes)
+
+
+def _target_shardings(shardings, target, args=()) -> dict:
+    """``shardings`` with, for an accelerator target, no ``in_shardings`` and no argument that
+    carries its own sharding (``jax.ShapeDtypeStruct(..., sharding=...)`` on the target's
+    devices), every argument placed on the target's first compile-only device (so jit
+    compiles for that device)."""
+    from .targets import Target
+
+    t = Target.parse(target)
+    out = dict(shardings or {})
+    placed = any(isinstance(getattr(x, "sharding", None), jax.sharding.Sharding)
+                 for x in jax.tree_util.tree_leaves(args))
+    if t.platform != "cpu" and out.get("in_shardings") is None and not placed:
+        out["in_shardings"] = t.replicated()
+    return out
 
 
 def _capture_fn(fn, args, roles, donate_argnums, static_argnums, name, source, config,
-                shardings=None) -> Program:
+                shardings=None, target=None) -> Program:
+    from .targets import compile_lowered
+
+    shardings = _target_shardings(shardings, target, args)
     lowered, leaves = _trace_leaves(fn, tuple(args), roles, tuple(donate_argnums), tuple(static_argnums),
                                     shardings)
     kept = lowered._lowering.compile_args["kept_var_idx"]
-    compiled = lowered.compile()
+    compiled = compile_lowered(lowered, target, name)
+    # per-device shapes from the executable's own input shardings (in_shardings, shardings the
+    # arguments carry, or what the partitioner chose)
+    shard = _stage_input_shardings(compiled, len(leaves))
+    if shard is not None:
+        leaves = [dataclasses_replace(lf, shard_shape=_shard_shape(sh, lf.shape))
+                  for lf, sh in zip(leaves, shard)]
     params = _build_parameters(compiled.as_text(), leaves, set(kept))
-    return _program(name, source, config, compiled, params)
+    return _program(name, source, config, compiled, params, target or "cpu")
 
 
-def _capture_stage(stage, roles, name) -> Program:
-    """A ``Lowered`` / ``Compiled``: paths from HLO metadata, roles from names."""
+def _capture_stage(stage, roles, name, target=None) -> Program:
+    """A ``Lowered`` / ``Compiled``: paths from HLO metadata, roles from names.
+
+    A sharded stage (``in_shardings`` over several devices) has per-device ENTRY parameters:
+    each leaf's shard shape comes from the compiled input shardings. ``target`` (if given)
+    must be the platform the stage was lowered for (a stage cannot be recompiled for
+    another device).
+    """
+    from .targets import Target, TargetNameError, compile_lowered
+
     if isinstance(stage, jax.stages.Lowered):
         kept = stage._lowering.compile_args["kept_var_idx"]
-        compiled, kind = stage.compile(), "lowered"
+        compiled, kind = compile_lowered(stage, None, name or "the program"), "lowered"
     else:
         compiled, kind = stage, "compiled"
         kept = compiled._executable._kept_var_idx
+    if target is not None:
+        t = Target.parse(target)
+        platform = _compiled_info(compiled)[0]
+        if platform != t.platform:
+            raise TargetNameError(
+                f"--target {t.name}: this {kind} program was built for {platform.upper()} devices; a "
+                f"jax {kind.capitalize()} cannot be recompiled for {t.platform.upper()} (return a Workload "
+                "or a function from the module:function target instead)")
     infos = jax.tree_util.tree_flatten_with_path(compiled.args_info[0])[0]
+    in_shardings = _stage_input_shardings(compiled, len(infos))
     hlo = compiled.as_text()
     metadata = {k: op for k, (_, _, op) in zip(sorted(kept), _entry_parameters(hlo))}
     leaves = []
@@ -443,14 +495,30 @@ def _capture_stage(stage, roles, name) -> Program:
         nm = op.replace("\\'", "'").replace('\\"', '"') if op else f"args{jax.tree_util.keystr(kp)}"
         path = keystr_to_path(nm)
         role = roles(path, info) if callable(roles) else role_from_name(path)
+        sh = in_shardings[j] if in_shardings is not None else None
         leaves.append(_Leaf(nm, path, _check_role(role, path), bool(info.donated),
-                            tuple(info.shape), info.dtype))
+                            tuple(info.shape), info.dtype,
+                            shard_shape=_shard_shape(sh, tuple(info.shape)) if sh is not None else None))
     mod = re.match(r"HloModule\s+([^\s,]+)", hlo)
     name = name or (mod.group(1) if mod else kind)
-    return _program(name, f"{kind}:{name}", {}, compiled, _build_parameters(hlo, leaves, set(kept)))
+    return _program(name, f"{kind}:{name}", {}, compiled, _build_parameters(hlo, leaves, set(kept)),
+                    target)
 
 
-def _capture_module(module, args, name) -> Program:
+def _stage_input_shardings(compiled, n: int) -> list | None:
+    """One Sharding per argument leaf of a Compiled (``compiled.input_shardings``), or None
+    when jax does not give one per leaf."""
+    try:
+        flat = jax.tree_util.tree_leaves(compiled.input_shardings[0],
+                                         is_leaf=lambda x: isinstance(x, jax.sharding.Sharding))
+    except Exception:  # noqa: BLE001 - private structure of older/newer jax
+        return None
+    if len(flat) != n or not all(isinstance(s, jax.sharding.Sharding) for s in flat):
+        return None
+    return flat
+
+
+def _capture_module(module, args, name, target=None) -> Program:
     """A Flax NNX module called as ``module(*args)``.
 
     Roles: ``nnx.Param`` -> weights; a variable whose type name contains ``Cache``
@@ -483,15 +551,16 @@ def _capture_module(module, args, name) -> Program:
         return kinds.get(path, "activations")
 
     cls = type(module).__qualname__
-    return _capture_fn(call, (pure, *args), role_of, (), (), name or cls, f"module:{cls}", {})
+    return _capture_fn(call, (pure, *args), role_of, (), (), name or cls, f"module:{cls}", {},
+                       target=target)
 
 
-def capture(target, *args, roles=None, donate_argnums=(), static_argnums=(), name=None,
-            in_shardings=None, out_shardings=None) -> Program:
+def capture(obj, /, *args, roles=None, donate_argnums=(), static_argnums=(), name=None,
+            in_shardings=None, out_shardings=None, target=None) -> Program:
     """Lower and compile ``target`` and label its ENTRY parameters.
 
     Args:
-      target: a ``Workload``; a Python callable (``args`` are its positional
+      obj: a ``Workload``; a Python callable (``args`` are its positional
         arguments, arrays or ``jax.ShapeDtypeStruct``); a ``jax.stages.Lowered``;
         a ``jax.stages.Compiled``; or a Flax NNX module (``args`` are the call
         inputs; see ``_capture_module`` for its roles).
@@ -506,6 +575,11 @@ def capture(target, *args, roles=None, donate_argnums=(), static_argnums=(), nam
       in_shardings, out_shardings: passed to ``jax.jit`` (Workloads and callables only;
         None leaves them unspecified). With ``in_shardings`` the ENTRY parameters are
         per-device shards: ``EntryParameter.byte_size`` is then the per-device size.
+      target: the compile target (capture/targets.py): None or ``cpu`` (XLA:CPU, the
+        default), ``h100-sxm[:SxHxD]``, ``tpu-v5e[:AxB]``... For an accelerator, arguments
+        without ``in_shardings`` are placed on the target's first compile-only device and
+        the program is compiled by that device's compiler, without the device. A Lowered /
+        Compiled keeps the devices it was built for (``target`` must match them).
 
     Returns:
       A ``Program``; ``parameters`` has one entry per HLO ENTRY parameter in
@@ -515,33 +589,37 @@ def capture(target, *args, roles=None, donate_argnums=(), static_argnums=(), nam
       CaptureError: ENTRY parameters cannot be mapped to argument leaves
         (count, metadata or shape disagree).
       ValueError: a role is not one of ``ROLES`` or ``roles`` has the wrong structure.
-      TypeError: unsupported target.
+      TypeError: unsupported object.
+      TargetNameError, MissingExtraError: a bad ``target`` or its plugin is not installed.
+      DoesNotFitError: the target compiler ran out of device memory.
     """
+    device_target = target
+    target = obj
     if isinstance(target, Workload):
         if args:
             raise TypeError("capture(Workload) takes no extra positional arguments")
         src = f"zoo:{target.config['preset']}" if "preset" in target.config else f"workload:{target.name}"
         return _capture_fn(target.fn, target.args, target.roles, target.donate_argnums,
                            target.static_argnums, name or target.name, src, target.config,
-                           _jit_shardings(in_shardings, out_shardings))
+                           _jit_shardings(in_shardings, out_shardings), device_target)
     if isinstance(target, (jax.stages.Lowered, jax.stages.Compiled)):
         if args:
             raise TypeError("capture(Lowered/Compiled) takes no arguments")
-        return _capture_stage(target, roles, name)
+        return _capture_stage(target, roles, name, device_target)
     try:
         from flax import nnx
         is_module = isinstance(target, nnx.Module)
     except ImportError:  # pragma: no cover
         is_module = False
     if is_module:
-        return _capture_module(target, args, name)
+        return _capture_module(target, args, name, device_target)
     if callable(target):
         fn = inspect.unwrap(target) if not hasattr(target, "lower") else target
         qual = getattr(fn, "__qualname__", type(fn).__name__)
         src = f"callable:{getattr(fn, '__module__', '?')}.{qual}"
         return _capture_fn(target, args, roles, donate_argnums, static_argnums,
                            name or getattr(fn, "__name__", "fn"), src, {},
-                           _jit_shardings(in_shardings, out_shardings))
+                           _jit_shardings(in_shardings, out_shardings), device_target)
     raise TypeError(f"cannot capture a {type(target).__name__}: expected a Workload, callable, "
                     "jax.stages.Lowered, jax.stages.Compiled or flax.nnx.Module")
 
@@ -555,12 +633,39 @@ def _jit_shardings(in_shardings, out_shardings) -> dict:
     return out
 
 
+# What each XLA backend writes into its optimized HLO (and the others do not):
+#  TPU: tiled layouts ``{1,0:T(8,128)(2,1)}``, memory spaces ``S(1)`` (VMEM) ..., the TPU
+#       compiler's ``estimated_cycles`` in backend_config, ``tpu_custom_call`` (Pallas/Mosaic);
+#  GPU: GpuBackendConfig keys (``operation_queue_id``, ``fusion_backend_config``), cuBLAS /
+#       cuDNN custom calls, Triton fusions;
+#  CPU: the CPU BackendConfig's ``outer_dimension_partitions``, oneDNN / YNNPACK fusions and
+#       custom calls, ``xla.cpu.`` custom calls.
+_BACKEND_MARKS = (
+    ("tpu", re.compile(r"\{[\d,]*:T\(\d+(?:,\d+)*\)|:S\(\d+\)\}|estimated_cycles|"
+                       r'custom_call_target="tpu_custom_call"')),
+    ("gpu", re.compile(r'"operation_queue_id"|"fusion_backend_config"|'
+                       r'custom_call_target="(?:__cublas|__cudnn|__triton|__gpu)|"kind":"__triton')),
+    ("cpu", re.compile(r'"outer_dimension_partitions"|"kind":"__(?:ynn|onednn)|'
+                       r'custom_call_target="(?:__onednn|xla\.cpu\.|__xla_cpu|__ynn)')),
+)
+
+
+def infer_backend(hlo_text: str) -> str:
+    """``tpu`` | ``gpu`` | ``cpu`` from what each backend writes into optimized HLO (tiled
+    layouts and memory spaces, GPU backend configs / custom calls / Triton fusions, CPU
+    backend configs and oneDNN/YNNPACK fusions), or ``unknown`` when the text has none."""
+    for backend, mark in _BACKEND_MARKS:
+        if mark.search(hlo_text):
+            return backend
+    return "unknown"
+
+
 def program_from_hlo_file(path) -> Program:
     """A ``Program`` from an HLO text dump (no Python objects: parameters left empty).
 
     ``name`` is the ``HloModule`` name; ``num_devices`` is ``num_partitions *
-    replica_count`` from the module header (1 if absent); ``backend`` is ``gpu``
-    when the text names cuBLAS/cuDNN/Triton custom calls, else ``unknown``.
+    replica_count`` from the module header (1 if absent); ``backend`` is inferred from the
+    text (``infer_backend``; ``unknown`` when nothing says).
 
     Raises:
       FileNotFoundError: the file does not exist (propagated unchanged).
@@ -570,7 +675,7 @@ def program_from_hlo_file(path) -> Program:
 
     text = read_hlo_text(path)
     mod = re.search(r"^\s*HloModule\s+([^\s,]+)", text, re.M)
-    backend = "gpu" if re.search(r'custom_call_target="(__cublas|__cudnn|__triton)', text) else "unknown"
+    backend = infer_backend(text)
     return Program(name=mod.group(1) if mod else str(path), hlo_text=text, backend=backend,
                    num_devices=_header_num_devices(text) or 1, memory_stats={}, parameters=(),
-                   source=f"hlo:{path}", xla_cost_analysis=None, config={})
+                   source=f"hlo:{path}", xla_cost_analysis=None, config={}, target=None)

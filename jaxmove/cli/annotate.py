@@ -5,8 +5,7 @@ from __future__ import annotations
 import argparse
 import sys
 
-from .common import add_target_argument, check_outputs, parse_sets
-from .common import add_module_option, module_kwargs
+from .common import add_compile_target_option, add_target_argument, check_outputs, parse_sets
 
 
 def _cmd_annotate(args: argparse.Namespace) -> int:
@@ -14,8 +13,15 @@ def _cmd_annotate(args: argparse.Namespace) -> int:
     from ..report.annotate import annotate
 
     check_outputs(args)
-    program = resolve_program(args.target, overrides=parse_sets(args.set), **module_kwargs(args))
-    text = annotate(analyze(program, hardware=args.hardware), program.hlo_text)
+    compile_target = getattr(args, "compile_target", None)
+    if getattr(args, "mesh", None) or getattr(args, "plan", None):
+        from .plans import program_for_plan
+        program = program_for_plan(args)
+        if isinstance(program, int):  # re-ran in a child process with enough simulated devices
+            return program
+    else:
+        program = resolve_program(args.target, overrides=parse_sets(args.set), target=compile_target)
+    text = annotate(analyze(program, hardware=args.hardware, target=compile_target), program.hlo_text)
     if args.output and args.output != "-":
         from ..report.outputs import write_text_atomic
         write_text_atomic(args.output, text, "-o file")
@@ -34,8 +40,10 @@ def add_annotate_command(sub) -> None:
                                    "bound, collective figures when known). Totals over one program run; "
                                    "the output parses back as HLO.")
     add_target_argument(n)
-    add_module_option(n)
+    add_compile_target_option(n)
     n.add_argument("-o", "--output", metavar="FILE", help="write to FILE instead of stdout")
     n.add_argument("--hardware", metavar="NAME|path.toml|local",
                    help="also annotate estimated time, bound and arithmetic intensity on this device")
+    from .plans import add_plan_options
+    add_plan_options(n)
     n.set_defaults(func=_cmd_annotate)

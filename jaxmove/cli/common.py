@@ -63,13 +63,12 @@ def add_target_argument(p: argparse.ArgumentParser) -> None:
                         "kv_heads, dtype, scan_layers, ...); repeatable")
 
 
-def add_module_option(p: argparse.ArgumentParser) -> None:
-    """``--module NAME``: which module of an XLA dump directory TARGET (capture/dumps.py)."""
-    p.add_argument("--module", metavar="NAME", default=None,
-                   help="with a TARGET that is an --xla_dump_to directory holding several optimized "
-                        "modules: the one to analyse (its name jit_f, module_0004.jit_f, or number 4)")
-
-
-def module_kwargs(args: argparse.Namespace) -> dict:
-    """``{"module": NAME}`` for ``resolve_program`` when ``--module`` was given, else {}."""
-    return {"module": args.module} if getattr(args, "module", None) else {}
+def add_compile_target_option(p: argparse.ArgumentParser) -> None:
+    """``--target NAME``: the device to compile for, without it (jaxmove/capture/targets.py);
+    stored as ``args.compile_target`` (``args.target`` is the TARGET program)."""
+    p.add_argument("--target", dest="compile_target", metavar="NAME", default=None,
+                   help="compile for this device without it: cpu (default, XLA:CPU), h100-sxm, h200, "
+                        "b200, a100-80gb (optionally :SxHxD = slices x hosts x GPUs, e.g. "
+                        "h100-sxm:1x2x8), tpu-v5e / tpu-v6e (:AxB chips, e.g. tpu-v5e:4x4), tpu-v4 / "
+                        "tpu-v5p (:AxBxC, e.g. tpu-v5p:4x4x4); implies --hardware of the same spec. "
+                        'TPU targets need pip install "jaxmove[tpu]", GPU targets "jaxmove[gpu]"')

@@ -19,8 +19,10 @@ def _sets(items: list[str]) -> dict[str, str]:
 def _cmd_plans(args: argparse.Namespace) -> int:
     from ..plans import compare_plans, parse_mesh
 
-    cmp = compare_plans(args.model, parse_mesh(args.mesh), args.plan or None, _sets(args.set),
-                        args.hardware, progress=not args.no_progress)
+    target = getattr(args, "compile_target", None)
+    cmp = compare_plans(args.model, parse_mesh(args.mesh, target) if args.mesh else None,
+                        args.plan or None, _sets(args.set), args.hardware,
+                        progress=not args.no_progress, target=target)
     if args.json:
         json.dump(cmp.to_json(), sys.stdout, indent=1)
         sys.stdout.write("\n")
@@ -35,54 +37,66 @@ def add_plans_command(sub) -> None:
     from ..plans import DEFAULT_HARDWARE, PRESETS
 
     p = sub.add_parser(
-        "plans", help="compare sharding plans of a zoo model on simulated devices",
-        description="Compile MODEL (a zoo preset) under each sharding plan on a mesh of simulated "
-                    "CPU devices and print, per device: memory (arguments, temporaries, peak), HBM "
-                    "bytes, bytes on the wire by collective kind, estimated collective time and the "
-                    "three costliest collectives. Plans that do not fit the device's HBM are marked. "
+        "plans", help="compare sharding plans of a model on simulated or target devices",
+        description="Compile MODEL (a zoo preset, or package.module:function / file.py:function "
+                    "returning a Workload with logical_axes) under each sharding plan on a mesh of "
+                    "simulated CPU devices, or of the devices of --target, and print, per device: "
+                    "memory (arguments, temporaries, peak), HBM bytes, bytes on the wire by "
+                    "collective kind, estimated collective time and the three costliest "
+                    "collectives. Plans that do not fit the device's HBM are marked NO (exit 0). "
                     f"Preset plans: {', '.join(PRESETS)}; or a TOML plan file.")
     p.add_argument("model")
-    p.add_argument("--mesh", required=True, metavar="AXIS=N,...", help="e.g. data=2,model=4")
+    p.add_argument("--mesh", metavar="AXIS=N,...",
+                   help="e.g. data=2,model=4 (needed for the cpu target; with --target the default "
+                        "is every device of the topology: model over the innermost dimension, data "
+                        "over the rest)")
+    from .common import add_compile_target_option
+    add_compile_target_option(p)
     p.add_argument("--plan", action="append", default=[], metavar="NAME|plan.toml",
                    help="a preset or TOML plan; repeatable (default: dp, fsdp, tp, fsdp_tp, and ep "
                         "for models with experts)")
     p.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
                    help="override the preset's config; repeatable")
-    p.add_argument("--hardware", default=DEFAULT_HARDWARE, metavar="NAME|path.toml",
-                   help=f"device for HBM capacity and collective time (default {DEFAULT_HARDWARE})")
+    p.add_argument("--hardware", default=None, metavar="NAME|path.toml",
+                   help="device for HBM capacity and collective time (default: the --target's spec, "
+                        f"else {DEFAULT_HARDWARE})")
     p.add_argument("--json", action="store_true", help="print JSON instead of the table")
     p.add_argument("--no-progress", action="store_true", help="no progress bar on stderr")
     p.set_defaults(func=_cmd_plans)
 
 
 def add_plan_options(a: argparse.ArgumentParser) -> None:
-    """``--mesh`` and ``--plan`` for ``jaxmove analyze``."""
+    """``--mesh`` and ``--plan`` for ``jaxmove analyze`` and ``jaxmove annotate``."""
     a.add_argument("--mesh", metavar="AXIS=N,...",
-                   help="analyse the per-device program of a zoo preset partitioned over this mesh "
-                        "of simulated devices (with --plan; default plan dp)")
+                   help="analyse the per-device program of TARGET (a zoo preset or a module:function "
+                        "Workload with logical axes) partitioned over this mesh of simulated CPU "
+                        "devices, or of --target devices (with --plan; default plan dp)")
     a.add_argument("--plan", metavar="NAME|plan.toml",
                    help="sharding plan for --mesh: dp, fsdp, tp, fsdp_tp, ep or a TOML file")
 
 
 def program_for_plan(args: argparse.Namespace):
-    """The Program of ``args.target`` under ``--plan`` over ``--mesh``, or an exit status
-    when the command re-ran itself in a child process with enough simulated devices."""
-    from jaxmove import zoo as models
-
+    """The Program of ``args.target`` under ``--plan`` over ``--mesh`` (on ``--target``
+    devices when given), or an exit status when the command re-ran itself in a child process
+    with enough simulated devices."""
+    from ..capture.targets import Target
     from ..plans import (PlanError, capture_with_plan, check_plan_mesh, ensure_cpu_devices, load_plan,
-                        parse_mesh)
+                        load_workload, parse_mesh)
 
-    if not args.mesh:
+    tgt = Target.parse(getattr(args, "compile_target", None))
+    if not args.mesh and tgt.platform == "cpu":
         raise PlanError("--plan needs --mesh (e.g. --mesh data=2,model=4)")
-    if args.target not in models.PRESETS:
-        raise PlanError(f"--mesh/--plan apply to zoo presets only, not to {args.target!r}")
-    mesh = parse_mesh(args.mesh)
+    mesh = parse_mesh(args.mesh, tgt.name) if args.mesh else tgt.default_mesh()
     plan = load_plan(args.plan or "dp")
     check_plan_mesh(plan, mesh)
     n = math.prod(mesh.values())
+    where = "simulated CPU devices" if tgt.platform == "cpu" else f"{tgt.name} devices"
     if not os.environ.get(_CHILD_ENV):  # the child re-run does not say it twice
-        print(f"jaxmove: compiling {args.target} under plan {plan.name} on {n} simulated CPU devices",
+        print(f"jaxmove: compiling {args.target} under plan {plan.name} on {n} {where}",
               file=sys.stderr, flush=True)
+    if tgt.platform != "cpu":
+        return capture_with_plan(load_workload(args.target, _sets(args.set)), None, plan, mesh,
+                                 target=tgt.name)
     if not ensure_cpu_devices(n):
         from ..plans import run_cli_with_devices
         os.environ[_CHILD_ENV] = "1"  # inherited by the child (plans/devices.subprocess_env)

@@ -32,7 +32,8 @@ import tomllib
 from pathlib import Path
 from typing import Any
 
-from jaxmove.hardware.spec import FLOPS_DTYPES, KINDS, Alternative, HardwareSpec, HardwareSpecError
+from jaxmove.hardware.spec import (FLOPS_DTYPES, GPU_TARGET_KEYS, KINDS, TPU_TARGET_KEYS, Alternative,
+                                   HardwareSpec, HardwareSpecError)
 
 __all__ = [
     "builtin_spec_names",
@@ -248,6 +249,8 @@ def parse_spec(text: str, origin: str = "<string>") -> HardwareSpec:
             kwargs[key] = _parse_calibration(ctx, value)
         elif key == "alternatives":
             kwargs[key] = _parse_alternatives(ctx, value)
+        elif key == "target":
+            kwargs[key] = _parse_target(ctx, value, doc.get("kind"))
 
     if kwargs["kind"] not in KINDS:
         raise ctx.error(f"key 'kind' must be one of {', '.join(KINDS)}, got {kwargs['kind']!r}", None, "kind")
@@ -314,6 +317,39 @@ def _parse_calibration(ctx: _Ctx, value: Any) -> dict[str, str | int | float | b
                 f"key 'calibration.{k}' must be a string, number or boolean, got {_describe(v)}", "calibration", k
             )
         out[k] = v
+    return out
+
+
+def _parse_target(ctx: _Ctx, value: Any, kind: Any) -> dict[str, str | int]:
+    """The ``[target]`` table: ``TPU_TARGET_KEYS`` for a TPU, ``GPU_TARGET_KEYS`` for a GPU."""
+    if not isinstance(value, dict):
+        raise ctx.error(f"'target' must be a table, got {_describe(value)}", None, "target")
+    keys = {"tpu": TPU_TARGET_KEYS, "gpu": GPU_TARGET_KEYS}.get(kind)
+    if keys is None:
+        raise ctx.error(f"a [target] table is for kind 'gpu' or 'tpu' specs, not {kind!r}", None, "target")
+    out: dict[str, str | int] = {}
+    for k, v in value.items():
+        if k not in keys:
+            raise ctx.error(f"unknown key {k!r} in [target] of a {kind} spec; expected one of: "
+                            f"{', '.join(keys)}", "target", k)
+        if keys[k] is str:
+            out[k] = _string(ctx, v, k, "target")
+        else:
+            out[k] = _number(ctx, v, k, integer=keys[k] is int, table="target")
+    if kind == "tpu" and "tpu_family" not in out:
+        raise ctx.error("[target] of a TPU spec needs 'tpu_family' (e.g. \"v5e\")", None, "target")
+    cc = out.get("compute_capability")
+    if cc is not None and not re.fullmatch(r"\d+\.\d+", str(cc)):
+        raise ctx.error(f"[target] compute_capability must be 'major.minor' such as \"9.0\", got {cc!r}",
+                        "target", "compute_capability")
+    dnn = out.get("dnn_version")
+    if dnn is not None and not re.fullmatch(r"\d+(\.\d+){0,2}", str(dnn)):
+        raise ctx.error(f"[target] dnn_version must be 'major.minor.patch' such as \"8.9.4\", got {dnn!r}",
+                        "target", "dnn_version")
+    if kind == "gpu":
+        missing = [k for k in GPU_TARGET_KEYS if k not in out]
+        if missing:
+            raise ctx.error(f"[target] of a GPU spec misses {', '.join(missing)}", None, "target")
     return out
 
 

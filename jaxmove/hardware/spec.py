@@ -23,7 +23,9 @@ __all__ = [
     "FLOPS_DTYPES",
     "HardwareSpec",
     "HardwareSpecError",
+    "GPU_TARGET_KEYS",
     "KINDS",
+    "TPU_TARGET_KEYS",
     "canonical_flops_dtype",
 ]
 
@@ -34,6 +36,28 @@ FLOPS_DTYPES: tuple[str, ...] = ("fp4", "fp8", "int4", "int8", "bf16", "f16", "t
 
 #: Allowed values of ``HardwareSpec.kind``.
 KINDS: tuple[str, ...] = ("gpu", "tpu", "cpu")
+
+#: Keys of a TPU spec's ``[target]`` table (strings): the libtpu topology family
+#: (``jax.experimental.topologies.get_topology_desc(topology_name="v5e:2x2")``).
+#: ``clock_hz`` is the TensorCore clock, Hz: it turns the TPU compiler's per-fusion
+#: ``estimated_cycles`` into seconds (optional).
+TPU_TARGET_KEYS: dict[str, type] = {"tpu_family": str, "clock_hz": float}
+
+#: Keys of a GPU spec's ``[target]`` table: the ``GpuTargetConfigProto`` fields (XLA
+#: xla/stream_executor/device_description.proto; XLA's own files for each GPU are
+#: xla/backends/gpu/target_config/specs/<gpu>.txtpb) that the spec's other numbers do not
+#: give. ``compute_capability`` (``"9.0"``) is ``cuda_compute_capability {major minor}``,
+#: ``shared_memory_per_block_bytes`` is ``shared_memory_per_block``, ``dnn_version`` is
+#: ``dnn_version_info`` as ``"major.minor.patch"``, ``device_description`` is
+#: ``device_description_str`` (jax's ``Device.device_kind``).
+GPU_TARGET_KEYS: dict[str, type] = {
+    "compute_capability": str,
+    "threads_per_warp": int, "threads_per_block_limit": int, "threads_per_core_limit": int,
+    "fpus_per_core": int, "shared_memory_per_block_bytes": int,
+    "shared_memory_per_block_optin_bytes": int, "registers_per_core_limit": int,
+    "registers_per_block_limit": int, "block_dim_limit_x": int, "block_dim_limit_y": int,
+    "block_dim_limit_z": int, "dnn_version": str, "device_description": str,
+}
 
 
 class HardwareSpecError(JaxmoveInputError):
@@ -190,6 +214,13 @@ class HardwareSpec:
         run (the host allocator's mmap threshold), bytes.
       dispatch_overhead_s: host time to launch one program call and wait for it, charged
         once per program run, s.
+
+    Compile target (``target``, the ``[target]`` table; optional): what ``--target NAME``
+    needs to compile for the device on a machine without it (jaxmove/capture/targets.py).
+    TPU: ``tpu_family``, the libtpu topology family (``v5e`` -> ``v5e:2x2``). GPU: the
+    fields of XLA's ``GpuTargetConfigProto`` (stream_executor/device_description.proto) that
+    the fields above do not already give (see ``GPU_TARGET_KEYS``); the numbers need sources
+    like every other (``target.<key>``).
     """
 
     name: str = dataclasses.field(metadata=_meta("", required=True, numeric=False))
@@ -221,6 +252,9 @@ class HardwareSpec:
     first_touch_bytes_per_s: float | None = dataclasses.field(default=None, metadata=_meta("bytes/s"))
     mmap_threshold_bytes: int | None = dataclasses.field(default=None, metadata=_meta("bytes"))
     dispatch_overhead_s: float | None = dataclasses.field(default=None, metadata=_meta("s"))
+    target: Mapping[str, str | int] = dataclasses.field(
+        default_factory=dict, metadata=_meta("", numeric=False)
+    )
     notes: str = dataclasses.field(default="", metadata=_meta("", numeric=False))
     sources: Mapping[str, str] = dataclasses.field(
         default_factory=dict, metadata=_meta("", numeric=False)
@@ -262,6 +296,10 @@ class HardwareSpec:
                 v = getattr(self, f.name)
                 if v is not None:
                     out[f.name] = v
+            elif f.name == "target":
+                for k, v in self.target.items():
+                    if isinstance(v, (int, float)) and not isinstance(v, bool):
+                        out[f"target.{k}"] = v
         return out
 
     def source(self, key: str) -> str:

@@ -103,6 +103,9 @@ def spec_to_toml(spec: HardwareSpec) -> str:
     for k in FLOPS_DTYPES:
         if k in spec.flops_per_s:
             lines.append(f"{k} = {_value(float(spec.flops_per_s[k]))}")
+    if spec.target:
+        lines += ["", "[target]"]
+        lines += [f"{_key(k)} = {_value(v)}" for k, v in spec.target.items()]
     if spec.calibration:
         lines += ["", "[calibration]"]
         lines += [f"{_key(k)} = {_value(v)}" for k, v in spec.calibration.items()]

@@ -1,5 +1,6 @@
 """Sharding plans: map a model's logical axes to a device mesh, compile each plan on
-simulated CPU devices, and compare memory, HBM bytes and collectives per device.
+simulated CPU devices or a ``--target``'s devices, and compare memory, HBM bytes and
+collectives per device.
 
     >>> from jaxmove.plans import compare_plans, parse_mesh
     >>> cmp = compare_plans("mlp-tiny", parse_mesh("data=2,model=2"), ["dp", "tp"])
@@ -14,6 +15,7 @@ from .compare import (
     capture_with_plan,
     compare_plans,
     default_plans,
+    load_workload,
     make_mesh,
     workload_shardings,
 )
@@ -33,6 +35,6 @@ from .plan import (
 __all__ = [
     "DEFAULT_HARDWARE", "LOGICAL_AXES", "MAX_SIMULATED_DEVICES", "PRESETS", "check_plan_mesh", "CollectiveSummary", "Plan", "PlanComparison", "PlanError",
     "PlanResult", "capture_with_plan", "compare_plans", "default_plans", "ensure_cpu_devices",
-    "load_plan", "make_mesh", "parse_mesh", "parse_plan", "run_cli_with_devices",
+    "load_plan", "load_workload", "make_mesh", "parse_mesh", "parse_plan", "run_cli_with_devices",
     "workload_shardings",
 ]

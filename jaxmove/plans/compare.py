@@ -1,15 +1,24 @@
-"""Compile a zoo workload under sharding plans on simulated CPU devices and compare them.
+"""Compile a workload under sharding plans on a device mesh and compare them.
 
-For each plan: build the workload, turn its logical axes into ``NamedSharding`` s on a
-mesh of simulated CPU devices (``in_shardings`` for the arguments, ``out_shardings`` for
-the outputs, ``constrain`` for marked intermediates), let XLA's SPMD partitioner produce
-the per-device program, and analyse that program: per-device memory (XLA's
-``memory_analysis``), HBM bytes, collectives and their wire bytes and time on a hardware
-spec. Every figure is per device for one program run.
+For each plan: build the workload (a zoo preset, or a user's Workload with logical axes),
+turn its logical axes into ``NamedSharding`` s on a mesh (``in_shardings`` for the
+arguments, ``out_shardings`` for the outputs, ``constrain`` for marked intermediates), let
+XLA's SPMD partitioner produce the per-device program, and analyse that program: per-device
+memory (XLA's ``memory_analysis``), HBM bytes, collectives and their wire bytes and time on a
+hardware spec. Every figure is per device for one program run.
+
+The mesh is made of simulated CPU devices (target ``cpu``, the default) or of the
+compile-only devices of a ``--target`` (``tpu-v5e:2x4``, ``h100-sxm:1x1x8``;
+capture/targets.py), whose compiler then partitions and compiles the program: the
+collectives are the device's own (groups, dtypes, async forms), and ``fits`` is that
+compiler's verdict (XLA:TPU refuses a program that does not fit its HBM; XLA:GPU does not
+check, so its ``fits`` compares ``memory_analysis`` with the spec's HBM capacity).
 """
 
 from __future__ import annotations
 
+import dataclasses
+import functools
 import json
 import math
 import sys
@@ -67,6 +76,10 @@ class PlanResult:
     # bytes beyond the compulsory minimum (passes/excess.py) and their share of all bytes moved
     excess_bytes: int | None = None
     excess_fraction: float | None = None
+    # the target compiler refused the plan for lack of memory: its figures (fits is False)
+    does_not_fit: str | None = None
+    needs_bytes: int | None = None
+    has_bytes: int | None = None
 
     @classmethod
     def from_json(cls, d: dict) -> "PlanResult":
@@ -85,25 +98,40 @@ class PlanComparison:
     hardware: str
     hbm_capacity_bytes: int
     results: list[PlanResult]
+    target: str = "cpu"
+    notes: list[str] = field(default_factory=list)
 
     def to_json(self) -> dict:
         return {"model": self.model, "overrides": dict(self.overrides), "mesh": dict(self.mesh),
                 "hardware": self.hardware, "hbm_capacity_bytes": self.hbm_capacity_bytes,
+                "target": self.target, "notes": list(self.notes),
                 "plans": [asdict(r) for r in self.results]}
 
     @classmethod
     def from_json(cls, d: dict) -> "PlanComparison":
         return cls(d["model"], d["overrides"], d["mesh"], d["hardware"], d["hbm_capacity_bytes"],
-                   [PlanResult.from_json(r) for r in d["plans"]])
+                   [PlanResult.from_json(r) for r in d["plans"]], d.get("target", "cpu"),
+                   list(d.get("notes", [])))
 
 
 # ---- shardings --------------------------------------------------------------------------
 
-def make_mesh(mesh_shape: dict[str, int]):
-    """A ``jax.sharding.Mesh`` of the first prod(sizes) CPU devices, row-major."""
+def make_mesh(mesh_shape: dict[str, int], target=None):
+    """A ``jax.sharding.Mesh`` of the first prod(sizes) devices, row-major: CPU devices, or
+    the compile-only devices of ``target`` (a name or ``Target``; capture/targets.py).
+
+    Raises:
+      PlanError: too few CPU devices in this process.
+      TargetNameError: a mesh larger than the target's topology (names both).
+    """
     import jax
     import numpy as np
 
+    from ..capture.targets import Target
+
+    t = Target.parse(target)
+    if t.platform != "cpu":
+        return t.mesh(mesh_shape)
     n = math.prod(mesh_shape.values())
     devices = jax.devices("cpu")
     if len(devices) < n:
@@ -160,18 +188,54 @@ def workload_shardings(workload, plan: Plan, mesh, notes: list[str]):
     return tuple(in_sh), out_sh, specs
 
 
-def capture_with_plan(preset: str, overrides: dict[str, str] | None, plan: Plan,
-                      mesh_shape: dict[str, int], notes: list[str] | None = None,
-                      specs: dict[str, str] | None = None):
-    """Capture zoo preset ``preset`` partitioned by ``plan`` over ``mesh_shape``.
+def load_workload(model, overrides: dict[str, str] | None = None):
+    """The Workload ``plans`` partitions: a zoo preset name, a ``module:function`` /
+    ``file.py:function`` returning a Workload with logical axes, or a Workload.
 
-    Needs prod(mesh sizes) CPU devices in this process (see ``devices.ensure_cpu_devices``).
-    Returns the ``Program`` (its HLO is the per-device SPMD program); ``notes`` receives
-    dropped rules, ``specs`` the PartitionSpec of every sharded argument / output leaf.
     Raises:
-      PlanError, KeyError (unknown preset), ValueError (bad override), CaptureError.
+      PlanError: an unknown preset name (no ``:``), ``--set`` for a non-preset, a
+        module:function that returns no Workload.
+      TargetError, UserCodeError: see ``capture.resolve.load_target``.
     """
     from jaxmove import zoo as models
+
+    from ..capture.workload import Workload
+
+    if isinstance(model, Workload):
+        return model
+    s = str(model)
+    if s in models.PRESETS:
+        return models.build(s, overrides or {})
+    if ":" not in s:
+        raise PlanError(f"unknown preset {s!r}; available presets: {', '.join(models.PRESETS)} "
+                       "(or package.module:function returning a Workload with logical_axes)")
+    if overrides:
+        raise PlanError(f"--set applies to zoo presets only, not to '{s}'")
+    from ..capture.resolve import load_target
+    made = load_target(s)
+    if not isinstance(made, Workload):
+        raise PlanError(f"{s} returned a {type(made).__name__}; sharding plans need a "
+                        "jaxmove.workload.Workload with logical_axes (a compiled stage is already "
+                        "partitioned)")
+    return made
+
+
+def capture_with_plan(preset, overrides: dict[str, str] | None, plan: Plan,
+                      mesh_shape: dict[str, int], notes: list[str] | None = None,
+                      specs: dict[str, str] | None = None, target=None):
+    """Capture ``preset`` (a zoo preset, ``module:function`` or Workload; ``load_workload``)
+    partitioned by ``plan`` over ``mesh_shape``.
+
+    Target ``cpu`` (default) needs prod(mesh sizes) CPU devices in this process (see
+    ``devices.ensure_cpu_devices``); an accelerator target builds the mesh from its
+    compile-only devices. Returns the ``Program`` (its HLO is the per-device SPMD program);
+    ``notes`` receives dropped rules, ``specs`` the PartitionSpec of every sharded argument /
+    output leaf.
+    Raises:
+      PlanError, KeyError (unknown preset), ValueError (bad override), CaptureError,
+      TargetNameError (mesh larger than the topology), DoesNotFitError (the target compiler
+      ran out of device memory).
+    """
     from jaxmove.zoo.sharding import logical_sharding
 
     from ..capture import capture
@@ -179,8 +243,12 @@ def capture_with_plan(preset: str, overrides: dict[str, str] | None, plan: Plan,
 
     notes = [] if notes is None else notes
     check_plan_mesh(plan, mesh_shape)
-    mesh = make_mesh(mesh_shape)
-    workload = models.build(preset, overrides or {})
+    mesh = make_mesh(mesh_shape, target)
+    workload = load_workload(preset, overrides)
+    # jax caches traces by function: a fresh wrapper per plan, so no plan reuses a trace made
+    # under another plan's ``constrain`` resolver (functools.wraps keeps the argument names)
+    fn = workload.fn
+    workload = dataclasses.replace(workload, fn=functools.wraps(fn)(lambda *a, **k: fn(*a, **k)))
 
     def resolver(axes, shape):
         spec = plan.partition_spec(axes, shape, dict(mesh.shape), False, notes, "intermediate")
@@ -193,7 +261,7 @@ def capture_with_plan(preset: str, overrides: dict[str, str] | None, plan: Plan,
         in_sh, out_sh, leaf_specs = workload_shardings(workload, plan, mesh, notes)
         if specs is not None:
             specs.update(leaf_specs)
-        return capture(workload, in_shardings=in_sh, out_shardings=out_sh)
+        return capture(workload, in_shardings=in_sh, out_shardings=out_sh, target=target)
 
 
 # ---- one plan -----------------------------------------------------------------------------
@@ -210,8 +278,13 @@ def _source(report, row) -> str | None:
     return f"{loc.file}:{loc.line}" if loc else None
 
 
-def summarize(report, plan: Plan, spec, num_devices: int, memory_stats: dict[str, int]) -> PlanResult:
-    """A PlanResult from the analysis of a plan's partitioned program."""
+def summarize(report, plan: Plan, spec, num_devices: int, memory_stats: dict[str, int],
+              platform: str = "cpu") -> PlanResult:
+    """A PlanResult from the analysis of a plan's partitioned program.
+
+    ``fits``: on a TPU target the compiler's verdict (it compiled, so it fits; a refusal is
+    ``run_plan``'s DoesNotFitError); elsewhere ``peak_bytes <= spec.hbm_capacity_bytes``.
+    """
     from ..passes.collectives import collective_time_s
 
     res = PlanResult(plan.name, plan.description, num_devices)
@@ -223,7 +296,9 @@ def summarize(report, plan: Plan, spec, num_devices: int, memory_stats: dict[str
         res.temp_bytes = ms.get("temp_size_in_bytes")
         if None not in (res.argument_bytes, res.output_bytes, res.temp_bytes):
             res.peak_bytes = res.argument_bytes + res.output_bytes - res.alias_bytes + res.temp_bytes
-    if res.peak_bytes is not None:
+    if platform == "tpu":
+        res.fits = True  # XLA:TPU checks device memory and refuses what does not fit
+    elif res.peak_bytes is not None:
         res.fits = res.peak_bytes <= spec.hbm_capacity_bytes
     t = report.totals
     res.hbm_bytes, res.flops, res.wire_bytes = t.hbm_bytes, t.flops, t.device_to_device_bytes
@@ -252,23 +327,35 @@ def summarize(report, plan: Plan, spec, num_devices: int, memory_stats: dict[str
     return res
 
 
-def run_plan(preset: str, overrides: dict[str, str] | None, plan: Plan, mesh_shape: dict[str, int],
-             spec) -> PlanResult:
-    """Compile and analyse one plan (in this process; devices must be available)."""
+def run_plan(preset, overrides: dict[str, str] | None, plan: Plan, mesh_shape: dict[str, int],
+             spec, target=None) -> PlanResult:
+    """Compile and analyse one plan (in this process; devices must be available).
+
+    A plan the target compiler refuses for lack of device memory is a result, not an error:
+    ``fits`` False with the compiler's ``needs_bytes`` / ``has_bytes``.
+    """
     from ..api import analyze
+    from ..capture.targets import DoesNotFitError, Target
 
     t0 = time.perf_counter()
     notes: list[str] = []
     specs: dict[str, str] = {}
     n = math.prod(mesh_shape.values())
     try:
-        program = capture_with_plan(preset, overrides, plan, mesh_shape, notes, specs)
+        program = capture_with_plan(preset, overrides, plan, mesh_shape, notes, specs, target)
         report = analyze(program)
+    except DoesNotFitError as e:
+        res = PlanResult(plan.name, plan.description, n, fits=False, does_not_fit=e.compiler_message,
+                         needs_bytes=e.needs_bytes, has_bytes=e.has_bytes)
+        res.notes = _count_notes(notes) + [str(e)]
+        res.shardings = specs
+        res.compile_s = time.perf_counter() - t0
+        return res
     except (PlanError, ValueError, KeyError) as e:  # CaptureError is a ValueError
         res = PlanResult(plan.name, plan.description, n, error=f"{type(e).__name__}: {e}")
         res.compile_s = time.perf_counter() - t0
         return res
-    res = summarize(report, plan, spec, n, dict(program.memory_stats))
+    res = summarize(report, plan, spec, n, dict(program.memory_stats), Target.parse(target).platform)
     res.notes = _count_notes(notes) + res.notes
     res.shardings = specs
     res.compile_s = time.perf_counter() - t0
@@ -284,47 +371,69 @@ def _count_notes(notes: list[str]) -> list[str]:
 
 # ---- many plans -----------------------------------------------------------------------------
 
-def compare_plans(model: str, mesh_shape: dict[str, int], plans: list[str | Plan] | None = None,
-                  overrides: dict[str, str] | None = None, hardware: str = DEFAULT_HARDWARE,
-                  progress: bool = False) -> PlanComparison:
-    """Compile ``model`` (a zoo preset) under each plan and compare them per device.
+def compare_plans(model, mesh_shape: dict[str, int] | None, plans: list[str | Plan] | None = None,
+                  overrides: dict[str, str] | None = None, hardware: str | None = None,
+                  progress: bool = False, target=None) -> PlanComparison:
+    """Compile ``model`` under each plan and compare them per device.
 
     Args:
-      model: a zoo preset name (``models.PRESETS``).
-      mesh_shape: mesh axis name -> size, e.g. {"data": 2, "model": 4}.
+      model: a zoo preset name (``models.PRESETS``), ``module:function`` returning a
+        Workload with logical axes, or such a Workload (``load_workload``).
+      mesh_shape: mesh axis name -> size, e.g. {"data": 2, "model": 4}; None with a target:
+        every device of its topology (``Target.default_mesh``).
       plans: preset names, TOML paths or Plans (default: dp, fsdp, tp, fsdp_tp, and ep when
         the model has an ``expert`` axis).
       overrides: ``--set`` values for the preset.
-      hardware: spec name or path for capacity and collective time (default h100-sxm).
+      hardware: spec name or path for capacity and collective time (default: the target's
+        spec, h100-sxm for the cpu target).
       progress: show a rich progress bar on stderr.
+      target: compile target (capture/targets.py): None / ``cpu`` (simulated CPU devices),
+        ``tpu-v5e:2x4``, ``h100-sxm:1x1x8``...: the mesh is made of its devices.
     Returns:
-      A PlanComparison; a plan that fails to compile has ``error`` set (never dropped).
-      When this process's jax already has fewer CPU devices than the mesh needs, the work
-      runs in a child process with ``XLA_FLAGS=--xla_force_host_platform_device_count=N``.
+      A PlanComparison; a plan that fails to compile has ``error`` set (never dropped); a
+      plan the target compiler refuses for lack of memory has ``fits`` False.
+      On the cpu target, when this process's jax already has fewer CPU devices than the mesh
+      needs, the work runs in a child process with
+      ``XLA_FLAGS=--xla_force_host_platform_device_count=N``.
     Raises:
-      PlanError (bad mesh or plan), KeyError (unknown preset), HardwareSpecError.
+      PlanError (bad mesh or plan, unknown preset), HardwareSpecError, TargetNameError (bad
+      target, mesh larger than its topology), MissingExtraError.
     """
-    from jaxmove import zoo as models
-
+    from ..capture.targets import Target, target_notes
+    from ..capture.workload import Workload
     from ..hardware import load_spec
     from .devices import ensure_cpu_devices, run_cli_with_devices
 
-    if model not in models.PRESETS:
-        raise PlanError(f"unknown preset {model!r}; available presets: {', '.join(models.PRESETS)}")
+    tgt = Target.parse(target)
+    if mesh_shape is None:
+        if tgt.platform == "cpu":
+            raise PlanError("--mesh is needed for the cpu target (e.g. --mesh data=2,model=4); with "
+                            "--target the default mesh covers the target's devices")
+        mesh_shape = tgt.default_mesh()
+    workload = load_workload(model, overrides)
+    label = model if isinstance(model, str) else workload.name
+    hardware = hardware or (tgt.spec_name if tgt.platform != "cpu" else DEFAULT_HARDWARE)
     spec = load_spec(hardware)
-    loaded = [p if isinstance(p, Plan) else load_plan(p) for p in (plans or default_plans(model, overrides))]
+    loaded = [p if isinstance(p, Plan) else load_plan(p) for p in (plans or default_plans(workload))]
     n = math.prod(mesh_shape.values())
-    if n > MAX_SIMULATED_DEVICES:
+    if tgt.platform == "cpu" and n > MAX_SIMULATED_DEVICES:
         raise PlanError(f"mesh {mesh_shape}: {n} devices; at most {MAX_SIMULATED_DEVICES} simulated "
                         "CPU devices are supported")
     for p in loaded:
         check_plan_mesh(p, mesh_shape)
+    where = "simulated CPU devices" if tgt.platform == "cpu" else f"{tgt.name} devices"
+    if tgt.platform != "cpu":
+        tgt.mesh(mesh_shape)  # a mesh larger than the topology fails here, before any compile
     if progress:
-        print(f"jaxmove: compiling {model} under {len(loaded)} plan(s) on {n} simulated CPU devices "
-              "(starting the devices first)", file=sys.stderr, flush=True)
-    if not ensure_cpu_devices(n):
+        print(f"jaxmove: compiling {label} under {len(loaded)} plan(s) on {n} {where}"
+              + (" (starting the devices first)" if tgt.platform == "cpu" else ""),
+              file=sys.stderr, flush=True)
+    if tgt.platform == "cpu" and not ensure_cpu_devices(n):
         if any(p.source == "preset" and PRESETS.get(p.name) != p for p in loaded):
             raise PlanError("in-memory Plan objects cannot be sent to a subprocess; use presets or files")
+        if isinstance(model, Workload):
+            raise PlanError(f"a Workload object cannot be sent to a subprocess with {n} CPU devices; "
+                            "pass its module:function name, or start jax with enough devices")
         argv = ["plans", model, "--mesh", ",".join(f"{k}={v}" for k, v in mesh_shape.items()),
                 "--hardware", hardware, "--json"]
         for p in loaded:
@@ -337,6 +446,7 @@ def compare_plans(model: str, mesh_shape: dict[str, int], plans: list[str | Plan
         if proc.returncode != 0:
             raise PlanError(f"the child process compiling the plans exited with {proc.returncode}")
         return PlanComparison.from_json(json.loads(proc.stdout))
+    source = workload  # built once; capture_with_plan traces a fresh wrapper of it per plan
     results = []
     if progress:
         from rich.console import Console
@@ -344,24 +454,26 @@ def compare_plans(model: str, mesh_shape: dict[str, int], plans: list[str | Plan
 
         with Progress(TextColumn("{task.description}"), BarColumn(), TextColumn("{task.completed}/{task.total}"),
                       TimeElapsedColumn(), console=Console(stderr=True), transient=True) as bar:
-            task = bar.add_task(f"compiling {model} on {n} simulated devices", total=len(loaded))
+            task = bar.add_task(f"compiling {label} on {n} {where}", total=len(loaded))
             for p in loaded:
-                bar.update(task, description=f"compiling {model} under plan {p.name} ({n} devices)")
-                results.append(run_plan(model, overrides, p, mesh_shape, spec))
+                bar.update(task, description=f"compiling {label} under plan {p.name} ({n} devices)")
+                results.append(run_plan(source, overrides, p, mesh_shape, spec, tgt.name))
                 bar.advance(task)
     else:
-        results = [run_plan(model, overrides, p, mesh_shape, spec) for p in loaded]
-    return PlanComparison(model, dict(overrides or {}), dict(mesh_shape), spec.name,
-                          spec.hbm_capacity_bytes, results)
+        results = [run_plan(source, overrides, p, mesh_shape, spec, tgt.name) for p in loaded]
+    cmp = PlanComparison(label, dict(overrides or {}), dict(mesh_shape), spec.name,
+                         spec.hbm_capacity_bytes, results, tgt.name)
+    cmp.notes = target_notes(tgt)
+    return cmp
 
 
-def default_plans(model: str, overrides: dict[str, str] | None = None) -> list[str]:
-    """dp, fsdp, tp, fsdp_tp, plus ep for models with an ``expert`` logical axis."""
+def default_plans(model, overrides: dict[str, str] | None = None) -> list[str]:
+    """dp, fsdp, tp, fsdp_tp, plus ep for models with an ``expert`` logical axis (``model``:
+    see ``load_workload``)."""
     import jax
-    from jaxmove import zoo as models
 
     out = ["dp", "fsdp", "tp", "fsdp_tp"]
-    wl = models.build(model, overrides or {})
+    wl = load_workload(model, overrides)
     names = {a for t in jax.tree_util.tree_leaves(wl.logical_axes, is_leaf=lambda x: isinstance(x, tuple))
              for a in t if isinstance(a, str)}
     if "expert" in names:

@@ -139,12 +139,16 @@ LOGICAL_AXES = ("batch", "length", "embed", "mlp", "heads", "kv_heads", "kv", "v
 MAX_SIMULATED_DEVICES = 2048
 
 
-def parse_mesh(text: str) -> dict[str, int]:
+def parse_mesh(text: str, target: str | None = None) -> dict[str, int]:
     """``data=2,model=4`` -> {"data": 2, "model": 4} (insertion order is the mesh order).
 
+    ``target``: the compile target; on ``cpu`` (None) the mesh is simulated CPU devices, at
+    most ``MAX_SIMULATED_DEVICES``; an accelerator target's topology bounds it instead
+    (``Target.mesh``).
+
     Raises:
-      PlanError: not ``name=size`` pairs of positive sizes, a repeated name, or more than
-        ``MAX_SIMULATED_DEVICES`` devices in all.
+      PlanError: not ``name=size`` pairs of positive sizes, a repeated name, or (cpu) more
+        than ``MAX_SIMULATED_DEVICES`` devices in all.
     """
     out: dict[str, int] = {}
     for part in (p.strip() for p in text.split(",")):
@@ -156,7 +160,7 @@ def parse_mesh(text: str) -> dict[str, int]:
             raise PlanError(f"--mesh {text!r}: axis {m.group(1)!r} given twice")
         out[m.group(1)] = int(m.group(2))
     n = math.prod(out.values())
-    if n > MAX_SIMULATED_DEVICES:
+    if n > MAX_SIMULATED_DEVICES and (target is None or str(target).lower() == "cpu"):
         raise PlanError(f"--mesh {text!r}: {n} devices; at most {MAX_SIMULATED_DEVICES} simulated "
                         "CPU devices are supported")
     return out

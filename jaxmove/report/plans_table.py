@@ -38,7 +38,9 @@ def render_plans(cmp, console: Console | None = None) -> None:
     for v in cmp.mesh.values():
         n *= v
     sets = " ".join(f"--set {k}={v}" for k, v in cmp.overrides.items())
-    console.print(f"[bold]{cmp.model}[/bold] {sets}  mesh {mesh} ({n} simulated CPU devices)  "
+    target = getattr(cmp, "target", "cpu") or "cpu"
+    where = "simulated CPU devices" if target == "cpu" else f"devices of {target}"
+    console.print(f"[bold]{escape(cmp.model)}[/bold] {sets}  mesh {mesh} ({n} {where})  "
                   f"hardware [bold]{cmp.hardware}[/bold] (HBM {human_bytes(cmp.hbm_capacity_bytes)} "
                   f"per device; collective time on its links)")
     table = Table(title="Sharding plans, per device, one program run")
@@ -51,6 +53,8 @@ def render_plans(cmp, console: Console | None = None) -> None:
             table.add_row(escape(r.plan), "", "", "", "", "", "", f"[red]failed: {escape(str(r.error))}[/red]", "", "")
             continue
         fits = ("?" if r.fits is None else "yes" if r.fits else
+                f"[bold red]NO[/bold red] (needs {_b(r.needs_bytes)}, has {_b(r.has_bytes)})"
+                if getattr(r, "does_not_fit", None) else
                 f"[bold red]NO[/bold red] (> {human_bytes(cmp.hbm_capacity_bytes)})")
         kinds = "\n".join(f"{k} {human_bytes(v)}" for k, v in
                           sorted(r.wire_bytes_by_kind.items(), key=lambda kv: -kv[1])) or "none"
@@ -63,9 +67,12 @@ def render_plans(cmp, console: Console | None = None) -> None:
         table.add_row(escape(r.plan), _b(r.argument_bytes), _b(r.temp_bytes), _b(r.peak_bytes), fits,
                       human_bytes(r.hbm_bytes), _excess(r), kinds, _time(r.collective_time_s), top)
     console.print(table)
-    console.print("peak = XLA's arguments + outputs - aliased + temporaries of the partitioned "
-                  "program (XLA:CPU buffer assignment); coll. time sums the collectives without "
+    compiler = "XLA:CPU" if target == "cpu" else "XLA:TPU" if target.startswith("tpu") else "XLA:GPU"
+    console.print(f"peak = XLA's arguments + outputs - aliased + temporaries of the partitioned "
+                  f"program ({compiler} buffer assignment); coll. time sums the collectives without "
                   "overlap.")
+    for note in getattr(cmp, "notes", ()):
+        console.print(f"[yellow]note[/yellow]: {escape(note)}")
     for r in cmp.results:
         for note in r.notes:
             console.print(f"[yellow]note[/yellow] {escape(r.plan)}: {escape(note)}")
