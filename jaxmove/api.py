@@ -20,6 +20,20 @@ def backend_mismatch_note(backend: str, spec_name: str) -> str:
             "target backend for device-accurate figures")
 
 
+def does_not_fit_note(module, spec) -> str | None:
+    """A note when the program's arguments (its ENTRY parameters, per device: the bytes
+    that must sit in device memory before it runs) exceed the spec's
+    ``hbm_capacity_bytes``, else None. Starts with ``does not fit:``."""
+    need = sum(p.shape.byte_size for p in module.entry.parameters)
+    cap = getattr(spec, "hbm_capacity_bytes", None)
+    if not cap or need <= cap:
+        return None
+    from .report.table import human_bytes
+    return (f"does not fit: the program's arguments take {human_bytes(need)} per device, more than the "
+            f"{human_bytes(cap)} of device memory of {spec.name} ({need / cap:.3g}x); it cannot run there as "
+            "compiled (shard it over more devices, e.g. --mesh/--plan, or shrink it)")
+
+
 def analyze(obj, /, *args, overrides: dict[str, str] | None = None, hardware=None,
             target=None, **capture_kwargs) -> Report:
     """Analyse a program: where its bytes go, per instruction and in total.
@@ -70,6 +84,9 @@ def analyze(obj, /, *args, overrides: dict[str, str] | None = None, hardware=Non
     analysis.notes.extend(getattr(program, "notes", ()))
     if spec is not None and program.backend in ("cpu", "gpu", "tpu") and program.backend != spec.kind:
         analysis.notes.append(backend_mismatch_note(program.backend, spec.name))
+    fit = does_not_fit_note(module, spec) if spec is not None else None
+    if fit:
+        analysis.notes.insert(0, fit)
     from .passes.reuse import reuse_pass
     from .passes.timing import estimate_times
     reuse = reuse_pass(analysis, spec)

@@ -54,3 +54,14 @@ def role_from_name(path_or_name: str) -> str:
     if "kv" in comps:
         return "kv_cache"
     return "unknown"
+
+
+def unlabeled_role(path: str) -> str:
+    """The role of an argument leaf the caller gave no role (``roles=None``): what its path
+    names (``role_from_name``) when that is ``weights`` or ``kv_cache``, else
+    ``activations`` (a program input). The one rule for captured programs and HLO dumps:
+    ``cache/k`` updated in place is ``kv_cache`` whether the program came from a Workload or
+    from its ``--xla_dump_to`` dump (which has only the names); a leaf no name rule covers is
+    ``activations`` when captured (it is an input) and ``unknown`` in a dump."""
+    role = role_from_name(path)
+    return role if role in ("weights", "kv_cache") else "activations"

@@ -257,3 +257,160 @@ def test_calibrate_saves_agreeing_repeats_without_force(monkeypatch, tmp_path, c
     out = tmp_path / "local.toml"
     assert main(["calibrate", "--quick", "-o", str(out)]) == 0
     assert out.is_file() and "UNSTABLE" not in capsys.readouterr().out
+
+
+# ---- 6. XLA dump directories ----------------------------------------------------------
+
+PLAIN = """HloModule {name}, entry_computation_layout={{(f32[{n}]{{0}})->f32[{n}]{{0}}}}
+
+ENTRY %main (x: f32[{n}]) -> f32[{n}] {{
+  %x = f32[{n}]{{0}} parameter(0)
+  ROOT %y = f32[{n}]{{0}} negate(%x)
+}}
+"""   # nothing in the text says which compiler wrote it
+
+
+def _dump_dir(root, files: dict[str, str]):
+    root.mkdir()
+    for name, text in files.items():
+        (root / name).write_text(text)
+    return root
+
+
+def test_dump_directory_one_module_backend_from_file_names(tmp_path):
+    # the names XLA:CPU, XLA:GPU and XLA:TPU give their optimized modules (capture/dumps.py)
+    cases = {
+        "cpu": {"module_0004.jit_f.cpu_after_optimizations.txt": PLAIN.format(name="jit_f", n=256),
+                "module_0004.jit_f.before_optimizations.txt": PLAIN.format(name="jit_f", n=256),
+                "module_0004.jit_f.cpu_after_optimizations-buffer-assignment.txt": "not HLO"},
+        "gpu": {"module_0001.jit_f.sm_9.0a_gpu_after_optimizations.txt": PLAIN.format(name="jit_f", n=256),
+                "module_0001.jit_f.sm_9.0a_gpu_after_optimizations-memory-usage-report.txt": "not HLO"},
+        "tpu": {"module_0000.jit_f.cl_1.after_optimizations.txt": PLAIN.format(name="jit_f", n=256),
+                "module_0000.jit_f.cl_1.after_optimizations_after_buffer_assignment.txt": "not this",
+                "module_0000.jit_f.cl_1.tpu_comp_env.txt": "env"},
+    }
+    for backend, files in cases.items():
+        d = _cli_json("analyze", str(_dump_dir(tmp_path / backend, files)), "--json")
+        assert d["program"]["backend"] == backend
+        assert d["program"]["source"].endswith("after_optimizations.txt")
+        (row,) = d["instructions"]
+        assert row["hbm_read_bytes"] == 256 * 4 and row["hbm_write_bytes"] == 256 * 4
+        # the file alone: the backend from its name too
+        (name,) = [n for n in files if n.endswith(".after_optimizations.txt") or
+                   n.endswith("_after_optimizations.txt")]
+        assert jaxmove.analyze(str(tmp_path / backend / name)).program.backend == backend
+
+
+def test_dump_directory_with_several_modules_lists_them(tmp_path, capsys):
+    root = _dump_dir(tmp_path / "many", {
+        "module_0000.jit_convert_element_type.cpu_after_optimizations.txt":
+            PLAIN.format(name="jit_convert_element_type", n=8),
+        "module_0004.jit_step.cpu_after_optimizations.txt": PLAIN.format(name="jit_step", n=1024),
+        "module_0007.jit_step.cpu_after_optimizations.txt": PLAIN.format(name="jit_step", n=64),
+    })
+    assert main(["analyze", str(root)]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "--module" in err
+    assert "module_0000.jit_convert_element_type" in err and "module_0007.jit_step" in err
+    assert main(["analyze", str(root), "--module", "jit_step"]) == 2      # compiled twice
+    assert "by its number" in capsys.readouterr().err
+    for choice, n in (("4", 1024), ("module_0007.jit_step", 64), ("jit_convert_element_type", 8)):
+        d = _cli_json("analyze", str(root), "--module", choice, "--json")
+        assert d["instructions"][0]["hbm_read_bytes"] == n * 4, choice
+    assert main(["analyze", str(root), "--module", "nope"]) == 2
+    assert "no such module" in capsys.readouterr().err
+    empty = _dump_dir(tmp_path / "empty", {"module_0000.jit_f.before_optimizations.txt": "x"})
+    assert main(["analyze", str(empty)]) == 2
+    assert "no *after_optimizations.txt" in capsys.readouterr().err
+
+
+def test_a_real_xla_cpu_dump(tmp_path):
+    """XLA:CPU's own dump of a jitted function (and of jax's helper programs)."""
+    import subprocess
+    import sys
+
+    dump = tmp_path / "dump"
+    code = ("import jax, jax.numpy as jnp\n"
+            "f = jax.jit(lambda x: jnp.tanh(x) * 2.0)\n"
+            "f(jnp.ones((128, 64), jnp.float32)).block_until_ready()\n")
+    env = dict(os.environ, JAX_PLATFORMS="cpu",
+               XLA_FLAGS=f"--xla_dump_to={dump} --xla_dump_hlo_as_text")
+    subprocess.run([sys.executable, "-c", code], env=env, check=True, timeout=300, capture_output=True)
+    from jaxmove.capture.dumps import list_modules
+    mods = list_modules(dump)
+    assert all(m.backend == "cpu" for m in mods)
+    (mine,) = [m for m in mods if m.name == "jit__lambda"]
+    report = jaxmove.analyze(str(dump), module=mine.label)
+    assert report.program.backend == "cpu"
+    # tanh(x) * 2 over f32[128,64]: read 32 KiB, write 32 KiB, at the least (one fused kernel)
+    assert report.totals.hbm_read_bytes >= 128 * 64 * 4 and report.totals.hbm_write_bytes >= 128 * 64 * 4
+
+
+# ---- 8. small items -------------------------------------------------------------------
+
+def test_arguments_larger_than_the_device_memory_are_said_first(tmp_path, capsys):
+    # f32[2^22, 2^22] = 2^44 x 4 B = 64 TiB of weights (abstract: nothing is allocated)
+    (tmp_path / "huge.py").write_text(
+        "import jax, jax.numpy as jnp\n"
+        "from jaxmove.workload import Workload\n"
+        "def make():\n"
+        "    S = jax.ShapeDtypeStruct\n"
+        "    return Workload('huge', lambda w, x: x @ w, (S((2**22, 2**22), jnp.float32),\n"
+        "                    S((1, 2**22), jnp.float32)), roles=('weights', 'activations'))\n")
+    target = f"{tmp_path / 'huge.py'}:make"
+    assert main(["analyze", target, "--hardware", "h100-sxm"]) == 0
+    first = capsys.readouterr().out.splitlines()[0]
+    assert first.startswith("does not fit:") and "64.00 TiB" in first and "h100-sxm" in first
+    from jaxmove.hardware import load_spec
+    cap = load_spec("h100-sxm").hbm_capacity_bytes
+    ratio = (2**44 * 4 + 2**22 * 4) / cap   # arguments: the weights (2^44 f32) and x (2^22 f32)
+    d = _cli_json("analyze", target, "--hardware", "h100-sxm", "--json")
+    assert any(n.startswith("does not fit:") and f"({ratio:.3g}x)" in n for n in d["notes"])
+    # no hardware spec, or a program that fits: nothing said
+    d = _cli_json("analyze", target, "--json")
+    assert not any("does not fit" in n for n in d["notes"])
+
+
+def test_a_failed_import_inside_the_target_says_so(tmp_path, monkeypatch, capsys):
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "imperr.py").write_text("import os\nimport no_such_package_xyz\n\ndef f():\n    pass\n")
+    (tmp_path / "imperr_late.py").write_text("def f():\n    import no_such_package_xyz\n")
+    for target, line in (("imperr:f", "imperr.py:2"), ("imperr.py:f", "imperr.py:2"),
+                         ("imperr_late:f", "imperr_late.py:2")):
+        assert main(["analyze", target]) == 2
+        err = capsys.readouterr().err
+        assert err.count("\n") == 1, err
+        assert f"an import failed at {line}" in err and "no_such_package_xyz" in err, err
+        assert "not installed" in err
+
+
+def test_unlabeled_cache_has_the_role_its_dump_gives(tmp_path):
+    """One rule for roles: the in-place cache update of a Workload without roles is kv_cache,
+    as in the dump of the same program (which has only the names)."""
+    import jax
+    import jax.numpy as jnp
+
+    from jaxmove.workload import Workload
+
+    def step(params, cache, x, pos):
+        k = x @ params["wk"]
+        cache = {"k": jax.lax.dynamic_update_slice(cache["k"], k[:, None, :], (0, pos, 0))}
+        return cache["k"].sum(axis=1) * k, cache
+
+    S = jax.ShapeDtypeStruct
+    wl = Workload("cache_step", step, ({"wk": S((64, 64), jnp.float32)},
+                                       {"k": S((2, 128, 64), jnp.float32)},
+                                       S((2, 64), jnp.float32), S((), jnp.int32)),
+                  roles=None, donate_argnums=(1,))
+    program = jaxmove.resolve_program(wl)
+    assert {p.path: p.role for p in program.parameters} == {
+        "params/wk": "weights", "cache/k": "kv_cache", "x": "activations", "pos": "activations"}
+    dump = tmp_path / "cache_step.hlo"
+    dump.write_text(program.hlo_text)
+    captured = jaxmove.analyze(program).to_json()["by_role"]
+    dumped = jaxmove.analyze(str(dump)).to_json()["by_role"]
+    for role in ("weights", "kv_cache"):
+        assert captured[role] == dumped[role], role
+    # the cache: read where the sum reads it, f32[2,128,64] = 65536 B; written: the new row
+    # f32[2,1,64] = 512 B in place
+    assert captured["kv_cache"] == {"read_bytes": 2 * 128 * 64 * 4, "write_bytes": 2 * 64 * 4}

@@ -37,6 +37,7 @@ import numpy as np
 
 from ..errors import JaxmoveInputError
 
+from ..vocab import unlabeled_role
 from .workload import ROLES, Workload, role_from_name
 
 __all__ = [
@@ -249,7 +250,9 @@ def _resolve_roles(roles, args: tuple, leaves_by_arg: list[list[tuple[str, Any]]
                    static: set[int]) -> list[list[str]]:
     """Roles per leaf of every argument.
 
-    ``roles``: None (all ``activations``), a role string (all), a callable
+    ``roles``: None (``vocab.unlabeled_role`` of each leaf's path: ``weights`` / ``kv_cache``
+    when its name says so, as for an HLO dump of the same program, else ``activations``),
+    a role string (all), a callable
     ``(path, leaf) -> role``, or a tuple/list with one entry per positional
     argument, each a role string (the whole argument) or a pytree like the
     argument with role-string leaves.  Static arguments get no roles.
@@ -260,7 +263,7 @@ def _resolve_roles(roles, args: tuple, leaves_by_arg: list[list[tuple[str, Any]]
             if i in static:
                 out.append([])
             elif roles is None:
-                out.append(["activations"] * len(leaves))
+                out.append([unlabeled_role(p) for p, _ in leaves])
             elif isinstance(roles, str):
                 out.append([_check_role(roles, "all arguments")] * len(leaves))
             else:

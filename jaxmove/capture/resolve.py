@@ -69,7 +69,31 @@ def _user_code_error(spec: str, e: BaseException) -> UserCodeError:
         where = f"{e.filename}:{e.lineno or '?'}:{e.offset or '?'}"
         return UserCodeError(f"{where}: {type(e).__name__}: {e.msg} (importing target '{spec}')")
     msg = str(e).strip().splitlines()[0] if str(e).strip() else ""
+    if isinstance(e, ImportError):   # an import inside the user's module (or function) failed
+        where = _raising_line(e)
+        missing = f" (module '{e.name}' is not installed for {sys.executable})" \
+            if isinstance(e, ModuleNotFoundError) and e.name else ""
+        return UserCodeError(f"{spec}: an import failed{' at ' + where if where else ''}: "
+                             f"{type(e).__name__}: {msg}{missing}")
     return UserCodeError(f"{spec} raised {type(e).__name__}" + (f": {msg}" if msg else ""))
+
+
+def _raising_line(e: BaseException) -> str:
+    """``file:line`` of the innermost frame of ``e``'s traceback outside Python's import
+    machinery (the user's ``import`` statement), the file relative to the current
+    directory when below it; "" when there is none."""
+    tb, last = e.__traceback__, None
+    while tb is not None:
+        name = tb.tb_frame.f_code.co_filename
+        if not name.startswith("<frozen") and "importlib" not in name.replace(os.sep, "/").split("/")[-2:-1]:
+            last = (name, tb.tb_lineno)
+        tb = tb.tb_next
+    if last is None:
+        return ""
+    name, line = last
+    if os.path.isabs(name) and name.startswith(os.getcwd() + os.sep):
+        name = os.path.relpath(name)
+    return f"{name}:{line}"
 
 
 def _load_function(spec: str):
@@ -180,7 +204,9 @@ def load_target(spec: str):
 def resolve_program(obj, /, *args, overrides: dict[str, str] | None = None, **capture_kwargs):
     """Turn any TARGET into a captured ``Program``.
 
-    TARGET is a zoo preset name, a path to an HLO text file, ``module:function`` or
+    TARGET is a zoo preset name, a path to an HLO text file or to an XLA dump directory
+    (``--xla_dump_to``; ``module=NAME`` picks one of several modules, capture/dumps.py),
+    ``module:function`` or
     ``file.py:function`` (the function is called with no arguments and must return a
     Workload, a ``jax.stages.Lowered``/``Compiled``), a Workload, a Program, or anything
     ``jaxmove.capture.capture`` accepts (a callable with ``args``, a Flax NNX module...).
@@ -195,12 +221,17 @@ def resolve_program(obj, /, *args, overrides: dict[str, str] | None = None, **ca
     """
     from . import program as cap
 
+    dump_module = capture_kwargs.pop("module", None)   # --module: one module of a dump directory
     target = obj
     device_target = capture_kwargs.get("target")
+    if dump_module is not None and not isinstance(target, (str, os.PathLike)):
+        raise TargetError("module= names a module of an XLA dump directory; the target is not a path")
     if isinstance(target, cap.Program):
         return target
     if isinstance(target, (str, os.PathLike)):
         s = os.fspath(target)
+        if dump_module is not None and not Path(s).exists():
+            raise TargetError(f"--module names a module of an XLA dump directory; '{s}' is no such path")
         from jaxmove import zoo as models
 
         if s in models.PRESETS:
@@ -221,13 +252,16 @@ def resolve_program(obj, /, *args, overrides: dict[str, str] | None = None, **ca
                                     f"{(str(e).strip().splitlines() or [''])[0]}") from e
         p = Path(s)
         if p.exists() or s.endswith(HLO_SUFFIXES) or os.sep in s:
+            from .dumps import program_from_dump, with_name_backend
+            if p.is_dir() or dump_module is not None:   # an --xla_dump_to directory
+                return program_from_dump(p, dump_module)
             program = cap.program_from_hlo_file(p)
             if device_target is not None and str(device_target).lower() != "cpu":
                 from .targets import TargetNameError
                 raise TargetNameError(f"--target {device_target}: {s} is an HLO file, already compiled "
                                       f"(for {program.backend}); --target applies to zoo presets and "
                                       "module:function targets")
-            return program
+            return with_name_backend(program, p)
         presets = ", ".join(models.PRESETS)
         raise TargetError(f"'{s}' is not a zoo preset ({presets}), an HLO file, or module:function")
     return cap.capture(target, *args, **capture_kwargs)

@@ -7,6 +7,7 @@ import json
 import sys
 
 from .common import add_compile_target_option, add_target_argument, check_outputs, parse_sets, positive_int
+from .common import add_module_option, module_kwargs
 
 
 def _cmd_analyze(args: argparse.Namespace) -> int:
@@ -20,7 +21,7 @@ def _cmd_analyze(args: argparse.Namespace) -> int:
         target = program_for_plan(args)
         if isinstance(target, int):  # re-ran in a child process with enough simulated devices
             return target
-    report = analyze(target, overrides=parse_sets(args.set), hardware=args.hardware,
+    report = analyze(target, overrides=parse_sets(args.set), hardware=args.hardware, **module_kwargs(args),
                      target=getattr(args, "compile_target", None))
     _write_outputs(report, args)
     if args.json:
@@ -60,6 +61,7 @@ def add_analyze_command(sub) -> None:
                                    "HLO text file, or package.module:function / path/file.py:function "
                                    "returning a Workload (or a jax Lowered/Compiled).")
     add_target_argument(a)
+    add_module_option(a)
     add_compile_target_option(a)
     a.add_argument("--top", type=positive_int, default=15, help="instructions to show (default 15)")
     a.add_argument("--json", action="store_true", help="print the stable JSON report instead")

@@ -6,6 +6,7 @@ import argparse
 import sys
 
 from .common import add_compile_target_option, add_target_argument, check_outputs, parse_sets
+from .common import add_module_option, module_kwargs
 
 
 def _cmd_annotate(args: argparse.Namespace) -> int:
@@ -20,7 +21,7 @@ def _cmd_annotate(args: argparse.Namespace) -> int:
         if isinstance(program, int):  # re-ran in a child process with enough simulated devices
             return program
     else:
-        program = resolve_program(args.target, overrides=parse_sets(args.set), target=compile_target)
+        program = resolve_program(args.target, overrides=parse_sets(args.set), **module_kwargs(args), target=compile_target)
     text = annotate(analyze(program, hardware=args.hardware, target=compile_target), program.hlo_text)
     if args.output and args.output != "-":
         from ..report.outputs import write_text_atomic
@@ -40,6 +41,7 @@ def add_annotate_command(sub) -> None:
                                    "bound, collective figures when known). Totals over one program run; "
                                    "the output parses back as HLO.")
     add_target_argument(n)
+    add_module_option(n)
     add_compile_target_option(n)
     n.add_argument("-o", "--output", metavar="FILE", help="write to FILE instead of stdout")
     n.add_argument("--hardware", metavar="NAME|path.toml|local",

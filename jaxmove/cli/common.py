@@ -72,3 +72,15 @@ def add_compile_target_option(p: argparse.ArgumentParser) -> None:
                         "h100-sxm:1x2x8), tpu-v5e / tpu-v6e (:AxB chips, e.g. tpu-v5e:4x4), tpu-v4 / "
                         "tpu-v5p (:AxBxC, e.g. tpu-v5p:4x4x4); implies --hardware of the same spec. "
                         'TPU targets need pip install "jaxmove[tpu]", GPU targets "jaxmove[gpu]"')
+
+
+def add_module_option(p: argparse.ArgumentParser) -> None:
+    """``--module NAME``: which module of an XLA dump directory TARGET (capture/dumps.py)."""
+    p.add_argument("--module", metavar="NAME", default=None,
+                   help="with a TARGET that is an --xla_dump_to directory holding several optimized "
+                        "modules: the one to analyse (its name jit_f, module_0004.jit_f, or number 4)")
+
+
+def module_kwargs(args: argparse.Namespace) -> dict:
+    """``{"module": NAME}`` for ``resolve_program`` when ``--module`` was given, else {}."""
+    return {"module": args.module} if getattr(args, "module", None) else {}

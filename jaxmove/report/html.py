@@ -189,7 +189,11 @@ def _td_num(value, text: str | None = None) -> str:
 
 def _incomplete(report) -> str:
     headline = report.incomplete_headline() if hasattr(report, "incomplete_headline") else None
-    return f'<p class="incomplete" id="incomplete">{_e(headline)}</p>' if headline else ""
+    out = f'<p class="incomplete" id="incomplete">{_e(headline)}</p>' if headline else ""
+    for n in report.notes:   # api.does_not_fit_note
+        if n.startswith("does not fit:"):
+            out += f'<p class="incomplete">{_e(n)}</p>'
+    return out
 
 
 def _cards(report) -> str:

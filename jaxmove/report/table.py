@@ -51,6 +51,9 @@ def render_report(report: Report, top: int = 15, console: Console | None = None)
     headline = report.incomplete_headline() if hasattr(report, "incomplete_headline") else None
     if headline:
         console.print(f"[bold red]{escape(headline)}[/bold red]")
+    for n in report.notes:   # api.does_not_fit_note: said first, and again with the notes
+        if n.startswith("does not fit:"):
+            console.print(f"[bold yellow]{escape(n)}[/bold yellow]")
     console.print(f"[bold]{escape(p.name)}[/bold]  backend={p.backend}  devices={p.num_devices}  "
                   f"source={escape(p.source)}")
     console.print(f"HBM read {human_bytes(t.hbm_read_bytes)}, written {human_bytes(t.hbm_write_bytes)}, "
