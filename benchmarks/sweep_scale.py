@@ -109,6 +109,13 @@ def main() -> int:
                      f"{(ray_run['wall_s'] - local2['wall_s']) / ray_run['points']:+.2f} s against "
                      "2 local workers.")
     lines.append(f"Rows equal across executors (timings aside): {'yes' if same else 'NO'}.")
+    lines += ["", "Reading it: every point pays a fresh process (jax import, simulated-device start) on "
+              "top of its compile and analysis; that is the *overhead* column, and it is the price "
+              "of compiling each point with its own XLA flags and device count. With a load average "
+              f"of {max(load0[0], load1[0]):.0f} on {os.cpu_count()} CPUs, each worker shared its CPU "
+              "with other work, so the 2-worker speed-up and the Ray-vs-local difference are "
+              "bounded by that contention (run it on an idle machine for the executors' own "
+              "figures)."]
     Path(args.out).write_text("\n".join(lines) + "\n")
     print("\n".join(lines))
     return 0

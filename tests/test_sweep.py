@@ -260,6 +260,16 @@ def test_local_sweep_outputs(local_sweep, tmp_path):
     assert "<svg" in page and page.count("<script>") == 1            # the page's own script only
     assert not any(s in page for s in ("src=", 'href="http', "url(http", "@import"))
     assert page.count("<tr>") == 1 + 4
+    # the terminal table: every point ranked, with the excess column when rows have it
+    from rich.console import Console
+
+    from jaxmove.sweep.render import render_table
+    con = Console(record=True, width=250)
+    render_table(res, console=con)
+    text = con.export_text()
+    for r in res.rows:
+        assert f"mlp-tiny batch={r['overrides']['batch']} data=2,model=4 {r['plan']}" in text
+    assert ("excess" in text) == ("excess_bytes" in res.rows[0])
     res.pareto_plot(path=tmp_path / "p.png")
     assert (tmp_path / "p.png").read_bytes()[:4] == b"\x89PNG"
 
@@ -353,6 +363,7 @@ def test_dead_and_hung_workers_retry_once_then_report_and_resume(tmp_path):
     assert second.resumed == 2 and all(r["status"] == "ok" for r in second.rows)
     assert (tmp_path / "hangs.count").read_text() == "2"                 # not compiled again
     again = {r["key"]: r for r in second.rows}
+    ranked = ("rank", "pareto")                                           # depend on the other rows
     for old in (fine, hung):                                              # read back unchanged
-        assert {k: v for k, v in again[old["key"]].items() if k != "rank"} == \
-            {k: v for k, v in old.items() if k != "rank"}
+        assert {k: v for k, v in again[old["key"]].items() if k not in ranked} == \
+            {k: v for k, v in old.items() if k not in ranked}

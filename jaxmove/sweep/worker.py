@@ -124,9 +124,12 @@ def main() -> int:
     real_stdout = sys.stdout
     sys.stdout = sys.stderr  # whatever the compile prints must not be taken for the row
     point = Point.from_json(json.loads(sys.stdin.read()))
-    from .point import run_point
+    from .point import empty_row, run_point
 
-    row = run_point(point)
+    try:
+        row = run_point(point)
+    except Exception as e:  # noqa: BLE001 - a bug of jaxmove's: the point's row says so, no retry
+        row = empty_row(point, "error", f"internal error: {type(e).__name__}: {e}")
     real_stdout.write(MARKER + json.dumps(row) + "\n")
     real_stdout.flush()
     return 0
