@@ -22,7 +22,8 @@ are inferred the same way (``Attribution.source_inferred_from`` names the instru
 whose line was taken): the nearest users that have one, else the nearest operands.
 "Nearest" walks through neighbours that lack the attribute themselves (a weight
 ``convert`` feeding a metadata-less ``dot`` feeding the attention fusion takes the
-fusion's line), at most ``MAX_INFERENCE_HOPS`` hops, within the instruction's computation.
+fusion's line), within the instruction's computation, in one linear pass per computation
+(``_Inference``).
 
 Paths are shown (``display_path``) relative to the package root for installed packages
 (``flax/nnx/nn/linear.py``), else to the current directory, else to the standard library;
@@ -52,8 +53,6 @@ from .columns import QUIET_OPCODES, row_time
 BY_KEYS = ("source", "module", "opcode", "fusion_kind", "role")
 
 NO_SOURCE = "(no source)"
-#: How far (in operand/user edges) a source line or module path is looked for.
-MAX_INFERENCE_HOPS = 16
 NO_OP_NAME = "(no op_name)"
 TOP_LEVEL = "(top level)"
 
@@ -300,7 +299,8 @@ def _common_prefix(paths: list[list[str]]) -> list[str]:
 
 class _ModuleIndex:
     """Per-module lookups the inference needs, built once: each instruction's computation,
-    and the attributions already computed (attribution is a pure function of the module)."""
+    the inference tables of the computations asked about, and the attributions already
+    computed (attribution is a pure function of the module)."""
 
     def __init__(self, module: Module):
         self.owner: dict[int, object] = {}
@@ -308,6 +308,7 @@ class _ModuleIndex:
             for i in comp.instructions:
                 self.owner[id(i)] = comp
         self.attributions: dict[int, Attribution] = {}
+        self.inference: dict[str, _Inference] = {}
 
 
 _INDEXES: "weakref.WeakKeyDictionary[Module, _ModuleIndex]" = weakref.WeakKeyDictionary()
@@ -330,77 +331,90 @@ def _owner(module: Module, instr: Instruction):
     return None
 
 
-def _nearest(comp, instr: Instruction, has, direction: str) -> list[Instruction]:
-    """The nearest instructions in one direction (``users`` or ``operands``) for which
-    ``has(i)`` holds: breadth first, walking on only through neighbours for which it does
-    not, at most MAX_INFERENCE_HOPS hops; the first hop that finds any returns all it found
-    (in printed order). Parameters end a walk: they carry no scope or line of the program."""
-    seen = {instr.name}
-    frontier = [instr]
-    for _ in range(MAX_INFERENCE_HOPS):
-        nxt: list[Instruction] = []
-        for cur in frontier:
-            group = comp.users(cur.name) if direction == "users" else comp.operand_instructions(cur)
-            for n in group:
-                if n.name not in seen and n.opcode != "parameter":
-                    seen.add(n.name)
-                    nxt.append(n)
-        found = [n for n in nxt if has(n)]
-        if found:
-            return found
-        if not nxt:
-            return []
-        frontier = nxt
-    return []
+def _majority(cands: list[tuple[SourceLocation, str]]) -> tuple[SourceLocation, str] | None:
+    """The candidate whose (file, line) most candidates share; the first of them on a tie."""
+    if not cands:
+        return None
+    counts = Counter((loc.file, loc.line) for loc, _ in cands)
+    best = max(counts.values())
+    return next(c for c in cands if counts[(c[0].file, c[0].line)] == best)
+
+
+class _Inference:
+    """Source lines and module paths of one computation's instructions, inferred from their
+    neighbours, for all of them at once (linear in the computation's size).
+
+    From the users (walked in reverse printed order, which is a reverse topological order:
+    the parser rejects operands defined later): an instruction takes, from each user, the
+    user's own value or else the user's inferred one, i.e. the nearest value along every
+    path to the outputs; the source line most of them share (the first on a tie), the
+    module path as their common prefix. From the operands likewise, in printed order;
+    parameters carry neither and are not walked through.
+    """
+
+    def __init__(self, module: Module, comp):
+        instrs = comp.instructions
+        own_src = {i.name: module.source_location(i) for i in instrs}
+        own_mod: dict[str, list[str] | None] = {}
+        for i in instrs:
+            op_name, parts = _module_parts(module, i)
+            own_mod[i.name] = parts if op_name and parts else None
+        self.up_src: dict[str, tuple[SourceLocation, str] | None] = {}
+        self.up_mod: dict[str, list[str] | None] = {}
+        for i in reversed(instrs):
+            users = comp.users(i.name)
+            self.up_src[i.name] = _majority(
+                [(own_src[u.name], u.name) if own_src[u.name] is not None else self.up_src[u.name]
+                 for u in users if own_src[u.name] is not None or self.up_src.get(u.name)])
+            paths = [own_mod[u.name] or self.up_mod[u.name] for u in users
+                     if own_mod[u.name] or self.up_mod.get(u.name)]
+            self.up_mod[i.name] = (_common_prefix(paths) or None) if paths else None
+        self.down_src: dict[str, tuple[SourceLocation, str] | None] = {}
+        self.down_mod: dict[str, list[str] | None] = {}
+        for i in instrs:
+            ops = [o for o in comp.operand_instructions(i) if o.opcode != "parameter"]
+            self.down_src[i.name] = _majority(
+                [(own_src[o.name], o.name) if own_src[o.name] is not None else self.down_src[o.name]
+                 for o in ops if own_src[o.name] is not None or self.down_src.get(o.name)])
+            paths = [own_mod[o.name] or self.down_mod[o.name] for o in ops
+                     if own_mod[o.name] or self.down_mod.get(o.name)]
+            self.down_mod[i.name] = (_common_prefix(paths) or None) if paths else None
+
+
+def _inference(module: Module, comp) -> _Inference:
+    idx = _index(module)
+    inf = idx.inference.get(comp.name)
+    if inf is None:
+        inf = idx.inference[comp.name] = _Inference(module, comp)
+    return inf
 
 
 def neighbour_module_path(module: Module, instr: Instruction) -> str:
     """The module path shared by ``instr``'s nearest users with an op_name naming a scope,
-    else by its nearest non-parameter operands; "" when neither group has one in common.
+    else by its nearest non-parameter operands; "" when neither has one in common.
 
     For instructions an XLA pass re-created without metadata: the rewritten op computes
     a value for its users, so their scope is the best witness, its operands' the next.
-    Neighbours without op_name are walked through (``_nearest``).
+    Neighbours without op_name are walked through (``_Inference``).
     """
     comp = _owner(module, instr)
     if comp is None:
         return ""
-
-    def has(i):
-        op_name, parts = _module_parts(module, i)
-        return bool(op_name and parts)
-
-    for direction in ("users", "operands"):
-        group = _nearest(comp, instr, has, direction)
-        paths = [_module_parts(module, i)[1] for i in group]
-        common = _common_prefix(paths) if paths else []
-        if common:
-            return "/".join(common)
-    return ""
+    inf = _inference(module, comp)
+    parts = inf.up_mod.get(instr.name) or inf.down_mod.get(instr.name)
+    return "/".join(parts) if parts else ""
 
 
 def neighbour_source(module: Module, instr: Instruction) -> tuple[SourceLocation, str] | None:
     """(source location, instruction it was taken from) for an instruction without one:
     the line most of its nearest users with a source line share (the first of them in
     printed order on a tie), else the same over its nearest operands; None when neither
-    direction reaches one (``_nearest``)."""
+    direction reaches one (``_Inference``)."""
     comp = _owner(module, instr)
     if comp is None:
         return None
-
-    def has(i):
-        return module.source_location(i) is not None
-
-    for direction in ("users", "operands"):
-        group = _nearest(comp, instr, has, direction)
-        if group:
-            locs = [module.source_location(i) for i in group]
-            counts = Counter((loc.file, loc.line) for loc in locs)
-            best = max(counts.values())
-            for i, loc in zip(group, locs):
-                if counts[(loc.file, loc.line)] == best:
-                    return loc, i.name
-    return None
+    inf = _inference(module, comp)
+    return inf.up_src.get(instr.name) or inf.down_src.get(instr.name)
 
 
 def attribute(module: Module, instr: Instruction) -> Attribution:
