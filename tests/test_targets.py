@@ -279,3 +279,44 @@ def test_cli_out_of_memory(tmp_path):
     (dp,) = out["plans"]
     assert dp["fits"] is False and dp["needs_bytes"] > dp["has_bytes"] and dp["error"] is None
     assert "TPU_ACCELERATOR_TYPE" not in p.stderr and "cuda" not in p.stderr.lower()
+
+
+# ---- issue 16 item 1: a user's own sharded programs -----------------------------------------
+
+_SHARDED = '''
+import jax, jax.numpy as jnp, numpy as np
+from jax.sharding import Mesh, NamedSharding, PartitionSpec as P
+
+def _jit():
+    mesh = Mesh(np.array(jax.devices()[:4]), ("x",))
+    s = NamedSharding(mesh, P("x", None))
+    x = jax.ShapeDtypeStruct((64, 1024), jnp.float32)
+    return jax.jit(lambda x: jnp.tanh(x) * 2, in_shardings=s, out_shardings=s), x
+
+def lowered():
+    f, x = _jit()
+    return f.lower(x)
+
+def compiled():
+    f, x = _jit()
+    return f.lower(x).compile()
+'''
+
+
+@pytest.mark.parametrize("kind", ["lowered", "compiled"])
+def test_sharded_lowered_and_compiled_use_shard_shapes(tmp_path, kind):
+    (tmp_path / "shardmod.py").write_text(_SHARDED)
+    env = dict(os.environ, JAX_PLATFORMS="cpu", XLA_FLAGS="--xla_force_host_platform_device_count=4")
+    p = subprocess.run([sys.executable, "-m", "jaxmove.cli", "analyze", f"shardmod:{kind}", "--json"],
+                       capture_output=True, text=True, env=env, cwd=tmp_path, timeout=600)
+    assert p.returncode == 0, p.stderr
+    out = json.loads(p.stdout)
+    (param,) = out["parameters"]
+    assert param["shape"] == "f32[16,1024]" and param["byte_size"] == 16 * 1024 * 4  # a quarter
+    assert out["program"]["num_devices"] == 4
+
+
+def test_annotate_takes_mesh_and_plan():
+    p = _cli("annotate", "mlp-tiny", "--mesh", "data=2", "--plan", "dp")
+    assert p.returncode == 0, p.stderr
+    assert "HloModule" in p.stdout and "jaxmove: error" not in p.stderr

@@ -83,18 +83,20 @@ def cmd_hardware(args: argparse.Namespace) -> int:
 
     specs = list_specs(include_local=True)
     table = Table(title="Hardware specs (jaxmove analyze TARGET --hardware NAME; "
-                        "jaxmove hardware NAME: every number and its source)")
+                        "jaxmove hardware NAME: every number and its source; the --target column: "
+                        "the specs jaxmove can compile for without the device)")
     for col, kw in (("name", {"style": "bold", "no_wrap": True}), ("device", {}),
                     ("bf16 peak", {"justify": "right"}), ("f32 peak", {"justify": "right"}),
                     ("HBM bw", {"justify": "right"}), ("HBM size", {"justify": "right"}),
                     ("on-chip", {}), ("launch", {"justify": "right"}),
-                    ("link/dir", {"justify": "right"})):
+                    ("link/dir", {"justify": "right"}), ("--target", {"no_wrap": True})):
         table.add_column(col, **kw)
+    from ..capture.targets import target_syntax
     for s in specs:
         table.add_row(s.name, escape(s.label), _si(s.flops_per_s.get("bf16"), "FLOP/s"),
                       _si(s.flops_per_s.get("f32"), "FLOP/s"), _si(s.hbm_bytes_per_s, "B/s"),
                       _si(s.hbm_capacity_bytes, "B"), _onchip(s), _si(s.kernel_launch_overhead_s, "s"),
-                      _link(s))
+                      _link(s), escape(target_syntax(s)) or "-")
     console.print(table)
     console.print("[bold]Sources of the key figures[/bold] (bf16 peak; HBM bandwidth):")
     for s in specs:
