@@ -85,6 +85,9 @@ _ALIAS_LEAFWISE = frozenset({"bitcast", "add-dependency", "domain", "opt-barrier
 _NATIVE_STARTS = frozenset({"all-reduce-start", "all-gather-start", "collective-permute-start"})
 _HOST_IO = frozenset({"infeed", "outfeed", "send", "recv"})
 _HOST_TARGETS = frozenset({"MoveToHost", "MoveToDevice"})
+# kernels that never stage through host memory themselves (the program's own host I/O, and
+# fusions/dots, whose operands a host copy would have moved first)
+_NO_HOST_CHECK = _HOST_IO | {"fusion", "dot", "convolution"}
 
 
 # ---- records ------------------------------------------------------------------------------
@@ -285,6 +288,9 @@ class _Buffers:
             self.parent[ra] = rb
 
     def union_leaves(self, ca: str, a: str, cb: str, b: str, n: int, oa: int = 0, ob: int = 0) -> None:
+        if n == 1:
+            self.union((ca, a, oa), (cb, b, ob))
+            return
         for j in range(n):
             self.union((ca, a, oa + j), (cb, b, ob + j))
 
@@ -490,6 +496,7 @@ class _Excess:
             cap = onchip_capacity_bytes(spec)
             self.capacity = cap[0] if cap else None
         self.notes: list[str] = []
+        self._entry_names: dict | None = None
         self.ledger = _Ledger(1.0 / spec.hbm_bytes_per_s if spec is not None else None)
 
     # -- buffers ---------------------------------------------------------------------------
@@ -622,7 +629,10 @@ class _Excess:
         p = self.params.get(number)
         if p is not None:
             return p.path
-        instr = next((i for i in self.module.entry.parameters if i.parameter_number == number), None)
+        names = self._entry_names
+        if names is None:
+            names = self._entry_names = {i.parameter_number: i for i in self.module.entry.parameters}
+        instr = names.get(number)
         return entry_parameter_name(instr) if instr is not None else f"parameter {number}"
 
     def _argument(self, number: int) -> tuple[str, int | None, bool]:
@@ -678,7 +688,7 @@ class _Excess:
                 continue
             comp = module.computations[r.computation]
             c = _kernel_cause(instr, comp, module)
-            if c is None and instr.opcode not in _HOST_IO and _touches_host(t):
+            if c is None and instr.opcode not in _NO_HOST_CHECK and _touches_host(t):
                 c = "host_round_trip"
             if c is not None:
                 kcause[k] = c
@@ -738,6 +748,7 @@ class _Excess:
         tilings = []
         order = 0
         find = B.find
+        parent = B.parent
         gathered = set()  # buffers all-gathers write: how much of them is read decides their excess
         for r in rows:
             c = r.collective
@@ -746,6 +757,7 @@ class _Excess:
                 gathered.add(find(wkey))
         reuse_rows = self.reuse.rows if self.reuse is not None else None
         add = ledger.add
+        compiled_d, compulsory_d = ledger.compiled, ledger.compulsory
         computations = module.computations
         no_cause = "materialized_intermediate"
         kernel_write_causes = ("rematerialization", "split_k_partials", "host_round_trip",
@@ -784,9 +796,11 @@ class _Excess:
                     continue
                 rl = roles[(cname, oname)]
                 role = rl[pos] if pos < len(rl) else rl[0]
-                root = find((cname, oname, pos))
+                root = (cname, oname, pos)
+                if root in parent:
+                    root = find(root)
                 order += 1
-                if root in gathered:
+                if gathered and root in gathered:
                     read_units[root] = read_units.get(root, 0) + min(logical, leaf.logical_byte_size * count)
                 if root not in special and cap is not None and leaf.logical_byte_size <= cap:
                     # an intermediate that fits on chip: reading it back is excess
@@ -802,7 +816,12 @@ class _Excess:
                             streamed[root] = g + give
                         else:
                             give = 0
-                        add(role, _HBM_READ, phys, give, logical, "re_read", "", key)
+                        if give == logical == phys:  # all compulsory: only the two sums move
+                            rp = (role, _HBM_READ)
+                            compiled_d[rp] = compiled_d.get(rp, 0) + phys
+                            compulsory_d[rp] = compulsory_d.get(rp, 0) + phys
+                        else:
+                            add(role, _HBM_READ, phys, give, logical, "re_read", "", key)
                         continue
                 broot, units = root, logical
                 if root in derived:
@@ -832,7 +851,7 @@ class _Excess:
                     add(None, "device_to_host", phys, phys if kc is None else 0, phys,
                         kc or "host_round_trip", "", key)
                     continue
-                root = find(wkey)
+                root = find(wkey) if wkey in parent else wkey
                 write_total[root] = write_total.get(root, 0) + logical
                 if root not in special:  # an intermediate
                     size = leaf.logical_byte_size if leaf is not None else logical
@@ -840,6 +859,10 @@ class _Excess:
                         add(role, _HBM_WRITE, phys, 0, logical, kc, "", key)
                     elif cap is not None and size <= cap:
                         add(role, _HBM_WRITE, phys, 0, logical, no_cause, "", key)
+                    elif logical == phys:  # a spilled intermediate written once: compulsory
+                        rp = (role, _HBM_WRITE)
+                        compiled_d[rp] = compiled_d.get(rp, 0) + phys
+                        compulsory_d[rp] = compulsory_d.get(rp, 0) + phys
                     else:
                         add(role, _HBM_WRITE, phys, logical, logical, UNATTRIBUTED, "", key)
                     continue
@@ -919,7 +942,19 @@ class _Excess:
         schedule order, then copies, then recomputation; the rest is excess."""
         derived, kcause, ledger = self.derived, self.kcause, self.ledger
         cap = self.capacity
+        add, rows, param_root = ledger.add, self.rows, self.param_root
         for broot, claims in reads.items():
+            if len(claims) == 1 and broot in param_root and not claims[0][0] and claims[0][7] is broot:
+                # the common case: one kernel reads a parameter, no copy in between
+                _p, _o, units, logical, k, role, phys, _root = claims[0]
+                comp_b = min(units, logical, param_root[broot][2].logical_byte_size)
+                if comp_b < logical:
+                    subject = self._param_subject(param_root[broot][0])
+                else:
+                    subject = ""
+                r = rows[k]
+                add(role, _HBM_READ, phys, comp_b, logical, "re_read", subject, (r.computation, r.instr.name))
+                continue
             mixed = any(c[0] for c in claims)
             if mixed:
                 claims.sort()
