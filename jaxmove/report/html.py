@@ -5,7 +5,16 @@ The page holds the program summary, bar charts (bytes by path, HBM bytes by role
 line, by opcode; estimated time by bound when the report has times), a sortable and
 filterable table of every instruction (click a column header; ``#sort=TABLE:COL:asc|desc``
 in the URL sorts on load), aggregation tables by source, module, opcode, fusion kind and
-role, the unmodeled instructions and the notes.
+role (and by module with repeated layers merged), the unmodeled instructions and the notes.
+When the report is incomplete (anything unmodeled) or the arguments exceed the spec's
+memory, the page says so first.
+
+Layout: each row shows the result shape and the operand shapes (``f32[1,768] ← f32[768,1],
+f32[768,768]``); instruction names never wrap (the table scrolls sideways instead); paths and
+name stacks wrap only after a ``/``; chart labels are whole (the label column is as wide as
+the longest label; the chart scales to its column), source paths are shown relative to the
+package root or the current directory (``≈`` marks a line inferred from neighbours), and
+``(no source)`` / ``(no op_name)`` are drawn last, in grey.
 
 HLO text is untrusted input: every string taken from the program (instruction and
 computation names, op_name, source paths, notes) goes through ``html.escape`` and is never
