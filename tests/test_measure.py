@@ -200,7 +200,7 @@ def test_gpt_tiny_decode_join(scan):
         assert not loops
 
 
-@pytest.mark.parametrize("preset", [p for p in __import__("models").PRESETS if "tiny" in p])
+@pytest.mark.parametrize("preset", [p for p in __import__("jaxmove.zoo", fromlist=["PRESETS"]).PRESETS if "tiny" in p])
 def test_every_tiny_preset_join_covers_95_percent(preset):
     m = measure(preset, runs=1, warmup=1, profile_runs=2)
     module = parse_module(m.program.hlo_text)

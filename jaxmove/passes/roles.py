@@ -17,9 +17,7 @@ from __future__ import annotations
 
 from ..hlo import Computation, Instruction, Module, Shape
 from ..hlo.opcodes import custom_call_targets, names
-from ..workload import role_from_name
-
-ROLES = ("weights", "kv_cache", "activations", "unknown")
+from ..vocab import ROLES, role_from_name  # noqa: F401  (ROLES re-exported)
 
 # Opcodes whose result holds operand 0's role (kernel level / inside fusions), and custom-call
 # targets that do the same: the opcode table (hlo/opcodes.py).
@@ -326,7 +324,7 @@ def _alias_seeds(module: Module, entry_params: dict[int, tuple[str, ...]]
     entry = module.entry
     for pnum, pairs in module.input_output_alias.items():
         role = entry_params.get(pnum, ("unknown",))[0]
-        if role not in ("kv_cache", "weights"):
+        if role not in ("kv_cache", "weights", "optimizer_state"):
             continue
         for out_idx, _param_idx in pairs:
             mark(entry, entry.root, tuple(out_idx), role)
