@@ -18,7 +18,6 @@ from .flops import ZERO as ZERO_FLOPS
 from .flops import ZERO_RULE_OPCODES, FlopCount, instruction_flops
 from .multiplicity import Multiplicity, callee_counts, loop_notes, multiplicity_pass
 from .roles import leaf_position, roles_pass
-from .traffic import reread_notes
 from .traffic import (FREE_RULE_OPCODES, HOST_MEMORY_SPACE, NO_TRAFFIC, ON_CHIP_MEMORY_SPACES, InstrTraffic,
                       instruction_traffic)
 
@@ -293,7 +292,6 @@ def analyze_module(module: Module, entry_roles: dict[int, str] | None = None) ->
     if any(m.unknown_trip_count for m in mult.values()):
         notes.append("some while loops have no known trip count; their bodies are counted once")
     notes.extend(loop_notes(module, mult))
-    notes.extend(reread_notes(module, rows))  # loop-invariant re-reads, weight copies
     if totals.hbm_padding_bytes:
         notes.append(padding_note(totals))
     return ModuleAnalysis(module, rows, totals, mult, notes)

@@ -41,7 +41,7 @@ import os
 import re
 import sysconfig
 import weakref
-from collections import Counter, deque
+from collections import Counter
 from dataclasses import dataclass
 
 from ..hlo import Instruction, Module, SourceLocation
