@@ -20,7 +20,10 @@ model, target,          the point's inputs (``mesh`` as ``data=2,model=4``; ``pl
 hardware, mesh, plan,   a mesh; ``overrides`` the ``--set`` values as text)
 overrides
 num_devices, backend    devices of the mesh (1 without); the backend that compiled it
-fits                    peak_bytes <= the spec's HBM capacity (None when XLA gave no memory stats)
+fits                    peak_bytes <= the spec's HBM capacity (None when XLA gave no memory stats);
+                        on a TPU target the compiler's verdict (``plans.compare.summarize``)
+does_not_fit,           the target compiler refused the program for lack of device memory: its
+needs_bytes, has_bytes  message and figures (``capture.targets.DoesNotFitError``); else None
 peak_bytes              memory per device: arguments + outputs - aliased + temporaries (XLA's
                         ``memory_analysis`` of the compiled program; see ``plans.PlanResult``)
 argument_bytes,         XLA's memory_analysis fields
@@ -69,6 +72,7 @@ ROW_KEYS = (
     "hbm_bytes_by_role", "wire_bytes", "wire_bytes_by_kind", "collective_time_s", "est_time_s",
     "bound", "compute_time_s", "memory_time_s", "network_time_s", "unmodeled", "time_unmodeled",
     "compile_s", "analysis_s", "wall_s", "attempts", "notes", "jaxmove_version", "jax_version",
+    "does_not_fit", "needs_bytes", "has_bytes",
 )
 
 
@@ -111,6 +115,7 @@ def run_point(point: Point) -> dict:
     """
     from ..api import analyze
     from ..capture import resolve_program
+    from ..capture.targets import DoesNotFitError, Target
     from ..hardware import load_spec
     from ..plans import Plan, capture_with_plan, ensure_cpu_devices, load_plan
     from ..plans.compare import _count_notes, summarize
@@ -121,29 +126,35 @@ def run_point(point: Point) -> dict:
     try:
         spec = load_spec(point.hardware)
         row["hbm_capacity_bytes"] = spec.hbm_capacity_bytes
+        target = Target.parse(point.target)
         overrides = dict(point.overrides)
         if point.mesh:
             mesh = dict(point.mesh)
-            if not ensure_cpu_devices(point.num_devices):
+            if target.platform == "cpu" and not ensure_cpu_devices(point.num_devices):
                 raise RuntimeError(f"this worker has fewer than {point.num_devices} CPU devices (jax "
                                    "started before XLA_FLAGS was set)")
             plan = load_plan(point.plan or "dp")
-            program = capture_with_plan(point.model, overrides, plan, mesh, notes)
+            program = capture_with_plan(point.model, overrides, plan, mesh, notes, target=target.name)
         else:
             plan = Plan("none", "unsharded, one device")
-            program = resolve_program(point.model, overrides=overrides)
+            program = resolve_program(point.model, overrides=overrides or None, target=target.name)
         t1 = time.perf_counter()
         report = analyze(program, hardware=spec)
         t2 = time.perf_counter()
+    except DoesNotFitError as e:  # the target compiler's verdict: a result, not a failure
+        row.update(fits=False, does_not_fit=e.compiler_message, needs_bytes=e.needs_bytes,
+                   has_bytes=e.has_bytes, notes=_count_notes(notes) + [str(e)],
+                   wall_s=time.perf_counter() - t0)
+        return row
     except Exception as e:  # noqa: BLE001 - a point's failure is its row, whatever raised
         row["wall_s"] = time.perf_counter() - t0
-        row["compile_s"] = row["wall_s"]
         if _is_out_of_memory(e):
-            row.update(fits=False, notes=[f"the compiler ran out of device memory: {e}"])
+            row.update(fits=False, does_not_fit=(str(e).strip().splitlines() or [""])[0],
+                       notes=[f"the compiler ran out of device memory: {e}"])
         else:
             row.update(status="error", error=f"{type(e).__name__}: {e}")
         return row
-    res = summarize(report, plan, spec, program.num_devices, dict(program.memory_stats))
+    res = summarize(report, plan, spec, program.num_devices, dict(program.memory_stats), target.platform)
     t = report.totals
     from ..vocab import ROLES
     row.update(

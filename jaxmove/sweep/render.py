@@ -63,6 +63,13 @@ def _status_text(row: dict) -> str:
     return f"{row['status']}: {row.get('error') or ''}"
 
 
+def _memory(row: dict) -> str:
+    """Memory per device, or what a refusing target compiler said it needs."""
+    if row.get("peak_bytes") is None and row.get("needs_bytes") is not None:
+        return f"needs {human_bytes(row['needs_bytes'])}"
+    return _b(row.get("peak_bytes"))
+
+
 def _kinds(row: dict) -> str:
     kinds = row.get("wire_bytes_by_kind") or {}
     return ", ".join(f"{k} {human_bytes(v)}" for k, v in sorted(kinds.items(), key=lambda kv: -kv[1])) or "-"
@@ -95,7 +102,7 @@ def render_table(result, top: int | None = None, console: Console | None = None)
                 cells.insert(7, "")
             table.add_row(*cells)
             continue
-        cells = [str(r["rank"]), label, _fits_text(r), _b(r.get("peak_bytes")), fmt_time(r.get("est_time_s")),
+        cells = [str(r["rank"]), label, _fits_text(r), _memory(r), fmt_time(r.get("est_time_s")),
                  escape(str(r.get("bound") or "n/a")), _b(r.get("hbm_bytes")), escape(_kinds(r)),
                  fmt_time(r.get("compile_s"))]
         if has_excess:
@@ -209,7 +216,7 @@ def table_html(result, top: int | None = None) -> str:
         cells = [num(r["rank"], r["rank"]), f"<td class=name>{_e(point_label(r))}</td>",
                  f"<td class={'unmodeled' if r['status'] != 'ok' else 'ok'}>{_e(_status_text(r) or 'ok')}</td>",
                  f"<td>{_e(_fits_text(r, markup=False))}</td>",
-                 num(r.get("peak_bytes"), _b(r.get("peak_bytes"))),
+                 num(r.get("peak_bytes"), _memory(r)),
                  num(r.get("est_time_s"), fmt_time(r.get("est_time_s"))),
                  f"<td>{_e(r.get('bound') or '')}</td>", num(r.get("hbm_bytes"), _b(r.get("hbm_bytes"))),
                  num(r.get("wire_bytes"), _b(r.get("wire_bytes"))), f"<td>{_e(_kinds(r))}</td>",

@@ -4,9 +4,11 @@ A sweep is a grid (every combination of the lists under ``[grid]``) and/or a lis
 ``[[points]]`` over one or more models, ``--set`` values, compile targets, meshes and plans::
 
     # SWEEP.toml
-    model = "gpt-tiny-decode"       # zoo preset (or module:function / file.py:function, no mesh)
-    hardware = "h100-sxm"           # spec for HBM capacity and time (default h100-sxm)
-    target = "cpu"                  # where the program is compiled (default cpu)
+    model = "gpt-tiny-decode"       # zoo preset (or module:function / file.py:function)
+    hardware = "h100-sxm"           # spec for HBM capacity and time (default: the target's spec,
+                                    # h100-sxm for cpu)
+    target = "cpu"                  # where the program is compiled (default cpu; tpu-v5e:2x4,
+                                    # h100-sxm:1x1x8...: the device's compiler, capture/targets.py)
     [set]                           # --set values of every point
     dtype = "bfloat16"
     [grid]                          # the cartesian product of these lists
@@ -67,9 +69,12 @@ class Point:
     """One compile of a sweep: a model with ``--set`` values, on a target, over a mesh, under a plan.
 
     Attributes:
-      model: zoo preset name, or ``module:function`` / ``file.py:function`` (no mesh then).
-      target: where the program is compiled (``cpu``: XLA:CPU with simulated devices).
-      hardware: spec name or ``.toml`` path: HBM capacity (``fits``) and time estimates.
+      model: zoo preset name, or ``module:function`` / ``file.py:function`` (returning a
+        Workload; with a mesh it needs ``logical_axes``, see ``plans.load_workload``).
+      target: where the program is compiled: ``cpu`` (XLA:CPU with simulated devices) or a
+        compile target's canonical name (``tpu-v5e:2x2``, ``h100-sxm:1x1x8``; capture/targets.py).
+      hardware: spec name or ``.toml`` path: HBM capacity (``fits``) and time estimates
+        (default: the target's spec; ``h100-sxm`` for ``cpu``).
       mesh: ((axis, size), ...) in mesh order, or None for the unsharded one-device program.
       plan: a plan preset name or an absolute plan ``.toml`` path (None without a mesh).
       overrides: sorted ((key, value-as-text), ...), the ``--set`` values.
@@ -245,18 +250,25 @@ class _Where:
         return self.error(cands[0][0], name, msg, cands[0][1])
 
 
-def _target_devices(target: str) -> tuple[str, int]:
-    """(canonical target name, the most devices a mesh may have on it).
+def _target_devices(target: str) -> tuple[str, int, str]:
+    """(canonical target name, the most devices a mesh may have on it, its spec's name).
+
+    ``cpu``: XLA:CPU with up to ``MAX_SIMULATED_DEVICES`` simulated devices; any other name is
+    a compile target of ``capture/targets.py`` (``tpu-v5e:4x4``: 16 chips, ``h100-sxm:1x2x8``:
+    16 GPUs), whose compiler plugin must be installed.
 
     Raises:
-      ValueError: a target this version cannot compile for (message names the choices).
+      jaxmove.capture.targets.TargetNameError / MissingExtraError (message names the choices,
+      or the pip command).
     """
+    from ..capture.targets import Target, _check_extra
     from ..plans.plan import MAX_SIMULATED_DEVICES
 
-    if target == DEFAULT_TARGET:
-        return target, MAX_SIMULATED_DEVICES
-    raise ValueError(f"unknown target {target!r}; sweeps compile for: {DEFAULT_TARGET} "
-                     f"(XLA:CPU, at most {MAX_SIMULATED_DEVICES} simulated devices)")
+    t = Target.parse(target)
+    if t.platform == "cpu":
+        return t.name, MAX_SIMULATED_DEVICES, t.spec_name
+    _check_extra(t.platform)
+    return t.name, t.num_devices, t.spec_name
 
 
 def _scalar_text(v) -> str:
@@ -419,10 +431,12 @@ def _make_point(w: _Where, d: dict, table: str, index: int | None, base: Path, c
     if ("target", target) not in checked:
         try:
             checked[("target", target)] = _target_devices(target)
-        except ValueError as e:
-            raise err("target", str(e)) from None
-    target, max_devices = checked[("target", target)]
-    hardware = d.get("hardware", DEFAULT_HARDWARE)
+        except JaxmoveInputError as e:
+            msg = re.sub(r"^--target '[^']*': ", "", str(e))
+            raise err("target", f"{target!r}: {msg}") from None
+    target, max_devices, target_spec = checked[("target", target)]
+    # the hardware a target implies (as analyze --target does); h100-sxm for cpu (as plans)
+    hardware = d.get("hardware", DEFAULT_HARDWARE if target == DEFAULT_TARGET else target_spec)
     if _looks_like_path(hardware):
         hardware = _resolve_file(hardware, base)
     if ("hw", hardware) not in checked:
@@ -436,13 +450,13 @@ def _make_point(w: _Where, d: dict, table: str, index: int | None, base: Path, c
     plan = d.get("plan")
     if "mesh" in d:
         text = d["mesh"]
-        if not is_preset:
-            raise err("mesh", f"a mesh needs a zoo preset (plans map its logical axes), not {model!r}")
         sizes = re.findall(r"=\s*(\d+)", text)
         n = math.prod(int(s) for s in sizes) if sizes else 0
         if n > max_devices:
+            what = (f"at most {max_devices} simulated CPU devices" if target == DEFAULT_TARGET
+                    else f"{max_devices} devices")
             raise err("mesh", f"mesh {text!r} has {n} devices, more than target {target!r} has "
-                              f"(at most {max_devices})")
+                              f"({what})")
         try:
             mesh = tuple(parse_mesh(text).items())
         except PlanError as e:
