@@ -18,6 +18,7 @@ from .flops import ZERO as ZERO_FLOPS
 from .flops import ZERO_RULE_OPCODES, FlopCount, instruction_flops
 from .multiplicity import Multiplicity, callee_counts, loop_notes, multiplicity_pass
 from .roles import leaf_position, roles_pass
+from .traffic import reread_notes
 from .traffic import (FREE_RULE_OPCODES, HOST_MEMORY_SPACE, NO_TRAFFIC, ON_CHIP_MEMORY_SPACES, InstrTraffic,
                       instruction_traffic)
 
@@ -64,13 +65,15 @@ _NOTHING_TO_COST = frozenset(op for op in FREE_RULE_OPCODES & ZERO_RULE_OPCODES
 
 @dataclass
 class ModuleAnalysis:
-    """Everything the passes computed for one module."""
+    """Everything the passes computed for one module (``roles``: the roles pass's RoleMap,
+    which later passes such as ``passes/excess.py`` read)."""
 
     module: Module
     rows: list[InstructionCost]
     totals: Cost
     multiplicity: dict[str, Multiplicity]
     notes: list[str] = field(default_factory=list)
+    roles: object | None = None
 
     @property
     def unmodeled(self) -> list[InstructionCost]:
@@ -292,9 +295,10 @@ def analyze_module(module: Module, entry_roles: dict[int, str] | None = None) ->
     if any(m.unknown_trip_count for m in mult.values()):
         notes.append("some while loops have no known trip count; their bodies are counted once")
     notes.extend(loop_notes(module, mult))
+    notes.extend(reread_notes(module, rows))  # loop-invariant re-reads, weight copies
     if totals.hbm_padding_bytes:
         notes.append(padding_note(totals))
-    return ModuleAnalysis(module, rows, totals, mult, notes)
+    return ModuleAnalysis(module, rows, totals, mult, notes, roles)
 
 
 def padding_note(totals: Cost) -> str:

@@ -38,8 +38,10 @@ Semantics (DESIGN.md, and where jaxmove deliberately differs from XLA's
 from __future__ import annotations
 
 from dataclasses import dataclass
+from weakref import WeakKeyDictionary
 
 from .._perf import slots_constructor
+from ..hlo.shape import HOST_MEMORY_SPACE
 from ..hlo import Computation, Instruction, Module, Shape
 from ..hlo.opcodes import OPCODES, custom_call_target, names
 
@@ -54,7 +56,6 @@ KNOWN_OPCODES = frozenset(OPCODES)
 ELEMENT_PRESERVING = names(element_preserving=True)
 
 ON_CHIP_MEMORY_SPACES = frozenset({1, 6})  # TPU VMEM (S(1)), SMEM (S(6))
-HOST_MEMORY_SPACE = 5
 
 LIBRARY_PREFIXES = ("__cublas", "__cudnn", "__onednn", "__ynn", "__op$")
 
@@ -457,7 +458,8 @@ def _slice_like(instr, comp, module) -> InstrTraffic:
               else _elems_to_bytes(src, elems))
     reads = [_access(nbytes, 0, (), src.memory_space, src.logical_footprint_bytes(elems))]
     reads += _full_reads(instr, comp, skip=frozenset({0}))
-    return InstrTraffic(tuple(reads), tuple(_full_writes(instr.shape)))
+    note = _loop_invariant_note(instr, comp, module, "static slice") if instr.opcode == "slice" else None
+    return InstrTraffic(tuple(reads), tuple(_full_writes(instr.shape)), (note,) if note else ())
 
 
 def _dus(instr, comp, module) -> InstrTraffic:
@@ -520,8 +522,9 @@ def _collective_start(instr, comp, module) -> InstrTraffic:
 def _copy_start(instr, comp, module) -> InstrTraffic:
     src = comp.by_name[instr.operands[0]].shape
     dst = instr.shape.tuple_shapes[0] if instr.shape.is_tuple and instr.shape.tuple_shapes else instr.shape
+    note = _loop_invariant_note(instr, comp, module, "copy")
     return InstrTraffic((Access(src.byte_size, 0, (), src.memory_space),),
-                        (Access(dst.byte_size, None, (0,), dst.memory_space),))
+                        (Access(dst.byte_size, None, (0,), dst.memory_space),), (note,) if note else ())
 
 
 def _infeed(instr, comp, module) -> InstrTraffic:
@@ -563,6 +566,120 @@ def _recv(instr, comp, module) -> InstrTraffic:
         return _traffic((), writes, ("recv from the host: host_to_device bytes are the written "
                                      "bytes",), (), 0)
     return _traffic((), writes, (), (), 0)
+
+
+# Row-note marker: a kernel in a while body that reads a loop-invariant buffer (the same
+# bytes) in every iteration; ``reread_notes`` sums them into a program-level note.
+LOOP_INVARIANT_REREAD = "re-read in every iteration"
+
+_WHILE_BODIES: "WeakKeyDictionary[Module, frozenset[str]]" = WeakKeyDictionary()
+
+
+def _while_bodies(module: Module) -> frozenset[str]:
+    """Names of the computations that are the body of some ``while`` (computed once per module)."""
+    bodies = _WHILE_BODIES.get(module)
+    if bodies is None:
+        bodies = _WHILE_BODIES[module] = frozenset(
+            i.attrs["body"].strip().lstrip("%") for i in module.instructions()
+            if i.opcode == "while" and "body" in i.attrs)
+    return bodies
+
+
+def loop_invariant_element(name: str, comp: Computation, module: Module) -> int | None:
+    """The loop-state index of ``name`` when it is ``get-tuple-element(parameter(0)), index=i``
+    of a while body ``comp`` whose ROOT tuple passes element i through unchanged (the same
+    get-tuple-element): a loop-invariant value, the same bytes in every iteration. None
+    otherwise (not a while body, not a state element, or one the body updates)."""
+    if module is None or comp.name not in _while_bodies(module):
+        return None
+    gte = comp.by_name.get(name)
+    if gte is None or gte.opcode != "get-tuple-element" or not gte.operands:
+        return None
+    param = comp.by_name.get(gte.operands[0])
+    idx, root = gte.tuple_index, comp.root
+    if (param is None or param.opcode != "parameter" or idx is None or root.opcode != "tuple"
+            or idx >= len(root.operands)):
+        return None
+    out = comp.by_name.get(root.operands[idx])
+    if out is not None and out.opcode == "get-tuple-element" and tuple(out.operands[:1]) == (param.name,) \
+            and out.tuple_index == idx:
+        return idx
+    return None
+
+
+def _loop_invariant_note(instr, comp: Computation, module: Module, what: str) -> str | None:
+    """The ``LOOP_INVARIANT_REREAD`` row note of a static slice / copy of a loop-invariant
+    while-state element, or None. XLA:TPU emits this for a scanned layer stack: every layer
+    of a stacked ``[L, ...]`` weight is sliced into VMEM (``slice-start``, one per layer,
+    joined by ``ConcatBitcast``) in each iteration and one layer is picked on chip, so the
+    compiled program reads each layer L times."""
+    src_name = instr.operands[0] if instr.operands else None
+    idx = loop_invariant_element(src_name, comp, module) if src_name else None
+    if idx is None:
+        return None
+    src = comp.by_name[src_name].shape
+    return (f"{LOOP_INVARIANT_REREAD}: a {what} of loop-state element {idx} ({src}), which the "
+            f"while body '{comp.name}' passes through unchanged: the same bytes are read in each "
+            "iteration")
+
+
+def reread_notes(module: Module, rows) -> list[str]:
+    """Program-level notes on bytes the compiled program reads more than once although they do
+    not change, from analysed rows (``passes/pipeline.py`` ``InstructionCost``):
+
+    * loop-invariant re-reads (rows noted ``LOOP_INVARIANT_REREAD``): bytes per program run,
+      how many of them weights, and the number of times each is read;
+    * weight copies: kernels that write a weights-role buffer which is not a program result
+      (a layout change or dtype conversion of a weight, e.g. XLA:GPU transposing a stacked
+      ``[L, ...]`` weight once before a scan's loop): its consumers read the copy, so the
+      weights read exceed the parameters' bytes by the copy's size.
+    """
+    notes: list[str] = []
+    hit = [r for r in rows if any(n.startswith(LOOP_INVARIANT_REREAD) for n in r.notes)]
+    if hit:
+        nbytes = sum(r.total.hbm_read_bytes for r in hit)
+        wbytes = sum(r.total.weights_read_bytes for r in hit)
+        per_exec = sum(r.per_execution.hbm_read_bytes for r in hit)
+        times = nbytes // per_exec if per_exec else 0
+        first = max(hit, key=lambda r: r.total.hbm_read_bytes)
+        notes.append(
+            f"{len(hit)} instruction(s) in while bodies slice or copy a loop-invariant buffer "
+            f"afresh in every iteration ({nbytes} HBM bytes per program run, {wbytes} of them "
+            f"weights; read {times} times each), e.g. '{first.instr.name}' in '{first.computation}': "
+            "XLA:TPU streams every layer of a stacked [L, ...] operand into on-chip memory in each "
+            "of the L iterations and picks one layer on chip, so each layer is read L times "
+            "(the compiled program moves these bytes; unrolling the layers or a scan whose "
+            "slices depend on the loop counter reads each once)")
+    results: dict[str, set[str]] = {}
+    copies = [r for r in rows if r.total.weights_write_bytes
+              and r.instr.name not in _result_names(module, r.computation, results)]
+    if copies:
+        nbytes = sum(r.total.weights_write_bytes for r in copies)
+        first = max(copies, key=lambda r: r.total.weights_write_bytes)
+        notes.append(
+            f"{len(copies)} instruction(s) write a copy of weights ({nbytes} bytes per program "
+            f"run), e.g. '{first.instr.name}' ({first.instr.opcode}: a layout change or dtype "
+            "conversion, such as XLA:GPU transposing a stacked [L, ...] weight before a scan's "
+            "loop); their consumers read the copy, so weights read exceed the parameters' bytes "
+            "by up to that much (the compiled program reads those weights twice)")
+    return notes
+
+
+def _result_names(module: Module, cname: str, memo: dict[str, set[str]]) -> set[str]:
+    """Instructions of ``cname`` whose value is its result: the ROOT and what reaches it through
+    tuple / bitcast only (an updated weight of a training step, a loop-carried state)."""
+    if cname not in memo:
+        comp = module.computations[cname]
+        out, stack = set(), [comp.root]
+        while stack:
+            i = stack.pop()
+            if i.name in out:
+                continue
+            out.add(i.name)
+            if i.opcode in ("tuple", "bitcast"):
+                stack.extend(comp.by_name[o] for o in i.operands if o in comp.by_name)
+        memo[cname] = out
+    return memo[cname]
 
 
 class _AsyncView:
