@@ -21,7 +21,7 @@ import jax
 import jax.extend
 import jax.numpy as jnp
 
-from jaxmove.workload import Workload
+from jaxmove.capture.workload import Workload
 from jaxmove.errors import JaxmoveInputError
 from . import gpt, mlp, moe
 

@@ -66,7 +66,7 @@ import jax
 import jax.numpy as jnp
 from flax import nnx
 
-from jaxmove.workload import Workload
+from jaxmove.capture.workload import Workload
 from .sharding import constrain, constrain_params
 
 DTYPES = {

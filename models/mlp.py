@@ -15,7 +15,7 @@ import dataclasses
 import jax
 from flax import nnx
 
-from jaxmove.workload import Workload
+from jaxmove.capture.workload import Workload
 from .gpt import canonical_dtype
 from .sharding import constrain
 

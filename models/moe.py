@@ -34,7 +34,7 @@ import jax
 import jax.numpy as jnp
 from flax import nnx
 
-from jaxmove.workload import Workload
+from jaxmove.capture.workload import Workload
 from .gpt import canonical_dtype
 from .sharding import constrain
 
