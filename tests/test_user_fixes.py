@@ -159,7 +159,9 @@ def test_shapes_in_json_table_and_annotation(report, hlo_path, capsys):
     assert rows["n1"]["shape"] == "f32[64]"
     assert main(["analyze", str(hlo_path)]) == 0
     out = capsys.readouterr().out
-    assert "f32[64,64] ← bf16[64,64]" in out
+    lines = out.splitlines()
+    k = next(i for i, ln in enumerate(lines) if "convert_fusion" in ln)
+    assert "f32[64,64]" in lines[k] and "← bf16[64,64]" in lines[k + 1]   # operands: next line
     text = annotate(report, HLO)
     line = next(ln for ln in text.splitlines() if ln.lstrip().startswith("%dot.1 ="))
     assert 'shape="f32[1,64]"' in line and 'operand_shapes="f32[64,1]; f32[64,64]"' in line

@@ -36,9 +36,10 @@ def human_flops(n: float) -> str:
 
 
 def make_console() -> Console:
-    """A console for tables: the terminal's width, or 160 columns when output is not a terminal."""
+    """A console for tables: the terminal's width, or 200 columns when output is not a
+    terminal (the instruction table with time columns, shapes and whole source paths)."""
     c = Console(emoji=False)  # program-derived strings (names, paths) are no emoji codes
-    return c if c.is_terminal else Console(width=160, emoji=False)
+    return c if c.is_terminal else Console(width=200, emoji=False)
 
 
 def render_report(report: Report, top: int = 15, console: Console | None = None) -> None:
@@ -70,9 +71,9 @@ def render_report(report: Report, top: int = 15, console: Console | None = None)
                         "(totals over one program run)")
     num = {"justify": "right", "no_wrap": True}
     for col, kw in (("instruction", {"overflow": "fold"}), ("op / fusion", {"no_wrap": True}),
-                    ("shape ← operands", {"overflow": "fold"}),
+                    ("shape ← operands", {"overflow": "fold", "min_width": 18}),
                     ("x", num), ("flops", num), ("read", num), ("written", num),
-                    ("role", {"no_wrap": True}), ("source", {"overflow": "fold"})):
+                    ("role", {"no_wrap": True}), ("source", {"overflow": "fold", "min_width": 24})):
         table.add_column(col, **kw)
     if times is not None:
         for col in ("est. time", "bound", "flop/B", "on-chip reuse"):
@@ -85,10 +86,11 @@ def render_report(report: Report, top: int = 15, console: Console | None = None)
         mult = f"{r.multiplicity.count}{'?' if r.multiplicity.unknown_trip_count else ''}"
         name = escape(r.instr.name) + (" [red](unmodeled)[/red]" if r.unmodeled else "")
         ops = short_shapes(operand_shapes(report.module, r.computation, r.instr))
-        shapes = shape_text(r.instr.shape) + (f" ← {ops}" if ops else "")
+        shapes = shape_text(r.instr.shape) + (f"\n← {ops}" if ops else "")
         cells = [name, kind, escape(shapes), mult, human_count(r.total.flops),
                  human_bytes(r.total.hbm_read_bytes), human_bytes(r.total.hbm_write_bytes),
-                 dominant_role(r.total), escape(att.source_label) if att.source else ""]
+                 dominant_role(r.total),
+                 escape(att.source_label.replace("≈ ", "≈\u00a0")) if att.source else ""]
         if times is not None:
             cells += time_cells(report, r)
         table.add_row(*cells)
