@@ -2,12 +2,10 @@
 
 from __future__ import annotations
 
-import sys
-
 from .capture.resolve import (NestingTooDeepError, TargetError, UserCodeError,  # noqa: F401
                               load_target, resolve_program)
 from .hlo import parse_module
-from .passes.pipeline import analyze_module
+from .passes.pipeline import run_pipeline
 from .report.report import ProgramInfo, Report
 
 
@@ -72,27 +70,16 @@ def analyze(obj, /, *args, overrides: dict[str, str] | None = None, hardware=Non
         spec = hardware if isinstance(hardware, HardwareSpec) else load_spec(hardware)
     program = resolve_program(obj, *args, overrides=overrides, **capture_kwargs)
     filename = program.source[4:] if program.source.startswith("hlo:") else f"<{program.name}>"
-    try:
-        module = parse_module(program.hlo_text, filename)
-        entry_roles = {p.number: p.role for p in program.parameters} if program.parameters else None
-        analysis = analyze_module(module, entry_roles)
-    except RecursionError:  # the passes walk nested calls, loops and fusions recursively
-        raise NestingTooDeepError(
-            f"{filename}: computations (calls, loops, fusions) nested this deep are not "
-            f"supported (the passes recurse once per level, up to Python's recursion limit "
-            f"{sys.getrecursionlimit()})") from None
+    module = parse_module(program.hlo_text, filename)
+    entry_roles = {p.number: p.role for p in program.parameters} if program.parameters else None
+    results = run_pipeline(module, entry_roles, program.parameters, spec)
+    analysis = results.analysis
     analysis.notes.extend(getattr(program, "notes", ()))
     if spec is not None and program.backend in ("cpu", "gpu", "tpu") and program.backend != spec.kind:
         analysis.notes.append(backend_mismatch_note(program.backend, spec.name))
     fit = does_not_fit_note(module, spec) if spec is not None else None
     if fit:
         analysis.notes.insert(0, fit)
-    from .passes.reuse import reuse_pass
-    from .passes.timing import estimate_times
-    reuse = reuse_pass(analysis, spec)
-    times = estimate_times(analysis, spec, reuse) if spec is not None else None
-    from .passes.excess import excess_pass
-    excess = excess_pass(analysis, program.parameters, spec, reuse)
     return Report(ProgramInfo(program.name, program.backend, program.num_devices, program.source),
                   analysis, program.parameters, dict(program.memory_stats), program.xla_cost_analysis,
-                  reuse=reuse, times=times, excess=excess)
+                  reuse=results.reuse, times=results.times, excess=results.excess)

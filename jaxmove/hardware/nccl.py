@@ -113,7 +113,7 @@ _HW_LAT_NET = {"ring": (2.7, 4.0, 14.0), "tree": (5.0, 8.5, 14.0), "nvls": (0.0,
 PROTOCOLS = ("LL", "LL128", "Simple")
 P2P_LL_THRESHOLD_BYTES = 16384  # NCCL_P2P_LL_THRESHOLD default (src/enqueue.cc)
 
-_KINDS = ("all-reduce", "all-gather", "reduce-scatter", "all-to-all", "ragged-all-to-all",
+KINDS = ("all-reduce", "all-gather", "reduce-scatter", "all-to-all", "ragged-all-to-all",
           "collective-permute", "collective-broadcast", "send")
 
 
@@ -271,8 +271,8 @@ def collective_time_s(kind: str, wire_bytes: float, group_size: int, spec, *,
     """
     if kind == "recv":
         return 0.0
-    if kind not in _KINDS:
-        raise ValueError(f"unknown collective kind {kind!r}; expected one of {', '.join(_KINDS)}")
+    if kind not in KINDS:
+        raise ValueError(f"unknown collective kind {kind!r}; expected one of {', '.join(KINDS)}")
     if wire_bytes < 0 or group_size < 1:
         raise ValueError(f"collective {kind}: wire_bytes={wire_bytes}, group_size={group_size}")
     if wire_bytes == 0 or group_size <= 1:

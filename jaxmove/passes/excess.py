@@ -507,24 +507,15 @@ class _Excess:
         mult = self.analysis.multiplicity
         module = self.module
         skip: set[str] = set()
-        conds = [i for c in mult for i in module.computations[c].instructions if i.opcode == "conditional"]
+        chosen = self.analysis.branches  # the one branch choice of the pipeline's totals
+        conds = [(c, i) for c in mult for i in module.computations[c].instructions
+                 if i.opcode == "conditional"]
         if conds:
-            per_comp: dict[str, list] = {}
-            for r in self.analysis.rows:
-                per_comp.setdefault(r.computation, []).append(r)
-
-            def cost(cname):
-                reach = module.reachable_computations([cname], through_fusions=False)
-                hbm = sum(r.per_execution.hbm_bytes for c in reach for r in per_comp.get(c, ()))
-                fl = sum(r.per_execution.flops for c in reach for r in per_comp.get(c, ()))
-                return hbm, fl
-
             keep: set[str] = set()
-            for ci in conds:
-                branches = list(ci.called_computations)
-                best = max(branches, key=cost)
+            for cname, ci in conds:
+                best = chosen[(cname, ci.name)]
                 keep |= module.reachable_computations([best], through_fusions=False)
-                for b in branches:
+                for b in ci.called_computations:
                     if b != best:
                         skip |= module.reachable_computations([b], through_fusions=False)
             skip -= keep

@@ -162,5 +162,8 @@ def nccl_time(info, spec, spans_nodes: bool) -> float | None:
     does not apply (not a GPU spec, or no link bandwidth)."""
     if not nccl.nccl_model_applies(spec):
         return None
+    if info.kind != "recv" and info.kind not in nccl.KINDS:
+        from ..errors import Unmodeled
+        raise Unmodeled(f"the NCCL model has no '{info.kind}' collective")
     return nccl.collective_time_s(info.kind, info.wire_bytes, info.group_size, spec,
                                   spans_nodes=spans_nodes)

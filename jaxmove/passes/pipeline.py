@@ -1,7 +1,12 @@
-"""Run every pass over a module and combine their columns into per-instruction costs.
+"""The pipeline: every pass, in order, over one module.
 
-Order: multiplicity -> roles -> (per kernel-level instruction) traffic and flops ->
-per-instruction ``Cost`` -> program totals. Passes never print.
+``run_pipeline``: multiplicity -> roles -> per kernel-level instruction traffic, flops and
+collectives -> per-instruction ``Cost`` and program totals (``analyze_module``) -> reuse ->
+first touch -> timing -> excess. One call-graph fold (``analyze_module``'s totals) decides which
+branch of each conditional the totals take (``ModuleAnalysis.branches``); reuse, timing and excess
+read that choice, so every column describes the same branch. A rule that cannot cost an
+instruction raises ``jaxmove.errors.Unmodeled`` and the row is listed as unmodeled; any other
+exception is a bug and propagates. Passes never print.
 """
 
 from __future__ import annotations
@@ -9,6 +14,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field, replace
 
 from .._perf import gc_paused, slots_constructor
+from ..errors import Unmodeled
 from ..hlo import Computation, Instruction, Module
 from .callgraph import post_order
 from .collectives import CollectiveError, CollectiveInfo, collective_info, collective_kind
@@ -74,6 +80,8 @@ class ModuleAnalysis:
     multiplicity: dict[str, Multiplicity]
     notes: list[str] = field(default_factory=list)
     roles: object | None = None
+    # (computation, conditional instruction name) -> the branch computation the totals count
+    branches: dict[tuple[str, str], str] = field(default_factory=dict)
 
     @property
     def unmodeled(self) -> list[InstructionCost]:
@@ -233,9 +241,9 @@ def analyze_module(module: Module, entry_roles: dict[int, str] | None = None) ->
                     coll = collective_info(instr, comp, module)
                 except CollectiveError:
                     raise  # a positioned error about the input: the caller reports it
-                except (ArithmeticError, LookupError, ValueError, TypeError, AttributeError) as e:
-                    # an input the rules did not foresee: list it as unmodeled, never guess
-                    traffic = InstrTraffic(unmodeled=(f"{PASS_FAILURE} ({type(e).__name__}: {e})",))
+                except Unmodeled as e:
+                    # a rule has no model for this instruction: list it as unmodeled, never guess
+                    traffic = InstrTraffic(unmodeled=(f"{PASS_FAILURE} ({e})",))
                     fc, cost, notes, coll = FlopCount(), Cost(), [], None
             if coll is not None:
                 cost = replace(cost, device_to_device_bytes=cost.device_to_device_bytes
@@ -256,6 +264,7 @@ def analyze_module(module: Module, entry_roles: dict[int, str] | None = None) ->
 
     notes: list[str] = []
     memo: dict[str, Cost] = {}
+    chosen: dict[tuple[str, str], str] = {}
 
     def total(cname: str) -> Cost:
         """Cost of one execution of a kernel-level computation, callees included."""
@@ -268,6 +277,7 @@ def analyze_module(module: Module, entry_roles: dict[int, str] | None = None) ->
             if instr.opcode == "conditional":
                 branches = [(b, total(b)) for b in instr.called_computations]
                 best = max(branches, key=lambda bc: (bc[1].hbm_bytes, bc[1].flops))
+                chosen[(cname, instr.name)] = best[0]
                 parts.append(best[1])
                 notes.append(f"conditional '{instr.name}': totals use its costliest branch "
                              f"'{best[0]}' (which branch runs is not known statically)")
@@ -298,7 +308,7 @@ def analyze_module(module: Module, entry_roles: dict[int, str] | None = None) ->
     notes.extend(reread_notes(module, rows))  # loop-invariant re-reads, weight copies
     if totals.hbm_padding_bytes:
         notes.append(padding_note(totals))
-    return ModuleAnalysis(module, rows, totals, mult, notes, roles)
+    return ModuleAnalysis(module, rows, totals, mult, notes, roles, chosen)
 
 
 def padding_note(totals: Cost) -> str:
@@ -306,3 +316,50 @@ def padding_note(totals: Cost) -> str:
     return (f"{100 * totals.hbm_padding_bytes / totals.hbm_bytes:.1f}% of HBM traffic is tile "
             f"padding ({totals.hbm_padding_bytes} of {totals.hbm_bytes} bytes; tiled layouts such "
             "as T(8,128) are moved in whole tiles)")
+
+
+@dataclass(frozen=True)
+class PassResults:
+    """Every pass's result for one module: what ``Report`` is built from.
+
+    Attributes:
+      analysis: per-instruction costs and totals (``analyze_module``).
+      reuse: on-chip reuse of fusions, and the tiling model when a spec is given.
+      first_touch: bytes written into freshly mapped pages (CPU specs with the terms), or None
+        without a spec.
+      times: the time estimate on ``spec``, or None without one.
+      excess: compulsory traffic, excess and its causes.
+    """
+
+    analysis: ModuleAnalysis
+    reuse: "ReuseAnalysis"
+    first_touch: "FirstTouch | None"
+    times: "TimeEstimate | None"
+    excess: "ExcessAnalysis"
+
+
+def run_pipeline(module: Module, entry_roles: dict[int, str] | None = None, parameters=(),
+                 spec=None) -> PassResults:
+    """Run every pass over ``module``, in order, and return their results.
+
+    Args:
+      entry_roles: ENTRY parameter number -> role (from capture); None reads roles from names.
+      parameters: the program's ``EntryParameter`` s (donation and pytree paths for excess).
+      spec: a HardwareSpec for reuse's tiling model, first touch, timing and excess time; None
+        skips first touch and timing.
+    Raises:
+      jaxmove.passes.collectives.CollectiveError: malformed replica groups (an input error).
+    """
+    from .excess import excess_pass
+    from .first_touch import first_touch_pass
+    from .reuse import reuse_pass
+    from .timing import estimate_times, schedule_order
+
+    analysis = analyze_module(module, entry_roles)
+    reuse = reuse_pass(analysis, spec)
+    ft = times = None
+    if spec is not None:
+        ft = first_touch_pass(analysis, spec, schedule_order(module.entry, module))
+        times = estimate_times(analysis, spec, reuse, first_touch=ft)
+    excess = excess_pass(analysis, parameters, spec, reuse, roles=analysis.roles)
+    return PassResults(analysis, reuse, ft, times, excess)

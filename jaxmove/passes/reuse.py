@@ -49,6 +49,7 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass, field
 
+from ..errors import Unmodeled
 from ..hlo import Computation, Instruction, Module, Shape
 from .callgraph import post_order
 from .flops import CUSTOM_CALL_RULES, KFMA_FLOPS, convolution_flops, instruction_flops
@@ -178,7 +179,7 @@ class ReuseAnalysis:
     Attributes:
       rows: (computation, instruction name) -> InstructionReuse (per execution).
       total_onchip_reuse_bytes: bytes fusion kept on chip over one program run (loops by
-        trip count; a conditional counts its branch with the most reuse).
+        trip count; a conditional counts the branch the totals take, ``ModuleAnalysis.branches``).
       onchip_capacity_bytes, onchip_capacity_key: the spec's capacity used (None without).
     """
 
@@ -381,11 +382,11 @@ def _gemm_tiling(instr: Instruction, comp: Computation, module: Module, fast: in
     fc = instruction_flops(instr, module)
     e = out.num_elements
     if fc.unmodeled or not fc.flops or not e:
-        raise ValueError("no flops for this custom call")
+        raise Unmodeled("no flops for this custom call")
     k = fc.flops // (KFMA_FLOPS * e)
     prod_ab = lhs.num_elements * rhs.num_elements
     if k <= 0 or prod_ab % (e * k * k):
-        raise ValueError(f"cannot read M, N, K from {lhs} x {rhs} -> {out}")
+        raise Unmodeled(f"cannot read M, N, K from {lhs} x {rhs} -> {out}")
     b = prod_ab // (e * k * k)
     m, n = lhs.num_elements // (b * k), rhs.num_elements // (b * k)
     return matmul_traffic(b, m, n, k, lhs.byte_size, rhs.byte_size, out.byte_size,
@@ -437,7 +438,7 @@ def kernel_tilings(instr: Instruction, comp: Computation, module: Module,
     def visit(i: Instruction, c: Computation) -> None:
         try:
             t = _tiling_of(i, c, module, fast_memory_bytes)
-        except (ValueError, KeyError, IndexError, ZeroDivisionError) as e:
+        except (Unmodeled, ValueError) as e:  # ValueError: malformed dim_labels / window sizes
             notes.append(f"tiling of '{i.name}' unmodeled: {e}")
             return
         if t is not None:
@@ -527,8 +528,8 @@ def _program_total(analysis, rows: dict[tuple[str, str], InstructionReuse]) -> i
             r = rows.get((cname, instr.name))
             if r is not None:
                 s += r.onchip_reuse_bytes
-            if instr.opcode == "conditional":
-                s += max((total(b) for b in instr.called_computations), default=0)
+            if instr.opcode == "conditional":  # the branch the totals take
+                s += total(analysis.branches[(cname, instr.name)])
             elif instr.opcode in ("while", "call", "async-start"):
                 for callee, k, _u, _b in callee_counts(instr, module):
                     s += total(callee) * k

@@ -39,7 +39,7 @@ operation (``*-start`` / ``*-done``, ``send``/``recv``, ``async-start``/``async-
 runs on a side queue from its start and the main stream waits for it only at its done,
 so it overlaps the work scheduled between them; async transfers of one kind (network,
 copies) queue behind each other. A while costs trip count × body time plus (trip count +
-1) × condition time; a conditional its slowest branch; a call its callee. A spec with
+1) × condition time; a conditional the branch the totals take (its costliest in bytes, ``ModuleAnalysis.branches``); a call its callee. A spec with
 ``dispatch_overhead_s`` (measured by ``jaxmove calibrate``: the host's cost of one blocking
 program call) adds it once per program run; without it nothing is added.
 
@@ -52,6 +52,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+from ..errors import Unmodeled
 from ..hlo import Computation, Instruction, Module
 from ..hlo.opcodes import OPCODES, names
 from .callgraph import post_order
@@ -327,12 +328,10 @@ def _is_collective(row) -> bool:
 def network_time(row, comp: Computation, module: Module, spec) -> tuple[float | None, str | None]:
     """(seconds per execution, reason when unmodeled) of a collective, from
     ``passes/collectives.py``; (None, reason) when that pass or the spec cannot say."""
+    from . import collectives as coll
+
     try:
-        from . import collectives as coll  # built in parallel (issue 3); optional
-    except ImportError:
-        return None, "network time unmodeled: no collectives pass (jaxmove/passes/collectives.py)"
-    try:
-        info = getattr(row, "collective", None)
+        info = row.collective
         if info is None:
             info = coll.collective_info(row.instr, comp, module)
         if info is None:
@@ -340,8 +339,8 @@ def network_time(row, comp: Computation, module: Module, spec) -> tuple[float | 
         t = _gpu_nccl_time(info, spec, coll)  # GPU specs: the NCCL model (hardware/nccl.py)
         if t is None:
             t = coll.collective_time_s(info, spec)
-    except (AttributeError, ValueError, KeyError, IndexError, TypeError) as e:
-        return None, f"network time unmodeled: {type(e).__name__}: {e}"
+    except Unmodeled as e:
+        return None, f"network time unmodeled: {e}"
     if t is None:
         return None, f"network time unmodeled: spec '{spec.name}' lacks interconnect figures"
     return float(t), None
@@ -473,9 +472,11 @@ def _async_root(comp: Computation, instr: Instruction) -> str | None:
 
 
 class _Walker:
-    def __init__(self, module: Module, times: dict[tuple[str, str], InstructionTime]):
+    def __init__(self, module: Module, times: dict[tuple[str, str], InstructionTime],
+                 branches: dict[tuple[str, str], str]):
         self.module = module
         self.times = times
+        self.branches = branches  # conditional -> the branch the totals take
         self.memo: dict[str, float] = {}
         self.timeline: list[tuple[str, str, float, float]] = []
 
@@ -515,7 +516,7 @@ class _Walker:
                 counts = callee_counts(instr, self.module)
                 cursor += sum(self.comp_time(c) * k for c, k, _u, _b in counts)
             elif op == "conditional":
-                cursor += max((self.comp_time(c) for c in instr.called_computations), default=0.0)
+                cursor += self.comp_time(self.branches[(cname, instr.name)])
             elif op == "call":
                 cursor += sum(self.comp_time(c) for c in instr.called_computations)
             else:
@@ -530,26 +531,30 @@ class _Walker:
         return cursor
 
 
-def estimate_times(analysis, spec, reuse: ReuseAnalysis | None = None) -> TimeEstimate:
+def estimate_times(analysis, spec, reuse: ReuseAnalysis | None = None,
+                   first_touch: FirstTouch | None = None) -> TimeEstimate:
     """Estimated time of every kernel-level instruction and of one program run.
 
     Args:
       analysis: a pipeline ModuleAnalysis.
       spec: a HardwareSpec (``jaxmove.hardware.load_spec``).
       reuse: a ReuseAnalysis computed with ``spec`` (computed here when None).
+      first_touch: the first-touch pass's result on ``spec`` (computed here when None).
+    Conditionals take the branch the totals take (``analysis.branches``).
     """
     module = analysis.module
     reuse = reuse if reuse is not None else reuse_pass(analysis, spec)
     rows: dict[tuple[str, str], InstructionTime] = {}
     unmodeled: list[str] = []
-    ft = first_touch_pass(analysis, spec, schedule_order(module.entry, module))
+    ft = first_touch if first_touch is not None else first_touch_pass(
+        analysis, spec, schedule_order(module.entry, module))
     for row in analysis.rows:
         it = instruction_time(row, module, spec, reuse,
                               ft.rows.get((row.computation, row.instr.name), 0))
         rows[(row.computation, row.instr.name)] = it
         for why in it.unmodeled:
             unmodeled.append(f"{row.instr.name}: {why}")
-    walker = _Walker(module, rows)
+    walker = _Walker(module, rows, analysis.branches)
     dispatch = getattr(spec, "dispatch_overhead_s", None) or 0.0
     # callees first (iterative), so comp_time finds every callee memoized and never recurses
     for cname in post_order(module, [module.entry.name],
