@@ -397,6 +397,7 @@ def test_tpu_target_points_equal_plans_and_a_refused_compile_is_a_result(tmp_pat
     """))
     res = sweep(tmp_path / "SWEEP.toml", jobs=2, timeout_s=300)
     fits, refused = res.rows
+    assert fits["status"] == "ok" and refused["status"] == "ok", (fits["error"], refused["error"])
     assert fits["target"] == tgt and fits["hardware"] == "tpu-v5e" and fits["backend"] == "tpu"
     ref = compare_plans("mlp-tiny", mesh, ["tp"], {"batch": "8"}, target=tgt).results[0]
     report = analyze(capture_with_plan("mlp-tiny", {"batch": "8"}, load_plan("tp"), mesh, target=tgt),
@@ -421,3 +422,20 @@ def test_mesh_larger_than_a_tpu_target_names_file_and_key(tmp_path):
     spec = load_sweep(path.write_text(GRID.replace('hardware = "h100-sxm"', 'target = "tpu-v5e:2x4"'))
                       and path)
     assert {p.target for p in spec.points} == {"tpu-v5e:2x4"} and spec.points[0].hardware == "tpu-v5e"
+
+
+def test_cli_resume_of_a_finished_sweep_compiles_nothing(local_sweep, tmp_path, capsys):
+    from jaxmove.cli import main
+
+    res, out, _ = local_sweep
+    html, plot = tmp_path / "s.html", tmp_path / "s.svg"
+    assert main(["sweep", str(out.parent / "SWEEP.toml"), "-o", str(out), "--resume", "--json",
+                 "--no-progress", "--html", str(html), "--plot", str(plot)]) == 0
+    js = json.loads(capsys.readouterr().out)
+    assert js["sweep"]["resumed"] == 4 and js["counts"]["ok"] == 4
+    assert [p["key"] for p in js["points"]] == [r["key"] for r in res.rows]
+    assert [p["est_time_s"] for p in js["points"]] == [r["est_time_s"] for r in res.rows]
+    assert html.read_text().startswith("<!DOCTYPE html>") and "<svg" in plot.read_text()
+    # without --resume an existing result file is not overwritten
+    assert main(["sweep", str(out.parent / "SWEEP.toml"), "-o", str(out), "--no-progress"]) == 2
+    assert "exists; pass --resume" in capsys.readouterr().err

@@ -40,7 +40,7 @@ import math
 import os
 import re
 import tomllib
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 from functools import cached_property
 from pathlib import Path
 
@@ -490,8 +490,3 @@ def load_sweep(path: str | os.PathLike) -> SweepSpec:
     except IsADirectoryError:
         raise SweepSpecError(f"{path}: is a directory, expected a SWEEP.toml file") from None
     return parse_sweep(text, os.fspath(path), p.resolve().parent)
-
-
-def with_target(point: Point, target: str) -> Point:
-    """The same point on another target."""
-    return replace(point, target=target)
