@@ -80,6 +80,24 @@ def analyze(obj, /, *args, overrides: dict[str, str] | None = None, hardware=Non
     fit = does_not_fit_note(module, spec) if spec is not None else None
     if fit:
         analysis.notes.insert(0, fit)
-    return Report(ProgramInfo(program.name, program.backend, program.num_devices, program.source),
+    from .capture.xla_figures import xla_figures
+    xla = xla_figures(analysis, program.xla_cost_analysis, program.backend,
+                      _clock_spec(getattr(program, "target", None), spec), program.source)
+    return Report(ProgramInfo(program.name, program.backend, program.num_devices, program.source,
+                              getattr(program, "target", None)),
                   analysis, program.parameters, dict(program.memory_stats), program.xla_cost_analysis,
-                  reuse=results.reuse, times=results.times, excess=results.excess)
+                  reuse=results.reuse, times=results.times, excess=results.excess, xla=xla)
+
+
+def _clock_spec(target_name, spec):
+    """The TPU spec whose clock turns XLA:TPU's estimated_cycles into seconds: the compile
+    target's spec (the chip XLA estimated for), else the ``--hardware`` spec when it is a TPU."""
+    if target_name:
+        from .capture.targets import Target, TargetNameError
+        try:
+            t = Target.parse(target_name)
+        except TargetNameError:  # a stage built elsewhere is named by its platform only
+            t = None
+        if t is not None and t.platform == "tpu":
+            return t.spec()
+    return spec if getattr(spec, "kind", None) == "tpu" else None

@@ -37,6 +37,9 @@ def _cmd_analyze(args: argparse.Namespace) -> int:
     elif getattr(args, "excess", False):
         from ..report.excess_table import render_excess
         render_excess(report)
+    elif getattr(args, "xla", False):
+        from ..report.xla_table import render_xla
+        render_xla(report, top=args.top)
     else:
         render_report(report, top=args.top)
     return 0
@@ -79,6 +82,11 @@ def add_analyze_command(sub) -> None:
                    help="show the excess movement instead of the instruction table: compulsory vs "
                         "compiled bytes per role and path, then the causes ranked by time (with "
                         "--hardware) and the change that removes each")
+    a.add_argument("--xla", action="store_true",
+                   help="show the compiler's own figures beside jaxmove's instead of the instruction "
+                        "table: cost_analysis() flops, bytes accessed, optimal_seconds, and per kernel "
+                        "XLA:TPU's estimated_cycles (seconds at the TPU spec's clock); --json has them "
+                        "under 'xla' keys")
     a.add_argument("--trace", metavar="FILE",
                    help="also write a Chrome trace (JSON, opens in Perfetto) of the estimated timeline")
     from .plans import add_plan_options

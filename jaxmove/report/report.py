@@ -10,7 +10,7 @@ from dataclasses import dataclass, field
 from ..hlo.opcodes import names
 from ..passes.cost import PATHS, Cost
 from ..passes.pipeline import InstructionCost, ModuleAnalysis
-from ..workload import ROLES
+from ..vocab import ROLES
 
 # Opcodes that never appear as their own rows in tables: they move nothing and compute nothing.
 _QUIET = names(quiet=True)  # the opcode table (hlo/opcodes.py)
@@ -18,12 +18,14 @@ _QUIET = names(quiet=True)  # the opcode table (hlo/opcodes.py)
 
 @dataclass(frozen=True)
 class ProgramInfo:
-    """What was analysed: name, backend ("cpu", "gpu", "tpu" or "unknown"), devices, source."""
+    """What was analysed: name, backend ("cpu", "gpu", "tpu" or "unknown"), devices, source,
+    and the compile target it was compiled for (``cpu``, ``tpu-v5e:2x2``...; None for HLO files)."""
 
     name: str
     backend: str
     num_devices: int
     source: str
+    target: str | None = None
 
 
 @dataclass
@@ -38,6 +40,8 @@ class Report:
       xla_cost_analysis: ``Compiled.cost_analysis()`` when captured from JAX, else None.
       reuse: on-chip reuse per fusion and tiling of dots (``passes/reuse.py``), or None.
       excess: compulsory traffic, excess and its causes (``passes/excess.py``), or None.
+      xla: the compiler's own figures beside jaxmove's (cost_analysis, XLA:TPU's per-kernel
+        estimated_cycles; ``capture/xla_figures.py``), or None.
       times: estimated times on a hardware spec (``passes/timing.py``), or None when no
         hardware was given.
     """
@@ -50,6 +54,7 @@ class Report:
     reuse: object | None = None   # passes.reuse.ReuseAnalysis
     times: object | None = None   # passes.timing.TimeEstimate
     excess: object | None = None  # passes.excess.ExcessAnalysis
+    xla: object | None = None     # capture.xla_figures.XlaFigures
 
     @property
     def module(self):
@@ -127,7 +132,8 @@ class Report:
         t = self.totals
         return {
             "program": {"name": self.program.name, "backend": self.program.backend,
-                        "num_devices": self.program.num_devices, "source": self.program.source},
+                        "num_devices": self.program.num_devices, "source": self.program.source,
+                        "target": self.program.target},
             "totals": {"flops": t.flops, "transcendentals": t.transcendentals,
                        "hbm_read_bytes": t.hbm_read_bytes, "hbm_write_bytes": t.hbm_write_bytes,
                        "onchip_read_bytes": t.onchip_read_bytes,
@@ -153,6 +159,8 @@ class Report:
             **_timing_json(self),
             # compulsory traffic, excess and its causes (passes/excess.py); None when not computed
             "excess": self.excess.to_json() if self.excess is not None else None,
+            # the compiler's own figures (cost_analysis, XLA:TPU estimated_cycles); None when not read
+            "xla": self.xla.to_json() if self.xla is not None else None,
         }
 
     def _row_json(self, r: InstructionCost) -> dict:
@@ -186,7 +194,15 @@ class Report:
             "hlo_line": r.instr.line,
             "collective": _collective_json(r),
             **_row_timing_json(self, r),
+            "xla": _row_xla_json(self, r),
         }
+
+
+def _row_xla_json(report: Report, r: InstructionCost) -> dict | None:
+    """XLA:TPU's ``estimated_cycles`` (per execution), ``executions`` and ``estimated_s`` (per
+    program run, at the spec's clock; None without one) of a row, or None when XLA gave none."""
+    fig = report.xla.row(r.computation, r.instr.name) if report.xla is not None else None
+    return fig.to_json() if fig is not None else None
 
 
 def _padding_json(t: Cost) -> dict:
