@@ -81,8 +81,9 @@ def render_table(result, top: int | None = None, console: Console | None = None)
     c = result.counts()
     console.print(f"[bold]sweep {escape(result.name)}[/bold]: {c['points']} points, {c['ok']} analysed "
                   f"({c['fits']} fit, {c['does_not_fit']} do not), {c['error']} failed to compile, "
-                  f"{c['died'] + c['timeout']} lost their worker; {result.resumed} resumed from "
-                  f"{escape(str(result.output))}; {result.executor} executor, {result.wall_s:.1f} s")
+                  f"{c['died'] + c['timeout']} lost their worker"
+                  + (f"; {result.resumed} resumed from {escape(str(result.output))}" if result.output else "")
+                  + f"; {result.executor} executor, {result.wall_s:.1f} s")
     has_excess = any("excess_bytes" in r for r in result.rows)
     table = Table(title="Ranked: fastest point that fits first (per device, one step)")
     cols = [("#", "right"), ("point", "left"), ("fits", "left"), ("memory", "right"),
@@ -257,8 +258,8 @@ def render_html(result) -> str:
 <html lang="en"><head><meta charset="utf-8"><title>jaxmove sweep {_e(result.name)}</title>
 <style>{_CSS}</style></head><body>
 <h1>jaxmove sweep {_e(result.name)}</h1>
-<div class=meta>{_e(result.path)} &middot; {_e(result.executor)} executor &middot; {result.wall_s:.1f} s &middot;
-{_e(result.resumed)} points resumed from {_e(result.output)}</div>
+<div class=meta>{_e(result.path)} &middot; {_e(result.executor)} executor &middot; {result.wall_s:.1f} s
+{f"&middot; {_e(result.resumed)} points resumed from {_e(result.output)}" if result.output else ""}</div>
 <div class=cards>{cards_html}</div>
 {best_html}{sweep_notes}
 <h2>Step time vs memory per device</h2>
