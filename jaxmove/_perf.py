@@ -32,12 +32,15 @@ def gc_paused(fn: F) -> F:
     return wrapper  # type: ignore[return-value]
 
 
-def slots_constructor(cls: type) -> Callable:
-    """A positional constructor ``(field0, field1, ...) -> cls`` for a frozen, slotted
-    dataclass without ``__post_init__``: it sets each slot through its descriptor, which is
-    what the generated ``__init__`` does via ``object.__setattr__``, without keyword
-    handling (about 3x faster; the passes build one record per instruction). Every field
-    must be given, in declaration order; values are not checked.
+def slots_constructor(cls: type, *, from_sequence: bool = False) -> Callable:
+    """A constructor for a frozen, slotted dataclass without ``__post_init__`` that sets
+    each slot through its descriptor, which is what the generated ``__init__`` does via
+    ``object.__setattr__``, without keyword handling (about 3x faster; the passes build
+    one record per instruction). Every field must be given, in declaration order; values
+    are not checked.
+
+    Returns ``make(v0, v1, ...)``, or with ``from_sequence=True`` ``make(values)`` taking one
+    sequence of the field values (IndexError when it is shorter than the field count).
 
     Raises:
       TypeError: ``cls`` is not a slotted dataclass, or has a ``__post_init__``.
@@ -49,8 +52,12 @@ def slots_constructor(cls: type) -> Callable:
     names = [f.name for f in dataclasses.fields(cls)]
     ns = {"_new": object.__new__, "_cls": cls}
     ns.update({f"_s{i}": cls.__dict__[n].__set__ for i, n in enumerate(names)})
-    args = ", ".join(f"v{i}" for i in range(len(names)))
-    body = "".join(f"    _s{i}(c, v{i})\n" for i in range(len(names)))
+    if from_sequence:
+        args, vals = "v", [f"v[{i}]" for i in range(len(names))]
+    else:
+        vals = [f"v{i}" for i in range(len(names))]
+        args = ", ".join(vals)
+    body = "".join(f"    _s{i}(c, {v})\n" for i, v in enumerate(vals))
     exec(f"def make({args}):\n    c = _new(_cls)\n{body}    return c\n", ns)  # noqa: S102
     make = ns["make"]
     make.__name__ = make.__qualname__ = f"new_{cls.__name__}"

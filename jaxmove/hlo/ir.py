@@ -299,6 +299,8 @@ class Module:
         self.stack_frames: dict[int, tuple[int, int]] = stack_frames or {}
         # False when the text had no ENTRY marker and the last computation was taken as entry
         self.entry_marked: bool = True
+        # the passes' memo caches of this module (passes/memo.py), made on first use
+        self.memo = None
 
     def __repr__(self) -> str:
         n = sum(len(c) for c in self.computations.values())

@@ -72,6 +72,9 @@ class Layout:
 
 
 HOST_MEMORY_SPACE = 5  # xla/layout.h: Layout::kHostMemorySpace
+# On-chip memory spaces, never HBM traffic: TPU VMEM (S(1)) and SMEM (S(6)), as XLA:TPU
+# prints them in compiled programs (benchmarks/device_corpus.md)
+ON_CHIP_MEMORY_SPACES = frozenset({1, 6})
 
 
 def _padded_elements(dims: tuple[int, ...], layout: Layout) -> int:

@@ -41,13 +41,13 @@ once. Passes never print.
 
 from __future__ import annotations
 
-import weakref
 from dataclasses import dataclass
 
 from ..hlo import Computation, Instruction, Module
 from ..hlo.attrs import parse_kv_block
 from ..hlo.opcodes import COLLECTIVE_KINDS, OPCODES
 from ..hlo.replica_groups import ReplicaGroupsError, parse_replica_groups
+from .memo import memo_of
 from .callgraph import post_order
 
 _KINDS = frozenset(COLLECTIVE_KINDS)
@@ -114,27 +114,21 @@ def collective_kind(opcode: str) -> str | None:
     return _KIND_OF.get(opcode)
 
 
-# ---- per-module caches --------------------------------------------------------------
-
-_ASYNC_WRAPPED: "weakref.WeakKeyDictionary[Module, frozenset[str]]" = weakref.WeakKeyDictionary()
-_FUSED: "weakref.WeakKeyDictionary[Module, dict[str, tuple]]" = weakref.WeakKeyDictionary()
-
+# ---- per-module caches (passes/memo.py) ------------------------------------------------
 
 def _async_wrapped(module: Module) -> frozenset[str]:
     """Computations run by a generic ``async-start`` (their collectives are asynchronous)."""
-    hit = _ASYNC_WRAPPED.get(module)
+    memo = memo_of(module)
+    hit = memo.async_wrapped
     if hit is None:
-        hit = frozenset(c for i in module.instructions() if i.opcode == "async-start"
-                        for c in i.called_computations)
-        _ASYNC_WRAPPED[module] = hit
+        hit = memo.async_wrapped = frozenset(c for i in module.instructions() if i.opcode == "async-start"
+                                             for c in i.called_computations)
     return hit
 
 
 def _fused_collectives(module: Module, cname: str) -> tuple[tuple[Instruction, Computation], ...]:
     """Collectives inside a fused computation and its nested fusions."""
-    cache = _FUSED.get(module)
-    if cache is None:
-        cache = _FUSED[module] = {}
+    cache = memo_of(module).fused_collectives
     hit = cache.get(cname)
     if hit is not None:
         return hit

@@ -1,9 +1,10 @@
-"""Cost records: typed, frozen, and closed under + and scaling by a trip count.
+"""Cost records, and the one mapping from an access to the Cost fields it adds to.
 
-One ``Cost`` holds what one instruction (or a whole computation) moves and computes
-per execution: flops, HBM bytes by role, bytes by data path. ``cost * n`` is the cost of
-n executions, so a loop body's cost times its trip count is one expression (the idea of
-JAX's ``RooflineResult``, jax/experimental/roofline/roofline.py).
+A ``Cost`` is what one instruction (or computation) moves and computes per execution; it is
+closed under ``+`` and scaling by a trip count (the idea of JAX's ``RooflineResult``,
+jax/experimental/roofline/roofline.py). ``ACCESS_SLOTS`` maps (memory space, role, read or
+write) to the Cost fields an access adds its bytes to (memory spaces: hlo/shape.py; roles and
+paths: vocab.py, ../shared/DESIGN.md "The four data paths").
 """
 
 from __future__ import annotations
@@ -12,7 +13,9 @@ import operator
 from collections.abc import Iterable
 from dataclasses import dataclass, fields
 
-from ..vocab import PATHS  # noqa: F401  (re-exported)
+from .._perf import slots_constructor
+from ..hlo.shape import HOST_MEMORY_SPACE, ON_CHIP_MEMORY_SPACES
+from ..vocab import PATHS, ROLES  # noqa: F401  (PATHS re-exported)
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -88,22 +91,55 @@ class Cost:
 _NAMES: tuple[str, ...] = tuple(f.name for f in fields(Cost))
 _values = operator.attrgetter(*_NAMES)  # Cost -> tuple of its fields, in _NAMES order
 FIELD_INDEX: dict[str, int] = {n: i for i, n in enumerate(_NAMES)}  # field name -> position
+N_FIELDS = len(_NAMES)
 
-
-def _make_from_values():
-    """Build ``from_values``: a Cost from its field values in ``_NAMES`` order, set through
-    the slot descriptors (what the frozen ``__init__`` does, without 19 keyword arguments
-    and ``object.__setattr__`` calls: ~2.5x faster; analyze_module builds one per row)."""
-    setters = {f"_s{i}": Cost.__dict__[n].__set__ for i, n in enumerate(_NAMES)}
-    body = "".join(f"    _s{i}(c, v[{i}])\n" for i in range(len(_NAMES)))
-    src = f"def from_values(v):\n    c = _new(Cost)\n{body}    return c\n"
-    ns = {"_new": object.__new__, "Cost": Cost, **setters}
-    exec(src, ns)  # noqa: S102 - generated from the dataclass's own field names
-    fn = ns["from_values"]
-    fn.__doc__ = ("A Cost from a sequence of its field values in declaration order (ints; "
-                  "not checked). Raises IndexError when shorter than the field count.")
-    return fn
-
-
-from_values = _make_from_values()
+# analyze_module builds one Cost per row: set through the slot descriptors (~2.5x faster than
+# the frozen keyword-only __init__)
+from_values = slots_constructor(Cost, from_sequence=True)
+from_values.__doc__ = ("A Cost from a sequence of its field values in declaration order "
+                       "(``FIELD_INDEX``; ints, not checked). IndexError when it is too short.")
 ZERO_COST = Cost()  # frozen: one shared zero
+
+
+# ---- accesses -> Cost fields --------------------------------------------------------------
+
+NOT_HBM_MEMORY_SPACES = ON_CHIP_MEMORY_SPACES | {HOST_MEMORY_SPACE}
+
+
+def hbm_access_bytes(accesses: Iterable) -> int:
+    """Bytes of the accesses (``passes/traffic.Access``) whose memory space is HBM (not
+    on-chip S(1)/S(6), not host S(5))."""
+    return sum(a.nbytes for a in accesses if a.memory_space not in NOT_HBM_MEMORY_SPACES)
+
+
+def access_fields(memory_space: int, role: str, is_read: bool) -> tuple[str, ...]:
+    """The Cost fields an access adds its bytes to.
+
+    On-chip: ``onchip_read_bytes`` / ``onchip_write_bytes``. Host: the host_to_device /
+    device_to_host path. HBM: ``hbm_read_bytes`` + the hbm_to_onchip path + ``<role>_read_bytes``
+    (writes: ``hbm_write_bytes`` + onchip_to_hbm + ``<role>_write_bytes``).
+
+    Raises:
+      ValueError: ``role`` is not one of ``vocab.ROLES``.
+    """
+    if memory_space in ON_CHIP_MEMORY_SPACES:
+        return ("onchip_read_bytes",) if is_read else ("onchip_write_bytes",)
+    if memory_space == HOST_MEMORY_SPACE:
+        return ("host_to_device_bytes",) if is_read else ("device_to_host_bytes",)
+    if role not in ROLES:
+        raise ValueError(f"unknown role '{role}' (roles: {', '.join(ROLES)})")
+    if is_read:
+        return "hbm_read_bytes", "hbm_to_onchip_bytes", f"{role}_read_bytes"
+    return "hbm_write_bytes", "onchip_to_hbm_bytes", f"{role}_write_bytes"
+
+
+class _AccessSlots(dict):
+    """(memory space, role, is_read) -> positions (``FIELD_INDEX``) of ``access_fields``,
+    filled on first use."""
+
+    def __missing__(self, key: tuple[int, str, bool]) -> tuple[int, ...]:
+        fs = self[key] = tuple(FIELD_INDEX[n] for n in access_fields(*key))
+        return fs
+
+
+ACCESS_SLOTS: dict[tuple[int, str, bool], tuple[int, ...]] = _AccessSlots()

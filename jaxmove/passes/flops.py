@@ -27,15 +27,16 @@ Where jaxmove departs from XLA it says so in the rule's docstring:
 from __future__ import annotations
 
 import math
-import weakref
 from collections.abc import Callable
 from dataclasses import dataclass
+from typing import Literal
 
 from .._perf import slots_constructor
 from ..hlo import Computation, Instruction, Module, Shape
 from ..hlo.attrs import parse_kv_block
 from ..hlo.opcodes import custom_call_targets, names
 from .callgraph import post_order
+from .memo import memo_of
 
 KFMA_FLOPS = 2  # xla/service/hlo_cost_analysis.h: kFmaFlops
 
@@ -116,19 +117,13 @@ def _called(instr: Instruction, module: Module, key: str) -> Computation | None:
     return module.computations.get(v.strip().lstrip("%"))
 
 
-# Per module: applied computation -> its FlopCount (reducers like ``add_f32`` are applied by
-# thousands of reduces and all-reduces; modules are not changed after parsing).
-_PER_CALL: "weakref.WeakKeyDictionary[Module, dict[Computation, FlopCount]]" = weakref.WeakKeyDictionary()
-
-
 def _per_call(instr: Instruction, module: Module, key: str) -> FlopCount:
-    """Cost of one application of the computation named by attribute ``key``."""
+    """Cost of one application of the computation named by attribute ``key`` (memoized per
+    module: reducers like ``add_f32`` are applied by thousands of reduces and all-reduces)."""
     comp = _called(instr, module, key)
     if comp is None:
         return _unmodeled(f"{instr.opcode} '{instr.name}' has no {key} computation")
-    memo = _PER_CALL.get(module)
-    if memo is None:
-        memo = _PER_CALL[module] = {}
+    memo = memo_of(module).per_call_flops
     fc = memo.get(comp)
     if fc is None:
         fc = memo[comp] = computation_flops(comp, module)
@@ -457,9 +452,7 @@ def _fusion(instr: Instruction, module: Module) -> FlopCount:
                 return ZERO
             if inner.opcode == "scatter":
                 return _scatter(inner, module)
-    memo = _FUSED_FLOPS.get(module)
-    if memo is None:
-        memo = _FUSED_FLOPS[module] = {}
+    memo = memo_of(module).fused_flops  # nested fusions are costed once, bottom up
     hit = memo.get(fused.name)
     if hit is not None:
         return hit
@@ -473,10 +466,6 @@ def _fusion(instr: Instruction, module: Module) -> FlopCount:
 
 def _is_fusion(instr: Instruction) -> bool:
     return instr.opcode == "fusion"
-
-
-# Per module: fused computation -> its FlopCount (nested fusions are costed once, bottom up).
-_FUSED_FLOPS: "weakref.WeakKeyDictionary[Module, dict[str, FlopCount]]" = weakref.WeakKeyDictionary()
 
 
 def _no_rule(reason: str) -> Rule:
@@ -623,13 +612,35 @@ CUSTOM_CALL_PREFIX_RULES: tuple[tuple[str, Rule], ...] = (
     ("__cudnn$fmha", _cc_fmha),
 )
 
+#: The work a library custom call does, by the rule that costs it: a matmul (gemm, block-scaled
+#: dot), a convolution, or fused attention. reuse.py's tiling model and timing's matrix peaks
+#: read it through :func:`custom_call_kind`.
+CustomCallKind = Literal["matmul", "convolution", "attention"]
+CUSTOM_CALL_KINDS: dict[Rule, CustomCallKind] = {
+    _cc_gemm: "matmul", _cc_onednn_matmul: "matmul", _cc_block_scaled_dot: "matmul",
+    _cc_convolution: "convolution", _cc_fmha: "attention",
+}
+
+
+def custom_call_rule(target: str | None) -> Rule | None:
+    """The flop rule of a custom-call target (exact name, else the first matching prefix), or None."""
+    target = target or ""
+    rule = CUSTOM_CALL_RULES.get(target)
+    if rule is None:
+        rule = next((r for p, r in CUSTOM_CALL_PREFIX_RULES if target.startswith(p)), None)
+    return rule
+
+
+def custom_call_kind(target: str | None) -> CustomCallKind | None:
+    """"matmul", "convolution" or "attention" for a library custom call with a flop rule,
+    else None (``CUSTOM_CALL_KINDS``)."""
+    return CUSTOM_CALL_KINDS.get(custom_call_rule(target))
+
 
 def _custom_call(instr: Instruction, module: Module) -> FlopCount:
     """Library custom calls by target; an unknown target is unmodeled (XLA answers -1)."""
     target = instr.custom_call_target or ""
-    rule = CUSTOM_CALL_RULES.get(target)
-    if rule is None:
-        rule = next((r for p, r in CUSTOM_CALL_PREFIX_RULES if target.startswith(p)), None)
+    rule = custom_call_rule(target)
     if rule is None:
         if target in _NO_ARITHMETIC_TARGETS:  # e.g. XLA:TPU's ConcatBitcast (hlo/opcodes.py)
             return ZERO

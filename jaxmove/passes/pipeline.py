@@ -18,15 +18,14 @@ from ..errors import Unmodeled
 from ..hlo import Computation, Instruction, Module
 from .callgraph import post_order
 from .collectives import CollectiveError, CollectiveInfo, collective_info, collective_kind
-from .cost import FIELD_INDEX, ZERO_COST, Cost
+from .cost import ACCESS_SLOTS, FIELD_INDEX, N_FIELDS, NOT_HBM_MEMORY_SPACES, ZERO_COST, Cost
 from .cost import from_values as cost_from_values
 from .flops import ZERO as ZERO_FLOPS
 from .flops import ZERO_RULE_OPCODES, FlopCount, instruction_flops
 from .multiplicity import Multiplicity, callee_counts, loop_notes, multiplicity_pass
-from .roles import leaf_position, roles_pass
+from .roles import RoleMap, leaf_position, roles_pass
 from .traffic import reread_notes
-from .traffic import (FREE_RULE_OPCODES, HOST_MEMORY_SPACE, NO_TRAFFIC, ON_CHIP_MEMORY_SPACES, InstrTraffic,
-                      instruction_traffic)
+from .traffic import FREE_RULE_OPCODES, NO_TRAFFIC, ON_CHIP_MEMORY_SPACES, InstrTraffic, instruction_traffic
 
 
 # Start of the unmodeled reason of an instruction on which a pass raised (a rule that did
@@ -71,15 +70,16 @@ _NOTHING_TO_COST = frozenset(op for op in FREE_RULE_OPCODES & ZERO_RULE_OPCODES
 
 @dataclass
 class ModuleAnalysis:
-    """Everything the passes computed for one module (``roles``: the roles pass's RoleMap,
-    which later passes such as ``passes/excess.py`` read)."""
+    """Everything ``analyze_module`` computed for one module: its rows, the program totals, the
+    multiplicity of each computation, notes, the roles pass's RoleMap (which later passes such as
+    ``passes/excess.py`` read) and the branch of each conditional the totals count."""
 
     module: Module
     rows: list[InstructionCost]
     totals: Cost
     multiplicity: dict[str, Multiplicity]
     notes: list[str] = field(default_factory=list)
-    roles: object | None = None
+    roles: RoleMap | None = None
     # (computation, conditional instruction name) -> the branch computation the totals count
     branches: dict[tuple[str, str], str] = field(default_factory=dict)
 
@@ -88,28 +88,21 @@ class ModuleAnalysis:
         return [r for r in self.rows if r.unmodeled]
 
 
-def _access_cost(nbytes: int, ms: int, role: str, is_read: bool) -> dict[str, int]:
-    if ms in ON_CHIP_MEMORY_SPACES:
-        return {"onchip_read_bytes" if is_read else "onchip_write_bytes": nbytes}
-    if ms == HOST_MEMORY_SPACE:
-        return {"host_to_device_bytes" if is_read else "device_to_host_bytes": nbytes}
-    if is_read:
-        return {"hbm_read_bytes": nbytes, "hbm_to_onchip_bytes": nbytes, f"{role}_read_bytes": nbytes}
-    return {"hbm_write_bytes": nbytes, "onchip_to_hbm_bytes": nbytes, f"{role}_write_bytes": nbytes}
-
-
-def instruction_cost(instr: Instruction, comp: Computation, module: Module, roles,
-                     traffic: InstrTraffic, flop_count: FlopCount) -> tuple[Cost, list[str]]:
+def instruction_cost(instr: Instruction, comp: Computation, roles: RoleMap, traffic: InstrTraffic,
+                     flop_count: FlopCount) -> tuple[Cost, list[str]]:
+    """One execution's Cost of ``instr`` from its traffic (each access's bytes go to the fields
+    ``cost.ACCESS_SLOTS`` names for its memory space, role and direction; tile padding of HBM
+    accesses to ``hbm_padding_*``) and flops, and notes on whole KV-cache writes."""
     reads, writes = traffic.reads, traffic.writes
     if not reads and not writes:  # moves nothing (parameters, tuples, *-done, ...)
         if not flop_count.flops and not flop_count.transcendentals:
             return ZERO_COST, []
         return Cost(flops=flop_count.flops, transcendentals=flop_count.transcendentals), []
-    acc = [0] * _N_FIELDS  # Cost fields, in FIELD_INDEX order
+    acc = [0] * N_FIELDS  # Cost fields, in FIELD_INDEX order
     acc[_FLOPS], acc[_TRANSCENDENTALS] = flop_count.flops, flop_count.transcendentals
     notes: list[str] = []
     cname = comp.name
-    slots = _ACCESS_SLOTS
+    slots = ACCESS_SLOTS
     if reads:
         by_name, operands = comp.by_name, instr.operands
         for a in reads:
@@ -120,14 +113,11 @@ def instruction_cost(instr: Instruction, comp: Computation, module: Module, role
                 role = r[leaf_position(oshape, a.index)] if oshape.is_tuple else r[0]
             else:
                 role = r[0]
-            fs = slots.get((a.memory_space, role, True))
-            if fs is None:
-                fs = _access_slots(a.memory_space, role, True)
-            nbytes = a.nbytes
-            for f in fs:
+            ms, nbytes = a.memory_space, a.nbytes
+            for f in slots[ms, role, True]:
                 acc[f] += nbytes
             lg = a.logical_nbytes
-            if lg != nbytes and a.memory_space not in _NOT_HBM:
+            if lg != nbytes and ms not in NOT_HBM_MEMORY_SPACES:
                 acc[_PAD_READ] += _padding(nbytes, lg, by_name[oname].shape, a.index)
     if writes:
         out_roles = roles[(cname, instr.name)]
@@ -141,13 +131,10 @@ def instruction_cost(instr: Instruction, comp: Computation, module: Module, role
             else:
                 role = out_roles[0]
             ms, nbytes = a.memory_space, a.nbytes
-            fs = slots.get((ms, role, False))
-            if fs is None:
-                fs = _access_slots(ms, role, False)
-            for f in fs:
+            for f in slots[ms, role, False]:
                 acc[f] += nbytes
             lg = a.logical_nbytes
-            if lg != nbytes and ms not in _NOT_HBM:
+            if lg != nbytes and ms not in NOT_HBM_MEMORY_SPACES:
                 acc[_PAD_WRITE] += _padding(nbytes, lg, shape, a.index)
             if role == "kv_cache" and ms not in ON_CHIP_MEMORY_SPACES:
                 leaf = shape.subshape(a.index) if shape.is_tuple else shape
@@ -156,7 +143,6 @@ def instruction_cost(instr: Instruction, comp: Computation, module: Module, role
     return cost_from_values(acc), notes
 
 
-_NOT_HBM = ON_CHIP_MEMORY_SPACES | {HOST_MEMORY_SPACE}
 
 
 def _padding(nbytes: int, logical_nbytes: int | None, shape, index) -> int:
@@ -192,23 +178,8 @@ def _kv_note(instr, comp, roles, leaf, nbytes: int) -> str:
             "conversion or a layout change before attention)")
 
 
-_N_FIELDS = len(FIELD_INDEX)
 _FLOPS, _TRANSCENDENTALS = FIELD_INDEX["flops"], FIELD_INDEX["transcendentals"]
 _PAD_READ, _PAD_WRITE = FIELD_INDEX["hbm_padding_read_bytes"], FIELD_INDEX["hbm_padding_write_bytes"]
-# (memory space, role, is_read) -> positions of the Cost fields an access adds its bytes to
-_ACCESS_SLOTS: dict[tuple[int, str, bool], tuple[int, ...]] = {}
-
-
-def _access_slots(ms: int, role: str, is_read: bool) -> tuple[int, ...]:
-    """The fields ``_access_cost`` names, as positions (memoized in ``_ACCESS_SLOTS``).
-    Raises TypeError, as ``Cost(**...)`` would, for a role without Cost fields."""
-    names = _access_cost(0, ms, role, is_read)
-    bad = [n for n in names if n not in FIELD_INDEX]
-    if bad:
-        raise TypeError(f"Cost.__init__() got an unexpected keyword argument '{bad[0]}'")
-    fs = _ACCESS_SLOTS[(ms, role, is_read)] = tuple(FIELD_INDEX[n] for n in names)
-    return fs
-
 
 def _calls_kernels(instr: Instruction) -> bool:
     return instr.opcode in ("while", "call", "conditional", "async-start")
@@ -237,7 +208,7 @@ def analyze_module(module: Module, entry_roles: dict[int, str] | None = None) ->
                 try:
                     traffic = instruction_traffic(instr, comp, module)
                     fc = instruction_flops(instr, module)
-                    cost, notes = instruction_cost(instr, comp, module, roles, traffic, fc)
+                    cost, notes = instruction_cost(instr, comp, roles, traffic, fc)
                     coll = collective_info(instr, comp, module)
                 except CollectiveError:
                     raise  # a positioned error about the input: the caller reports it

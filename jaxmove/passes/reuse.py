@@ -52,17 +52,13 @@ from dataclasses import dataclass, field
 from ..errors import Unmodeled
 from ..hlo import Computation, Instruction, Module, Shape
 from .callgraph import post_order
-from .flops import CUSTOM_CALL_RULES, KFMA_FLOPS, convolution_flops, instruction_flops
-from .traffic import (FREE_OPCODES, HOST_MEMORY_SPACE, ON_CHIP_MEMORY_SPACES, InstrTraffic,
-                      instruction_traffic)
+from .flops import KFMA_FLOPS, convolution_flops, custom_call_kind, instruction_flops
+from .cost import hbm_access_bytes
+from .traffic import FREE_OPCODES, InstrTraffic, instruction_traffic
 
 TILING_SOURCE = ("tiled-matmul I/O bound 2·M·N·K/sqrt(S) + M·N (Hong & Kung 1981; Irony, Toledo & "
                  "Tiskin 2004; Kwasniewski et al. SC 2019), output-stationary a×a tiles, "
                  "a = floor(sqrt(S+1) - 1)")
-
-_MATMUL_TARGETS = frozenset(t for t, r in CUSTOM_CALL_RULES.items()
-                            if r.__name__ in ("_cc_gemm", "_cc_onednn_matmul", "_cc_block_scaled_dot"))
-_CONV_TARGETS = frozenset(t for t, r in CUSTOM_CALL_RULES.items() if r.__name__ == "_cc_convolution")
 
 
 # ---- records ----------------------------------------------------------------------------
@@ -192,14 +188,9 @@ class ReuseAnalysis:
 
 # ---- helpers ----------------------------------------------------------------------------
 
-def _hbm(accesses) -> int:
-    return sum(a.nbytes for a in accesses
-               if a.memory_space not in ON_CHIP_MEMORY_SPACES and a.memory_space != HOST_MEMORY_SPACE)
-
-
 def hbm_bytes(traffic: InstrTraffic) -> int:
     """HBM bytes (memory space other than on-chip S(1)/S(6) and host S(5)) read + written."""
-    return _hbm(traffic.reads) + _hbm(traffic.writes)
+    return hbm_access_bytes(traffic.reads) + hbm_access_bytes(traffic.writes)
 
 
 def onchip_capacity_bytes(spec) -> tuple[int, str] | None:
@@ -420,10 +411,10 @@ def _tiling_of(instr: Instruction, comp: Computation, module: Module, fast: int)
     if op == "convolution":
         return _conv_tiling(instr, comp, fast)
     if op == "custom-call":
-        target = instr.custom_call_target or ""
-        if target in _MATMUL_TARGETS:
+        kind = custom_call_kind(instr.custom_call_target)
+        if kind == "matmul":
             return _gemm_tiling(instr, comp, module, fast)
-        if target in _CONV_TARGETS:
+        if kind == "convolution":
             return _conv_tiling(instr, comp, fast)
     return None
 
@@ -462,7 +453,7 @@ def is_dot_like(instr: Instruction, module: Module) -> bool:
     if instr.opcode in ("dot", "convolution"):
         return True
     if instr.opcode == "custom-call":
-        return (instr.custom_call_target or "") in _MATMUL_TARGETS | _CONV_TARGETS
+        return custom_call_kind(instr.custom_call_target) in ("matmul", "convolution")
     if instr.opcode == "fusion" and instr.called_computations:
         stack, seen = [instr.called_computations[0]], set()  # iterative: any nesting depth
         while stack:

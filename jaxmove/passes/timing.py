@@ -215,11 +215,12 @@ def matrix_peak(spec, dtype: str, precision: str = "default", algorithm: str | N
 
 
 def _is_matrix_instr(instr: Instruction, module: Module) -> bool:
+    from .flops import custom_call_kind
     from .reuse import is_dot_like
 
     if instr.opcode == "fusion":
         return False
-    if instr.opcode == "custom-call" and (instr.custom_call_target or "").startswith("__cudnn$fmha"):
+    if instr.opcode == "custom-call" and custom_call_kind(instr.custom_call_target) == "attention":
         return True
     return instr.opcode in ("dot", "ragged-dot", "scaled-dot") or is_dot_like(instr, module)
 

@@ -26,10 +26,10 @@ such a body is counted once (and flagged), never guessed.
 
 from __future__ import annotations
 
-import weakref
 from dataclasses import dataclass
 
 from ..hlo import Computation, Instruction, Module
+from .memo import memo_of
 
 __all__ = ["TripCount", "trip_count"]
 
@@ -248,9 +248,6 @@ def _derive(module: Module, comp: Computation, instr: Instruction) -> TripCount:
     return TripCount(n, "derived", how)
 
 
-_CACHE: "weakref.WeakKeyDictionary[Module, dict[tuple[str, str], TripCount]]" = weakref.WeakKeyDictionary()
-
-
 def trip_count(instr: Instruction, module: Module | None = None) -> TripCount:
     """The trip count of while ``instr``: ``known_trip_count`` when XLA wrote one, else
     derived from its induction variable (module docstring) when ``module`` is given.
@@ -260,9 +257,7 @@ def trip_count(instr: Instruction, module: Module | None = None) -> TripCount:
         return TripCount(n, "known_trip_count")
     if module is None:
         return TripCount(None, "unknown", "no known_trip_count (and no module to derive it from)")
-    memo = _CACHE.get(module)
-    if memo is None:
-        memo = _CACHE[module] = {}
+    memo = memo_of(module).trip_counts
     key = (instr.computation, instr.name)
     tc = memo.get(key)
     if tc is None:

@@ -40,12 +40,12 @@ import functools
 import os
 import re
 import sysconfig
-import weakref
 from collections import Counter
 from dataclasses import dataclass
 
 from ..hlo import Instruction, Module, SourceLocation
 from ..passes.cost import PATHS, Cost
+from ..passes.memo import memo_of
 from ..passes.pipeline import InstructionCost
 from ..vocab import ROLES
 from .columns import QUIET_OPCODES, row_time
@@ -311,13 +311,11 @@ class _ModuleIndex:
         self.inference: dict[str, _Inference] = {}
 
 
-_INDEXES: "weakref.WeakKeyDictionary[Module, _ModuleIndex]" = weakref.WeakKeyDictionary()
-
-
 def _index(module: Module) -> _ModuleIndex:
-    idx = _INDEXES.get(module)
+    memo = memo_of(module)
+    idx = memo.attribution
     if idx is None:
-        idx = _INDEXES[module] = _ModuleIndex(module)
+        idx = memo.attribution = _ModuleIndex(module)
     return idx
 
 
