@@ -15,7 +15,9 @@ save matmuls without batch dims) -- see ``jax.checkpoint_policies``.
 The optimizer state (optax ``ScaleByAdamState``: ``count`` int32 scalar, ``mu`` and ``nu``
 shaped like the parameters, in the parameter dtype -- optax's default) is an argument with
 the role ``optimizer_state`` and the parameters' logical axes; parameters and optimizer
-state are donated, so the update is in place. Hyper-parameters (not costed by jaxmove):
+state are donated, so the update is in place (``out_roles`` marks the step's new parameters and
+optimizer state, so sharding plans lay them out like the donated arguments and XLA reuses the
+buffers; under ``fsdp`` the optimizer state is sharded like the weights). Hyper-parameters (not costed by jaxmove):
 learning rate 3e-4, b1 0.9, b2 0.95, eps 1e-8, weight decay 0.1 (the Llama 2/3 recipe).
 MoE models are trained without an auxiliary load-balancing loss.
 """
@@ -94,4 +96,7 @@ def train_workload(cfg: tf.TransformerConfig, name: str) -> Workload:
         config={**tf._config(cfg, "train"), "optimizer": "adamw"},
         logical_axes=(param_axes, opt_axes, ("batch", "length"), ("batch", "length")),
         out_logical_axes=(param_axes, opt_axes, ()),
+        # the new parameters and optimizer state take the layout of the donated ones
+        out_roles=(jax.tree.map(lambda _: "weights", params),
+                   jax.tree.map(lambda _: "optimizer_state", opt_state), "activations"),
     )

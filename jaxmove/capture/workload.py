@@ -29,6 +29,11 @@ class Workload:
       logical_axes: optional pytree like ``args`` of logical axis-name tuples.
       out_logical_axes: optional pytree like ``fn``'s output of logical axis-name tuples
         (used by sharding plans for ``out_shardings``).
+      out_roles: optional pytree like ``fn``'s output of role strings (or one string for all).
+        Sharding plans lay an output with role ``weights`` or ``optimizer_state`` out by the
+        plan's parameter rules, like the argument it replaces (a training step's new
+        parameters and optimizer state), so XLA can write it into the donated buffer; other
+        outputs (and every output when None) follow the activation rules.
     """
 
     name: str
@@ -40,3 +45,4 @@ class Workload:
     config: dict = field(default_factory=dict)
     logical_axes: Any = None
     out_logical_axes: Any = None
+    out_roles: Any = None

@@ -145,6 +145,31 @@ def _spec_text(spec: tuple) -> str:
     return "P(" + ", ".join("None" if s is None else repr(s) for s in spec) + ")"
 
 
+#: Roles laid out by a plan's parameter rules: the weights, and the optimizer state shaped
+#: like them (ZeRO shards both: Rajbhandari et al. 2020).
+PARAM_ROLES = frozenset({"weights", "optimizer_state"})
+
+
+def _out_roles(workload, treedef, n: int) -> list:
+    """One role (or None) per output leaf from ``workload.out_roles`` (a string for all, or a
+    pytree like the output; the outer structure may end in strings covering a subtree)."""
+    roles = workload.out_roles
+    if roles is None or isinstance(roles, str):
+        return [roles] * n
+    try:
+        return treedef.flatten_up_to(roles)
+    except (ValueError, TypeError):
+        pass
+    if isinstance(roles, (tuple, list)) and treedef.num_children == len(roles):
+        out = []
+        for sub, r in zip(treedef.children(), roles):
+            out.extend([r] * sub.num_leaves if isinstance(r, str) or r is None
+                       else sub.flatten_up_to(r))
+        return out
+    raise PlanError(f"workload {workload.name!r}: out_roles does not match the structure of "
+                    f"its output ({treedef})")
+
+
 def workload_shardings(workload, plan: Plan, mesh, notes: list[str]):
     """(in_shardings, out_shardings or None, {path: spec text}) of a workload under a plan.
 
@@ -174,7 +199,7 @@ def workload_shardings(workload, plan: Plan, mesh, notes: list[str]):
         axes_flat = treedef.flatten_up_to(axes) if axes is not None else [None] * len(flat)
         roles_flat = ([role] * len(flat) if isinstance(role, str) or role is None
                       else treedef.flatten_up_to(role))
-        leaves = [named(leaf, ax, r == "weights", f"arg{i}{jax.tree_util.keystr(kp)}")
+        leaves = [named(leaf, ax, r in PARAM_ROLES, f"arg{i}{jax.tree_util.keystr(kp)}")
                   for (kp, leaf), ax, r in zip(flat, axes_flat, roles_flat)]
         in_sh.append(jax.tree_util.tree_unflatten(treedef, leaves))
     out_sh = None
@@ -182,9 +207,10 @@ def workload_shardings(workload, plan: Plan, mesh, notes: list[str]):
         out = jax.eval_shape(workload.fn, *workload.args)
         flat, treedef = jax.tree_util.tree_flatten_with_path(out)
         axes_flat = treedef.flatten_up_to(workload.out_logical_axes)
+        out_roles = _out_roles(workload, treedef, len(flat))
         out_sh = jax.tree_util.tree_unflatten(treedef, [
-            named(leaf, ax, False, f"out{jax.tree_util.keystr(kp)}")
-            for (kp, leaf), ax in zip(flat, axes_flat)])
+            named(leaf, ax, r in PARAM_ROLES, f"out{jax.tree_util.keystr(kp)}")
+            for (kp, leaf), ax, r in zip(flat, axes_flat, out_roles)])
     return tuple(in_sh), out_sh, specs
 
 
