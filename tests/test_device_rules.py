@@ -363,6 +363,8 @@ def test_fsdp_training_step_async_collectives_move_hbm_bytes(small):
     assert coll, target
     for r in coll:  # every collective (async, or fused on TPU) reads and writes its buffers
         pe = r.per_execution
+        if any("continuation of an async collective" in n for n in r.notes):
+            continue  # XLA:TPU's decomposed collective: its start fusion moves the buffers
         assert pe.hbm_read_bytes + pe.onchip_read_bytes > 0, r.instr.name
         assert pe.hbm_write_bytes + pe.onchip_write_bytes > 0, r.instr.name
     if target.startswith("h100"):

@@ -196,7 +196,7 @@ COLLECTIVE_KINDS = ("all-reduce", "all-gather", "reduce-scatter", "all-to-all", 
                     "collective-permute", "collective-broadcast", "send", "recv")
 _add("all-reduce", arity=">=1", category="collective", collective="all-reduce")
 _add("all-gather", arity=">=1", category="collective", computes=False, collective="all-gather",
-     roles_pass=True)
+     roles_pass=True, fused_roles_pass=True)  # XLA:TPU fuses it (AsyncCollectiveStart fusions)
 _add("reduce-scatter", arity=">=1", category="collective", computes=False,
      collective="reduce-scatter")
 _add("all-to-all", arity=">=1", category="collective", computes=False, collective="all-to-all")
@@ -204,7 +204,7 @@ _add("ragged-all-to-all", arity=6, category="collective", computes=False,
      collective="ragged-all-to-all")
 _add("collective-permute", arity=">=1",  # combined (XLA:GPU CollectivePermuteCombiner): N; in place: 4
      category="collective", computes=False,
-     collective="collective-permute", roles_pass=True)
+     collective="collective-permute", roles_pass=True, fused_roles_pass=True)
 _add("collective-broadcast", arity=">=1", category="collective", computes=False,
      collective="collective-broadcast")
 _add("collective-reduce", arity=">=1", category="collective")  # no rule yet: unmodeled

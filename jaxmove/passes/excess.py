@@ -83,6 +83,7 @@ _FUSED_COPY_OPS = _COPY_OPS | {"bitcast"}
 _ALIAS_LEAFWISE = frozenset({"bitcast", "add-dependency", "domain", "opt-barrier",
                              "optimization-barrier"})
 _NATIVE_STARTS = frozenset({"all-reduce-start", "all-gather-start", "collective-permute-start"})
+_OPERAND_RESULT_STARTS = frozenset({"all-gather-start", "collective-permute-start"})
 _HOST_IO = frozenset({"infeed", "outfeed", "send", "recv"})
 _HOST_TARGETS = frozenset({"MoveToHost", "MoveToDevice"})
 # kernels that never stage through host memory themselves (the program's own host I/O, and
@@ -886,6 +887,8 @@ class _Excess:
             done = [u for u in comp.users(instr.name) if u.opcode.endswith("-done")]
             if done:
                 target = done[0]
+                if index and index[0] == 1 and instr.opcode in _OPERAND_RESULT_STARTS:
+                    index = index[1:]  # traffic indexes these into the start's result element
         shape = target.shape
         if not shape.is_tuple:
             return (comp.name, target.name, 0), shape

@@ -16,7 +16,7 @@ from __future__ import annotations
 
 
 from ..hlo import Computation, Instruction, Module, Shape
-from ..hlo.opcodes import custom_call_targets, names
+from ..hlo.opcodes import OPCODES, custom_call_targets, names
 from ..vocab import ROLES, role_from_name  # noqa: F401  (ROLES re-exported)
 
 # Opcodes whose result holds operand 0's role (kernel level / inside fusions), and custom-call
@@ -125,6 +125,18 @@ class _RolePropagation:
             return ops[0][start:start + n]
         if op in _CALLERS:  # (run walks these itself; this answers for a lone instruction)
             return self.run_caller(comp, instr, params)
+        if op in _PER_OPERAND and len(ops) > 1:  # a combined collective: result i is operand i's
+            r = _per_operand(instr.shape, ops)
+            if r is not None:
+                return r
+        if op in _STARTS:
+            r = _start_roles(instr.shape, ops, None)
+            if r is not None:
+                return r
+        if op in _DONES and ops:
+            r = _done_roles(comp.by_name[instr.operands[0]], ops[0], n, op.endswith("-update"))
+            if r is not None:
+                return r
         if op in PASSTHROUGH or (op == "custom-call" and instr.custom_call_target in _CC_PASSTHROUGH):
             if ops and len(ops[0]) == n:
                 return ops[0]
@@ -171,9 +183,11 @@ class _RolePropagation:
             if outs and all(o == outs[0] for o in outs) and len(outs[0]) == n:
                 return outs[0]
             return ("activations",) * n
-        for callee in instr.called_computations:  # async-start
-            yield comps[callee], {i: r for i, r in enumerate(ops)}
-        return ("activations",) * n
+        wrapped = None
+        for callee in instr.called_computations:  # async-start: ((operands...), result, context...)
+            wrapped = yield comps[callee], {i: r for i, r in enumerate(ops)}
+        r = _start_roles(instr.shape, ops, wrapped) if wrapped is not None else None
+        return r if r is not None else ("activations",) * n
 
     def fusion_roles(self, comp: Computation, instr: Instruction) -> tuple[str, ...]:
         fused = self.module.computations[instr.called_computations[0]]
@@ -192,10 +206,77 @@ class _RolePropagation:
 
 # Instructions whose callees run as kernels of their own: walked by _RolePropagation.run.
 _CALLERS = frozenset({"while", "call", "conditional", "async-start"})
+# Data-moving collectives that take several operands (XLA's combiners: one all-gather /
+# collective-permute for many arrays): result element i holds operand i's role.
+_PER_OPERAND = frozenset(o for o in PASSTHROUGH if OPCODES[o].collective is not None)
+# Async starts of data moves (native ``all-gather-start`` / ``collective-permute-start``, the
+# ``X-start`` sugar of XLA's async wrapper): shape ``(operand(s), result(s), context...)``.
+_STARTS = frozenset(o for o in PASSTHROUGH if OPCODES[o].async_part == "start" and o != "copy-start")
+# Their dones (and the generic async-done / async-update): the start's result element.
+_DONES = frozenset(o for o in PASSTHROUGH if OPCODES[o].async_part in ("done", "update")
+                   and o != "copy-done") | {"async-done", "async-update"}
+
+
+def _per_operand(shape: Shape, ops: list[tuple[str, ...]]) -> tuple[str, ...] | None:
+    """Roles of a tuple whose element i is (the result of) operand i, or None when the
+    shape is not one element per operand."""
+    if not shape.is_tuple or len(shape.tuple_shapes) != len(ops):
+        return None
+    out: list[str] = []
+    for el, r in zip(shape.tuple_shapes, ops):
+        out.extend([r[0] if r else "activations"] * el.num_leaves)
+    return tuple(out)
+
+
+def _start_roles(shape: Shape, ops: list[tuple[str, ...]],
+                 wrapped: tuple[str, ...] | None) -> tuple[str, ...] | None:
+    """Roles of an async start ``(operand(s), result(s), context...)``: element 0 holds the
+    operands (one array, or a tuple of one per operand), element 1 the result(s): the wrapped
+    computation's root roles when given (``async-start``), else one result per operand (a
+    combined ``all-gather-start``) or operand 0's role (``slice-start``, ``copy``-like moves);
+    context elements (sync flags, scratch) are activations. None: not that shape."""
+    if not shape.is_tuple or len(shape.tuple_shapes) < 2 or not ops:
+        return None
+    first, result = shape.tuple_shapes[0], shape.tuple_shapes[1]
+    flat = tuple(x for r in ops for x in r)
+    if first.num_leaves == len(flat):
+        head = flat
+    elif not first.is_tuple and ops[0]:
+        head = (ops[0][0],)
+    else:
+        return None
+    if wrapped is not None:
+        if len(wrapped) != result.num_leaves:
+            return None
+        body = tuple(wrapped)
+    else:
+        body = _per_operand(result, ops) if len(ops) > 1 else None
+        if body is None:
+            body = (ops[0][0] if ops[0] else "activations",) * result.num_leaves
+    rest = sum(s.num_leaves for s in shape.tuple_shapes[2:])
+    return head + body + _activations(rest)
+
+
+def _done_roles(start: Instruction, start_roles: tuple[str, ...], n: int,
+                update: bool) -> tuple[str, ...] | None:
+    """Roles of a ``*-done`` / ``*-update``: the start's result element (element 1 of a
+    start shaped ``(operand(s), result(s), context...)``), or the start's own roles when the
+    done has its shape (``all-reduce-start``, an update). None: neither."""
+    shape = start.shape
+    if update and len(start_roles) == n:  # an update has its start's shape
+        return start_roles
+    if shape.is_tuple and len(shape.tuple_shapes) >= 2 and shape.tuple_shapes[1].num_leaves == n:
+        off = shape.leaf_offsets[1]
+        r = start_roles[off:off + n]
+        if len(r) == n:
+            return r
+    if len(start_roles) == n:
+        return start_roles
+    return None
 # Opcodes whose roles instr_roles derives from operands, parameters or callees; every other
 # opcode computes a new value: all leaves "activations".
 _ROUTED = PASSTHROUGH | {"parameter", "tuple", "get-tuple-element", "while", "call", "conditional",
-                         "async-start", "fusion", "custom-call"}
+                         "async-start", "async-update", "async-done", "fusion", "custom-call"}
 _ACTIVATIONS: dict[int, tuple[str, ...]] = {}
 
 
@@ -228,7 +309,9 @@ def _trace_to_parameter(module: Module, comp: Computation, instr: Instruction) -
                 return None
             instr = comp.by_name[fusion.operands[k]]
             continue
-        if instr.opcode in _FUSED_PASSTHROUGH:
+        if instr.opcode in _FUSED_PASSTHROUGH or (
+                instr.opcode == "custom-call" and instr.custom_call_target in _CC_PASSTHROUGH
+                and instr.operands):  # e.g. XLA:TPU's AsyncCollectiveStart(all-gather(param))
             instr = comp.by_name[instr.operands[0]]
             continue
         if instr.opcode == "fusion":

@@ -37,13 +37,14 @@ Semantics (DESIGN.md, and where jaxmove deliberately differs from XLA's
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass
-from weakref import WeakKeyDictionary
 
 from .._perf import slots_constructor
-from ..hlo.shape import HOST_MEMORY_SPACE
+from ..hlo.shape import HOST_MEMORY_SPACE, ON_CHIP_MEMORY_SPACES  # noqa: F401  (re-exported)
 from ..hlo import Computation, Instruction, Module, Shape
 from ..hlo.opcodes import OPCODES, custom_call_target, names
+from .memo import memo_of
 
 # Opcodes that never move data on their own (the opcode table, hlo/opcodes.py).
 FREE_OPCODES = names(moves_data=False)
@@ -54,8 +55,6 @@ KNOWN_OPCODES = frozenset(OPCODES)
 # Ops that touch each element of their operand at most once per output element and keep
 # the element count: a footprint demanded of their output is demanded of their operands.
 ELEMENT_PRESERVING = names(element_preserving=True)
-
-ON_CHIP_MEMORY_SPACES = frozenset({1, 6})  # TPU VMEM (S(1)), SMEM (S(6))
 
 LIBRARY_PREFIXES = ("__cublas", "__cudnn", "__onednn", "__ynn", "__op$")
 
@@ -359,9 +358,78 @@ class _PlainFusion:
         return name in self.used
 
 
+def _output_aliasing(instr: Instruction) -> dict[tuple[int, ...], int]:
+    """``output_to_operand_aliasing={{1}: (0, {}), ...}``: result index -> operand number
+    (whole operands only)."""
+    text = instr.attrs.get("output_to_operand_aliasing")
+    if not text:
+        return {}
+    out = {}
+    for m in _ALIAS_ENTRY.finditer(text):
+        idx = tuple(int(x) for x in m.group(1).replace(" ", "").split(",") if x)
+        if not m.group(3).strip():
+            out[idx] = int(m.group(2))
+    return out
+
+
+_ALIAS_ENTRY = re.compile(r"\{([0-9,\s]*)\}\s*:\s*\(\s*(\d+)\s*,\s*\{([0-9,\s]*)\}")
+_ASYNC_COLLECTIVE_TARGETS = frozenset({"AsyncCollectiveStart", "AsyncCollectiveDone"})
+_COLLECTIVE_OPS = frozenset(o for o, r in OPCODES.items() if r.collective is not None)
+
+
+def _collective_continuation(instr: Instruction, fused: Computation) -> tuple[set, set]:
+    """XLA:TPU's decomposed async collective (one collective, one channel_id, run by a start
+    fusion whose root is the ``AsyncCollectiveStart`` custom call, continuation fusions that
+    carry it on beside other work, and a fusion whose root is ``AsyncCollectiveDone``): the
+    start reads the operand and writes the result buffer; the continuations and the done get
+    that buffer as an operand and return it in place (``output_to_operand_aliasing``).
+
+    Returns (root indices that write nothing: an aliased parameter passed through, an aliased
+    collective result, the done's root; fused instructions whose operand reads are not
+    traffic: those collectives and the async-collective custom calls). Both empty for any
+    other fusion."""
+    alias = _output_aliasing(instr)
+    root = fused.root
+    free_idx: set = set()
+    free_users: set = set()
+    if not alias and not (root.opcode == "custom-call" and root.custom_call_target in _ASYNC_COLLECTIVE_TARGETS):
+        return free_idx, free_users
+    for idx, producer in _root_producers(fused):
+        k = alias.get(idx)
+        if producer.opcode == "custom-call" and producer.custom_call_target == "AsyncCollectiveDone" \
+                and k is not None:
+            free_idx.add(idx)
+            free_users.add(producer.name)
+            free_users.update(o for o in producer.operands if fused.by_name[o].opcode in _COLLECTIVE_OPS)
+        elif k is None:
+            continue
+        elif producer.opcode == "parameter" and producer.parameter_number == k:
+            free_idx.add(idx)
+        elif producer.opcode in _COLLECTIVE_OPS:
+            free_idx.add(idx)
+            free_users.add(producer.name)
+    return free_idx, free_users  # (the start: its collective's read and write are traffic)
+
+
+def _root_producers(fused: Computation) -> list[tuple[tuple[int, ...], Instruction]]:
+    """(root index, producer through bitcasts) of each element of a fused root."""
+    root = fused.root
+    leaves = ([((k,), fused.by_name[o]) for k, o in enumerate(root.operands)]
+              if root.opcode == "tuple" else [((), root)])
+    out = []
+    for idx, v in leaves:
+        while v.opcode == "bitcast":
+            v = fused.by_name[v.operands[0]]
+        out.append((idx, v))
+    return out
+
+
 def fusion_traffic(instr: Instruction, comp: Computation, module: Module) -> InstrTraffic:
     fused = module.computations[instr.called_computations[0]]
     fa = _PlainFusion.of(fused) or _FusionAnalysis(module, fused)
+    free_idx, free_users = _collective_continuation(instr, fused)
+    if free_idx:
+        return _continuation_traffic(instr, comp, fused, free_idx, free_users)
     reads: list[Access] = []
     notes: list[str] = []
     operands = instr.operands
@@ -434,6 +502,61 @@ def fusion_traffic(instr: Instruction, comp: Computation, module: Module) -> Ins
     if instr.shape.is_tuple and fused.root.opcode != "tuple":
         writes = _full_writes(instr.shape)
     return _traffic(tuple(reads), tuple(writes), tuple(notes), (), inplace_bytes)
+
+
+def _continuation_traffic(instr, comp, fused, free_idx, free_users) -> InstrTraffic:
+    """Traffic of a continuation / done fusion of a decomposed async collective
+    (``_collective_continuation``): its other work's reads and writes only. An operand is
+    read (in full) when a fused instruction other than the root tuple's aliased
+    pass-through elements and the collective's own instructions uses it."""
+    reads: list[Access] = []
+    by_name = comp.by_name
+    params = fused.parameters
+    root = fused.root
+    passed = set()  # parameter names the root returns in place
+    producers = _root_producers(fused)
+    for idx, producer in producers:
+        if idx in free_idx and producer.opcode == "parameter":
+            passed.add(producer.name)
+    users: dict[str, list[Instruction]] = {}
+    for i in fused.instructions:
+        for o in i.operands:
+            users.setdefault(o, []).append(i)
+    for k, name in enumerate(instr.operands):
+        if k >= len(params):
+            break
+        p = params[k]
+        used = False
+        stack, seen = [p], set()
+        while stack and not used:  # through bitcasts to the real users
+            v = stack.pop()
+            for u in users.get(v.name, ()):
+                if u.name in seen:
+                    continue
+                seen.add(u.name)
+                if u.opcode == "bitcast":
+                    stack.append(u)
+                elif u is root and root.opcode == "tuple":
+                    if v.name not in passed:
+                        used = True
+                elif u.name not in free_users:
+                    used = True
+        if not used:
+            continue
+        oshape = by_name[name].shape
+        for idx, leaf in (oshape.leaves_with_index() if oshape.is_tuple else [((), oshape)]):
+            if leaf.is_array:
+                reads.append(_leaf_access(leaf, k, idx))
+    writes = []
+    for idx, _producer in producers:
+        if idx in free_idx:
+            continue
+        leaf = instr.shape.subshape(idx) if instr.shape.is_tuple else instr.shape
+        if leaf.is_array:
+            writes.append(_leaf_access(leaf, None, idx))
+    note = ("continuation of an async collective (XLA:TPU): the collective's buffer is an "
+            "aliased operand, written by its start fusion; only the other work moves bytes")
+    return _traffic(tuple(reads), tuple(writes), (note,), (), 0)
 
 
 # ---- rules for unfused instructions ------------------------------------------------------
@@ -512,11 +635,26 @@ def _custom_call(instr, comp, module) -> InstrTraffic:
 
 
 def _collective_start(instr, comp, module) -> InstrTraffic:
-    """*-start: the pair moves the operands in and the *-done's result out."""
+    """*-start: the pair moves the operands in and the *-done's result out.
+
+    ``all-gather-start`` / ``collective-permute-start`` are shaped ``(operand(s), result(s),
+    context...)``: the writes are indexed into the start's element 1 (as for the async
+    wrapper's starts), so the roles and tile padding of each result leaf are looked up in
+    the start's own shape. ``all-reduce-start`` has its result's shape."""
     done = [u for u in comp.users(instr.name) if u.opcode.endswith("-done")]
     out_shape = done[0].shape if done else instr.shape
     reads = _full_reads(instr, comp)
-    return InstrTraffic(tuple(reads), tuple(_full_writes(out_shape)))
+    writes = _full_writes(out_shape)
+    shape = instr.shape
+    if (instr.opcode in _OPERAND_RESULT_STARTS and shape.is_tuple and len(shape.tuple_shapes) >= 2
+            and shape.tuple_shapes[1].num_leaves == out_shape.num_leaves):
+        writes = [_access(a.nbytes, None, (1,) + a.index, a.memory_space, a.logical_nbytes)
+                  for a in writes]
+    return InstrTraffic(tuple(reads), tuple(writes))
+
+
+#: native async starts shaped ``(operand(s), result(s), context...)`` (xla/hlo/ir/hlo_instructions.h)
+_OPERAND_RESULT_STARTS = frozenset({"all-gather-start", "collective-permute-start"})
 
 
 def _copy_start(instr, comp, module) -> InstrTraffic:
@@ -572,14 +710,12 @@ def _recv(instr, comp, module) -> InstrTraffic:
 # bytes) in every iteration; ``reread_notes`` sums them into a program-level note.
 LOOP_INVARIANT_REREAD = "re-read in every iteration"
 
-_WHILE_BODIES: "WeakKeyDictionary[Module, frozenset[str]]" = WeakKeyDictionary()
-
-
 def _while_bodies(module: Module) -> frozenset[str]:
     """Names of the computations that are the body of some ``while`` (computed once per module)."""
-    bodies = _WHILE_BODIES.get(module)
+    memo = memo_of(module)
+    bodies = memo.while_bodies
     if bodies is None:
-        bodies = _WHILE_BODIES[module] = frozenset(
+        bodies = memo.while_bodies = frozenset(
             i.attrs["body"].strip().lstrip("%") for i in module.instructions()
             if i.opcode == "while" and "body" in i.attrs)
     return bodies
