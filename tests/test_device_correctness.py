@@ -225,3 +225,56 @@ def test_gpu_combined_fsdp_gather_writes_its_weights_as_weights(gpu4):
     starts = [r for r in rep.rows if r.instr.opcode == "all-gather-start"]
     assert any(len(r.instr.operands) == 3 for r in starts), [r.instr.operands for r in starts]
     assert _gather_write_roles(rep) == {"weights": 3 * D * D * BF16, "activations": 0}
+
+
+# ---- (b) FLOPs of a 1-row dot that XLA:TPU compiles as multiply + reduce -------------------
+
+K, N = 768, 3072
+# the fusion libtpu 0.0.42 emits for bf16 [1,K] x [K,N] (layouts dropped)
+ROW_DOT = f"""HloModule rowdot
+add {{
+  a = bf16[] parameter(0)
+  b = bf16[] parameter(1)
+  ROOT s = bf16[] add(a, b)
+}}
+fused {{
+  x = bf16[{K}] parameter(1)
+  bx = bf16[{K},{N}] broadcast(x), dimensions={{0}}
+  cx = f32[{K},{N}] convert(bx)
+  w = bf16[{K},{N}] parameter(0)
+  cw = f32[{K},{N}] convert(w)
+  m = f32[{K},{N}] multiply(cx, cw)
+  cm = bf16[{K},{N}] convert(m)
+  z = bf16[] constant(0)
+  ROOT r = bf16[{N}] reduce(cm, z), dimensions={{0}}, to_apply=add
+}}
+ENTRY e {{
+  w = bf16[{K},{N}] parameter(0)
+  x = bf16[{K}] parameter(1)
+  ROOT f = bf16[{N}] fusion(w, x), kind=kLoop, calls=fused
+}}"""
+
+
+def test_tpu_row_dot_flops_count_the_compiled_multiply_reduce():
+    an, rows = _rows(ROW_DOT)
+    # XLA's HloCostAnalysis: 1 per element for each of 3 converts and the multiply, K-1 adds
+    # per output element for the reduce; the broadcast is free
+    assert rows["f"].per_execution.flops == 3 * K * N + K * N + (K - 1) * N == 5 * K * N - N
+
+
+def test_tpu_row_dot_flops_equal_the_tpu_compilers_cost_analysis(tpu4):
+    import jax
+    import jax.numpy as jnp
+    import numpy as np
+    from jax.sharding import Mesh, NamedSharding, PartitionSpec as P
+
+    import jaxmove
+    from jaxmove._platform import quiet_stderr
+    mesh = Mesh(np.array(tpu4[:1]), ("x",))
+    a = lambda s: jax.ShapeDtypeStruct(s, jnp.bfloat16, sharding=NamedSharding(mesh, P()))  # noqa: E731
+    f = lambda x, w: x @ w  # noqa: E731
+    with quiet_stderr():
+        xla = jax.jit(f).lower(a((1, K)), a((K, N))).compile().cost_analysis()["flops"]
+        rep = jaxmove.analyze(f, a((1, K)), a((K, N)))
+    assert any("multiply_reduce" in r.instr.name for r in rep.rows)  # the pattern above
+    assert rep.totals.flops == xla == 5 * K * N - N

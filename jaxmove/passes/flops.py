@@ -7,7 +7,13 @@ totals agree with ``cost_analysis()["flops"]`` on loop-free, custom-call-free mo
 * elementwise ops (including ``compare``, ``select``, ``clamp``, ``convert``) count one op
   per output element; the transcendental opcodes of ``HandleElementwiseOp`` count as
   ``transcendentals`` instead of ``flops``;
-* data movement (reshape, transpose, slice, gather, copy, pad, concatenate ...) is free.
+* data movement (reshape, transpose, slice, gather, copy, pad, concatenate ...) is free;
+* the program is costed as compiled, not as written: XLA:TPU turns a 1-row dot
+  ``[1,K] x [K,N]`` (decode) into a ``multiply_reduce_fusion`` (broadcast, bf16->f32
+  converts of both operands, multiply, convert back, reduce), which counts
+  ``3KN + KN + (K-1)N = 5KN - N`` flops, about 2.5x the dot's ``2KN``, exactly what
+  XLA:TPU's own ``cost_analysis()["flops"]`` reports (tests/test_device_correctness.py);
+  the converts are work the vector unit does.
 
 Where jaxmove departs from XLA it says so in the rule's docstring:
 
