@@ -26,7 +26,10 @@ class Workload:
       donate_argnums: positional arguments whose buffers are donated.
       static_argnums: positional arguments that are static (hashable, not traced).
       config: the model configuration it was built from (for reports).
-      logical_axes: optional pytree like ``args`` of logical axis-name tuples.
+      logical_axes: optional pytree like ``args`` of logical axis-name tuples (the
+        ``jaxmove.zoo.sharding`` vocabulary: ``batch``, ``embed``, ``mlp``...). Where it is None
+        (or an argument's entry is), sharding plans read them from Flax NNX variable metadata
+        of an ``nnx.State`` / abstract module argument (``with_module_axes``).
       out_logical_axes: optional pytree like ``fn``'s output of logical axis-name tuples
         (used by sharding plans for ``out_shardings``).
       out_roles: optional pytree like ``fn``'s output of role strings (or one string for all).
@@ -46,3 +49,76 @@ class Workload:
     logical_axes: Any = None
     out_logical_axes: Any = None
     out_roles: Any = None
+
+
+# ---- logical axes from Flax NNX variable metadata ----------------------------------------
+
+def _is_variable(x) -> bool:
+    try:
+        from flax import nnx
+    except ImportError:  # pragma: no cover - flax is a dependency
+        return False
+    return isinstance(x, nnx.Variable)
+
+
+def _variable_axes(var) -> tuple | None:
+    """The logical axes a Flax NNX variable carries: its ``out_sharding`` metadata (flax 0.12;
+    ``nnx.with_partitioning(init, axes)`` and ``nnx.Param(..., sharding=axes)`` set it, the
+    older ``sharding`` / ``sharding_names`` keys are read too), as a tuple of names or None
+    per dimension; None when it has none. A ``PartitionSpec`` entry naming several axes for one
+    dimension keeps the tuple (plans then match no rule for that dimension)."""
+    try:
+        meta = var.get_metadata()
+    except Exception:  # noqa: BLE001 - an older Variable API
+        meta = getattr(var, "metadata", {}) or {}
+    for key in ("out_sharding", "sharding_names", "sharding"):
+        axes = meta.get(key) if isinstance(meta, dict) else None
+        if axes is not None:
+            return tuple(axes)
+    return None
+
+
+def module_logical_axes(tree) -> Any:
+    """Logical axes of every leaf of ``tree`` (an ``nnx.State``, an abstract ``nnx.Module``
+    or any pytree holding NNX variables) read from the variables' sharding metadata.
+
+    Returns a pytree with ``tree``'s structure (``jax.tree_util.tree_structure(tree)``, the
+    variables' own nodes included) whose leaves are axis-name tuples, or None for leaves
+    without metadata; None when no variable in ``tree`` carries any (a pure dict made by
+    ``nnx.to_pure_dict`` has lost it: declare ``logical_axes`` then).
+    """
+    import jax
+
+    items = jax.tree_util.tree_leaves(tree, is_leaf=_is_variable)
+    axes: list = []
+    found = False
+    for item in items:
+        n = len(jax.tree_util.tree_leaves(item)) if _is_variable(item) else 1
+        ax = _variable_axes(item) if _is_variable(item) else None
+        found = found or ax is not None
+        axes.extend([ax if n == 1 else None] * n)
+    if not found:
+        return None
+    return jax.tree_util.tree_structure(tree).unflatten(axes)
+
+
+def with_module_axes(workload: "Workload") -> "Workload":
+    """``workload`` with the logical axes of its NNX arguments read from their variables'
+    metadata (``module_logical_axes``) where it declares none: when ``logical_axes`` is None,
+    for every argument; when an argument's entry is None, for that argument. Unchanged when
+    nothing carries metadata."""
+    import dataclasses
+
+    declared = workload.logical_axes
+    if declared is not None and not isinstance(declared, (tuple, list)):
+        return workload
+    per_arg = list(declared) if declared is not None else [None] * len(workload.args)
+    if len(per_arg) != len(workload.args):
+        return workload
+    filled = False
+    for i, arg in enumerate(workload.args):
+        if per_arg[i] is None:
+            ax = module_logical_axes(arg)
+            if ax is not None:
+                per_arg[i], filled = ax, True
+    return dataclasses.replace(workload, logical_axes=tuple(per_arg)) if filled else workload

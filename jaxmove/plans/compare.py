@@ -150,6 +150,21 @@ def _spec_text(spec: tuple) -> str:
 PARAM_ROLES = frozenset({"weights", "optimizer_state"})
 
 
+def _nnx_param_roles(arg, n: int) -> list:
+    """``weights`` for each leaf of ``arg`` held by a Flax ``nnx.Param``, else None."""
+    import jax
+
+    try:
+        from flax import nnx
+    except ImportError:  # pragma: no cover
+        return [None] * n
+    out: list = []
+    for item in jax.tree_util.tree_leaves(arg, is_leaf=lambda x: isinstance(x, nnx.Variable)):
+        k = len(jax.tree_util.tree_leaves(item)) if isinstance(item, nnx.Variable) else 1
+        out.extend(["weights" if isinstance(item, nnx.Param) else None] * k)
+    return out if len(out) == n else [None] * n
+
+
 def _out_roles(workload, treedef, n: int) -> list:
     """One role (or None) per output leaf from ``workload.out_roles`` (a string for all, or a
     pytree like the output; the outer structure may end in strings covering a subtree)."""
@@ -179,12 +194,24 @@ def workload_shardings(workload, plan: Plan, mesh, notes: list[str]):
     import jax
     from jax.sharding import NamedSharding, PartitionSpec
 
+    from ..capture.workload import with_module_axes
+    from .plan import LOGICAL_AXES
+
+    workload = with_module_axes(workload)
     if workload.logical_axes is None:
-        raise PlanError(f"workload {workload.name!r} names no logical axes; plans need them")
+        raise PlanError(f"workload {workload.name!r} names no logical axes; plans need them "
+                        "(Workload.logical_axes, or Flax NNX variables with sharding metadata, "
+                        "nnx.with_partitioning / nnx.Param(..., sharding=...), passed as an "
+                        "nnx.State or module argument)")
     mesh_shape = dict(mesh.shape)
     specs: dict[str, str] = {}
 
     def named(leaf, axes, is_param, path):
+        unknown = [a for a in (axes or ()) if a is not None and a not in LOGICAL_AXES]
+        if unknown:
+            notes.append(f"logical axis {unknown[0]!r} is not one plans map ({', '.join(LOGICAL_AXES)}): "
+                         "that dimension stays replicated")
+            axes = tuple(a if a in LOGICAL_AXES else None for a in axes)
         spec = plan.partition_spec(axes, leaf.shape, mesh_shape, is_param, notes, path)
         if any(s is not None for s in spec):
             specs[path] = _spec_text(spec)
@@ -199,6 +226,8 @@ def workload_shardings(workload, plan: Plan, mesh, notes: list[str]):
         axes_flat = treedef.flatten_up_to(axes) if axes is not None else [None] * len(flat)
         roles_flat = ([role] * len(flat) if isinstance(role, str) or role is None
                       else treedef.flatten_up_to(role))
+        if role is None:  # no roles given: an NNX Param is a parameter (capture/program.py's rule)
+            roles_flat = _nnx_param_roles(arg, len(flat))
         leaves = [named(leaf, ax, r in PARAM_ROLES, f"arg{i}{jax.tree_util.keystr(kp)}")
                   for (kp, leaf), ax, r in zip(flat, axes_flat, roles_flat)]
         in_sh.append(jax.tree_util.tree_unflatten(treedef, leaves))
@@ -227,8 +256,10 @@ def load_workload(model, overrides: dict[str, str] | None = None):
 
     from ..capture.workload import Workload
 
+    from ..capture.workload import with_module_axes
+
     if isinstance(model, Workload):
-        return model
+        return with_module_axes(model)
     s = str(model)
     if s in models.PRESETS:
         return models.build(s, overrides or {})
@@ -243,7 +274,7 @@ def load_workload(model, overrides: dict[str, str] | None = None):
         raise PlanError(f"{s} returned a {type(made).__name__}; sharding plans need a "
                         "jaxmove.workload.Workload with logical_axes (a compiled stage is already "
                         "partitioned)")
-    return made
+    return with_module_axes(made)
 
 
 def capture_with_plan(preset, overrides: dict[str, str] | None, plan: Plan,
