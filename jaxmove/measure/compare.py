@@ -40,10 +40,15 @@ import datetime as _dt
 import itertools
 import statistics
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 import numpy as np
 
 from .run import Measurement, Prepared, measure, prepare
+
+if TYPE_CHECKING:
+    from ..hardware import HardwareSpec
+    from ..report.report import Report
 
 __all__ = ["MIN_SHARE", "InstructionComparison", "ErrorStats", "Fit", "Comparison",
            "compare", "error_stats", "spearman", "fit_spec", "baseline_time_s", "default_hardware"]
@@ -156,7 +161,7 @@ class Comparison:
 
     Attributes:
       measurement: the Measurement (wall times, profile join, coverage).
-      report: the Report of the HLO that ran, with ``times`` on ``spec``.
+      report: the Report of the HLO that ran, with ``times`` on ``spec`` and ``measurement``.
       spec: the HardwareSpec used; spec_note: how it was chosen.
       rows: per-instruction comparisons, largest measured time first.
       stats: ErrorStats.
@@ -166,8 +171,8 @@ class Comparison:
     """
 
     measurement: Measurement
-    report: object
-    spec: object
+    report: Report
+    spec: HardwareSpec
     spec_note: str
     rows: list[InstructionComparison]
     stats: ErrorStats
@@ -441,6 +446,7 @@ def compare(target, *args, hardware=None, runs: int = 10, warmup: int = 2, profi
     prep = prepared or prepare(target, *args, overrides=overrides, seed=seed, **capture_kwargs)
     m = measure(None, runs=runs, warmup=warmup, profile_runs=profile_runs, prepared=prep)
     report = analyze(prep.program, hardware=spec)
+    report.measurement = m  # the renderings' measured columns and trace lane (report/columns.py)
     stats = error_stats(report.times, m)
     base = baseline_time_s(prep.program.xla_cost_analysis, spec, _dtype_of(prep.program))
     result = Comparison(m, report, spec, note, _rows(report, m), stats, base)

@@ -69,32 +69,23 @@ def row_annotation(report, row: InstructionCost) -> str:
         parts.append(f"onchip_read_bytes={t.onchip_read_bytes} onchip_write_bytes={t.onchip_write_bytes}")
     tm = row_time(report, row)
     if tm is not None:
-        est = getattr(tm, "est_time_s", None)
-        if est is not None:
-            parts.append(f"est_time_s={_num(est)}")
-        bound = getattr(tm, "bound", None)
-        if bound:
-            parts.append(f"bound={bound}")
-        ai = getattr(tm, "arithmetic_intensity", None)
-        if ai is not None:
-            parts.append(f"intensity={_num(ai)}")
+        parts.append(f"est_time_s={_num(tm.est_time_s)}")
+        if tm.bound:
+            parts.append(f"bound={tm.bound}")
+        if tm.arithmetic_intensity is not None:
+            parts.append(f"intensity={_num(tm.arithmetic_intensity)}")
+        if tm.hbm_bytes != t.hbm_bytes:
+            parts.append(f"modeled_hbm_bytes={tm.hbm_bytes}")
     mult_n = row.multiplicity.count
-    if tm is not None:
-        modeled = getattr(tm, "hbm_bytes", None)
-        if modeled is not None and modeled != t.hbm_bytes:
-            parts.append(f"modeled_hbm_bytes={modeled}")
     reuse = row_reuse(report, row)
-    kept = getattr(reuse, "onchip_reuse_bytes", None)
-    if kept:
-        parts.append(f"onchip_reuse_bytes={kept * mult_n}")
+    if reuse is not None and reuse.onchip_reuse_bytes:
+        parts.append(f"onchip_reuse_bytes={reuse.onchip_reuse_bytes * mult_n}")
     coll = row_collective(row)
     if coll is not None:
-        parts.append(f"collective={getattr(coll, 'kind', '?')}")
-        if getattr(coll, "group_size", None) is not None:
-            parts.append(f"group={coll.group_size}")
-        if getattr(coll, "wire_bytes", None) is not None:
-            parts.append(f"wire_bytes={coll.wire_bytes * mult_n}")
-        if getattr(coll, "is_async", False):
+        parts.append(f"collective={coll.kind}")
+        parts.append(f"group={coll.group_size}")
+        parts.append(f"wire_bytes={coll.wire_bytes * mult_n}")
+        if coll.is_async:
             parts.append("async")
     if row.unmodeled:
         parts.append("unmodeled=" + _q("; ".join(row.unmodeled)))
@@ -186,7 +177,7 @@ def annotate(report, hlo_text: str | None = None) -> str:
               "multiplicity x=); bytes in bytes; role = the tensor role with the most HBM bytes; "
               "shape / operand_shapes without layout (operands separated by '; '); "
               "src_inferred_from = the instruction whose source line was taken (XLA dropped this one's)")
-    headline = report.incomplete_headline() if hasattr(report, "incomplete_headline") else None
+    headline = report.incomplete_headline()
     if headline:
         header = f"// {headline}\n{header}"
     text = header + "\n" + "\n".join(out)

@@ -531,10 +531,9 @@ def report_rows(report) -> list[InstructionCost]:
 
 
 def _sum_time(report, rows: list[InstructionCost]) -> float | None:
-    if getattr(report, "times", None) is None:
+    if report.times is None:
         return None
-    ts = [getattr(row_time(report, r), "est_time_s", None) for r in rows]
-    ts = [t for t in ts if t is not None]
+    ts = [tm.est_time_s for r in rows if (tm := row_time(report, r)) is not None]
     return float(sum(ts)) if ts else None
 
 

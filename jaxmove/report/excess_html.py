@@ -15,7 +15,7 @@ def excess_section(report) -> str:
     report has no excess analysis."""
     from .html import _e, _fmt_s, _td_num, _th
 
-    ex = getattr(report, "excess", None)
+    ex = report.excess
     if ex is None:
         return ""
     head = (f"<h2>Excess movement</h2><p>{_e(human_bytes(ex.excess_bytes))} of "

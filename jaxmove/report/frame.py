@@ -34,7 +34,8 @@ def report_records(report) -> list[dict]:
     over its modeled bytes, when the report has times; None when no HBM bytes move) --
     the same figure as the JSON.
     """
-    has_times = getattr(report, "times", None) is not None
+    has_times = report.times is not None
+    ex = report.excess
     out = []
     for r in report_rows(report):
         t = r.total
@@ -59,22 +60,23 @@ def report_records(report) -> list[dict]:
                    unmodeled="; ".join(r.unmodeled) or None, hlo_line=r.instr.line)
         if has_times:
             tm = row_time(report, r)
-            for k in ("est_time_s", "compute_time_s", "memory_time_s", "network_time_s", "bound"):
-                rec[k] = getattr(tm, k, None) if tm is not None else None
-            if tm is not None:  # the time model's intensity counts its modeled bytes (as the JSON)
-                rec["arithmetic_intensity"] = getattr(tm, "arithmetic_intensity", None)
+            if tm is None:
+                rec.update(est_time_s=None, compute_time_s=None, memory_time_s=None,
+                           network_time_s=None, bound=None)
+            else:  # the time model's intensity counts its modeled bytes (as the JSON)
+                rec.update(est_time_s=tm.est_time_s, compute_time_s=tm.compute_time_s,
+                           memory_time_s=tm.memory_time_s, network_time_s=tm.network_time_s,
+                           bound=tm.bound, arithmetic_intensity=tm.arithmetic_intensity)
         coll = row_collective(r)
         if coll is not None:
-            rec["collective"] = getattr(coll, "kind", None)
-            rec["group_size"] = getattr(coll, "group_size", None)
-            wb = getattr(coll, "wire_bytes", None)
-            rec["wire_bytes"] = wb * r.multiplicity.count if wb is not None else None
+            rec["collective"] = coll.kind
+            rec["group_size"] = coll.group_size
+            rec["wire_bytes"] = coll.wire_bytes * r.multiplicity.count
         reuse = row_reuse(report, r)
         if reuse is not None:
-            rec["onchip_reuse_bytes"] = (getattr(reuse, "onchip_reuse_bytes", 0) or 0) * r.multiplicity.count
-        if has_times and rec.get("est_time_s") is not None:
-            rec["modeled_hbm_bytes"] = getattr(tm, "hbm_bytes", None)
-        ex = getattr(report, "excess", None)
+            rec["onchip_reuse_bytes"] = reuse.onchip_reuse_bytes * r.multiplicity.count
+        if has_times and tm is not None:
+            rec["modeled_hbm_bytes"] = tm.hbm_bytes
         if ex is not None:  # bytes beyond the compulsory (passes/excess.py), per program run
             rec["excess_bytes"] = ex.per_instruction.get((r.computation, r.instr.name), 0)
         ms = row_measured_s(report, r)

@@ -197,7 +197,7 @@ def _td_num(value, text: str | None = None) -> str:
 
 
 def _incomplete(report) -> str:
-    headline = report.incomplete_headline() if hasattr(report, "incomplete_headline") else None
+    headline = report.incomplete_headline()
     out = f'<p class="incomplete" id="incomplete">{_e(headline)}</p>' if headline else ""
     for n in report.notes:   # api.does_not_fit_note
         if n.startswith("does not fit:"):
@@ -217,9 +217,8 @@ def _cards(report) -> str:
     if t.device_to_device_bytes:
         cards.append((human_bytes(t.device_to_device_bytes), "device_to_device"))
     times = times_of(report)
-    est = getattr(times, "est_time_s", None)
-    if est is not None:
-        lower = hasattr(report, "complete") and not report.complete
+    if times is not None:
+        est, lower = times.est_time_s, not report.complete
         cards.append((("\u2265 " if lower else "") + _fmt_s(est),
                       "estimated time (at least)" if lower else "estimated time"))
     return '<div class="cards">' + "".join(
@@ -228,8 +227,8 @@ def _cards(report) -> str:
 
 def _program_line(report) -> str:
     p = report.program
-    spec = getattr(times_of(report), "spec", None)
-    hw = f" &middot; hardware {_e(getattr(spec, 'name', spec))}" if spec is not None else ""
+    times = times_of(report)
+    hw = f" &middot; hardware {_e(times.spec_name)}" if times is not None else ""
     return (f'<p class="meta">backend {_e(p.backend)} &middot; {_e(p.num_devices)} device(s) &middot; '
             f'source {_e(p.source)}{hw} &middot; figures are totals over one program run</p>')
 
@@ -274,13 +273,12 @@ def _instruction_table(report, rows) -> str:
                  f"<td>{_e(dominant_role(t))}</td>"]
         if has_times:
             tm = row_time(report, r)
-            est = getattr(tm, "est_time_s", None)
-            cells += [_td_num(est, _fmt_s(est)), f"<td>{_e(getattr(tm, 'bound', '') or '')}</td>"]
+            est = tm.est_time_s if tm is not None else None
+            cells += [_td_num(est, _fmt_s(est)), f"<td>{_e((tm.bound or '') if tm is not None else '')}</td>"]
         if has_coll:
             c = row_collective(r)
-            wb = getattr(c, "wire_bytes", None)
-            wb = wb * r.multiplicity.count if wb is not None else None
-            label = "" if c is None else f"{getattr(c, 'kind', '?')} (n={getattr(c, 'group_size', '?')})"
+            wb = c.wire_bytes * r.multiplicity.count if c is not None else None
+            label = "" if c is None else f"{c.kind} (n={c.group_size})"
             cells += [f"<td>{_e(label)}</td>", _td_num(wb, human_bytes(wb) if wb is not None else "")]
         if has_meas:
             ms = row_measured_s(report, r)
@@ -346,10 +344,9 @@ def _charts(report) -> str:
         by_bound: dict[str, float] = {}
         for r in report_rows(report):
             tm = row_time(report, r)
-            est = getattr(tm, "est_time_s", None)
-            if est is not None:
-                b = getattr(tm, "bound", None) or "?"
-                by_bound[b] = by_bound.get(b, 0.0) + est
+            if tm is not None:
+                b = tm.bound or "?"
+                by_bound[b] = by_bound.get(b, 0.0) + tm.est_time_s
         if by_bound:
             charts.append(bar_chart("Estimated time by bound (sum over instructions)",
                                     sorted(((b, [v]) for b, v in by_bound.items()), key=lambda x: -x[1][0]),
@@ -429,7 +426,7 @@ def summary_html(report, top: int = 10) -> str:
         kind = r.instr.opcode if r.instr.opcode != "fusion" else f"fusion:{r.instr.fusion_kind or '?'}"
         att = attribute(report.module, r.instr)
         tm = row_time(report, r)
-        est = getattr(tm, "est_time_s", None)
+        est = tm.est_time_s if tm is not None else None
         trs.append(f"<tr><td>{_e(r.instr.name)}</td><td>{_e(kind)}</td><td>{_e(shape_text(r.instr.shape))}</td>"
                    f'<td style="text-align:right">{_e(r.multiplicity.count)}</td>'
                    f'<td style="text-align:right">{_e(human_count(r.total.flops))}</td>'
@@ -444,10 +441,10 @@ def summary_html(report, top: int = 10) -> str:
     roles = "".join(f"<tr><td>{_e(r)}</td><td style=\"text-align:right\">{_e(human_bytes(t.role_bytes(r)[0]))}"
                     f"</td><td style=\"text-align:right\">{_e(human_bytes(t.role_bytes(r)[1]))}</td></tr>"
                     for r in ROLES)
-    est = getattr(times_of(report), "est_time_s", None)
-    est_txt = f", estimated {_fmt_s(est)}" if est is not None else ""
+    times = times_of(report)
+    est_txt = f", estimated {_fmt_s(times.est_time_s)}" if times is not None else ""
     p = report.program
-    headline = report.incomplete_headline() if hasattr(report, "incomplete_headline") else None
+    headline = report.incomplete_headline()
     head_html = f'<b style="color:#b3261e">{_e(headline)}</b><br>' if headline else ""
     return (f"<div>{head_html}<b>{_e(p.name)}</b> <small>backend={_e(p.backend)} devices={_e(p.num_devices)} "
             f"source={_e(p.source)}</small><br>HBM read {_e(human_bytes(t.hbm_read_bytes))}, written "

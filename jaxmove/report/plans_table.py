@@ -25,7 +25,7 @@ def _b(n: int | None) -> str:
 
 def _excess(r) -> str:
     """Excess bytes (passes/excess.py) and their share of the bytes moved, or n/a."""
-    n, f = getattr(r, "excess_bytes", None), getattr(r, "excess_fraction", None)
+    n, f = r.excess_bytes, r.excess_fraction
     return "n/a" if n is None else f"{human_bytes(n)} ({100 * (f or 0.0):.0f}%)"
 
 
@@ -38,7 +38,7 @@ def render_plans(cmp, console: Console | None = None) -> None:
     for v in cmp.mesh.values():
         n *= v
     sets = " ".join(f"--set {k}={v}" for k, v in cmp.overrides.items())
-    target = getattr(cmp, "target", "cpu") or "cpu"
+    target = cmp.target or "cpu"
     where = "simulated CPU devices" if target == "cpu" else f"devices of {target}"
     console.print(f"[bold]{escape(cmp.model)}[/bold] {sets}  mesh {mesh} ({n} {where})  "
                   f"hardware [bold]{cmp.hardware}[/bold] (HBM {human_bytes(cmp.hbm_capacity_bytes)} "
@@ -54,7 +54,7 @@ def render_plans(cmp, console: Console | None = None) -> None:
             continue
         fits = ("?" if r.fits is None else "yes" if r.fits else
                 f"[bold red]NO[/bold red] (needs {_b(r.needs_bytes)}, has {_b(r.has_bytes)})"
-                if getattr(r, "does_not_fit", None) else
+                if r.does_not_fit else
                 f"[bold red]NO[/bold red] (> {human_bytes(cmp.hbm_capacity_bytes)})")
         kinds = "\n".join(f"{k} {human_bytes(v)}" for k, v in
                           sorted(r.wire_bytes_by_kind.items(), key=lambda kv: -kv[1])) or "none"
@@ -71,7 +71,7 @@ def render_plans(cmp, console: Console | None = None) -> None:
     console.print(f"peak = XLA's arguments + outputs - aliased + temporaries of the partitioned "
                   f"program ({compiler} buffer assignment); coll. time sums the collectives without "
                   "overlap.")
-    for note in getattr(cmp, "notes", ()):
+    for note in cmp.notes:
         console.print(f"[yellow]note[/yellow]: {escape(note)}")
     for r in cmp.results:
         for note in r.notes:

@@ -59,15 +59,15 @@ def roofline(report, spec=None, dtype: str = "bf16", ax=None):
     xs, ys, sizes, colors, left_out = [], [], [], [], 0
     for r in report_rows(report):
         tm = row_time(report, r)
-        est = getattr(tm, "est_time_s", None)
-        hbm = getattr(tm, "hbm_bytes", None) or r.total.hbm_bytes
+        est = tm.est_time_s if tm is not None else None
+        hbm = (tm.hbm_bytes if tm is not None else 0) or r.total.hbm_bytes
         if not est or not r.total.flops or not hbm:
             left_out += 1
             continue
         xs.append(r.total.flops / hbm)
         ys.append(r.total.flops / est)
         sizes.append(hbm)
-        colors.append(_BOUND_COLORS.get(getattr(tm, "bound", None), "#c9a227"))
+        colors.append(_BOUND_COLORS.get(tm.bound, "#c9a227"))
     peak = spec.peak_flops_per_s(dtype)
     bw = spec.hbm_bytes_per_s
     lo = min(xs + [0.01]) / 2
@@ -134,14 +134,14 @@ def estimate_vs_measured(report, measurement=None, ax=None):
     est, meas, colors, left_out = [], [], [], 0
     for r in report_rows(report):
         tm = row_time(report, r)
-        e = getattr(tm, "est_time_s", None)
+        e = tm.est_time_s if tm is not None else None
         m = row_measured_s(report, r, measurement)
         if not e or not m:
             left_out += 1
             continue
         est.append(e)
         meas.append(m)
-        colors.append(_BOUND_COLORS.get(getattr(tm, "bound", None), "#c9a227"))
+        colors.append(_BOUND_COLORS.get(tm.bound, "#c9a227"))
     if not est:
         raise ValueError("no instruction has both an estimated and a measured time")
     lo, hi = min(est + meas) / 2, max(est + meas) * 2

@@ -1,16 +1,27 @@
-"""The Report: per-instruction rows and program totals, and its stable JSON contract.
+"""The Report: one program's pass results and their stable JSON contract (README "JSON contract").
 
-The report only arranges what the passes computed; it computes no figure itself.
+Besides arranging the passes' figures it derives only ratios and labels from them: the tile
+padding fraction, a row's dominant role, and a row's arithmetic intensity without a spec.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
 
+from ..hlo import Module
 from ..hlo.opcodes import names
 from ..passes.cost import PATHS, Cost
 from ..passes.pipeline import InstructionCost, ModuleAnalysis
 from ..vocab import ROLES
+
+if TYPE_CHECKING:
+    from ..capture.program import EntryParameter
+    from ..capture.xla_figures import XlaFigures
+    from ..measure.run import Measurement
+    from ..passes.excess import ExcessAnalysis
+    from ..passes.reuse import ReuseAnalysis
+    from ..passes.timing import TimeEstimate
 
 # Opcodes that never appear as their own rows in tables: they move nothing and compute nothing.
 _QUIET = names(quiet=True)  # the opcode table (hlo/opcodes.py)
@@ -44,20 +55,23 @@ class Report:
         estimated_cycles; ``capture/xla_figures.py``), or None.
       times: estimated times on a hardware spec (``passes/timing.py``), or None when no
         hardware was given.
+      measurement: what the program did on the local device (``jaxmove.measure``; set by
+        ``jaxmove compare``), or None.
     """
 
     program: ProgramInfo
     analysis: ModuleAnalysis
-    parameters: tuple = ()
+    parameters: tuple[EntryParameter, ...] = ()
     memory_stats: dict[str, int] = field(default_factory=dict)
     xla_cost_analysis: dict | None = None
-    reuse: object | None = None   # passes.reuse.ReuseAnalysis
-    times: object | None = None   # passes.timing.TimeEstimate
-    excess: object | None = None  # passes.excess.ExcessAnalysis
-    xla: object | None = None     # capture.xla_figures.XlaFigures
+    reuse: ReuseAnalysis | None = None
+    times: TimeEstimate | None = None
+    excess: ExcessAnalysis | None = None
+    xla: XlaFigures | None = None
+    measurement: Measurement | None = None
 
     @property
-    def module(self):
+    def module(self) -> Module:
         return self.analysis.module
 
     @property
@@ -94,8 +108,9 @@ class Report:
         tm = self.times
         if tm is None:
             return []
+        rows = tm.rows
         return [r for r in self.rows if not r.unmodeled
-                and getattr(tm.rows.get((r.computation, r.instr.name)), "unmodeled", ())]
+                and (it := rows.get((r.computation, r.instr.name))) is not None and it.unmodeled]
 
     @property
     def complete(self) -> bool:

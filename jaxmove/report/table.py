@@ -49,7 +49,7 @@ def render_report(report: Report, top: int = 15, console: Console | None = None)
     console = console or make_console()
     p = report.program
     t = report.totals
-    headline = report.incomplete_headline() if hasattr(report, "incomplete_headline") else None
+    headline = report.incomplete_headline()
     if headline:
         console.print(f"[bold red]{escape(headline)}[/bold red]")
     for n in report.notes:   # api.does_not_fit_note: said first, and again with the notes
@@ -63,7 +63,7 @@ def render_report(report: Report, top: int = 15, console: Console | None = None)
                   "constants, tuples, bitcasts not counted)")
     render_time_summary(report, console)
 
-    times = getattr(report, "times", None)
+    times = report.times
     ordered = top_by_time(report, top) if times is not None else report.top(top)
     listed = len(report.listed_rows())
     scope = f"All {listed}" if top >= listed else f"Top {top} of {listed}"
@@ -134,7 +134,7 @@ def render_groups(report: Report, by: str, top: int = 40, console: Console | Non
     from .attribution import aggregate
 
     console = console or make_console()
-    headline = report.incomplete_headline() if hasattr(report, "incomplete_headline") else None
+    headline = report.incomplete_headline()
     if headline:
         console.print(f"[bold red]{escape(headline)}[/bold red]")
     groups = aggregate(report, by, rollup=rollup)
@@ -191,7 +191,7 @@ def time_cells(report: Report, r) -> list[str]:
     """est. time, bound, arithmetic intensity and on-chip reuse cells of one row."""
     key = (r.computation, r.instr.name)
     tm = report.times.rows.get(key)
-    ru = report.reuse.rows.get(key) if getattr(report, "reuse", None) is not None else None
+    ru = report.reuse.rows.get(key) if report.reuse is not None else None
     reuse = ru.onchip_reuse_bytes * r.multiplicity.count if ru is not None and ru.fusion is not None else None
     if tm is None:
         return ["", "", "", human_bytes(reuse) if reuse is not None else ""]
@@ -203,15 +203,14 @@ def time_cells(report: Report, r) -> list[str]:
 
 def render_time_summary(report: Report, console: Console) -> None:
     """Program time on the hardware spec and the bytes fusion kept on chip."""
-    times = getattr(report, "times", None)
-    reuse = getattr(report, "reuse", None)
+    times, reuse = report.times, report.reuse
     if times is None:
         if reuse is not None and reuse.total_onchip_reuse_bytes:
             console.print(f"On-chip reuse by fusion: {human_bytes(reuse.total_onchip_reuse_bytes)} not moved "
                           "through HBM (pass --hardware NAME for time estimates)")
         return
     t = times
-    lower = "at least " if hasattr(report, "complete") and not report.complete else ""
+    lower = "at least " if not report.complete else ""
     console.print(f"[bold]Estimated time on {t.spec_name}: {lower}{human_seconds(t.est_time_s)}[/bold] per program run, "
                   f"{t.bound}-bound (the largest of the sums: compute {human_seconds(t.compute_time_s)}, memory "
                   f"{human_seconds(t.memory_time_s)}, network {human_seconds(t.network_time_s)}, launch overhead "

@@ -25,10 +25,9 @@ from __future__ import annotations
 
 import json
 
+from ..hlo.opcodes import names
 from ..passes.multiplicity import callee_counts
 from .attribution import attribute
-from .columns import measurement_of, times_of
-from ..hlo.opcodes import names
 
 #: At most this many instruction events (while loops beyond it stay one block each).
 MAX_EVENTS = 200_000
@@ -42,16 +41,16 @@ def _is_async(opcode: str) -> bool:
 
 def _measured_s(report, measurement, comp: str, name: str) -> float | None:
     """Measured seconds per program run of one timeline entry, or None when not measured."""
-    table = getattr(measurement, "instructions", None) or {}
+    table = measurement.instructions
     t = table.get((comp, name))
     if t is not None:
-        return float(getattr(t, "time_s", t))
+        return t.time_s
     instr = report.module.computations.get(comp)
     instr = instr.by_name.get(name) if instr is not None else None
     if instr is None or not instr.called_computations or instr.opcode == "fusion":
         return None
     inside = report.module.reachable_computations(instr.called_computations)
-    ts = [float(getattr(v, "time_s", v)) for (c, _n), v in table.items() if c in inside]
+    ts = [v.time_s for (c, _n), v in table.items() if c in inside]
     return sum(ts) if ts else None
 
 
@@ -59,14 +58,14 @@ class _SubTimelines:
     """Schedules of called computations (start/end relative to the computation's start),
     from the time model's own walker so that they agree with the program timeline."""
 
-    def __init__(self, module, rows):
-        self.module, self.rows = module, rows
+    def __init__(self, module, rows, branches):
+        self.module, self.rows, self.branches = module, rows, branches
         self._cache: dict[str, tuple[list, float]] = {}
 
     def _get(self, cname: str) -> tuple[list, float]:
         if cname not in self._cache:
             from ..passes.timing import _Walker  # the walker that built times.timeline
-            w = _Walker(self.module, self.rows)
+            w = _Walker(self.module, self.rows, self.branches)
             length = w.comp_time(cname, record=True)
             self._cache[cname] = (list(w.timeline), length)
         return self._cache[cname]
@@ -92,22 +91,22 @@ def chrome_trace(report, measurement=None) -> dict:
     Raises:
       jaxmove.errors.UsageError: the report has no estimated times.
     """
-    times = times_of(report)
-    if times is None or getattr(times, "timeline", None) is None:
+    times = report.times
+    if times is None:
         from ..errors import UsageError
         raise UsageError("a trace needs the estimated timeline: analyse with a hardware spec "
                          "(--hardware NAME|path.toml|local, or jaxmove.analyze(..., hardware=...))")
     module = report.module
-    spec_name = getattr(times, "spec_name", "") or ""
+    spec_name = times.spec_name
     events: list[dict] = [
         {"ph": "M", "pid": 1, "name": "process_name", "args": {"name": f"estimate ({spec_name})"}},
         {"ph": "M", "pid": 1, "tid": 1, "name": "thread_name", "args": {"name": "stream"}},
     ]
     lanes_end: list[float] = []   # async lanes: end time of their last event
-    rows = getattr(times, "rows", {}) or {}
+    rows = times.rows
     notes: list[str] = []
     budget = [MAX_EVENTS]
-    sub = _SubTimelines(module, rows)
+    sub = _SubTimelines(module, rows, report.analysis.branches)
 
     def lane(opcode: str, start_s: float, end_s: float) -> int:
         if not _is_async(opcode):
@@ -128,9 +127,10 @@ def chrome_trace(report, measurement=None) -> dict:
         args = {"computation": comp, "opcode": opcode}
         it = rows.get((comp, name))
         if it is not None:
-            for k in ("est_time_s", "per_execution_s", "bound", "flops", "hbm_bytes",
-                      "arithmetic_intensity", "multiplicity"):
-                v = getattr(it, k, None)
+            args.update(est_time_s=it.est_time_s, per_execution_s=it.per_execution_s)
+            for k, v in (("bound", it.bound), ("flops", it.flops), ("hbm_bytes", it.hbm_bytes),
+                         ("arithmetic_intensity", it.arithmetic_intensity),
+                         ("multiplicity", it.multiplicity)):
                 if v is not None:
                     args[k] = v
         if instr is not None:
@@ -140,7 +140,7 @@ def chrome_trace(report, measurement=None) -> dict:
             if att.op_name:
                 args["op_name"] = att.op_name
         budget[0] -= 1
-        events.append({"name": name, "cat": getattr(it, "bound", None) or opcode, "ph": "X",
+        events.append({"name": name, "cat": (it.bound if it is not None else None) or opcode, "ph": "X",
                        "ts": start_s * 1e6, "dur": max(end_s - start_s, 0.0) * 1e6,
                        "pid": 1, "tid": lane(opcode, start_s, end_s), "args": args})
         if instr is not None and instr.opcode in ("while", "call"):
@@ -168,12 +168,12 @@ def chrome_trace(report, measurement=None) -> dict:
     for comp, name, start_s, end_s in times.timeline:
         emit(comp, name, start_s, end_s)
 
-    m = measurement if measurement is not None else measurement_of(report)
+    m = measurement if measurement is not None else report.measurement
     other = {"program": report.program.name, "hardware": spec_name,
-             "est_time_s": getattr(times, "est_time_s", None), "notes": notes}
+             "est_time_s": times.est_time_s, "notes": notes}
     if m is not None:
         events += [{"ph": "M", "pid": 2, "name": "process_name",
-                    "args": {"name": f"measured ({getattr(m, 'device_kind', '?')}; durations laid end to end)"}},
+                    "args": {"name": f"measured ({m.device_kind}; durations laid end to end)"}},
                    {"ph": "M", "pid": 2, "tid": 1, "name": "thread_name", "args": {"name": "measured"}}]
         cursor = 0.0
         for comp, name, _s, _e in times.timeline:
@@ -184,7 +184,7 @@ def chrome_trace(report, measurement=None) -> dict:
                            "dur": ms * 1e6, "pid": 2, "tid": 1,
                            "args": {"computation": comp, "measured_s": ms}})
             cursor += ms
-        other["measured_wall_median_s"] = getattr(m, "wall_median_s", None)
+        other["measured_wall_median_s"] = m.wall_median_s
     return {"traceEvents": events, "displayTimeUnit": "ns", "otherData": other}
 
 

@@ -32,7 +32,7 @@ def render_xla(report, top: int = 15, console: Console | None = None) -> None:
     if x is None:
         console.print("no compiler figures in this report")
         return
-    where = f" for {escape(p.target)}" if getattr(p, "target", None) else ""
+    where = f" for {escape(p.target)}" if p.target else ""
     clock = f", clock {x.clock_hz / 1e9:.3g} GHz" if x.clock_hz else ""
     console.print(f"[bold]{escape(p.name)}[/bold]: jaxmove beside XLA:{p.backend.upper()}'s own "
                   f"model{where}{clock} (per device, one program run)")
@@ -42,8 +42,8 @@ def render_xla(report, top: int = 15, console: Console | None = None) -> None:
     keyed = [(key, fig) for key, fig in x.rows.items()]
     ours_rows = None
     if times is not None and keyed:
-        vals = [getattr(times.rows.get(key), "est_time_s", None) for key, _ in keyed]
-        ours_rows = sum(v for v in vals if v is not None) if all(v is not None for v in vals) else None
+        its = [times.rows.get(key) for key, _ in keyed]
+        ours_rows = sum(it.est_time_s for it in its) if all(it is not None for it in its) else None
     tot = Table(title="Program totals")
     for col in ("figure", "jaxmove", "XLA", "XLA / jaxmove", "XLA's source"):
         tot.add_column(col, justify="left" if col in ("figure", "XLA's source") else "right")
