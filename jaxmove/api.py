@@ -82,7 +82,8 @@ def analyze(obj, /, *args, overrides: dict[str, str] | None = None, hardware=Non
         analysis.notes.insert(0, fit)
     from .capture.xla_figures import xla_figures
     xla = xla_figures(analysis, program.xla_cost_analysis, program.backend,
-                      _clock_spec(getattr(program, "target", None), spec), program.source)
+                      _clock_spec(getattr(program, "target", None), spec), program.source,
+                      program.hlo_text)
     return Report(ProgramInfo(program.name, program.backend, program.num_devices, program.source,
                               getattr(program, "target", None)),
                   analysis, program.parameters, dict(program.memory_stats), program.xla_cost_analysis,

@@ -170,7 +170,7 @@ def _num(d: dict, key: str) -> float | None:
 
 
 def xla_figures(analysis, cost_analysis: dict | None, backend: str, clock_spec=None,
-                source: str = "") -> XlaFigures:
+                source: str = "", hlo_text: str | None = None) -> XlaFigures:
     """The compiler's figures of an analysed program (module docstring).
 
     Args:
@@ -181,6 +181,9 @@ def xla_figures(analysis, cost_analysis: dict | None, backend: str, clock_spec=N
       clock_spec: the TPU spec whose ``[target]`` ``clock_hz`` turns cycles into seconds
         (the target's spec, else the ``--hardware`` spec), or None.
       source: the program's source (``hlo:...`` for files), for the notes.
+      hlo_text: the module's text, when at hand: without the string ``estimated_cycles`` in it
+        no instruction is searched (splitting every instruction's attributes costs as much as
+        the passes on a large module).
     Returns:
       XlaFigures; figures XLA does not give are None, with a note saying why.
     """
@@ -234,7 +237,8 @@ def xla_figures(analysis, cost_analysis: dict | None, backend: str, clock_spec=N
     in_branch = 0
     # only XLA:TPU writes estimated_cycles (capture/program.py infer_backend marks a file that
     # has them as tpu): other backends' rows are not searched
-    for r in rows if backend in ("tpu", "unknown") else ():
+    search = backend in ("tpu", "unknown") and (hlo_text is None or _CYCLES_KEY in hlo_text)
+    for r in rows if search else ():
         bc_text = r.instr.attrs.get("backend_config")
         cycles = fusion_estimated_cycles(r.instr) if bc_text and _CYCLES_KEY in bc_text else None
         if cycles is None:
