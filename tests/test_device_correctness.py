@@ -278,3 +278,99 @@ def test_tpu_row_dot_flops_equal_the_tpu_compilers_cost_analysis(tpu4):
         rep = jaxmove.analyze(f, a((1, K)), a((K, N)))
     assert any("multiply_reduce" in r.instr.name for r in rep.rows)  # the pattern above
     assert rep.totals.flops == xla == 5 * K * N - N
+
+
+# ---- (c) GPU: split-K partials and 1-row dots as multiply + reduce -----------------------
+
+def _excess(text: str):
+    from jaxmove.hardware import load_spec
+    from jaxmove.passes.excess import excess_pass
+    from jaxmove.passes.reuse import reuse_pass
+    spec = load_spec("h100-sxm")
+    an = analyze_module(parse_module(text, "dev.hlo"), {0: "activations", 1: "weights", 2: "weights"})
+    return excess_pass(an, (), spec, reuse_pass(an, spec)), an
+
+
+S, M, Kd, Nd = 8, 256, 3072, 768
+# XLA:GPU's split-K in the nested Triton gemm form (as in the un-autotuned prefill of
+# gpt2-small, layers_0/mlp/proj): no split_k field, the contraction cut into S parts as a
+# batch dimension of the dot, f32 partials [S, M, N] summed over S by the consumer.
+SPLIT_K = f"""HloModule splitk
+gemm {{
+  a = bf16[{M},{S},{Kd // S}] parameter(0)
+  b = bf16[{S},{Kd // S},{Nd}] parameter(1)
+  ROOT d = f32[{S},{M},{Nd}] dot(a, b), lhs_batch_dims={{1}}, lhs_contracting_dims={{2}}, rhs_batch_dims={{0}}, rhs_contracting_dims={{1}}
+}}
+sum {{
+  x = f32[] parameter(0)
+  y = f32[] parameter(1)
+  ROOT s = f32[] add(x, y)
+}}
+red {{
+  p = f32[{S},{M},{Nd}] parameter(0)
+  z = f32[] constant(0)
+  r = f32[{M},{Nd}] reduce(p, z), dimensions={{0}}, to_apply=sum
+  ROOT c = bf16[{M},{Nd}] convert(r)
+}}
+ENTRY e {{
+  a = bf16[{M},{S},{Kd // S}] parameter(0)
+  b = bf16[{S},{Kd // S},{Nd}] parameter(1)
+  g = f32[{S},{M},{Nd}] fusion(a, b), kind=kCustom, calls=gemm, backend_config={{"fusion_backend_config":{{"kind":"__triton_nested_gemm_fusion","block_level_fusion_config":{{"num_warps":"2","output_tiles":[{{"sizes":["1","16","8"]}}],"num_ctas":1,"num_stages":1}}}}}}
+  ROOT o = bf16[{M},{Nd}] fusion(g), kind=kLoop, calls=red
+}}"""
+
+
+def test_nested_gemm_split_k_partials_are_attributed_to_split_k():
+    ex, _an = _excess(SPLIT_K)
+    partials = S * M * Nd * 4  # f32 partial sums, written once and read back once
+    assert ex.bytes_of("split_k_partials") == 2 * partials
+    c = next(c for c in ex.causes if c.kind == "split_k_partials")
+    assert "heuristics, not by autotuning" in c.fix
+    assert ex.bytes_of("materialized_intermediate") == 0
+
+
+def test_a_batched_dot_summed_elsewhere_is_not_split_k():
+    # the same gemm, but its result is also returned whole: not only reduced over S
+    text = SPLIT_K.replace("ROOT o = bf16", "o = bf16").rstrip("}") + (
+        f"  ROOT t = (bf16[{M},{Nd}], f32[{S},{M},{Nd}]) tuple(o, g)\n}}")
+    ex, _an = _excess(text)
+    assert ex.bytes_of("split_k_partials") == 0
+
+
+Kg, Ng = 768, 3072
+# XLA:GPU's batch-1 decode dot [1,K] x [K,N] (gpt2-small layers_0/mlp/fc): a multiply
+# kernel writes the [K,N] product, a reduce kernel reads it back.
+GEMV = f"""HloModule gemv
+mul {{
+  x = bf16[1,1,{Kg}] parameter(1)
+  bx = bf16[{Kg}] bitcast(x)
+  b = bf16[{Kg},{Ng}] broadcast(bx), dimensions={{0}}
+  w = bf16[{Kg},{Ng}] parameter(0)
+  ROOT m = bf16[{Kg},{Ng}] multiply(b, w), metadata={{op_name="jit(decode)/layers_0/mlp/dot_general"}}
+}}
+sum {{
+  x = f32[] parameter(0)
+  y = f32[] parameter(1)
+  ROOT s = f32[] add(x, y)
+}}
+red {{
+  p = bf16[{Kg},{Ng}] parameter(0)
+  c = f32[{Kg},{Ng}] convert(p)
+  z = f32[] constant(0)
+  r = f32[{Ng}] reduce(c, z), dimensions={{0}}, to_apply=sum
+  ROOT o = bf16[{Ng}] convert(r)
+}}
+ENTRY e {{
+  x = bf16[1,1,{Kg}] parameter(0)
+  w = bf16[{Kg},{Ng}] parameter(1)
+  f = bf16[{Kg},{Ng}] fusion(w, x), kind=kLoop, calls=mul, metadata={{op_name="jit(decode)/layers_0/mlp/dot_general"}}
+  ROOT r = bf16[{Ng}] fusion(f), kind=kInput, calls=red
+}}"""
+
+
+def test_batch1_dot_as_multiply_reduce_is_its_own_cause():
+    ex, an = _excess(GEMV)
+    product = Kg * Ng * BF16  # written by the multiply kernel, read back by the reduce
+    assert ex.bytes_of("dot_as_multiply_reduce") == 2 * product
+    assert an.totals.weights_read_bytes == Kg * Ng * BF16  # the weight itself: once, compulsory
+    assert ex.by_role["weights"].excess_bytes == 0

@@ -34,8 +34,10 @@ holds exactly. Causes (``CAUSE_KINDS``; the first that applies):
 2. The kernel's own kind: ``rematerialization`` (an instruction XLA's rematerialization
    cloned, named ``*.remat*``, or one from a ``jax.checkpoint``'s recomputation, op_name
    ``rematted_computation``), ``host_round_trip`` (MoveToHost / MoveToDevice, copies between
-   host and device memory), ``split_k_partials`` (a Triton gemm fusion with ``split_k`` > 1:
-   its partial sums, written and read back), and the copy kernels -- ``copy`` / ``transpose``
+   host and device memory), ``split_k_partials`` (a Triton gemm fusion with ``split_k`` > 1,
+   or whose root dot's ``[S, M, N]`` result every consumer sums over S: its partial sums,
+   written and read back), ``dot_as_multiply_reduce`` (a dot with a 1-row operand that XLA
+   compiled as a multiply kernel whose product a reduce kernel reads back), and the copy kernels -- ``copy`` / ``transpose``
    / ``convert`` / ``reshape``, or a fusion whose root is a chain of them from one parameter:
    ``not_donated`` when the copy is of a parameter whose update the program returns (XLA
    copies an argument it may not overwrite), else ``layout_change`` or ``dtype_conversion``.
@@ -72,7 +74,7 @@ from .traffic import ON_CHIP_MEMORY_SPACES
 CAUSE_KINDS = ("not_donated", "donated_but_copied", "materialized_intermediate", "layout_change", "dtype_conversion",
                "re_read", "tiling_re_read", "whole_rewrite", "tile_padding", "split_k_partials",
                "rematerialization", "all_gather_partly_used", "collective_wider_than_data",
-               "host_round_trip")
+               "host_round_trip", "dot_as_multiply_reduce")
 UNATTRIBUTED = "unattributed"
 #: Instructions listed per cause (the costliest); ``num_instructions`` counts them all.
 MAX_LISTED = 10
@@ -389,6 +391,130 @@ def _split_k(instr: Instruction) -> int:
         return 1
 
 
+def _has_split_k_field(instr: Instruction) -> bool:
+    """The fusion's Triton gemm config prints ``split_k`` (then it, not the shape, decides)."""
+    return instr.opcode == "fusion" and _raw_attrs_have(instr, "backend_config", "split_k")
+
+
+def _split_k_by_shape(instr: Instruction, comp: Computation, module: Module) -> int:
+    """Split-K of a Triton gemm fusion that prints no ``split_k`` (the nested-gemm form of
+    XLA:GPU's split-K rewriter, xla/service/gpu/split_k_gemm_rewriter.cc): its root dot's
+    result ``[S, M, N]`` carries a batch dimension S > 1 (the contraction cut into S parts)
+    that every consumer sums over (a reduce over dimension 0, inside a consumer fusion);
+    S, else 1."""
+    if instr.opcode != "fusion" or not _raw_attrs_have(instr, "backend_config", "__triton"):
+        return 1
+    fused = module.computations.get(instr.called_computations[0]) if instr.called_computations else None
+    if fused is None:
+        return 1
+    root = fused.root
+    while root.opcode in ("bitcast", "convert") and root.operands:
+        root = fused.by_name[root.operands[0]]
+    if root.opcode != "dot" or "lhs_batch_dims" not in root.attrs or not instr.shape.is_array:
+        return 1
+    dims = instr.shape.dims
+    if len(dims) < 3 or dims[0] < 2:
+        return 1
+    users = comp.users(instr.name)
+    if not users:
+        return 1
+    for u in users:
+        if u.opcode == "reduce":
+            ok = u.attrs.get("dimensions", "").strip("{} ") == "0"
+        elif u.opcode == "fusion" and u.called_computations:
+            uc = module.computations.get(u.called_computations[0])
+            ok = uc is not None and _reduces_dim0(uc, [uc.parameters[j] for j, o in enumerate(u.operands)
+                                                        if o == instr.name and j < len(uc.parameters)])
+        else:
+            ok = False
+        if not ok:
+            return 1
+    return dims[0]
+
+
+def _reduces_dim0(fused: Computation, params: list) -> bool:
+    """Every use of ``params`` inside ``fused`` (through bitcast/convert) is a reduce over dim 0."""
+    if not params:
+        return False
+    users: dict[str, list[Instruction]] = {}
+    for i in fused.instructions:
+        for o in i.operands:
+            users.setdefault(o, []).append(i)
+    stack = list(params)
+    while stack:
+        v = stack.pop()
+        us = users.get(v.name, ())
+        if not us:
+            return False
+        for u in us:
+            if u.opcode in ("bitcast", "convert"):
+                stack.append(u)
+            elif not (u.opcode == "reduce" and u.operands[0] == v.name
+                      and u.attrs.get("dimensions", "").strip("{} ") == "0"):
+                return False
+    return True
+
+
+def _is_dot_as_multiply_reduce(instr: Instruction, comp: Computation, module: Module) -> bool:
+    """A dot XLA rewrote into an elementwise multiply and a reduce in two kernels (XLA:GPU,
+    a dot with a 1-row operand, e.g. batch-1 decode: AlgebraicSimplifier's dot strength
+    reduction): a loop fusion whose root (through bitcast/convert) multiplies for a
+    ``dot_general`` (op_name) and whose every consumer reduces the product."""
+    if instr.opcode != "fusion" or not instr.called_computations:
+        return False
+    md = instr.metadata
+    if md is None or not md.op_name or not md.op_name.endswith("dot_general"):
+        return False
+    fused = module.computations.get(instr.called_computations[0])
+    if fused is None:
+        return False
+    root = fused.root
+    for leaf in ([fused.by_name[o] for o in root.operands] if root.opcode == "tuple" else [root]):
+        while leaf.opcode in ("bitcast", "convert") and leaf.operands:
+            leaf = fused.by_name[leaf.operands[0]]
+        if leaf.opcode != "multiply":
+            return False
+    users = [u for u in comp.users(instr.name) if u.opcode != "get-tuple-element"]
+    for g in comp.users(instr.name):  # a multi-output fusion (q, k, v): the users of each element
+        if g.opcode == "get-tuple-element":
+            users.extend(comp.users(g.name))
+    if not users:
+        return False
+    for u in users:
+        name = instr.name if instr.name in u.operands else next(
+            (o for o in u.operands if comp.by_name[o].opcode == "get-tuple-element"
+             and comp.by_name[o].operands[0] == instr.name), None)
+        if u.opcode == "fusion" and u.called_computations:
+            uc = module.computations.get(u.called_computations[0])
+            params = [uc.parameters[j] for j, o in enumerate(u.operands)
+                      if o == name and uc is not None and j < len(uc.parameters)]
+            if uc is None or not params or not _only_reduced(uc, params):
+                return False
+        elif u.opcode != "reduce":
+            return False
+    return True
+
+
+def _only_reduced(fused: Computation, params: list) -> bool:
+    """Every use of ``params`` (through bitcast/convert) is a reduce's operand."""
+    users: dict[str, list[Instruction]] = {}
+    for i in fused.instructions:
+        for o in i.operands:
+            users.setdefault(o, []).append(i)
+    stack = list(params)
+    while stack:
+        v = stack.pop()
+        us = users.get(v.name, ())
+        if not us:
+            return False
+        for u in us:
+            if u.opcode in ("bitcast", "convert"):
+                stack.append(u)
+            elif u.opcode != "reduce":
+                return False
+    return True
+
+
 def _is_remat(instr: Instruction) -> bool:
     """Cloned by XLA's rematerialization (``.remat`` suffix, xla/service/hlo_rematerialization.cc)
     or recomputed by a ``jax.checkpoint`` (``rematted_computation`` in op_name)."""
@@ -406,8 +532,11 @@ def _kernel_cause(instr: Instruction, comp: Computation, module: Module) -> str 
     op = instr.opcode
     if op == "custom-call" and (instr.custom_call_target or "") in _HOST_TARGETS:
         return "host_round_trip"
-    if _split_k(instr) > 1:
+    sk = _split_k(instr)
+    if sk > 1 or (sk == 1 and not _has_split_k_field(instr) and _split_k_by_shape(instr, comp, module) > 1):
         return "split_k_partials"
+    if _is_dot_as_multiply_reduce(instr, comp, module):
+        return "dot_as_multiply_reduce"
     return None
 
 
@@ -719,7 +848,7 @@ class _Excess:
         # split-K partial sums exist only to be reduced: reading them back is split-K's too
         produced_cause: dict[tuple, str] = {}
         for k, c in kcause.items():
-            if c != "split_k_partials":
+            if c not in ("split_k_partials", "dot_as_multiply_reduce"):
                 continue
             r = rows[k]
             for j in range(r.instr.shape.num_leaves):
@@ -752,7 +881,8 @@ class _Excess:
         compiled_d, compulsory_d = ledger.compiled, ledger.compulsory
         computations = module.computations
         no_cause = "materialized_intermediate"
-        kernel_write_causes = ("rematerialization", "split_k_partials", "host_round_trip",
+        kernel_write_causes = ("rematerialization", "split_k_partials", "dot_as_multiply_reduce",
+                               "host_round_trip",
                                "dtype_conversion", "layout_change")
         for k, r in enumerate(rows):
             t = r.traffic
@@ -923,7 +1053,7 @@ class _Excess:
         kind = kc if kc is not None else own
         if kind in ("not_donated", "donated_but_copied"):
             subject = self._not_donated_subject(k)
-        elif kind in ("rematerialization", "split_k_partials", "host_round_trip"):
+        elif kind in ("rematerialization", "split_k_partials", "dot_as_multiply_reduce", "host_round_trip"):
             subject = ""
         self.ledger.add(role, _HBM_WRITE, phys, comp_b, logical, kind, subject, key)
 
@@ -977,7 +1107,8 @@ class _Excess:
                     kind = kcause.get(derived[root][4], derived[root][3]) if root in derived else own
                 if kind in ("not_donated", "donated_but_copied"):
                     subj = self._not_donated_subject(k if kcause.get(k) == kind else derived[root][4])
-                elif kind in ("rematerialization", "split_k_partials", "host_round_trip"):
+                elif kind in ("rematerialization", "split_k_partials", "dot_as_multiply_reduce",
+                              "host_round_trip"):
                     subj = ""
                 ledger.add(role, _HBM_READ, phys, comp_b, logical, kind, subj, self._key(k))
 
@@ -1229,7 +1360,14 @@ class _Excess:
                     f"8 sublanes for 32-bit, 16 for bf16) or put large dimensions last -- {saves}")
         if kind == "split_k_partials":
             return (f"split-K writes partial sums (`{first}`) and reads them back to reduce them: a larger "
-                    f"output (M·N) or a shorter contraction lets XLA pick a tiling without split-K -- {saves}")
+                    f"output (M·N) or a shorter contraction lets XLA pick a tiling without split-K; compiled "
+                    f"without the device, XLA:GPU chose split-K by its heuristics, not by autotuning (on the "
+                    f"device the autotuner may pick another tiling) -- {saves}")
+        if kind == "dot_as_multiply_reduce":
+            return (f"XLA rewrote a dot with a 1-row operand into a multiply (`{first}`) and a reduce in two "
+                    f"kernels: the [K,N] product goes to HBM and back; give the dot at least 2 rows "
+                    f"(batch >= 2 decode stays a GEMM on XLA:GPU) or write the GEMV as one Pallas kernel -- "
+                    f"{saves}")
         if kind == "rematerialization":
             return (f"recomputed forward work (`{first}`, jax.checkpoint or XLA's rematerialization): save these "
                     "values instead (a jax.checkpoint policy such as dots_saveable, or more memory) -- "
