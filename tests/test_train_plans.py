@@ -75,3 +75,17 @@ def test_donated_parameters_and_optimizer_state_are_written_in_place(fsdp_train)
     # XLA's own account: the aliased bytes are the donated arguments' bytes (tile padding aside)
     logical = sum(p.byte_size for p in donated)
     assert program.memory_stats["alias_size_in_bytes"] >= logical
+
+
+def test_replicated_weights_plan_captures_on_tpu(fsdp_train):
+    """dp on TPU: XLA:TPU gives loop-carried parameters an operation's metadata
+    ('jit(train_step)/jvp(layers)/while'); capture maps them by count and shape (was a
+    CaptureError refusing the mapping)."""
+    wl, _ = fsdp_train
+    program = capture_with_plan(wl, None, PRESETS["dp"], {"data": 2, "model": 2}, target="tpu-v5e:2x2")
+    params = [p for p in program.parameters if p.role == "weights"]
+    assert len(params) == len(jax.tree_util.tree_leaves(wl.args[0]))
+    glob = {keystr_to_path("params" + jax.tree_util.keystr(kp)): _bytes(leaf)
+            for kp, leaf in jax.tree_util.tree_flatten_with_path(wl.args[0])[0]}
+    assert all(p.byte_size == glob[p.path] for p in params)      # dp: weights whole on each chip
+    assert all(p.aliased for p in program.parameters if p.donated)

@@ -161,6 +161,8 @@ _PARAM_LINE = re.compile(
     r"^\s*(?:ROOT\s+)?%?(?P<name>[^\s=]+)\s*=\s*(?P<shape>.+?)\s+parameter\((?P<num>\d+)\)(?P<rest>.*)$")
 _LAYOUT = re.compile(r"\{[^{}]*\}")
 _OP_NAME = re.compile(r'op_name="((?:[^"\\]|\\.)*)"')
+#: an operation's op_name (``jit(f)/.../while``), never an argument's (``params['w']``)
+_OP_PATH = re.compile(r"^[\w.<>-]*jit\([^)]*\)/")
 
 
 def _entry_block(hlo_text: str) -> list[str]:
@@ -368,6 +370,11 @@ def _build_parameters(hlo_text: str, leaves: list[_Leaf], kept: set[int] | None)
     params = []
     for (number, shape, op_name), k in zip(entry, kept_idx):
         leaf = leaves[k]
+        if op_name is not None and _OP_PATH.match(op_name):
+            # XLA gave the parameter an operation's metadata (XLA:TPU does for loop-carried
+            # parameters of SPMD programs: 'jit(train_step)/jvp(layers)/while'): no argument
+            # name to check; the count and the shape check below still hold
+            op_name = None
         if op_name is not None and op_name.replace("\\'", "'").replace('\\"', '"') != leaf.name:
             raise CaptureError(
                 f"ENTRY parameter {number} has metadata op_name={op_name!r} but the kept-leaf "
