@@ -20,12 +20,12 @@ class TargetError(JaxmoveInputError):
     """A TARGET that names no preset, HLO file or workload function."""
 
 
-class NestingTooDeepError(JaxmoveInputError):
-    """A program whose computations are nested deeper than the recursive passes can walk."""
-
-
 class UserCodeError(TargetError):
     """User code named by a ``module:function`` TARGET raised while being imported or called."""
+
+
+# No longer raised (every walk is iterative); kept importable for code that catches it.
+NestingTooDeepError = JaxmoveInputError
 
 
 _DOTTED = re.compile(r"[A-Za-z_]\w*(\.[A-Za-z_]\w*)*")

@@ -49,7 +49,7 @@ def _first_array(shape):
     return shape.tuple_shapes[0] if shape.is_tuple and shape.tuple_shapes else shape
 
 
-def _sizes(lhs, rhs, out, lhs_batch, lhs_contract, rhs_batch, rhs_contract):
+def _sizes(lhs, rhs, lhs_batch, lhs_contract, rhs_batch, rhs_contract):
     """(b, m, n, k) of a dot from its operand shapes and dimension numbers."""
     b = math.prod(lhs.dims[d] for d in lhs_batch) if lhs_batch else 1
     k = math.prod(lhs.dims[d] for d in lhs_contract) if lhs_contract else 1
@@ -64,7 +64,7 @@ def _dot_sizes(dot: Instruction, comp: Computation):
         return None
     a = dot.attrs
     return (ops[0].shape, ops[1].shape,
-            _sizes(ops[0].shape, ops[1].shape, dot.shape, _ints(a.get("lhs_batch_dims")),
+            _sizes(ops[0].shape, ops[1].shape, _ints(a.get("lhs_batch_dims")),
                    _ints(a.get("lhs_contracting_dims")), _ints(a.get("rhs_batch_dims")),
                    _ints(a.get("rhs_contracting_dims"))))
 
@@ -109,7 +109,7 @@ def _gemm_operands(instr: Instruction, comp: Computation, module: Module):
         if not isinstance(dn, dict) or len(ops) < 2 or None in ops:
             return None
         lhs, rhs = ops[0].shape, ops[1].shape
-        sizes = _sizes(lhs, rhs, None, _ints(dn.get("lhs_batch_dimensions")),
+        sizes = _sizes(lhs, rhs, _ints(dn.get("lhs_batch_dimensions")),
                        _ints(dn.get("lhs_contracting_dimensions")), _ints(dn.get("rhs_batch_dimensions")),
                        _ints(dn.get("rhs_contracting_dimensions")))
         notes.append(f"cuBLAS gemm ({instr.custom_call_target}): tiles picked by the model")

@@ -6,12 +6,14 @@ first touch -> timing -> excess. One call-graph fold (``analyze_module``'s total
 branch of each conditional the totals take (``ModuleAnalysis.branches``); reuse, timing and excess
 read that choice, so every column describes the same branch. A rule that cannot cost an
 instruction raises ``jaxmove.errors.Unmodeled`` and the row is listed as unmodeled; any other
-exception is a bug and propagates. Passes never print.
+exception is a bug and propagates. What a pass memoizes per module is held by the module
+(``passes/memo.py``). Passes never print.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass, field, replace
+from typing import TYPE_CHECKING
 
 from .._perf import gc_paused, slots_constructor
 from ..errors import Unmodeled
@@ -24,9 +26,16 @@ from .flops import ZERO as ZERO_FLOPS
 from .flops import ZERO_RULE_OPCODES, FlopCount, instruction_flops
 from .multiplicity import Multiplicity, callee_counts, loop_notes, multiplicity_pass
 from .roles import RoleMap, leaf_position, roles_pass
-from .traffic import reread_notes
-from .traffic import FREE_RULE_OPCODES, NO_TRAFFIC, ON_CHIP_MEMORY_SPACES, InstrTraffic, instruction_traffic
+from .traffic import (FREE_RULE_OPCODES, NO_TRAFFIC, ON_CHIP_MEMORY_SPACES, InstrTraffic,
+                      instruction_traffic, reread_notes)
 
+if TYPE_CHECKING:
+    from ..capture.program import EntryParameter
+    from ..hardware import HardwareSpec
+    from .excess import ExcessAnalysis
+    from .first_touch import FirstTouch
+    from .reuse import ReuseAnalysis
+    from .timing import TimeEstimate
 
 # Start of the unmodeled reason of an instruction on which a pass raised (a rule that did
 # not foresee its shapes or attributes); tests/test_fuzz.py requires that none occurs.
@@ -303,14 +312,15 @@ class PassResults:
     """
 
     analysis: ModuleAnalysis
-    reuse: "ReuseAnalysis"
-    first_touch: "FirstTouch | None"
-    times: "TimeEstimate | None"
-    excess: "ExcessAnalysis"
+    reuse: ReuseAnalysis
+    first_touch: FirstTouch | None
+    times: TimeEstimate | None
+    excess: ExcessAnalysis
 
 
-def run_pipeline(module: Module, entry_roles: dict[int, str] | None = None, parameters=(),
-                 spec=None) -> PassResults:
+def run_pipeline(module: Module, entry_roles: dict[int, str] | None = None,
+                 parameters: tuple[EntryParameter, ...] = (), spec: HardwareSpec | None = None
+                 ) -> PassResults:
     """Run every pass over ``module``, in order, and return their results.
 
     Args:

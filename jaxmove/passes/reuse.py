@@ -1,53 +1,18 @@
-"""On-chip reuse: what fusion saves, and how often a matmul re-reads its operands from HBM.
+"""On-chip reuse per kernel: what fusion keeps on chip, and how often a dot or convolution
+re-reads its operands from HBM (README "Time estimates, on-chip reuse, hardware").
 
-Two models, both per execution of one kernel-level instruction:
-
-**Fusion reuse.** The *unfused* traffic of a fusion is what it would move if every fused
-instruction ran as its own kernel, reading its operands from HBM and writing its result
-back, with the same footprint rules as the traffic pass (``passes/traffic.py``: a slice
-reads its footprint, an in-place dynamic-update-slice writes only the update, bitcast /
-tuple / get-tuple-element / parameter / constant move nothing); a nested fusion counts as
-its own fused instructions, recursively. The *fused* traffic is the traffic pass's figure
-for the fusion itself. ``onchip_reuse_bytes = unfused - fused``: the bytes that fusion kept
-on chip. The fused instructions whose values never leave the kernel (not parameters, not
-free, not an output) are the *intermediates* that stayed on chip. The *working set* is the
-data the kernel touches (its fused HBM reads plus writes), compared with the device's
-on-chip capacity (`onchip_capacity_bytes`).
-
-For a fused chain of k elementwise ops on N elements of b bytes: unfused = 2·k·N·b
-(each op reads N·b and writes N·b), fused = 2·N·b, reuse = (2k - 2)·N·b.
-
-**Tiling model for dot and convolution** (``dot``, ``convolution``, dots and convolutions
-inside fusions, and library gemm / convolution custom calls). The traffic pass counts the
-*compulsory* traffic: each operand read once, the result written once. That is only
-attainable when the operands fit on chip. With a fast memory of S elements, a matmul
-``C[M,N] = A[M,K] · B[K,N]`` needs at least ``2·M·N·K / sqrt(S) + M·N`` element transfers
-(the red-blue pebble game of Hong & Kung, "I/O complexity: the red-blue pebble game",
-STOC 1981; the constant from Irony, Toledo & Tiskin, JPDC 2004, and Kwasniewski et al.,
-"Red-blue pebbling revisited: near optimal parallel matrix-matrix multiplication", SC
-2019). The schedule that attains it (Kwasniewski et al. 2019, section 5) keeps an
-``a × a`` tile of C on chip, ``a = floor(sqrt(S + 1) - 1)`` (``a²`` accumulators plus a
-column of A and a row of B fit in S), and streams A and B through it; A is then read
-``ceil(N / t_n)`` times and B ``ceil(M / t_m)`` times, with a tile of ``t_m × t_n``
-(``t_m = min(M, a)``; a skinny matrix widens the other tile side so the tile keeps ``a²``
-elements). jaxmove uses that schedule:
-
-    tiled  = bytes(A) · ceil(N / t_n) + bytes(B) · ceil(M / t_m) + bytes(C)
-
-clamped to lie between the compulsory traffic ``bytes(A) + bytes(B) + bytes(C)`` and the
-*no-reuse* traffic ``(flops / 2) · (b_A + b_B) + bytes(C)`` (every multiply-add fetches
-both of its operands from HBM). A convolution is costed as its implicit GEMM: ``M`` =
-output elements / output features, ``N`` = output features, ``K`` = flops / (2·M·N), with A
-the input and B the kernel. S is the last on-chip level in front of HBM: the L2 cache on
-GPUs (where tiles of concurrently running thread blocks share operands), the vector
-memory (VMEM) of one TensorCore on TPUs, the last-level cache on CPUs; S in elements is
-that size divided by the widest element of A, B and C.
+Fusion reuse (``fusion_reuse``): the traffic of the fused instructions run one per kernel
+(the traffic pass's rules) minus the fusion's own traffic. Tiling (``matmul_traffic``):
+output-stationary a x a tiles, the schedule that attains the 2·M·N·K/sqrt(S) + M·N I/O bound
+of a matmul with S elements on chip (Hong & Kung, STOC 1981; Irony, Toledo & Tiskin, JPDC 2004;
+Kwasniewski et al., SC 2019), clamped between compulsory and no-reuse traffic.
 """
 
 from __future__ import annotations
 
 import math
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
 
 from ..errors import Unmodeled
 from ..hlo import Computation, Instruction, Module, Shape
@@ -55,6 +20,9 @@ from .callgraph import post_order
 from .flops import KFMA_FLOPS, convolution_flops, custom_call_kind, instruction_flops
 from .cost import hbm_access_bytes
 from .traffic import FREE_OPCODES, InstrTraffic, instruction_traffic
+
+if TYPE_CHECKING:
+    from .pipeline import ModuleAnalysis
 
 TILING_SOURCE = ("tiled-matmul I/O bound 2·M·N·K/sqrt(S) + M·N (Hong & Kung 1981; Irony, Toledo & "
                  "Tiskin 2004; Kwasniewski et al. SC 2019), output-stationary a×a tiles, "
@@ -194,8 +162,9 @@ def hbm_bytes(traffic: InstrTraffic) -> int:
 
 
 def onchip_capacity_bytes(spec) -> tuple[int, str] | None:
-    """(bytes, field name) of the on-chip memory in front of HBM: ``l2_bytes`` on GPUs and
-    CPUs (last-level cache), ``vmem_bytes`` on TPUs; None when the spec lacks it."""
+    """(bytes, field name) of S, the last on-chip level in front of HBM: ``l2_bytes`` on GPUs
+    (where tiles of concurrently running thread blocks share operands) and CPUs (last-level
+    cache), ``vmem_bytes`` (one TensorCore's vector memory) on TPUs; None when the spec lacks it."""
     if spec is None:
         return None
     key = "vmem_bytes" if spec.kind == "tpu" else "l2_bytes"
@@ -281,6 +250,11 @@ def fusion_reuse(instr: Instruction, comp: Computation, module: Module,
                  _memo: dict | None = None) -> FusionReuse:
     """Fused against unfused traffic of the fusion ``instr`` in ``comp``, per execution.
 
+    ``onchip_reuse_bytes = unfused - fused``; the intermediates are the fused values that are
+    not free (parameter, constant, bitcast, tuple...) and not an output; the working set is the
+    fused HBM traffic, compared with ``capacity_bytes``. For a fused chain of k elementwise ops on
+    N elements of b bytes: unfused = 2·k·N·b, fused = 2·N·b, reuse = (2k - 2)·N·b.
+
     Raises ValueError when ``instr`` is not a fusion with a fused computation.
     """
     if instr.opcode != "fusion" or not instr.called_computations \
@@ -309,6 +283,16 @@ def matmul_traffic(batch: int, m: int, n: int, k: int, lhs_bytes: int, rhs_bytes
                    fast_memory_bytes: int, *, instruction: str = "", kind: str = "dot",
                    macs: int | None = None) -> TilingEstimate:
     """The tiling model for C[batch, m, n] = A[batch, m, k] · B[batch, k, n].
+
+    With S elements on chip (S = fast_memory_bytes / the widest element of A, B, C), an a x a
+    tile of C stays on chip, a = ``tile_edge(S)``, and A and B stream through it (Kwasniewski
+    et al. SC 2019, section 5): A is read ceil(N / t_n) times and B ceil(M / t_m) times, with
+    t_m = min(M, a) and a skinny matrix widening the other side so the tile keeps a² elements:
+
+        tiled = bytes(A)·ceil(N / t_n) + bytes(B)·ceil(M / t_m) + bytes(C)
+
+    clamped to [compulsory, no-reuse]: compulsory = bytes(A) + bytes(B) + bytes(C); no-reuse =
+    macs·(b_A + b_B) + bytes(C) (every multiply-add fetches both operands).
 
     Args:
       lhs_bytes, rhs_bytes, out_bytes: bytes of A, B, C (all batches).
@@ -386,6 +370,8 @@ def _gemm_tiling(instr: Instruction, comp: Computation, module: Module, fast: in
 
 
 def _conv_tiling(instr: Instruction, comp: Computation, fast: int) -> TilingEstimate:
+    """A convolution as its implicit GEMM: M = output elements / output features, N = output
+    features, K = flops / (2·M·N); A is the input, B the kernel."""
     from .flops import parse_dim_labels
 
     lhs = comp.by_name[instr.operands[0]].shape
@@ -471,7 +457,7 @@ def is_dot_like(instr: Instruction, module: Module) -> bool:
 
 # ---- the pass ---------------------------------------------------------------------------
 
-def reuse_pass(analysis, spec=None) -> ReuseAnalysis:
+def reuse_pass(analysis: ModuleAnalysis, spec=None) -> ReuseAnalysis:
     """Reuse of every kernel-level instruction of ``analysis`` (a pipeline ModuleAnalysis).
 
     Fusion reuse needs no hardware; the tiling model and the working-set check need the
@@ -504,7 +490,7 @@ def reuse_pass(analysis, spec=None) -> ReuseAnalysis:
     return ReuseAnalysis(rows, total, cap_bytes, cap_key, notes)
 
 
-def _program_total(analysis, rows: dict[tuple[str, str], InstructionReuse]) -> int:
+def _program_total(analysis: ModuleAnalysis, rows: dict[tuple[str, str], InstructionReuse]) -> int:
     from .multiplicity import callee_counts
 
     module = analysis.module

@@ -1,51 +1,11 @@
-"""Time: a roofline estimate per instruction and a program time along the schedule.
+"""Time: a roofline estimate per kernel-level instruction, and a program time along the schedule.
 
-Per kernel-level instruction, per execution (Williams, Waterman & Patterson, "Roofline: an
-insightful visual performance model for multicore architectures", CACM 2009):
-
-    compute_time = sum over its dots/convolutions of flops / peak(dtype, precision)
-                   + (other flops + transcendentals) / vector peak
-    memory_time  = HBM bytes / hbm_bytes_per_s
-                   + first-touch bytes / first_touch_bytes_per_s   (CPU specs that have it)
-    network_time = collective_time_s(info, spec)        (passes/collectives.py)
-    est_time     = kernel_launch_overhead_s + max(compute_time, memory_time, network_time)
-
-* HBM bytes are the traffic pass's bytes plus the re-reads the tiling model of
-  ``passes/reuse.py`` adds for a dot or convolution whose operands do not fit on chip.
-* The matrix peak is ``spec.flops_per_s`` of the dot's operand type. An f32 dot at
-  DEFAULT/HIGH precision runs as tf32 on NVIDIA GPUs that have it, and on TPUs as 1
-  (DEFAULT), 3 (HIGH) or 6 (HIGHEST) bf16 passes (``jax.lax.Precision`` docs); a dot's
-  ``algorithm=dot_*`` attribute, when printed, decides instead.
-* The vector peak (elementwise work, reductions, transcendentals) is the spec's ``f32``
-  figure (NVIDIA: CUDA-core FP32, not the tensor cores). A transcendental counts as one
-  operation, so that part is a lower bound. Specs without an ``f32`` figure (TPUs) leave
-  vector work unmodeled, and say so.
-* The launch overhead is charged once per instruction that launches a kernel (every
-  opcode the traffic pass does not list as free), additive as in XLA's GPU performance
-  model (``kKernelLaunchOverhead``, xla/service/gpu/model/gpu_performance_model_base.h).
-* First-touch bytes (``passes/first_touch.py``) are bytes written into pages the host
-  maps fresh during the run (large allocations are mmap'd and munmap'd per run); each
-  page costs a fault, measured by ``jaxmove calibrate`` as ``first_touch_bytes_per_s``.
-  The fault stalls the writing kernel, so its time adds to the kernel's memory time.
-  Specs without ``first_touch_bytes_per_s`` and ``mmap_threshold_bytes`` (every built-in
-  GPU/TPU spec) have no such term.
-* ``bound`` is the largest of compute, memory and network time, or ``overhead`` when the
-  launch overhead exceeds all three. ``arithmetic_intensity`` = flops / HBM bytes.
-
-Per program (`TimeEstimate.est_time_s`): each computation is walked in schedule order
-(the printed order of a module with ``is_scheduled=true``, else a topological order of
-operands and control predecessors), adding each instruction's time. An asynchronous
-operation (``*-start`` / ``*-done``, ``send``/``recv``, ``async-start``/``async-done``)
-runs on a side queue from its start and the main stream waits for it only at its done,
-so it overlaps the work scheduled between them; async transfers of one kind (network,
-copies) queue behind each other. A while costs trip count × body time plus (trip count +
-1) × condition time; a conditional the branch the totals take (its costliest in bytes, ``ModuleAnalysis.branches``); a call its callee. A spec with
-``dispatch_overhead_s`` (measured by ``jaxmove calibrate``: the host's cost of one blocking
-program call) adds it once per program run; without it nothing is added.
-
-Nothing is invented: a collective whose time cannot be modeled (no collectives pass, or a
-spec without interconnect figures) gets ``network_time_s = None`` and is listed in
-``unmodeled``; its estimate then covers only its compute, memory and overhead.
+Per instruction (``instruction_time``): launch overhead + max(compute, memory, network), after
+Williams, Waterman & Patterson, "Roofline", CACM 2009, with the launch overhead additive as in
+XLA's GPU performance model (``kKernelLaunchOverhead``, gpu_performance_model_base.h); GPU
+GEMMs and collectives from hardware/gpu_gemm.py and hardware/nccl.py. Per program
+(``estimate_times``): each computation walked in schedule order, async pairs overlapping the
+work between start and done. README "Time estimates, on-chip reuse, hardware".
 """
 
 from __future__ import annotations
@@ -240,8 +200,8 @@ def _matrix_work(instr: Instruction, module: Module) -> list[Instruction]:
     return out
 
 
-def compute_time(instr: Instruction, comp: Computation, module: Module, spec, flops: int,
-                 transcendentals: int) -> tuple[float | None, str | None, list[str], list[str]]:
+def compute_time(instr: Instruction, module: Module, spec, flops: int, transcendentals: int
+                 ) -> tuple[float | None, str | None, list[str], list[str]]:
     """(compute time s per execution or None, matrix peak key, unmodeled, notes)."""
     from .flops import instruction_flops
 
@@ -323,7 +283,7 @@ def _gpu_nccl_time(info, spec, coll) -> float | None:
 
 def _is_collective(row) -> bool:
     """A collective opcode, or a row the collectives pass recognised (e.g. a fused one)."""
-    return getattr(row, "collective", None) is not None or row.instr.opcode in COLLECTIVE_OPCODES
+    return row.collective is not None or row.instr.opcode in COLLECTIVE_OPCODES
 
 
 def network_time(row, comp: Computation, module: Module, spec) -> tuple[float | None, str | None]:
@@ -355,10 +315,26 @@ def _launches_kernel(instr: Instruction) -> bool:
 
 def instruction_time(row, module: Module, spec, reuse: ReuseAnalysis,
                      first_touch_bytes: int = 0) -> InstructionTime:
-    """The roofline time of one pipeline row (see the module docstring).
+    """The roofline time of one pipeline row, per execution (then x multiplicity):
 
-    ``first_touch_bytes``: bytes per program run it writes into freshly mapped pages
-    (``passes/first_touch.py``); timed only when the spec has ``first_touch_bytes_per_s``.
+        compute_time = sum over its dots/convolutions of flops / peak(dtype, precision)
+                       + (other flops + transcendentals) / vector peak
+        memory_time  = HBM bytes / hbm_bytes_per_s + first-touch bytes / first_touch_bytes_per_s
+        network_time = collective time (hardware/nccl.py on GPU specs, else collectives.py)
+        est_time     = kernel_launch_overhead_s + max(compute_time, memory_time, network_time)
+
+    * HBM bytes: the traffic pass's plus the tiling model's re-reads (``passes/reuse.py``).
+    * Matrix peak: ``matrix_peak`` (an f32 dot runs as tf32 on NVIDIA GPUs, as 1/3/6 bf16
+      passes on TPU per ``jax.lax.Precision``; a printed ``algorithm=dot_*`` decides instead).
+      On GPU specs a tensor-core GEMM is timed by its tiles (hardware/gpu_gemm.py).
+    * Vector peak: the spec's ``f32`` figure (NVIDIA: CUDA cores); a transcendental counts one
+      operation (a lower bound). Specs without it (TPUs) leave vector work unmodeled.
+    * Launch overhead: once per instruction that launches a kernel (not a free opcode).
+    * ``first_touch_bytes``: bytes per program run it writes into freshly mapped pages
+      (``passes/first_touch.py``); timed only when the spec has ``first_touch_bytes_per_s``.
+    * ``bound``: the largest term, or ``overhead`` when the launch overhead exceeds all three;
+      ``arithmetic_intensity`` = flops / modeled HBM bytes.
+    A collective without a network model gets ``network_time_s = None`` and is unmodeled.
     """
     instr = row.instr
     comp = module.computations[row.computation]
@@ -383,7 +359,7 @@ def instruction_time(row, module: Module, spec, reuse: ReuseAnalysis,
                      f"at {ft_rate:.4g} B/s (passes/first_touch.py)")
     if pe.host_to_device_bytes or pe.device_to_host_bytes:
         unmodeled.append("host <-> device transfer time unmodeled (no host link bandwidth in the spec)")
-    comp_t, key, cu, cn = compute_time(instr, comp, module, spec, pe.flops, pe.transcendentals)
+    comp_t, key, cu, cn = compute_time(instr, module, spec, pe.flops, pe.transcendentals)
     gemm = _gpu_gemm_time(instr, comp, module, spec) if comp_t is not None else None
     if gemm is not None:  # the kernel's tiles (math and loads, waves) + its fixed cost
         comp_t = gemm[0]
@@ -541,7 +517,14 @@ def estimate_times(analysis, spec, reuse: ReuseAnalysis | None = None,
       spec: a HardwareSpec (``jaxmove.hardware.load_spec``).
       reuse: a ReuseAnalysis computed with ``spec`` (computed here when None).
       first_touch: the first-touch pass's result on ``spec`` (computed here when None).
-    Conditionals take the branch the totals take (``analysis.branches``).
+    The program time walks each computation in schedule order (the printed order when
+    ``is_scheduled=true``, else a topological order of operands and control predecessors),
+    adding each instruction's time. An async operation (``*-start``/``*-done``, send/recv,
+    async-start/done) runs on a side queue from its start, and the stream waits for it only at
+    its done; async transfers of one kind queue behind each other. A while costs trip count x
+    body + (trip count + 1) x condition, a conditional the branch the totals take
+    (``analysis.branches``), a call its callee; ``spec.dispatch_overhead_s`` (calibrated hosts)
+    is added once per program run.
     """
     module = analysis.module
     reuse = reuse if reuse is not None else reuse_pass(analysis, spec)
