@@ -1,10 +1,11 @@
-"""Pausing Python's cyclic garbage collector around bulk object construction.
+"""Speed tricks behind one small API: ``gc_paused`` and ``slots_constructor``.
 
-Parsing a module of a million instructions allocates millions of objects that all
-survive; each cyclic collection of the older generations walks all of them, which made
-parse + analysis 1.5-2x slower on 100k-1M instruction modules (benchmarks/parse_speed.py).
-The IR holds no reference cycles (operands are names), so nothing waits on the cyclic
-collector while it is paused; reference counting still frees everything else at once.
+Parsing and analysing a module of a million instructions allocates millions of objects that
+all survive; each cyclic collection walks them all, which made parse + analysis 1.5-2x slower
+on 100k-1M instruction modules (benchmarks/parse_speed.py). The IR holds no reference cycles
+(operands are names), so nothing waits on the paused collector; reference counting frees the
+rest at once. Records built once
+per instruction are set through their slot descriptors instead of the frozen ``__init__``.
 """
 
 from __future__ import annotations

@@ -1,29 +1,9 @@
-"""Annotated HLO: the optimized program text with every instruction's figures as a comment.
-
-``annotate(report, hlo_text)`` returns ``hlo_text`` with a ``//`` comment after each
-kernel-level instruction (one that has a row in the report):
-
-    %fusion.3 = bf16[1,768]{1,0} fusion(...), kind=kLoop, ...  // x=12 flops=9216 hbm_read_bytes=...
-
-A multi-line instruction, or one sharing its line with another, gets the comment on a
-line of its own before it, naming it: ``// %fusion.3: x=12 ...``. The HLO grammar treats
-``//`` comments as whitespace (xla/hlo/parser/hlo_lexer.cc), so the annotated text parses
-to the same instructions.
-
-Figures are totals over one program run (per execution x multiplicity), in the units of
-the ``--json`` report (bytes, flops), and equal its ``instructions`` entries:
-``x`` multiplicity, ``flops``, ``hbm_read_bytes``, ``hbm_write_bytes``, ``role`` (the role
-with the most HBM bytes), ``paths`` (non-zero data-path bytes), and when present
-``est_time_s``, ``bound``, ``intensity`` (flops per HBM byte), ``modeled_hbm_bytes`` (with
-the tiling re-reads of the time model, when it differs), ``onchip_reuse_bytes`` (bytes a
-fusion keeps on chip), the collective (``collective=all-reduce group=4 wire_bytes=...``,
-wire bytes per program run), ``unmodeled``, ``shape`` and ``operand_shapes`` (dtype and
-dimensions without layout, operands separated by ``; ``), ``src`` (inferred from the
-nearest neighbours when XLA dropped the instruction's metadata: ``src_inferred_from``
-names the instruction it was taken from) and ``op_name``. When the report is incomplete
-the first line says so (``// incomplete: N instructions unmodeled ...``).
-Names and paths taken from the program are written as JSON strings, so a newline in them
-cannot end the comment.
+"""Annotated HLO: the optimized program text with every kernel-level instruction's figures as a
+``//`` comment (README "Annotated programs"): the figures of the JSON ``instructions`` entry,
+per program run. A multi-line instruction, or one sharing its line, gets a ``// %name: ...``
+line before it. HLO's lexer treats ``//`` comments as whitespace (xla/hlo/parser/hlo_lexer.cc),
+so the text still parses to the same instructions; program strings are written as JSON
+strings, so a newline in them cannot end the comment.
 """
 
 from __future__ import annotations

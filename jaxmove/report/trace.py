@@ -1,24 +1,11 @@
-"""Chrome trace JSON of the estimated timeline (and measured lanes): opens in Perfetto.
+"""Chrome trace JSON of the estimated timeline (and a measured lane), for ui.perfetto.dev.
 
-Format: the Trace Event Format (https://docs.google.com/document/d/1CvAClvFfyA5R-PhYUmn5OOQtYMH4h6I0nSsKchNAySU),
-a JSON object ``{"traceEvents": [...], "displayTimeUnit": "ns"}``; ``ts`` and ``dur`` are in
-microseconds. ui.perfetto.dev and chrome://tracing load it.
-
-Process 1, "estimate", holds one complete event (``"ph": "X"``) per executed instruction:
-each entry of ``report.times.timeline`` (the ENTRY computation's schedule, start and end
-from the time model), and inside a while's block one event per instruction of every
-iteration (condition, body, ..., condition), nested; likewise inside a call. A conditional
-stays one block (which branch runs is not known). Past ``MAX_EVENTS`` a loop stays one
-block and ``otherData.notes`` says so.
-Synchronous work runs on thread 1 ("stream"); an asynchronous operation (``*-start`` ..
-``*-done``) runs on an "async" thread from its start to its done, so its overlap with the
-stream is visible. Process 2, "measured", appears when a Measurement is given: the measured
-exclusive time of the same instructions (a while block: the sum over the computations it
-calls), laid end to end in schedule order -- the profile's own start times are not kept,
-so only durations are measured there.
-
-No time is invented: without ``report.times`` (analyse with a hardware spec) there is no
-timeline and ``chrome_trace`` raises.
+Trace Event Format (https://docs.google.com/document/d/1CvAClvFfyA5R-PhYUmn5OOQtYMH4h6I0nSsKchNAySU):
+``ts``/``dur`` in microseconds. Process 1 ("estimate"): one ``"ph": "X"`` event per entry of
+``report.times.timeline``, while loops expanded per iteration and calls inline (up to
+``MAX_EVENTS``); async operations on "async" threads from start to done. Process 2
+("measured", with a Measurement): measured exclusive times of the same entries laid end to end
+(the profile's start times are not kept). Without ``report.times`` there is no timeline.
 """
 
 from __future__ import annotations
