@@ -4,8 +4,8 @@ Parsing and analysing a module of a million instructions allocates millions of o
 all survive; each cyclic collection walks them all, which made parse + analysis 1.5-2x slower
 on 100k-1M instruction modules (benchmarks/parse_speed.py). The IR holds no reference cycles
 (operands are names), so nothing waits on the paused collector; reference counting frees the
-rest at once. Records built once
-per instruction are set through their slot descriptors instead of the frozen ``__init__``.
+rest at once. Records built once per instruction are set through their slot descriptors
+instead of the frozen ``__init__``.
 """
 
 from __future__ import annotations
