@@ -65,9 +65,6 @@ PROGRAMS: dict[str, tuple[str, dict[str, str]]] = {
 V5E_MXUS, MXU_DIM = 4, 128
 MXU_FLOP_PER_CYCLE = V5E_MXUS * MXU_DIM * MXU_DIM * 2  # bf16 FLOP per cycle at peak
 
-_CYCLES = re.compile(r'"estimated_cycles"\s*:\s*"?(\d+)"?')
-
-
 def clock_hz(spec) -> tuple[float, str]:
     """(TensorCore clock in Hz, where it came from) for a TPU spec.
 
@@ -90,19 +87,10 @@ def clock_hz(spec) -> tuple[float, str]:
 
 
 def estimated_cycles(instr) -> int | None:
-    """XLA:TPU's ``estimated_cycles`` of an instruction (backend_config ``window_config``),
-    or None when it has none."""
-    bc = instr.backend_config
-    if isinstance(bc, dict):
-        wc = bc.get("window_config")
-        if isinstance(wc, dict) and wc.get("estimated_cycles") not in (None, ""):
-            try:
-                return int(wc["estimated_cycles"])
-            except (TypeError, ValueError):
-                return None
-    raw = instr.attrs.get("backend_config", "") if hasattr(instr, "attrs") else ""
-    m = _CYCLES.search(raw or "")
-    return int(m.group(1)) if m else None
+    """XLA:TPU's ``estimated_cycles`` of an instruction, or None: the package's one parser
+    (``jaxmove.capture.xla_figures.fusion_estimated_cycles``)."""
+    from jaxmove.capture.xla_figures import fusion_estimated_cycles
+    return fusion_estimated_cycles(instr)
 
 
 def cycles_to_s(cycles: int, hz: float) -> float:
