@@ -374,3 +374,40 @@ def test_batch1_dot_as_multiply_reduce_is_its_own_cause():
     assert ex.bytes_of("dot_as_multiply_reduce") == 2 * product
     assert an.totals.weights_read_bytes == Kg * Ng * BF16  # the weight itself: once, compulsory
     assert ex.by_role["weights"].excess_bytes == 0
+
+
+# ---- (d) TPU decode: the KV buffer kept in VMEM and written back whole --------------------
+
+# libtpu 0.0.42, gpt2-small decode, layers_0 k_cache: memory-space assignment prefetches the
+# donated cache into VMEM (copy-start), the in-place dynamic-update-slice runs there, and a
+# second copy-start evicts the whole buffer to HBM (the aliased output).
+KV = """HloModule kv, input_output_alias={ {}: (0, {}, may-alias) }
+ENTRY e {
+  c = bf16[12,1024,64]{2,1,0} parameter(0)
+  u = bf16[12,1,64]{2,1,0:S(1)} parameter(1)
+  i = s32[]{:S(6)} parameter(2)
+  z = s32[]{:S(6)} constant(0)
+  p = (bf16[12,1024,64]{2,1,0:S(1)}, bf16[12,1024,64]{2,1,0}, u32[]{:S(2)}) copy-start(c)
+  pd = bf16[12,1024,64]{2,1,0:S(1)} copy-done(p)
+  d = bf16[12,1024,64]{2,1,0:S(1)} dynamic-update-slice(pd, u, z, i, z)
+  e = (bf16[12,1024,64]{2,1,0}, bf16[12,1024,64]{2,1,0:S(1)}, u32[]{:S(2)}) copy-start(d)
+  ROOT ed = bf16[12,1024,64]{2,1,0} copy-done(e)
+}"""
+
+
+def test_tpu_kv_buffer_evicted_from_vmem_is_real_traffic_and_said_so():
+    from jaxmove.hardware import load_spec
+    from jaxmove.passes.excess import excess_pass
+    from jaxmove.passes.reuse import reuse_pass
+    an, rows = _rows(KV, {0: "kv_cache", 1: "activations", 2: "activations"})
+    whole = 12 * 1024 * 64 * BF16
+    assert rows["p"].per_execution.kv_cache_read_bytes == whole  # prefetch HBM -> VMEM
+    assert rows["d"].per_execution.hbm_bytes == 0                # the update runs in VMEM
+    assert rows["e"].per_execution.kv_cache_write_bytes == whole  # eviction VMEM -> HBM
+    assert any("evicts a buffer" in n for n in rows["e"].notes)
+    spec = load_spec("tpu-v5e")
+    ex = excess_pass(an, (), spec, reuse_pass(an, spec))
+    c = next(c for c in ex.causes if c.kind == "whole_rewrite")
+    row = 12 * 1 * 64 * BF16  # the new row: the only compulsory write (not yet credited here)
+    assert set(c.by_role) == {"kv_cache"} and whole - row <= c.bytes <= whole
+    assert "memory-space assignment" in c.fix and "compiler choice" in c.fix

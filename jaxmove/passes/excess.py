@@ -1319,6 +1319,16 @@ class _Excess:
                               self.spec.name if self.spec is not None else None, self.capacity,
                               per_instruction, notes)
 
+    def _is_vmem_eviction(self, item) -> bool:
+        """``item`` (a listed instruction) is a copy-start from on-chip memory to HBM."""
+        comp = self.module.computations.get(item.computation)
+        instr = comp.by_name.get(item.name) if comp is not None else None
+        if instr is None or instr.opcode != "copy-start" or not instr.operands:
+            return False
+        src = comp.by_name[instr.operands[0]].shape
+        dst = instr.shape.tuple_shapes[0] if instr.shape.is_tuple else instr.shape
+        return src.memory_space in ON_CHIP_MEMORY_SPACES and dst.memory_space not in ON_CHIP_MEMORY_SPACES
+
     def _fix(self, kind: str, subject: str, nbytes: int, items) -> str:
         saves = f"saves {human_bytes(nbytes)} per step"
         first = items[0].name if items else "?"
@@ -1351,6 +1361,12 @@ class _Excess:
         if kind == "tiling_re_read":
             return (f"dot operands exceed on-chip memory and are re-read per output tile (e.g. `{first}`): "
                     f"split the dot into blocks whose operands fit, or reuse each block -- {saves}")
+        if kind == "whole_rewrite" and items and self._is_vmem_eviction(items[0]):
+            return (f"`{subject}` is updated in place on chip, but XLA:TPU's memory-space assignment "
+                    f"placed the whole buffer in VMEM (S(1)) and `{first}` copies it back to HBM "
+                    "whole: a compiler choice, not the program's (its dynamic_update_slice is already in "
+                    "place); a cache too large for VMEM, or a Pallas kernel that writes only the new "
+                    f"rows, avoids it -- {saves}")
         if kind == "whole_rewrite":
             return (f"`{subject}` is rewritten whole (`{first}`) though only part of it changes: update it in "
                     "place with jax.lax.dynamic_update_slice / .at[].set on the donated buffer (no concatenate, "

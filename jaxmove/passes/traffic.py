@@ -661,6 +661,10 @@ def _copy_start(instr, comp, module) -> InstrTraffic:
     src = comp.by_name[instr.operands[0]].shape
     dst = instr.shape.tuple_shapes[0] if instr.shape.is_tuple and instr.shape.tuple_shapes else instr.shape
     note = _loop_invariant_note(instr, comp, module, "copy")
+    if note is None and src.memory_space in ON_CHIP_MEMORY_SPACES and dst.memory_space not in ON_CHIP_MEMORY_SPACES:
+        note = (f"evicts a buffer from on-chip memory to HBM whole ({dst.byte_size} bytes): XLA:TPU's "
+                "memory-space assignment kept it in VMEM (e.g. prefetched, updated there) and writes "
+                "it back")
     return InstrTraffic((Access(src.byte_size, 0, (), src.memory_space),),
                         (Access(dst.byte_size, None, (0,), dst.memory_space),), (note,) if note else ())
 
