@@ -897,7 +897,8 @@ class _Excess:
             count = r.multiplicity.count
             key = (cname, instr.name)
             kc = kcause.get(k)
-            prio = 0 if kc is None else (2 if kc == "rematerialization" else 1)
+            # (a dot computed as multiply + reduce reads its operands as the dot would: compulsory)
+            prio = 0 if kc is None or kc == "dot_as_multiply_reduce" else (2 if kc == "rematerialization" else 1)
             for a in t_reads:
                 ms = a.memory_space
                 if ms in ON_CHIP_MEMORY_SPACES:
