@@ -1,37 +1,11 @@
-"""Attribution: map every instruction to its source line and JAX name stack, and aggregate.
+"""Attribution: every instruction's source line and module path (README "Annotated programs,
+attribution"), and sums of the figures by source line, module path, opcode, fusion kind or role.
 
-Where an instruction came from is in its ``metadata``:
-
-  * ``source_file`` / ``source_line`` (what JAX writes), or ``stack_frame_id``, an index
-    into the module's ``FileNames`` / ``FunctionNames`` / ``FileLocations`` /
-    ``StackFrames`` tables (what newer XLA prints; xla/service/hlo.proto
-    ``StackFrameIndexProto``) -- resolved by ``Module.source_location``;
-  * ``op_name``: the JAX name stack plus the primitive, e.g.
-    ``jit(step)/transpose(jvp(Block_0))/attn/dot_general``. Flax Linen modules and
-    ``jax.named_scope`` put their path into the name stack; ``jit(...)``/``pjit(...)``
-    components name traced functions, and transform wrappers (``jvp(...)``,
-    ``transpose(...)``, ``vmap(...)``, ``remat(...)`` ...) wrap a scope name.
-
-Two repairs keep the module path about modules: an einsum's subscripts, which
-``jnp.einsum`` pushes onto the name stack (``layers_0/attn/bkgts,bksd->btkgd/dot_general``),
-are dropped; and an instruction whose op_name an XLA pass dropped while rewriting it
-(XLA:CPU's gemv-rewriter re-creates matrix-vector dots without metadata, and its
-reduce-window split of reductions does the same) takes the module path its users share,
-else the one its operands share (``Attribution.module_inferred`` says so). Source lines
-are inferred the same way (``Attribution.source_inferred_from`` names the instruction
-whose line was taken): the nearest users that have one, else the nearest operands.
-"Nearest" walks through neighbours that lack the attribute themselves (a weight
-``convert`` feeding a metadata-less ``dot`` feeding the attention fusion takes the
-fusion's line), within the instruction's computation, in one linear pass per computation
-(``_Inference``).
-
-Paths are shown (``display_path``) relative to the package root for installed packages
-(``flax/nnx/nn/linear.py``), else to the current directory, else to the standard library;
-the JSON keeps the path as the metadata wrote it.
-
-``aggregate(report, by)`` sums the per-instruction figures (totals over one program run)
-by source line, module path, opcode, fusion kind or tensor role; ``rollup=True`` merges
-repeated layers of a module path (``layers_3/attn`` -> ``layers_*/attn``, ``rollup_path``).
+Sources: ``metadata.source_file``/``source_line``, or ``stack_frame_id`` into the module's
+StackFrames tables (xla/service/hlo.proto ``StackFrameIndexProto``; ``Module.source_location``);
+module paths: the JAX name stack in ``op_name`` (``split_name_stack``), einsum subscripts
+dropped. An instruction whose metadata an XLA pass dropped takes both from its nearest
+neighbours (``_Inference``, one linear pass per computation) and says so.
 """
 
 from __future__ import annotations
