@@ -82,8 +82,8 @@ def first_touch_pass(analysis, spec, order: list[Instruction]) -> FirstTouch:
         ``mmap_threshold_bytes`` set (CPU specs written by ``jaxmove calibrate``).
       order: the ENTRY computation's instructions in schedule order.
     """
-    threshold = getattr(spec, "mmap_threshold_bytes", None)
-    if not getattr(spec, "first_touch_bytes_per_s", None) or not threshold:
+    threshold = spec.mmap_threshold_bytes
+    if not spec.first_touch_bytes_per_s or not threshold:
         return FirstTouch()
     module: Module = analysis.module
     entry = module.entry

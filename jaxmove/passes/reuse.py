@@ -167,8 +167,7 @@ def onchip_capacity_bytes(spec) -> tuple[int, str] | None:
     cache), ``vmem_bytes`` (one TensorCore's vector memory) on TPUs; None when the spec lacks it."""
     if spec is None:
         return None
-    key = "vmem_bytes" if spec.kind == "tpu" else "l2_bytes"
-    v = getattr(spec, key, None)
+    key, v = ("vmem_bytes", spec.vmem_bytes) if spec.kind == "tpu" else ("l2_bytes", spec.l2_bytes)
     if v is None and spec.kind == "tpu" and spec.l2_bytes is not None:
         key, v = "l2_bytes", spec.l2_bytes
     return (int(v), key) if v else None
