@@ -239,8 +239,37 @@ def gemm_report(spec) -> tuple[list[str], dict]:
         "Errors are `estimate / measured - 1` on the held-out half; size bands are by measured time.",
         "",
         *table(rows),
+        "",
+        *skinny_lines(spec, d, test, params),
     ]
     return lines, {"params": params, "summary": summary}
+
+
+def skinny_lines(spec, d: pd.DataFrame, test: pd.DataFrame, params) -> list[str]:
+    """What the table does not measure: skinny (decode) GEMMs; and the model's bound labels."""
+    bf = test[test.dtype_key == "bf16xbf16->bf16"]
+    peak = spec.flops_per_s["bf16"]
+
+    def bf16(b, m, n, k):
+        return gpu_gemm.gemm_time(spec, b=int(b), m=int(m), n=int(n), k=int(k), peak_flops_per_s=peak,
+                                  peak_key="bf16", lhs_bytes=2, rhs_bytes=2, out_bytes=2, params=params)
+
+    bounds = pd.Series([bf16(r.b, r.m, r.n, r.k).bound for r in bf.itertuples()]).value_counts()
+    out = ["## Skinny GEMMs (decode) are outside the table", "",
+           f"The table's smallest m, n and k are {int(d.m.min())}, {int(d.n.min())} and {int(d.k.min())}: "
+           "no decode GEMM (m <= 64) is measured, so the model's skinny case rests on its structure "
+           "(`jaxmove/hardware/gpu_gemm.py` docstring: the tensor cores issue the padded tile, a "
+           "skinny tile waits on its operand loads, the kernel is memory-bound). Held-out bf16 "
+           "shapes by the model's bound: " + ", ".join(f"{k} {v}" for k, v in bounds.items()) + ".",
+           "", "| [m,k] x [k,n] bf16 | tile | bound | est us | weights / HBM us | tensor cores, padded tiles us | useful us |",
+           "|---|---|---|---|---|---|---|"]
+    for m, n, k in ((1, 4096, 4096), (1, 14336, 4096), (1, 50257, 768), (16, 4096, 4096), (64, 4096, 4096)):
+        t = bf16(1, m, n, k)
+        c = t.config
+        out.append(f"| [{m},{k}] x [{k},{n}] | {c.block_m}x{c.block_n}x{c.block_k}"
+                   f"{f' split-K {c.split_k}' if c.split_k > 1 else ''} | {t.bound} | {1e6 * t.time_s:.2f} | "
+                   f"{1e6 * n * k * 2 / spec.hbm_bytes_per_s:.2f} | {1e6 * t.mma_s:.2f} | {1e6 * t.useful_mma_s:.3f} |")
+    return out
 
 
 def load_collectives() -> pd.DataFrame:

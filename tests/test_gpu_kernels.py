@@ -267,8 +267,8 @@ def test_hook_cublas_custom_call(tmp_path):
     t = _times(CUBLAS_HLO, tmp_path, "cublas")
     row = next(r for r in t.rows.values() if r.name == "c")
     want = _bf16(256, 1024, 512, b=4)
-    assert row.compute_time_s + row.overhead_s == pytest.approx(
-        want.time_s + H100.kernel_launch_overhead_s)
+    # the kernel's duration (its work + fixed cost) + launch
+    assert row.est_time_s == pytest.approx(want.time_s + H100.kernel_launch_overhead_s)
     assert any("GPU GEMM model" in n and "b=4 m=256 n=1024 k=512" in n for n in row.notes)
     assert not t.unmodeled
 
@@ -327,3 +327,75 @@ def test_deviceless_program_gemm_and_collective_are_costed(deviceless_gpu_progra
     ar = [r for r in t.rows.values() if r.opcode.startswith("all-reduce")]
     assert ar and ar[0].network_time_s and ar[0].network_time_s > nccl.FITTED.overhead_s
     assert not [u for u in t.unmodeled if "compute" in u or "network" in u]
+
+
+# ---- skinny GEMMs (a GEMV) through the timing hook: bound, padded tiles, row notes ----------
+
+GEMV_K, GEMV_N = 4096, 14336
+GEMV_HLO = f"""HloModule m
+
+ENTRY %e (x: bf16[1,{GEMV_K}], w: bf16[{GEMV_K},{GEMV_N}]) -> bf16[1,{GEMV_N}] {{
+  %x = bf16[1,{GEMV_K}]{{1,0}} parameter(0)
+  %w = bf16[{GEMV_K},{GEMV_N}]{{1,0}} parameter(1)
+  ROOT %y = bf16[1,{GEMV_N}]{{1,0}} dot(%x, %w), lhs_contracting_dims={{1}}, rhs_contracting_dims={{0}}
+}}
+"""
+
+
+@pytest.fixture(scope="module")
+def gemv_report(tmp_path_factory):
+    import jaxmove
+
+    p = tmp_path_factory.mktemp("gemv") / "gemv.hlo"
+    p.write_text(GEMV_HLO)
+    return jaxmove.analyze(str(p), hardware="h100-sxm")
+
+
+def test_gemv_is_memory_bound_at_one_flop_per_byte(gemv_report):
+    # [1,K] x [K,N] bf16: 2KN flops on 2KN weight bytes (+ x, y): ~1 flop/B, far below the
+    # H100's ridge (989.4e12 / 3.35e12 = 295 flop/B), so the weights' HBM time is the floor
+    row = gemv_report.times.row(gemv_report.module.entry.name, "y")
+    weight_s = GEMV_K * GEMV_N * 2 / 3.35e12
+    hbm = (GEMV_K * GEMV_N + GEMV_K + GEMV_N) * 2
+    assert row.arithmetic_intensity == pytest.approx(2 * GEMV_K * GEMV_N / hbm)
+    assert row.bound == "memory"
+    assert row.memory_time_s >= weight_s and row.compute_time_s < row.memory_time_s
+    fixed_s = gpu_gemm.FITTED.fixed_cycles / 1.98e9
+    assert row.est_time_s >= weight_s + 2e-6 + fixed_s
+    assert row.gemm_fixed_s == pytest.approx(fixed_s)
+
+
+def test_gemv_tensor_cores_spend_the_padded_tile():
+    # m = 1 in a 16-row tile: each k step issues 2 x 16 x BN x 64 flops (mma.sync m16n8k16),
+    # 16x the useful 2 x 1 x BN x 64; the k step is limited by its B-panel load from L2
+    t = _bf16(1, GEMV_N, GEMV_K)
+    c, eta = t.config, gpu_gemm.FITTED.eta["bf16"]
+    assert c.block_m == 16 and c.block_k == 64 and c.split_k == 1
+    waves = math.ceil(math.ceil(GEMV_N / c.block_n) / 132)
+    mma_step = 2 * 16 * c.block_n * 64 / (eta * 989.4e12 / 132)
+    assert t.waves == waves
+    assert t.mma_s == pytest.approx(waves * (GEMV_K / 64 + gpu_gemm.FITTED.fill_k_steps) * mma_step)
+    assert t.useful_mma_s == pytest.approx(2 * GEMV_K * GEMV_N / (eta * 989.4e12))
+    assert t.mma_s > 15 * t.useful_mma_s
+    feed_step = (16 + c.block_n) * 2 * 64 / (gpu_gemm.FITTED.feed_bytes_per_cycle * 1.98e9)
+    assert t.feed_limited and feed_step > mma_step
+    assert t.bound == "memory" and t.compute_s < t.memory_s
+
+
+def test_gemv_row_notes_reach_the_json(gemv_report):
+    j = gemv_report.to_json()
+    row = next(r for r in j["instructions"] if r["name"] == "y")
+    gemm = [n for n in row["notes"] if n.startswith("GPU GEMM model")]
+    assert gemm and f"b=1 m=1 n={GEMV_N} k={GEMV_K}" in gemm[0]
+    assert "CTA tile 16x" in gemm[0] and "wave(s) on 132 SMs" in gemm[0] and "memory-bound" in gemm[0]
+    assert row["bound"] == "memory"
+
+
+def test_launch_overhead_note_counts_the_gemm_fixed_cost(tmp_path):
+    # a 256 x 256 GEMV: 2 us launch + 11224.7 cycles / 1.98 GHz fixed >> its 0.04 us of HBM
+    t = _times(GEMV_HLO.replace(str(GEMV_K), "256").replace(str(GEMV_N), "256"), tmp_path, "tiny")
+    fixed_s = gpu_gemm.FITTED.fixed_cycles / 1.98e9
+    assert t.overhead_s == pytest.approx(2e-6 + fixed_s)
+    note = next(n for n in t.notes if n.startswith("kernel launch overhead"))
+    assert f"{2e-6 + fixed_s:.3g} s" in note and "1 kernels x 2e-06 s" in note
+    assert f"+ {fixed_s:.3g} s of the GPU GEMM model's fixed per-kernel cost" in note

@@ -27,6 +27,24 @@ quantization"):
   memory-bound kernel with the same fixed cost.
 * Without tiles from the program (``tile=None``) the model does what XLA's autotuner does:
   it tries the candidate configurations `CANDIDATE_TILES` and keeps the fastest.
+* Skinny GEMMs (decode: m or n far below the tile, e.g. a GEMV ``[1,k] x [k,n]``): the
+  tensor cores spend the *padded* tile, not the useful rows. The smallest bf16/f16 MMA is
+  ``mma.sync.m16n8k16`` (16 rows; Hopper's ``wgmma`` is ``m64nNk16``, a whole warpgroup on 64
+  rows; PTX ISA, "Warp Level Matrix Multiply-Accumulate Instructions" and "Asynchronous
+  Warpgroup Level Matrix Multiply-Accumulate"), and Triton's ``tl.dot`` needs every block
+  dimension >= 16 and fills the rows past ``m`` with masked zero loads (Triton docs,
+  ``triton.language.dot``): the MMA issued for a tile is ``2 x BM x BN x BK`` per k step
+  whatever ``m`` is. So `GemmTime.mma_s` is the padded tiles' tensor-core time and
+  ``useful_mma_s`` the useful work's (``2bmnk / (eta x peak)``), shown side by side. A skinny
+  tile's step is limited by its operand loads (the B panel at ``feed_bytes_per_cycle``),
+  not by the MMA: ``2 x BM x BN x BK`` flops on ``(BM + BN) x BK`` elements is
+  ``2 BM BN / ((BM + BN) e)`` flop/B (``e`` bytes per element), 14 flop/B for a 16 x 128 bf16
+  tile against the SM's ridge ``eta x peak / num_sms / (feed_bytes_per_cycle x sm_clock_hz)``
+  ~ 47 flop/B on the H100 (fitted constants). ``bound`` is "compute" only when the
+  tensor-core issue of the tiles is the largest term (their MMA limits the step and the tile
+  time exceeds the HBM time); a kernel held up by loads, from HBM or L2 into shared memory,
+  is "memory". The measured table has no shape under 256 (``benchmarks/gpu_kernels.md``), so
+  the skinny case is the structure's, unchecked against measurements.
 
 Constants: ``num_sms``, ``sm_clock_hz``, ``flops_per_s``, ``hbm_bytes_per_s`` and
 ``l2_bytes`` come from the hardware spec (each with its source in the spec's ``[sources]``);
@@ -139,8 +157,14 @@ class GemmTime:
       compute_s: waves x tile_s, s.  memory_s: HBM bytes / HBM bandwidth of the gemm kernel, s.
       fixed_s: the fixed per-kernel cost, s.
       hbm_bytes: the gemm kernel's modeled HBM traffic, bytes.
-      bound: "compute" (tiles, incl. their L2 loads) or "memory" (HBM).
+      bound: "compute" (the tiles' tensor-core issue is the largest term: MMA-limited k steps
+        and ``compute_s >= memory_s``) or "memory" (HBM, or k steps limited by the operand
+        loads from L2 into shared memory: skinny tiles, module docstring).
       from_program: the tiles came from the program's backend_config.
+      mma_s: tensor-core time of the padded tiles the kernel issues, waves x (k steps + fill)
+        x ``2 BM BN BK / (eta peak / num_sms)``, s (<= compute_s).
+      useful_mma_s: tensor-core time of the useful work, ``2 b m n k / (eta peak)``, s.
+      feed_limited: the k steps wait on operand loads (L2 -> shared memory), not the MMA.
     """
 
     time_s: float
@@ -155,6 +179,9 @@ class GemmTime:
     hbm_bytes: int
     bound: str
     from_program: bool = False
+    mma_s: float = 0.0
+    useful_mma_s: float = 0.0
+    feed_limited: bool = False
 
 
 def gemm_model_applies(spec) -> bool:
@@ -178,7 +205,8 @@ def kernel_times(spec, params: GemmParams, b, m, n, k, peak, eta, ea, eb, ec, bm
     Arguments as in `gemm_time` (``peak`` in FLOP/s, ``eta`` its sustained fraction,
     ``ea``/``eb``/``ec`` bytes per element of A, B, C) plus the configuration's ``bm``, ``bn``, ``bk``, ``s`` (split-K). Returns a dict of
     arrays: ``gemm_s``, ``reduce_s`` (0 without split-K), ``ctas``, ``waves``, ``tile_s``,
-    ``compute_s``, ``memory_s``, ``hbm_bytes``; ``fixed_s`` is a float.
+    ``compute_s``, ``memory_s``, ``hbm_bytes``, ``mma_s`` (the padded tiles' tensor-core
+    time), ``feed_limited`` (bool: the k step waits on its operand loads); ``fixed_s`` is a float.
     """
     sms = spec.num_sms
     b, m, n, k = (np.asarray(x, dtype=np.float64) for x in (b, m, n, k))
@@ -189,10 +217,13 @@ def kernel_times(spec, params: GemmParams, b, m, n, k, peak, eta, ea, eb, ec, bm
     k_steps = np.ceil(np.ceil(k / s) / bk)
     sm_flops = np.asarray(eta, dtype=np.float64) * np.asarray(peak, dtype=np.float64) / sms
     sm_l2 = params.feed_bytes_per_cycle * spec.sm_clock_hz
-    step_s = np.maximum(2.0 * bm * bn * bk / sm_flops, (bm * ea + bn * eb) * bk / sm_l2)
+    mma_step_s = 2.0 * bm * bn * bk / sm_flops  # the padded tile's MMA: m16/m64 fragments
+    feed_step_s = (bm * ea + bn * eb) * bk / sm_l2
+    step_s = np.maximum(mma_step_s, feed_step_s)
     out_e = np.where(s > 1, 4.0, ec)  # split-K partials are f32
     tile_s = (k_steps + params.fill_k_steps) * step_s + bm * bn * out_e / sm_l2
     compute_s = waves * tile_s
+    mma_s = waves * (k_steps + params.fill_k_steps) * mma_step_s
     a_bytes, b_bytes = m * k * ea, k * n * eb
     # one batch's operands in L2: each read once; else every wave re-reads the A rows and
     # B columns of a near-square block of its tiles
@@ -210,7 +241,7 @@ def kernel_times(spec, params: GemmParams, b, m, n, k, peak, eta, ea, eb, ec, bm
     reduce_s = np.where(s > 1, fixed_s + b * m * n * (4.0 * s + ec) / spec.hbm_bytes_per_s, 0.0)
     return {"gemm_s": gemm_s, "reduce_s": reduce_s, "ctas": ctas, "waves": waves,
             "tile_s": tile_s, "compute_s": compute_s, "memory_s": memory_s, "hbm_bytes": hbm,
-            "fixed_s": fixed_s}
+            "fixed_s": fixed_s, "mma_s": mma_s, "feed_limited": feed_step_s > mma_step_s}
 
 
 def candidate_configs(k: int, operand_bytes: float) -> Iterable[GemmConfig]:
@@ -257,9 +288,12 @@ def gemm_time(spec, *, b: int, m: int, n: int, k: int, peak_flops_per_s: float, 
     total = r["gemm_s"] + r["reduce_s"]
     i = int(np.argmin(total))  # the autotuner keeps the fastest (first on ties)
     cfg = cfgs[i]
+    feed = bool(np.broadcast_to(r["feed_limited"], total.shape)[i])
+    compute_bound = r["compute_s"][i] >= r["memory_s"][i] and not feed
+    useful = 2.0 * b * m * n * k / (params.eta_for(peak_key) * peak_flops_per_s)
     kernels = (float(r["gemm_s"][i]),) + ((float(r["reduce_s"][i]),) if cfg.split_k > 1 else ())
     return GemmTime(float(total[i]), kernels, cfg, int(r["ctas"][i]), int(r["waves"][i]),
                     float(r["tile_s"][i]), float(r["compute_s"][i]), float(r["memory_s"][i]),
                     float(r["fixed_s"]), int(r["hbm_bytes"][i]),
-                    "compute" if r["compute_s"][i] >= r["memory_s"][i] else "memory",
-                    tile is not None)
+                    "compute" if compute_bound else "memory", tile is not None,
+                    float(r["mma_s"][i]), useful, feed)

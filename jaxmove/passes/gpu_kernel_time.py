@@ -153,7 +153,10 @@ def gemm_kernel_time(instr: Instruction, comp: Computation, module: Module, spec
     c = t.config
     notes.append(f"GPU GEMM model (hardware/gpu_gemm.py): b={b} m={m} n={n} k={k}, CTA tile "
                  f"{c.block_m}x{c.block_n}x{c.block_k}" + (f", split-K {c.split_k}" if c.split_k > 1 else "")
-                 + f", {t.ctas} CTAs in {t.waves} wave(s) on {spec.num_sms} SMs, {t.bound}-bound")
+                 + f", {t.ctas} CTAs in {t.waves} wave(s) on {spec.num_sms} SMs, {t.bound}-bound "
+                 f"(tiles {t.compute_s:.4g} s, {'waiting on their L2 -> shared-memory loads' if t.feed_limited else 'MMA-limited'}; "
+                 f"HBM {t.hbm_bytes} bytes {t.memory_s:.4g} s; tensor cores {t.mma_s:.4g} s on the padded "
+                 f"tiles, {t.useful_mma_s:.4g} s of useful work)")
     return t, notes
 
 

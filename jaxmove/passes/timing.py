@@ -43,7 +43,8 @@ class InstructionTime:
     Attributes:
       est_time_s: overhead + max(compute, memory, network).
       compute_time_s: None when some of its flops have no peak in the spec.
-      memory_time_s: modeled HBM bytes / HBM bandwidth.
+      memory_time_s: modeled HBM bytes / HBM bandwidth (a GPU GEMM kernel held up by its
+        loads: the GEMM model's load-limited time when larger, with a note).
       network_time_s: None for a collective whose time is unmodeled; 0 for non-collectives.
       overhead_s: kernel launch overhead (0 for instructions that launch no kernel).
       bound: "compute" | "memory" | "network" | "overhead", or None when it takes no time.
@@ -54,6 +55,8 @@ class InstructionTime:
       first_touch_bytes: bytes per program run written into freshly mapped pages
         (passes/first_touch.py); their time is part of ``memory_time_s``.
       first_touch_s: that time per program run (0 when the spec has no such term).
+      gemm_fixed_s: the GPU GEMM model's fixed per-kernel cost per program run, part of
+        ``overhead_s`` (0 for kernels that model does not time).
     """
 
     computation: str
@@ -75,6 +78,7 @@ class InstructionTime:
     notes: tuple[str, ...] = ()
     first_touch_bytes: int = 0
     first_touch_s: float = 0.0
+    gemm_fixed_s: float = 0.0
 
 
 @dataclass
@@ -239,10 +243,10 @@ def compute_time(instr: Instruction, module: Module, spec, flops: int, transcend
 
 
 def _gpu_gemm_time(instr: Instruction, comp: Computation, module: Module, spec):
-    """(tile seconds, fixed seconds, notes) of a GEMM kernel from the GPU GEMM model
-    (passes/gpu_kernel_time.py) when ``spec`` is a GPU with its figures and ``instr`` a dot /
-    Triton gemm fusion / cuBLAS gemm on tensor cores; else None. The kernel's duration is
-    their sum; the fixed part is charged with the launch overhead."""
+    """(work seconds, fixed seconds, notes, GemmTime) of a GEMM kernel from the GPU GEMM
+    model (passes/gpu_kernel_time.py) when ``spec`` is a GPU with its figures and ``instr`` a
+    dot / Triton gemm fusion / cuBLAS gemm on tensor cores; else None. The kernel's duration
+    is work + fixed; the fixed part is charged with the launch overhead."""
     from ..hardware.gpu_gemm import gemm_model_applies
     from .gpu_kernel_time import gemm_kernel_time
 
@@ -267,7 +271,7 @@ def _gpu_gemm_time(instr: Instruction, comp: Computation, module: Module, spec):
     # call runs its split-K reduction inside. (tile time, fixed per-kernel time)
     kernels = t.kernel_times_s[:1] if instr.opcode == "fusion" else t.kernel_times_s
     fixed = t.fixed_s * len(kernels)
-    return sum(kernels) - fixed, fixed, notes
+    return sum(kernels) - fixed, fixed, notes, t
 
 
 _TENSOR_CORE_KEYS = frozenset({"bf16", "f16", "tf32", "fp8", "int8", "int4", "fp4"})
@@ -362,8 +366,18 @@ def instruction_time(row, module: Module, spec, reuse: ReuseAnalysis,
     comp_t, key, cu, cn = compute_time(instr, module, spec, pe.flops, pe.transcendentals)
     gemm = _gpu_gemm_time(instr, comp, module, spec) if comp_t is not None else None
     if gemm is not None:  # the kernel's tiles (math and loads, waves) + its fixed cost
-        comp_t = gemm[0]
-        cn = [*cn, *gemm[2], f"GEMM kernel fixed cost {gemm[1]:.3g} s counted with the launch overhead"]
+        work_s, fixed_s, gnotes, gt = gemm
+        cn = [*cn, *gnotes, f"GEMM kernel fixed cost {fixed_s:.3g} s counted with the launch overhead"]
+        if gt.bound == "compute":  # the tiles' tensor-core issue is the kernel's largest term
+            comp_t = work_s
+        else:  # held up by loads (HBM, or L2 -> shared memory): the kernel's work is memory time
+            comp_t = gt.mma_s  # what the tensor cores spend on the padded tiles
+            if work_s > mem:
+                cn.append(f"memory time {work_s:.4g} s from the GPU GEMM model (HBM traffic "
+                          f"{gt.hbm_bytes} bytes: {gt.memory_s:.4g} s; tiles "
+                          f"{'waiting on their L2 -> shared-memory loads' if gt.feed_limited else 'MMA-limited'}: "
+                          f"{gt.compute_s:.4g} s), above the traffic pass's {mem:.4g} s")
+                mem = work_s
     unmodeled.extend(cu)
     notes.extend(cn)
     net: float | None = 0.0
@@ -374,6 +388,7 @@ def instruction_time(row, module: Module, spec, reuse: ReuseAnalysis,
     overhead = spec.kernel_launch_overhead_s if _launches_kernel(instr) else 0.0
     if gemm is not None:
         overhead += gemm[1]
+    gemm_fixed = gemm[1] if gemm is not None else 0.0
     parts = {"compute": comp_t or 0.0, "memory": mem, "network": net or 0.0}
     work = max(parts.values())
     per_exec = overhead + work
@@ -389,7 +404,7 @@ def instruction_time(row, module: Module, spec, reuse: ReuseAnalysis,
         None if comp_t is None else comp_t * mult, mem * mult,
         None if net is None else net * mult, overhead * mult, bound, ai, hbm * mult,
         pe.flops * mult, per_exec, key, tuple(dict.fromkeys(unmodeled)), tuple(dict.fromkeys(notes)),
-        first_touch_bytes if ft_s else 0, ft_s * mult)
+        first_touch_bytes if ft_s else 0, ft_s * mult, gemm_fixed * mult)
 
 
 # ---- schedule ---------------------------------------------------------------------------
@@ -561,7 +576,12 @@ def estimate_times(analysis, spec, reuse: ReuseAnalysis | None = None,
     if any(m.unknown_trip_count for m in analysis.multiplicity.values()):
         notes.append("some while loops have no known trip count: their bodies are timed once")
     if over_s > max(parts.values(), default=0.0):
-        notes.append(f"kernel launch overhead ({kernels} kernels x {spec.kernel_launch_overhead_s:g} s) "
+        gemm_fixed = sum(r.gemm_fixed_s for r in vals)
+        fixed = (f" + {gemm_fixed:.3g} s of the GPU GEMM model's fixed per-kernel cost "
+                 f"(hardware/gpu_gemm.py) on the {sum(r.multiplicity for r in vals if r.gemm_fixed_s)} "
+                 "of them that are GEMMs") if gemm_fixed else ""
+        notes.append(f"kernel launch overhead {over_s:.3g} s ({kernels} kernels x "
+                     f"{spec.kernel_launch_overhead_s:g} s{fixed}) "
                      "exceeds the compute, memory and network time of the work")
     return TimeEstimate(spec.name, rows, total, sum(r.est_time_s for r in vals), comp_s, mem_s, net_s,
                         over_s, kernels, bound, walker.timeline, reuse, unmodeled, notes, dispatch, ft)

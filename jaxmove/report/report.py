@@ -198,7 +198,7 @@ class Report:
             "unmodeled": bool(r.unmodeled), "unmodeled_reasons": list(r.unmodeled),
             "unknown_trip_count": r.multiplicity.unknown_trip_count,
             "branch_of": list(r.multiplicity.branch_of) if r.multiplicity.branch_of else None,
-            "notes": list(r.notes),
+            "notes": _row_notes(self, r),
             "source": f"{loc.file}:{loc.line}" if loc else None,
             "source_inferred": att.source_inferred,
             "source_inferred_from": att.source_inferred_from or None,
@@ -211,6 +211,13 @@ class Report:
             **_row_timing_json(self, r),
             "xla": _row_xla_json(self, r),
         }
+
+
+def _row_notes(report: Report, r: InstructionCost) -> list[str]:
+    """The row's notes: the pipeline's (traffic, collectives) then the timing pass's (e.g. the
+    GPU GEMM model's b, m, n, k, tile, CTAs, waves and bound), each once."""
+    tm = report.times.rows.get((r.computation, r.instr.name)) if report.times is not None else None
+    return list(dict.fromkeys([*r.notes, *(tm.notes if tm is not None else ())]))
 
 
 def _row_xla_json(report: Report, r: InstructionCost) -> dict | None:
