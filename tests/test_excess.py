@@ -500,3 +500,87 @@ def test_html_section_and_plans_column(tmp_path):
     assert res.excess_bytes == 2 * 4 * N and res.excess_fraction == pytest.approx(2 / 4)
     df = report.to_dataframe()
     assert dict(zip(df["name"], df["excess_bytes"])) == {"t": 4 * N, "y": 4 * N}
+
+
+# ---- a donated KV cache copied by the compiler: the cache read once, one position written ----
+
+def _kv_copy_module(onchip: str) -> str:
+    """XLA:TPU's decode pattern (llama3-8b-decode on tpu-v5p / v5e), by hand: the donated
+    cache is copied into another layout (``onchip`` = ":S(1)": into VMEM), updated in place
+    there, each layer's window is copied out (dynamic-slice) and reduced, and the updated copy
+    is copied back into the aliased result."""
+    t = "{1,2,0" + onchip + "}"
+    return f"""HloModule kvcopy, input_output_alias={{ {{1}}: (0, {{}}, may-alias) }}
+%ds0 (a: f32[2,16,64]) -> f32[1,16,64] {{
+  %a = f32[2,16,64]{t} parameter(0)
+  %z = s32[] constant(0)
+  ROOT %s = f32[1,16,64]{{1,2,0}} dynamic-slice(%a, %z, %z, %z), dynamic_slice_sizes={{1,16,64}}
+}}
+%ds1 (a: f32[2,16,64]) -> f32[1,16,64] {{
+  %a = f32[2,16,64]{t} parameter(0)
+  %o = s32[] constant(1)
+  %z = s32[] constant(0)
+  ROOT %s = f32[1,16,64]{{1,2,0}} dynamic-slice(%a, %o, %z, %z), dynamic_slice_sizes={{1,16,64}}
+}}
+%add (x: f32[], y: f32[]) -> f32[] {{
+  %x = f32[] parameter(0)
+  %y = f32[] parameter(1)
+  ROOT %r = f32[] add(%x, %y)
+}}
+%red (a: f32[1,16,64], b: f32[1,16,64]) -> f32[64] {{
+  %a = f32[1,16,64] parameter(0)
+  %b = f32[1,16,64] parameter(1)
+  %m = f32[1,16,64] multiply(%a, %b)
+  %z = f32[] constant(0)
+  ROOT %r = f32[64] reduce(%m, %z), dimensions={{0,1}}, to_apply=%add
+}}
+ENTRY %main (k_cache: f32[2,16,64], upd: f32[2,1,64], pos: s32[]) -> (f32[64], f32[2,16,64]) {{
+  %k_cache = f32[2,16,64]{{2,1,0}} parameter(0)
+  %upd = f32[2,1,64]{{2,1,0}} parameter(1)
+  %pos = s32[] parameter(2)
+  %z = s32[] constant(0)
+  %t = f32[2,16,64]{t} copy(%k_cache)
+  %d = f32[2,16,64]{t} dynamic-update-slice(%t, %upd, %z, %pos, %z)
+  %s0 = f32[1,16,64]{{1,2,0}} fusion(%d), kind=kLoop, calls=%ds0
+  %s1 = f32[1,16,64]{{1,2,0}} fusion(%d), kind=kLoop, calls=%ds1
+  %r = f32[64]{{0}} fusion(%s0, %s1), kind=kInput, calls=%red
+  %back = f32[2,16,64]{{2,1,0}} copy(%d)
+  ROOT %out = (f32[64]{{0}}, f32[2,16,64]{{2,1,0}}) tuple(%r, %back)
+}}
+"""
+
+
+@pytest.mark.parametrize("onchip", ["", ":S(1)"], ids=["hbm", "vmem"])
+@pytest.mark.parametrize("spec", [None, H100], ids=["no-spec", "h100"])
+def test_donated_cache_copied_by_the_compiler_is_read_once_and_writes_one_position(onchip, spec):
+    ex, _ = excess_of(_kv_copy_module(onchip), spec)
+    cache, window, position = 2 * 16 * 64 * 4, 16 * 64 * 4, 2 * 1 * 64 * 4
+    # read: the two layer windows together are the cache, once; written: the new position
+    assert ex.by_role["kv_cache"].compulsory_bytes == cache + position
+    # the window copies are no compulsory spill: a copy of the parameter (written, read back)
+    c = ex.cause("slice_copy", "k_cache")
+    assert c is not None and {i.name for i in c.instructions} == {"s0", "s1"}
+    # each copy writes its window to HBM, and reads it from HBM unless the cache is in VMEM
+    assert c.bytes == 2 * window + (0 if onchip else 2 * window)
+    back = ex.cause("donated_but_copied")
+    assert back is not None and back.instructions[0].name == "back"
+    assert back.by_path["onchip_to_hbm"] == cache - (position if onchip else 0)
+
+
+REDUCED_DECODE = dict(layers=2, seq_len=64, batch=2, d_model=64, heads=4, kv_heads=2, d_ff=128, vocab=256)
+
+
+def test_reduced_llama3_decode_kv_cache_compulsory_on_cpu():
+    import jaxmove
+
+    cfg = REDUCED_DECODE
+    report = jaxmove.analyze("llama3-8b-decode", overrides={k: str(v) for k, v in cfg.items()}, target="cpu")
+    ex = report.excess
+    check_identity(ex, report.analysis)
+    head_dim = cfg["d_model"] // cfg["heads"]
+    per_position = 2 * cfg["layers"] * cfg["batch"] * cfg["kv_heads"] * head_dim * 2   # k and v, bf16
+    read, written = per_position * cfg["seq_len"], per_position
+    kv = ex.by_role["kv_cache"]
+    assert kv.compulsory_bytes == read + written
+    assert kv.compiled_bytes == kv.compulsory_bytes + sum(c.by_role.get("kv_cache", 0) for c in ex.causes) \
+        + kv.unattributed_bytes

@@ -40,7 +40,13 @@ holds exactly. Causes (``CAUSE_KINDS``; the first that applies):
    compiled as a multiply kernel whose product a reduce kernel reads back), and the copy kernels -- ``copy`` / ``transpose``
    / ``convert`` / ``reshape``, or a fusion whose root is a chain of them from one parameter:
    ``not_donated`` when the copy is of a parameter whose update the program returns (XLA
-   copies an argument it may not overwrite), else ``layout_change`` or ``dtype_conversion``.
+   copies an argument it may not overwrite), else ``layout_change`` or ``dtype_conversion``;
+   a (dynamic-)slice kernel of a parameter or of a copy of one (XLA:TPU copies a scanned
+   layer's window of a stacked KV cache out before attention) is ``slice_copy``: its reader's
+   read is the parameter's compulsory read, the window's write and read-back are no spill.
+   An in-place update of a copy of an updated parameter (copied into another layout or into
+   VMEM, updated, copied back) is the compulsory update write; an update made on chip is
+   credited to the kernel that writes the result back to HBM.
 3. A read of a copy of a buffer beyond that buffer's footprint: the copy's cause.
 4. The buffer: a parameter read again beyond its footprint, or a spilled intermediate read
    more often than written, is ``re_read`` (the same buffer read by several kernels, or in
@@ -74,7 +80,7 @@ from .traffic import ON_CHIP_MEMORY_SPACES
 CAUSE_KINDS = ("not_donated", "donated_but_copied", "materialized_intermediate", "layout_change", "dtype_conversion",
                "re_read", "tiling_re_read", "whole_rewrite", "tile_padding", "split_k_partials",
                "rematerialization", "all_gather_partly_used", "collective_wider_than_data",
-               "host_round_trip", "dot_as_multiply_reduce")
+               "host_round_trip", "dot_as_multiply_reduce", "slice_copy")
 UNATTRIBUTED = "unattributed"
 #: Instructions listed per cause (the costliest); ``num_instructions`` counts them all.
 MAX_LISTED = 10
@@ -82,6 +88,8 @@ MAX_LISTED = 10
 _HBM_READ, _HBM_WRITE = "hbm_to_onchip", "onchip_to_hbm"
 _COPY_OPS = frozenset({"copy", "transpose", "convert", "reshape", "bitcast-convert"})
 _FUSED_COPY_OPS = _COPY_OPS | {"bitcast"}
+# a window of a buffer copied out (a copy kernel only when the buffer is a parameter or a copy of one)
+_SLICE_OPS = frozenset({"slice", "dynamic-slice"})
 _ALIAS_LEAFWISE = frozenset({"bitcast", "add-dependency", "domain", "opt-barrier",
                              "optimization-barrier"})
 _NATIVE_STARTS = frozenset({"all-reduce-start", "all-gather-start", "collective-permute-start"})
@@ -298,24 +306,27 @@ class _Buffers:
             self.union((ca, a, oa + j), (cb, b, ob + j))
 
 
-def _fused_chain(module: Module, fused: Computation, instr: Instruction, ops) -> tuple[int | None, bool]:
-    """(parameter number, changes the element type) when ``instr`` of ``fused`` is a chain of
-    ``ops`` from one parameter; (None, False) otherwise."""
-    dtype_change = False
+def _fused_chain(module: Module, fused: Computation, instr: Instruction, ops) -> tuple[int | None, bool, bool]:
+    """(parameter number, changes the element type, takes a window) when ``instr`` of
+    ``fused`` is a chain of ``ops`` from one parameter (through operand 0: a slice's or
+    dynamic-slice's data operand); (None, False, False) otherwise."""
+    dtype_change = sliced = False
     seen = 0
     while seen < 10_000:
         seen += 1
         if instr.opcode == "parameter":
-            return instr.parameter_number, dtype_change
+            return instr.parameter_number, dtype_change, sliced
         if instr.opcode not in ops or not instr.operands:
-            return None, False
+            return None, False, False
         src = fused.by_name.get(instr.operands[0])
         if src is None:
-            return None, False
+            return None, False, False
         if instr.opcode in ("convert", "bitcast-convert") and src.shape.element_type != instr.shape.element_type:
             dtype_change = True
+        if instr.opcode in _SLICE_OPS:
+            sliced = True
         instr = src
-    return None, False
+    return None, False, False
 
 
 def _through_bitcast(comp: Computation, instr: Instruction) -> Instruction:
@@ -324,42 +335,80 @@ def _through_bitcast(comp: Computation, instr: Instruction) -> Instruction:
     return instr
 
 
-def _copy_kind(instr: Instruction, comp: Computation, module: Module) -> tuple[str, int] | None:
-    """("layout_change" | "dtype_conversion", source operand) of a copy kernel, else None."""
+def _copy_kind(instr: Instruction, comp: Computation, module: Module) -> tuple[str, int, bool] | None:
+    """(kind, source operand, takes a window) of a copy kernel, else None: kind
+    ``dtype_conversion`` when the element type changes, else ``slice_copy`` for a window
+    (slice / dynamic-slice) of its source, else ``layout_change``."""
     op = instr.opcode
     if not instr.shape.is_array:
         return None
-    if op in _COPY_OPS and instr.operands:
+    if op in _COPY_OPS | _SLICE_OPS and instr.operands:
         src = comp.by_name.get(instr.operands[0])
         if src is None or not src.shape.is_array:
             return None
         dtype = src.shape.element_type != instr.shape.element_type
-        return ("dtype_conversion" if dtype else "layout_change"), 0
+        sliced = op in _SLICE_OPS
+        return ("dtype_conversion" if dtype else "slice_copy" if sliced else "layout_change"), 0, sliced
     if op == "fusion" and instr.called_computations:
         fused = module.computations.get(instr.called_computations[0])
         if fused is None or fused.root.opcode == "tuple":
             return None
-        k, dtype = _fused_chain(module, fused, fused.root, _FUSED_COPY_OPS)
+        k, dtype, sliced = _fused_chain(module, fused, fused.root, _FUSED_COPY_OPS | _SLICE_OPS)
         if k is None or k >= len(instr.operands) or fused.root.opcode == "parameter":
             return None
         if fused.root.opcode == "bitcast" and _through_bitcast(fused, fused.root).opcode == "parameter":
             return None
-        return ("dtype_conversion" if dtype else "layout_change"), k
+        return ("dtype_conversion" if dtype else "slice_copy" if sliced else "layout_change"), k, sliced
     return None
+
+
+def _resolve_copy(droot: tuple, copies: dict, param_root: dict) -> tuple | None:
+    """(origin root, width num, den, kind, row) of the copy kernel writing ``droot``: its
+    source followed through the copies it is one of (``copies``: droot -> (source root,
+    result bits, source bits, kind, row, takes a window)); None for a window copied out of a
+    buffer that is no parameter and no copy of one."""
+    chain = []
+    d = droot
+    seen = set()
+    while d in copies and d not in seen and len(chain) < 10_000:
+        seen.add(d)
+        chain.append((d, *copies[d]))
+        d = copies[d][0]
+    # from the far end: a copy that is dropped (a window of no parameter) is the origin of
+    # the copies made of it
+    origin, num, den, kept = d, 1, 1, True
+    for d, _sroot, n, dd, _kind, _row, sliced in reversed(chain):
+        num, den = num * n, den * dd
+        kept = not sliced or origin in param_root
+        if not kept:
+            origin, num, den = d, 1, 1
+    if not kept:
+        return None
+    _d, _s, _n, _dd, kind, row, _sl = chain[0]
+    return origin, num, den, kind, row
 
 
 def _inner_update_bytes(instr: Instruction, module: Module) -> int:
     """Update bytes of a fusion that rebuilds a buffer around a dynamic-update-slice (root,
-    through bitcasts) instead of updating it in place; 0 for anything else."""
+    through bitcasts and converts: XLA:CPU updates a bf16 cache as convert(dynamic-update-slice
+    (convert(cache) to f32, ...)) to bf16) instead of updating it in place, in the root's
+    element width; 0 for anything else."""
     if instr.opcode != "fusion" or not instr.called_computations:
         return 0
     fused = module.computations.get(instr.called_computations[0])
     if fused is None:
         return 0
-    root = _through_bitcast(fused, fused.root)
+    root = fused.root
+    while root.opcode in ("bitcast", "convert") and root.operands and root.operands[0] in fused.by_name:
+        root = fused.by_name[root.operands[0]]
     if root.opcode == "dynamic-update-slice" and len(root.operands) > 1:
         upd = fused.by_name.get(root.operands[1])
-        return upd.shape.logical_byte_size if upd is not None else 0
+        if upd is None or not upd.shape.is_array:
+            return 0
+        out_bits, upd_bits = fused.root.shape.element_bits, upd.shape.element_bits
+        if not out_bits or not upd_bits or not fused.root.shape.is_array:
+            return upd.shape.logical_byte_size
+        return upd.shape.logical_byte_size * out_bits // upd_bits
     return 0
 
 
@@ -801,6 +850,7 @@ class _Excess:
         self.rows = rows
         # cause kernels, and copy kernels: derived buffers (origin root, width num, den, kind, row)
         derived: dict[tuple, tuple] = {}
+        copies: dict[tuple, tuple] = {}   # copy kernels' buffers: (source root, num, den, kind, row, sliced)
         kcause: dict[int, str] = {}
         for k, r in enumerate(rows):
             instr = r.instr
@@ -817,18 +867,21 @@ class _Excess:
             ck = _copy_kind(instr, comp, module)
             if ck is None:
                 continue
-            kind, src_k = ck
+            kind, src_k, sliced = ck
             src = comp.by_name[instr.operands[src_k]]
             sroot = B.find((r.computation, src.name, 0))
-            origin, num, den = sroot, instr.shape.element_bits, src.shape.element_bits
-            if sroot in derived:
-                o2, n2, d2, _c, _k = derived[sroot]
-                origin, num, den = o2, num * n2, den * d2
             droot = B.find((r.computation, instr.name, 0))
             if droot in param_root:
                 continue  # writes into a parameter's own buffer: not a copy of it
-            derived[droot] = (origin, num, den, kind, k)
-            kcause[k] = kind
+            copies[droot] = (sroot, instr.shape.element_bits, src.shape.element_bits, kind, k, sliced)
+        # chains of copies lead to their origin (in any row order: a layout copy before a loop,
+        # a slice of it inside); a window copied out of an intermediate is no copy kernel (the
+        # intermediate's own rules decide), one of a parameter or of a copy of one is
+        for droot in copies:
+            got = _resolve_copy(droot, copies, param_root)
+            if got is not None:
+                derived[droot] = got
+                kcause[got[4]] = got[3]
         # a copy of a parameter that becomes (the buffer of) an update result: not donated
         update_of: dict[tuple, int] = {}
         for oroot, (j, _leaf) in out_root.items():
@@ -844,6 +897,8 @@ class _Excess:
             if oroot in derived and oroot not in update_of:
                 del derived[oroot]  # a result written by a copy kernel: the result itself
         self.derived, self.kcause, self.update_of = derived, kcause, update_of
+        self.update_root = {pnum: oroot for oroot, pnum in update_of.items()}
+        self.onchip_update = self._onchip_updates(rows)
         self.copy_origin = {v[4]: v[0] for v in derived.values()}
         # split-K partial sums exist only to be reduced: reading them back is split-K's too
         produced_cause: dict[tuple, str] = {}
@@ -883,7 +938,7 @@ class _Excess:
         no_cause = "materialized_intermediate"
         kernel_write_causes = ("rematerialization", "split_k_partials", "dot_as_multiply_reduce",
                                "host_round_trip",
-                               "dtype_conversion", "layout_change")
+                               "dtype_conversion", "layout_change", "slice_copy")
         for k, r in enumerate(rows):
             t = r.traffic
             t_reads, t_writes = t.reads, t.writes
@@ -1039,6 +1094,9 @@ class _Excess:
             left = update_left.get(root)
             if left is None:
                 left = self._out_size(root)
+            if not update and root in self.onchip_update:
+                # a whole write of the result after its updates ran on chip: it carries them
+                update = min(logical, self.onchip_update.pop(root))
             comp_b = min(update, left)
             update_left[root] = left - comp_b
             own, subject = "whole_rewrite", self._param_subject(pnum)
@@ -1051,12 +1109,57 @@ class _Excess:
             comp_b, own = 0, self.derived[root][3]
             o = self.derived[root][0]
             subject = self._param_subject(self.param_root[o][0]) if o in self.param_root else ""
+            uroot = self.update_root.get(self.param_root[o][0]) if o in self.param_root else None
+            if uroot is not None and update:
+                # an in-place update of a copy of a parameter whose update the program returns
+                # (copied into another layout, updated, copied back): the update is compulsory
+                left = update_left.get(uroot)
+                if left is None:
+                    left = self._out_size(uroot)
+                comp_b = min(update, left)
+                update_left[uroot] = left - comp_b
         kind = kc if kc is not None else own
         if kind in ("not_donated", "donated_but_copied"):
             subject = self._not_donated_subject(k)
         elif kind in ("rematerialization", "split_k_partials", "dot_as_multiply_reduce", "host_round_trip"):
             subject = ""
         self.ledger.add(role, _HBM_WRITE, phys, comp_b, logical, kind, subject, key)
+
+    def _onchip_updates(self, rows) -> dict[tuple, int]:
+        """Update result root -> bytes of in-place updates made to it (or to a copy of its
+        parameter) in on-chip memory (XLA:TPU: a cache copied into VMEM, updated there, and
+        copied back whole): the kernel that writes the result to HBM carries them, and they
+        are its compulsory part."""
+        out: dict[tuple, int] = {}
+        if not self.update_of:
+            return out
+        B, module = self.buffers, self.module
+        for r in rows:
+            t = r.traffic
+            if not t.writes:
+                continue
+            instr = r.instr
+            if not t.inplace_buffer_bytes:
+                inner = _inner_update_bytes(instr, module)
+                if not inner:
+                    continue
+            else:
+                inner = 0
+            comp = module.computations[r.computation]
+            for a in t.writes:
+                if a.memory_space not in ON_CHIP_MEMORY_SPACES:
+                    continue
+                wkey = self._write_key(instr, comp, a.index)[0] if a.index else (r.computation, instr.name, 0)
+                root = B.find(wkey)
+                uroot = root if root in self.update_of else None
+                if uroot is None and root in self.derived and self.derived[root][0] in self.param_root:
+                    uroot = self.update_root.get(self.param_root[self.derived[root][0]][0])
+                if uroot is None:
+                    continue
+                lg = a.logical_nbytes if a.logical_nbytes is not None else a.nbytes
+                nbytes = (min(lg, inner) if inner else lg) * r.multiplicity.count
+                out[uroot] = out.get(uroot, 0) + nbytes
+        return out
 
     def _key(self, k: int) -> tuple[str, str]:
         r = self.rows[k]
@@ -1351,6 +1454,13 @@ class _Excess:
             return (f"`{first}` copies {('`' + subject + '`') if subject else 'a buffer'} into another layout: "
                     "store it in the layout its consumer reads (e.g. a KV cache as [B, H, S, D] for attention "
                     f"over S) or drop the transpose/swapaxes -- {saves}")
+        if kind == "slice_copy":
+            return (f"`{first}` copies a window of {('`' + subject + '`') if subject else 'a buffer'} "
+                    "(a slice / dynamic_slice, e.g. a scanned layer's slice of a stacked KV cache or "
+                    "weight) into a buffer of its own that the next kernel reads back: XLA did not fuse "
+                    "the slice into its consumer; index the stacked array inside the consuming op, keep "
+                    "one array per layer (scan_layers=false), or read the window in a Pallas kernel -- "
+                    f"{saves}")
         if kind == "dtype_conversion":
             return (f"`{first}` converts {('`' + subject + '`') if subject else 'a value'} to another dtype and "
                     "back or before use: keep it in the dtype it is used in (store it so, or compute in it with "
