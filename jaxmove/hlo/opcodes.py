@@ -153,6 +153,7 @@ for _n, _a in (("broadcast", 1), ("reverse", 1), ("concatenate", ">=1"), ("pad",
                ("shuffle", 1)):
     _add(_n, arity=_a, category="data-movement", computes=False)
 _add("copy-start", arity=1, category="async", computes=False, roles_pass=True,
+     roles_back=True,  # an aliased output's role reaches the buffer it evicts / prefetches
      async_part="start", async_of="copy", async_queue="copy")
 _add("copy-done", arity=1, category="async", moves_data=False, computes=False, roles_pass=True,
      roles_back=True, async_part="done", async_of="copy")

@@ -56,8 +56,8 @@ class Layout:
       minor_to_major: dimension numbers, most minor first.
       tiles: each tile is a tuple of tile dimension sizes (``-1`` for ``*``).
       element_size_bits: ``E(n)``, the packed element size, or None.
-      memory_space: ``S(n)``; 0 is device HBM, 1 is on-chip (VMEM on TPU),
-        5 is host memory (xla/layout.h ``kHostMemorySpace``).
+      memory_space: ``S(n)``; 0 is device HBM, 5 is host memory (xla/layout.h
+        ``kHostMemorySpace``), ``ON_CHIP_MEMORY_SPACES`` are on chip (TPU VMEM, sync flags, SMEM).
       text: the layout exactly as printed, without braces.
       tail_padding_alignment_elements: ``L(n)``, the padded element count is rounded up to
         a multiple of n (``Layout::tail_padding_alignment_in_elements``); 1 when not printed.
@@ -72,9 +72,23 @@ class Layout:
 
 
 HOST_MEMORY_SPACE = 5  # xla/layout.h: Layout::kHostMemorySpace
-# On-chip memory spaces, never HBM traffic: TPU VMEM (S(1)) and SMEM (S(6)), as XLA:TPU
-# prints them in compiled programs (benchmarks/device_corpus.md)
-ON_CHIP_MEMORY_SPACES = frozenset({1, 6})
+# XLA:TPU's memory-space colours (jax/_src/tpu_custom_call.py, MemorySpace.color: the
+# colours JAX passes to XLA:TPU for a Mosaic kernel's operands): 0 HBM, 1 VMEM, 2 semaphore
+# memory (the sync flags of DMAs and async collectives: u32[]{:S(2)}), 4 SMEM (scalar
+# memory: s32[2]{0:S(4)} beside a collective's flags), 5 host, 8 the SparseCore's scalar
+# semaphore memory.
+TPU_VMEM_MEMORY_SPACE = 1
+TPU_SEMAPHORE_MEMORY_SPACE = 2
+TPU_SMEM_MEMORY_SPACE = 4
+TPU_SPARSECORE_SEMAPHORE_MEMORY_SPACE = 8
+# On-chip memory spaces, never HBM traffic: the TPU colours above, and S(6), which XLA:TPU
+# gives scalars (loop indices, s32[]{:S(6)}) in compiled programs (benchmarks/device_corpus.md;
+# not in JAX's table). Caveat: XLA:GPU numbers its colours differently
+# (xla/service/gpu/gpu_memory_space_assignment.h: 1 collective memory, 2 temp buffers, both
+# in HBM); XLA:GPU's compiled programs here print neither.
+ON_CHIP_MEMORY_SPACES = frozenset({TPU_VMEM_MEMORY_SPACE, TPU_SEMAPHORE_MEMORY_SPACE,
+                                   TPU_SMEM_MEMORY_SPACE, 6,
+                                   TPU_SPARSECORE_SEMAPHORE_MEMORY_SPACE})
 
 
 def _padded_elements(dims: tuple[int, ...], layout: Layout) -> int:

@@ -36,7 +36,12 @@ recv                       result bytes          0              (counted on the 
 =========================  ====================  ==========================================
 
 A ``*-done`` carries nothing (its ``*-start`` carries the transfer), so a pair is counted
-once. Passes never print.
+once. XLA:TPU's decomposed async collectives are one collective (one ``channel_id``) cloned
+into a start fusion (root: the ``AsyncCollectiveStart`` custom call), continuation fusions
+(the collective carried on beside other work) and a done fusion (root:
+``AsyncCollectiveDone``): the chain is counted once, on its start (``_chain_owners``); the
+other fusions' records have ``wire_bytes`` 0 and ``counted_on`` naming the start. Passes
+never print.
 """
 
 from __future__ import annotations
@@ -78,6 +83,9 @@ class CollectiveInfo:
       is_async: a ``*-start`` or a collective wrapped by ``async-start``.
       instruction: the collective's own name (differs from the row for fused collectives).
       notes: how the figures were derived where it is not obvious.
+      counted_on: for a continuation or done fusion of a decomposed collective (module
+        docstring), the fusion whose record carries the transfer; its own ``wire_bytes`` are
+        0 and it takes no time. None otherwise.
     """
 
     kind: str
@@ -91,12 +99,13 @@ class CollectiveInfo:
     is_async: bool
     instruction: str
     notes: tuple[str, ...] = ()
+    counted_on: str | None = None
 
     def to_json(self) -> dict:
         """The per-instruction ``collective`` object of the JSON report."""
         return {"kind": self.kind, "group_size": self.group_size, "num_groups": self.num_groups,
                 "wire_bytes": self.wire_bytes, "buffer_bytes": self.buffer_bytes,
-                "mode": self.mode, "is_async": self.is_async}
+                "mode": self.mode, "is_async": self.is_async, "counted_on": self.counted_on}
 
 
 class CollectiveError(ValueError):
@@ -147,6 +156,60 @@ def _fused_collectives(module: Module, cname: str) -> tuple[tuple[Instruction, C
                     out.extend(cache.get(c, ()))
         cache[name] = tuple(out)
     return cache[cname]
+
+
+_ASYNC_START_TARGET = "AsyncCollectiveStart"  # XLA:TPU's start of a decomposed collective
+
+
+def _starts_a_chain(module: Module, fusion: Instruction) -> bool:
+    """The fused root is (a tuple holding) an ``AsyncCollectiveStart`` custom call."""
+    for cname in fusion.called_computations:
+        fused = module.computations.get(cname)
+        if fused is None:
+            continue
+        root = fused.root
+        leaves = [fused.by_name[o] for o in root.operands] if root.opcode == "tuple" else [root]
+        if any(v.opcode == "custom-call" and v.custom_call_target == _ASYNC_START_TARGET
+               for v in leaves):
+            return True
+    return False
+
+
+def _chain_owners(module: Module, comp: Computation) -> dict[str, str]:
+    """``channel_id`` -> the fusion of ``comp`` that carries the transfer, for every channel
+    id that several fusions of ``comp`` carry: XLA:TPU's decomposed async collective clones
+    one collective (one channel id; XLA gives each collective of a module its own) into its
+    start, continuation and done fusions. The owner is the fusion whose root is the
+    ``AsyncCollectiveStart`` custom call, else the first in program order."""
+    cache = memo_of(module).collective_chains
+    hit = cache.get(comp.name)
+    if hit is not None:
+        return hit
+    by_channel: dict[str, list[Instruction]] = {}
+    for i in comp.instructions:
+        if i.opcode != "fusion":
+            continue
+        chans = {c.attrs["channel_id"].strip() for cname in i.called_computations
+                 for c, _ in _fused_collectives(module, cname) if "channel_id" in c.attrs}
+        for ch in sorted(chans):
+            by_channel.setdefault(ch, []).append(i)
+    owners: dict[str, str] = {}
+    for ch, fusions in by_channel.items():
+        if len(fusions) > 1:
+            starts = [f for f in fusions if _starts_a_chain(module, f)]
+            owners[ch] = (starts or fusions)[0].name
+    cache[comp.name] = owners
+    return owners
+
+
+def _continuation(info: CollectiveInfo, owner: str) -> CollectiveInfo:
+    """The record of a continuation / done part of a decomposed collective: no wire bytes."""
+    return CollectiveInfo(info.kind, info.group_size, info.num_groups, info.groups,
+                          info.device_groups, info.mode, info.buffer_bytes, 0, info.is_async,
+                          info.instruction,
+                          info.notes + (f"part of the decomposed async collective started by "
+                                        f"'{owner}' (same channel_id): its transfer is counted "
+                                        "there",), owner)
 
 
 # ---- groups -------------------------------------------------------------------------
@@ -338,8 +401,15 @@ def collective_info(instr: Instruction, comp: Computation, module: Module) -> Co
         return _info(instr, comp, module, kind)
     if instr.opcode != "fusion" or not instr.called_computations:
         return None
-    found = [_info(i, c, module, collective_kind(i.opcode)) for cname in instr.called_computations
-             for i, c in _fused_collectives(module, cname)]
+    owners = _chain_owners(module, comp)
+    found = []
+    for cname in instr.called_computations:
+        for i, c in _fused_collectives(module, cname):
+            info = _info(i, c, module, collective_kind(i.opcode))
+            owner = owners.get(i.attrs.get("channel_id", "").strip())
+            if owner is not None and owner != instr.name:
+                info = _continuation(info, owner)
+            found.append(info)
     if not found:
         return None
     if len(found) == 1:
@@ -347,13 +417,15 @@ def collective_info(instr: Instruction, comp: Computation, module: Module) -> Co
         return CollectiveInfo(info.kind, info.group_size, info.num_groups, info.groups,
                               info.device_groups, info.mode, info.buffer_bytes, info.wire_bytes,
                               info.is_async, info.instruction,
-                              info.notes + (f"fused: '{info.instruction}' inside this fusion",))
+                              info.notes + (f"fused: '{info.instruction}' inside this fusion",),
+                              info.counted_on)
     big = max(found, key=lambda i: i.wire_bytes)
     return CollectiveInfo(big.kind, big.group_size, big.num_groups, big.groups, big.device_groups,
                           big.mode, sum(i.buffer_bytes for i in found),
                           sum(i.wire_bytes for i in found), big.is_async, big.instruction,
                           big.notes + (f"{len(found)} fused collectives summed: "
-                                       + ", ".join(f"{i.instruction} ({i.kind})" for i in found),))
+                                       + ", ".join(f"{i.instruction} ({i.kind})" for i in found),),
+                          big.counted_on if all(i.counted_on for i in found) else None)
 
 
 # ---- time on a topology ---------------------------------------------------------------
@@ -362,9 +434,10 @@ def ring_steps(info: CollectiveInfo) -> int:
     """Latency steps of the ring algorithm: all-reduce 2(n-1) (reduce-scatter then
     all-gather), all-gather / reduce-scatter / all-to-all / broadcast (n-1), point-to-point 1,
     recv 0 (NCCL's ring; Thakur et al., "Optimization of Collective Communication Operations
-    in MPICH", IJHPCA 2005)."""
+    in MPICH", IJHPCA 2005); 0 for a continuation / done part of a decomposed collective
+    (``counted_on``: its start takes the steps)."""
     n = info.group_size
-    if info.kind == "recv" or n <= 1:
+    if info.kind == "recv" or n <= 1 or info.counted_on is not None:
         return 0
     if info.kind in ("collective-permute", "send"):
         return 1 if info.wire_bytes else 0

@@ -108,7 +108,7 @@ NOT_HBM_MEMORY_SPACES = ON_CHIP_MEMORY_SPACES | {HOST_MEMORY_SPACE}
 
 def hbm_access_bytes(accesses: Iterable) -> int:
     """Bytes of the accesses (``passes/traffic.Access``) whose memory space is HBM (not
-    on-chip S(1)/S(6), not host S(5))."""
+    on-chip ``ON_CHIP_MEMORY_SPACES``: TPU VMEM, sync flags, SMEM; not host S(5))."""
     return sum(a.nbytes for a in accesses if a.memory_space not in NOT_HBM_MEMORY_SPACES)
 
 

@@ -16,12 +16,15 @@ class ModuleMemo:
       fused_flops: flops: fused computation name -> FlopCount.
       async_wrapped: collectives: computations run by a generic ``async-start``, or None.
       fused_collectives: collectives: fused computation name -> its (instruction, computation)s.
+      collective_chains: collectives: computation name -> {channel_id: the fusion that carries
+        a decomposed collective's transfer} (XLA:TPU's start/continuation/done fusions).
       while_bodies: traffic: names of the computations that are a ``while`` body, or None.
       trip_counts: trip_count: (computation, while name) -> TripCount.
       attribution: report/attribution.py's index of the module (owners, inferred sources), or None.
     """
 
     __slots__ = ("per_call_flops", "fused_flops", "async_wrapped", "fused_collectives",
+                 "collective_chains",
                  "while_bodies", "trip_counts", "attribution")
 
     def __init__(self) -> None:
@@ -29,6 +32,7 @@ class ModuleMemo:
         self.fused_flops: dict = {}
         self.async_wrapped: frozenset[str] | None = None
         self.fused_collectives: dict = {}
+        self.collective_chains: dict = {}
         self.while_bodies: frozenset[str] | None = None
         self.trip_counts: dict = {}
         self.attribution: object | None = None

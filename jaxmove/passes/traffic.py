@@ -67,7 +67,7 @@ class Access:
       nbytes: bytes moved.
       operand: operand number for a read, None for a write of the result.
       index: ShapeIndex of the leaf within the operand (read) or result (write).
-      memory_space: memory space of the leaf (0 HBM, 5 host, 1/6 on-chip).
+      memory_space: memory space of the leaf (0 HBM, 5 host, ON_CHIP_MEMORY_SPACES on-chip).
       logical_nbytes: the data bytes among ``nbytes`` (``nbytes`` less tile padding), or
         None: the same share of the leaf's data as ``nbytes`` is of its physical size.
     """
