@@ -175,7 +175,11 @@ def test_tpu_fsdp_wire_bytes_are_three_gathers(tpu_fsdp):
     chained = [r for r in rep.rows if r.collective is not None and r.collective.counted_on]
     assert chained, "expected XLA:TPU's decomposed all-gather (start/continuation/done)"
     assert rep.totals.device_to_device_bytes == FSDP_WIRE
-    assert rep.to_json()["totals"]["collective_wire_bytes"] == FSDP_WIRE
+    js = rep.to_json()
+    assert js["totals"]["collective_wire_bytes"] == FSDP_WIRE
+    parts = [i["collective"] for i in js["instructions"]
+             if i.get("collective") and i["collective"]["counted_on"]]
+    assert parts and all(p["wire_bytes"] == 0 for p in parts)
     assert sum(r.collective.wire_bytes * r.multiplicity.count for r in rep.rows
                if r.collective is not None) == FSDP_WIRE
 

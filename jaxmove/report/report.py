@@ -244,7 +244,8 @@ def _collective_json(r: InstructionCost) -> dict | None:
     return {"kind": c.kind, "group_size": c.group_size, "num_groups": c.num_groups,
             "wire_bytes": c.wire_bytes * r.multiplicity.count,
             "wire_bytes_per_execution": c.wire_bytes, "buffer_bytes": c.buffer_bytes,
-            "mode": c.mode, "is_async": c.is_async, "instruction": c.instruction}
+            "mode": c.mode, "is_async": c.is_async, "instruction": c.instruction,
+            "counted_on": c.counted_on}
 
 
 def _totals_timing(report: Report) -> dict:
