@@ -25,7 +25,7 @@ from jaxmove.capture.workload import Workload
 from jaxmove.errors import JaxmoveInputError
 from . import gpt, mlp, moe
 
-__all__ = ["PRESETS", "OVERRIDE_KEYS", "Preset", "build", "list_presets", "materialize"]
+__all__ = ["PRESETS", "OVERRIDE_KEYS", "Preset", "build", "check_overrides", "list_presets", "materialize"]
 
 
 @dataclass(frozen=True)
@@ -171,6 +171,46 @@ def build(name: str, overrides: dict[str, str] | None = None) -> Workload:
         raise PresetError(msg) from None
 
 
+def check_overrides(name: str, overrides: dict[str, str] | None = None) -> None:
+    """Check ``overrides`` of preset ``name`` as ``build`` would, without building the
+    workload (no tracing: the values are parsed and the config constructed, so its own
+    checks run; a sweep checks every point this way when its file is read).
+
+    Raises:
+      PresetError: as ``build`` (except the array-size bound, which needs the workload).
+    """
+    try:
+        _config(name, overrides)
+    except PresetError:
+        raise
+    except (KeyError, ValueError) as e:
+        msg = e.args[0] if isinstance(e, KeyError) and e.args else str(e)
+        raise PresetError(msg) from None
+
+
+def _config(name: str, overrides: dict[str, str] | None = None):
+    """(preset, its config object, the config dict) of preset ``name`` with ``overrides``
+    applied (``_build``'s checks before the workload is made; raises as ``_build``)."""
+    if name not in PRESETS:
+        raise KeyError(f"unknown preset {name!r}; available presets: {', '.join(PRESETS)}")
+    preset = PRESETS[name]
+    fields = {f.name for f in dataclasses.fields(preset.config_cls)}
+    valid = [k for k in OVERRIDE_KEYS if k in fields]
+    config = dict(preset.config)
+    for key, value in (overrides or {}).items():
+        if key not in valid:
+            raise ValueError(
+                f"unknown override key {key!r} for preset {name!r}; valid keys: {', '.join(valid)}")
+        if isinstance(value, str) or (isinstance(value, int) and _PARSERS[key] is _parse_int):
+            value = _PARSERS[key](key, str(value))  # Python ints get the same bounds
+        config[key] = value
+    if not config.get("scan_layers", False) and config.get("layers", 1) > MAX_UNROLLED_LAYERS:
+        hint = "; use --set scan_layers=true" if "scan_layers" in fields else ""
+        raise ValueError(f"--set layers={config['layers']}: at most {MAX_UNROLLED_LAYERS} unrolled "
+                         f"layers (each is traced separately){hint}")
+    return preset, preset.config_cls(**config), config
+
+
 def _build(name: str, overrides: dict[str, str] | None = None) -> Workload:
     """Build the abstract workload of preset ``name``.
 
@@ -190,24 +230,7 @@ def _build(name: str, overrides: dict[str, str] | None = None) -> Workload:
         message lists the valid keys), or an inconsistent config (e.g. kv_heads
         not dividing heads).
     """
-    if name not in PRESETS:
-        raise KeyError(f"unknown preset {name!r}; available presets: {', '.join(PRESETS)}")
-    preset = PRESETS[name]
-    fields = {f.name for f in dataclasses.fields(preset.config_cls)}
-    valid = [k for k in OVERRIDE_KEYS if k in fields]
-    config = dict(preset.config)
-    for key, value in (overrides or {}).items():
-        if key not in valid:
-            raise ValueError(
-                f"unknown override key {key!r} for preset {name!r}; valid keys: {', '.join(valid)}")
-        if isinstance(value, str) or (isinstance(value, int) and _PARSERS[key] is _parse_int):
-            value = _PARSERS[key](key, str(value))  # Python ints get the same bounds
-        config[key] = value
-    if not config.get("scan_layers", False) and config.get("layers", 1) > MAX_UNROLLED_LAYERS:
-        hint = "; use --set scan_layers=true" if "scan_layers" in fields else ""
-        raise ValueError(f"--set layers={config['layers']}: at most {MAX_UNROLLED_LAYERS} unrolled "
-                         f"layers (each is traced separately){hint}")
-    cfg = preset.config_cls(**config)
+    preset, cfg, config = _config(name, overrides)
     wl = preset.builder(cfg, name)
     _check_array_sizes(wl, config)
     return dataclasses.replace(wl, config={**wl.config, "preset": name})

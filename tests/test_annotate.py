@@ -18,7 +18,7 @@ import jaxmove
 from jaxmove.cli import main
 from jaxmove.hlo import parse_module
 from jaxmove.report.annotate import annotate
-from jaxmove.report.attribution import aggregate, attribute, split_name_stack
+from jaxmove.report.attribution import aggregate, attribute, display_path, split_name_stack
 
 from .conftest import corpus_file
 
@@ -185,8 +185,9 @@ def test_gpt2_decode_annotation_parses_and_equals_json(gpt2_decode):
         assert c["role"] == row["role"], row["name"]
         paths = dict(p.split(":") for p in c["paths"].split(",")) if "paths" in c else {}
         assert {k: int(v) for k, v in paths.items()} == row["by_path"], row["name"]
-        if row.get("source"):
-            assert c["src"] == row["source"], row["name"]
+        if row.get("source"):  # annotate shows the path as the tables do (display_path)
+            file, _, line = row["source"].rpartition(":")
+            assert c["src"] == f"{display_path(file)}:{line}", row["name"]
 
 
 def test_cli_annotate_and_by(tmp_path, hand_report):

@@ -142,8 +142,9 @@ def test_user_exception_has_no_traceback_in_a_real_process(tmp_path):
     (tmp_path / f"{name}.py").write_text(USER_CODE)
     proc = run_cli(["analyze", f"{name}:raises"], cwd=tmp_path)
     assert proc.returncode == 2
+    line = next(i for i, t in enumerate(USER_CODE.splitlines(), 1) if "raise RuntimeError" in t)
     assert one_error_line(proc.stderr) == (
-        f"jaxmove: error: {name}:raises raised RuntimeError: boom inside user code")
+        f"jaxmove: error: {name}:raises raised RuntimeError: boom inside user code (at {name}.py:{line})")
 
 
 # ---- 2. --set ranges -----------------------------------------------------------------------

@@ -30,6 +30,39 @@ NestingTooDeepError = JaxmoveInputError
 
 _DOTTED = re.compile(r"[A-Za-z_]\w*(\.[A-Za-z_]\w*)*")
 
+#: Preset names an error message lists before "... and N more; see `jaxmove models`".
+SHOWN_PRESETS = 8
+
+
+def preset_choices(limit: int = SHOWN_PRESETS) -> str:
+    """The zoo's preset names for an error message, at most ``limit`` of them:
+    ``mlp, mlp-tiny, ... and 18 more; see `jaxmove models```."""
+    from jaxmove import zoo
+
+    names = list(zoo.PRESETS)
+    shown = ", ".join(names[:limit])
+    return shown if len(names) <= limit else f"{shown} ... and {len(names) - limit} more; see `jaxmove models`"
+
+
+def check_plan_target(spec: str) -> None:
+    """``--mesh``/``--plan`` (and ``jaxmove plans``) partition a Workload: ``spec`` must be a
+    zoo preset or ``module:function``, not an HLO file (already compiled) nor an unknown name.
+
+    Raises:
+      TargetError: one line naming ``spec`` and what is expected.
+    """
+    from jaxmove import zoo
+
+    s = os.fspath(spec)
+    if s in zoo.PRESETS or (":" in s and not Path(s).exists()):
+        return
+    p = Path(s)
+    if p.exists() or s.endswith(HLO_SUFFIXES) or os.sep in s:
+        raise TargetError("--mesh/--plan need a zoo preset or a module:function returning a Workload "
+                          f"with logical axes, not an HLO file ({s})")
+    raise TargetError(f"unknown preset {s!r}; presets: {preset_choices()} (or package.module:function "
+                      "returning a Workload with logical axes)")
+
 
 @contextlib.contextmanager
 def _cwd_on_path():
@@ -61,8 +94,10 @@ def _user_code(spec: str):
             raise UserCodeError(f"{spec} called sys.exit({e.code!r})") from None
 
 
-def _user_code_error(spec: str, e: BaseException) -> UserCodeError:
-    """One line for an exception raised by user code: ``SyntaxError`` as file:line:col."""
+def _user_code_error(spec: str, e: BaseException, user_file: str | None = None) -> UserCodeError:
+    """One line for an exception raised by user code: ``SyntaxError`` as file:line:col, any
+    other exception with the ``file:line`` of the innermost frame of ``user_file`` (the
+    file of the target's function) in its traceback."""
     if isinstance(e, UserCodeError):  # already one line (e.g. ``sys.exit`` in user code)
         return e
     if isinstance(e, SyntaxError) and e.filename:
@@ -75,17 +110,29 @@ def _user_code_error(spec: str, e: BaseException) -> UserCodeError:
             if isinstance(e, ModuleNotFoundError) and e.name else ""
         return UserCodeError(f"{spec}: an import failed{' at ' + where if where else ''}: "
                              f"{type(e).__name__}: {msg}{missing}")
-    return UserCodeError(f"{spec} raised {type(e).__name__}" + (f": {msg}" if msg else ""))
+    where = _raising_line(e, user_file) if user_file else ""
+    return UserCodeError(f"{spec} raised {type(e).__name__}" + (f": {msg}" if msg else "")
+                         + (f" (at {where})" if where else ""))
 
 
-def _raising_line(e: BaseException) -> str:
-    """``file:line`` of the innermost frame of ``e``'s traceback outside Python's import
-    machinery (the user's ``import`` statement), the file relative to the current
-    directory when below it; "" when there is none."""
+def _code_file(obj) -> str | None:
+    """The source file of a function (or of a callable's ``__call__``), None when unknown."""
+    code = getattr(obj, "__code__", None) or getattr(getattr(obj, "__call__", None), "__code__", None)
+    return getattr(code, "co_filename", None)
+
+
+def _raising_line(e: BaseException, user_file: str | None = None) -> str:
+    """``file:line`` of the innermost frame of ``e``'s traceback in ``user_file`` (when
+    given) or else outside Python's import machinery (the user's ``import`` statement), the
+    file relative to the current directory when below it; "" when there is none."""
     tb, last = e.__traceback__, None
+    want = os.path.realpath(user_file) if user_file else None
     while tb is not None:
         name = tb.tb_frame.f_code.co_filename
-        if not name.startswith("<frozen") and "importlib" not in name.replace(os.sep, "/").split("/")[-2:-1]:
+        if want is not None:
+            if os.path.realpath(name) == want:
+                last = (name, tb.tb_lineno)
+        elif not name.startswith("<frozen") and "importlib" not in name.replace(os.sep, "/").split("/")[-2:-1]:
             last = (name, tb.tb_lineno)
         tb = tb.tb_next
     if last is None:
@@ -195,7 +242,7 @@ def load_target(spec: str):
         with _user_code(spec):
             made = obj()
     except Exception as e:
-        raise _user_code_error(spec, e) from e
+        raise _user_code_error(spec, e, _code_file(obj)) from e
     if not isinstance(made, ok):
         raise TargetError(f"target '{spec}' returned {_describe(made)}; expected {_TARGET_TYPES}")
     return made
@@ -248,8 +295,11 @@ def resolve_program(obj, /, *args, overrides: dict[str, str] | None = None, **ca
             except (ValueError, TargetError):
                 raise
             except Exception as e:  # tracing / lowering the user's function failed
+                fn = getattr(made, "fn", made)
+                where = _raising_line(e, _code_file(fn)) if _code_file(fn) else ""
                 raise UserCodeError(f"{s}: compiling what it returned raised {type(e).__name__}: "
-                                    f"{(str(e).strip().splitlines() or [''])[0]}") from e
+                                    f"{(str(e).strip().splitlines() or [''])[0]}"
+                                    f"{' (at ' + where + ')' if where else ''}") from e
         p = Path(s)
         if p.exists() or s.endswith(HLO_SUFFIXES) or os.sep in s:
             from .dumps import program_from_dump, with_name_backend
@@ -262,6 +312,6 @@ def resolve_program(obj, /, *args, overrides: dict[str, str] | None = None, **ca
                                       f"(for {program.backend}); --target applies to zoo presets and "
                                       "module:function targets")
             return with_name_backend(program, p)
-        presets = ", ".join(models.PRESETS)
-        raise TargetError(f"'{s}' is not a zoo preset ({presets}), an HLO file, or module:function")
+        raise TargetError(f"'{s}' is not a zoo preset ({preset_choices()}), an HLO file, or "
+                          "module:function")
     return cap.capture(target, *args, **capture_kwargs)

@@ -54,8 +54,11 @@ def main(argv: list[str] | None = None) -> int:
     except HloParseError as e:
         print(f"jaxmove: error: {e}", file=sys.stderr)
     except FileNotFoundError as e:
-        name = e.filename if e.filename else str(e)
-        print(f"jaxmove: error: {name}: no such file", file=sys.stderr)
+        if e.filename:
+            msg = f"{e.filename}: no such file"
+        else:  # raised with a message of ours, which already says it (capture/resolve.py)
+            msg = str(e) if "no such file" in str(e) else f"{e}: no such file"
+        print(f"jaxmove: error: {msg}", file=sys.stderr)
     except IsADirectoryError as e:
         print(f"jaxmove: error: {e.filename}: is a directory, expected an HLO text file", file=sys.stderr)
     except JaxmoveInputError as e:  # every input error; anything else is a bug (below)

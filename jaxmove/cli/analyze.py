@@ -16,6 +16,10 @@ def _cmd_analyze(args: argparse.Namespace) -> int:
 
     target = args.target
     check_outputs(args)
+    if getattr(args, "rollup", False) and args.by != "module":
+        from ..errors import UsageError
+        raise UsageError("--rollup merges repeated layers of module paths: it needs --by module"
+                         + (f", not --by {args.by}" if args.by else ""))
     if getattr(args, "mesh", None) or getattr(args, "plan", None):
         from .plans import program_for_plan
         target = program_for_plan(args)

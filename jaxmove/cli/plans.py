@@ -5,10 +5,7 @@ from __future__ import annotations
 import argparse
 import json
 import math
-import os
 import sys
-
-_CHILD_ENV = "JAXMOVE_DEVICES_CHILD"
 
 
 def _sets(items: list[str]) -> dict[str, str]:
@@ -17,8 +14,10 @@ def _sets(items: list[str]) -> dict[str, str]:
 
 
 def _cmd_plans(args: argparse.Namespace) -> int:
+    from ..capture.resolve import check_plan_target
     from ..plans import compare_plans, parse_mesh
 
+    check_plan_target(args.model)  # an HLO file or unknown name: one line before anything else
     target = getattr(args, "compile_target", None)
     cmp = compare_plans(args.model, parse_mesh(args.mesh, target) if args.mesh else None,
                         args.plan or None, _sets(args.set), args.hardware,
@@ -79,10 +78,16 @@ def program_for_plan(args: argparse.Namespace):
     """The Program of ``args.target`` under ``--plan`` over ``--mesh`` (on ``--target``
     devices when given), or an exit status when the command re-ran itself in a child process
     with enough simulated devices."""
+    from ..capture.resolve import check_plan_target
     from ..capture.targets import Target
     from ..plans import (PlanError, capture_with_plan, check_plan_mesh, ensure_cpu_devices, load_plan,
                         load_workload, parse_mesh)
+    from ..plans.devices import in_devices_child
 
+    check_plan_target(args.target)
+    from jaxmove import zoo
+    if args.target in zoo.PRESETS:  # a bad --set value: one line before "compiling ..."
+        zoo.check_overrides(args.target, _sets(args.set))
     tgt = Target.parse(getattr(args, "compile_target", None))
     if not args.mesh and tgt.platform == "cpu":
         raise PlanError("--plan needs --mesh (e.g. --mesh data=2,model=4)")
@@ -90,8 +95,10 @@ def program_for_plan(args: argparse.Namespace):
     plan = load_plan(args.plan or "dp")
     check_plan_mesh(plan, mesh)
     n = math.prod(mesh.values())
+    if tgt.platform != "cpu" and n > tgt.num_devices:
+        tgt.mesh(mesh)  # raises TargetNameError naming both, before anything is printed
     where = "simulated CPU devices" if tgt.platform == "cpu" else f"{tgt.name} devices"
-    if not os.environ.get(_CHILD_ENV):  # the child re-run does not say it twice
+    if not in_devices_child():  # the child re-run does not say it twice
         print(f"jaxmove: compiling {args.target} under plan {plan.name} on {n} {where}",
               file=sys.stderr, flush=True)
     if tgt.platform != "cpu":
@@ -99,6 +106,5 @@ def program_for_plan(args: argparse.Namespace):
                                  target=tgt.name)
     if not ensure_cpu_devices(n):
         from ..plans import run_cli_with_devices
-        os.environ[_CHILD_ENV] = "1"  # inherited by the child (plans/devices.subprocess_env)
         return run_cli_with_devices(n, sys.argv[1:]).returncode
     return capture_with_plan(args.target, _sets(args.set), plan, mesh)

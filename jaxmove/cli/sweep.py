@@ -49,6 +49,12 @@ def _cmd_sweep(args: argparse.Namespace) -> int:
     else:
         from ..sweep.render import render_table
         render_table(result, top=args.top)
+    counts = result.counts()
+    failed = counts["error"] + counts["died"] + counts["timeout"]
+    if failed:  # a point that does not fit is a result; one that did not compile is not
+        print(f"jaxmove: {failed} of {counts['points']} points failed (error {counts['error']}, died "
+              f"{counts['died']}, timeout {counts['timeout']}); exit status 1", file=sys.stderr)
+        return 1
     return 0
 
 
@@ -60,7 +66,9 @@ def add_sweep_command(sub) -> None:
                     "model, --set values, target, mesh and plan), each in its own process, and rank "
                     "them: fastest estimated step time that fits the device's memory first. Per point: "
                     "fits, memory per device, HBM bytes by role, wire bytes by collective kind, step "
-                    "time and bound, compile time, or the error.")
+                    "time and bound, compile time, or the error. Exit status 1 when any point failed "
+                    "(error, died, timeout; a point that does not fit is a result), 2 for a bad "
+                    "SWEEP.toml.")
     p.add_argument("sweep", metavar="SWEEP.toml")
     p.add_argument("--executor", choices=("local", "ray"), default="local",
                    help="local: a pool of --jobs worker processes here (default); ray: Ray tasks "

@@ -264,8 +264,11 @@ def load_workload(model, overrides: dict[str, str] | None = None):
     if s in models.PRESETS:
         return models.build(s, overrides or {})
     if ":" not in s:
-        raise PlanError(f"unknown preset {s!r}; available presets: {', '.join(models.PRESETS)} "
-                       "(or package.module:function returning a Workload with logical_axes)")
+        from ..capture.resolve import TargetError, check_plan_target
+        try:
+            check_plan_target(s)  # an HLO file, or an unknown name (the presets listed, capped)
+        except TargetError as e:
+            raise PlanError(str(e)) from None
     if overrides:
         raise PlanError(f"--set applies to zoo presets only, not to '{s}'")
     from ..capture.resolve import load_target
@@ -459,7 +462,7 @@ def compare_plans(model, mesh_shape: dict[str, int] | None, plans: list[str | Pl
     from ..capture.targets import Target, target_notes
     from ..capture.workload import Workload
     from ..hardware import load_spec
-    from .devices import ensure_cpu_devices, run_cli_with_devices
+    from .devices import ensure_cpu_devices, in_devices_child, run_cli_with_devices
 
     tgt = Target.parse(target)
     if mesh_shape is None:
@@ -481,7 +484,7 @@ def compare_plans(model, mesh_shape: dict[str, int] | None, plans: list[str | Pl
     where = "simulated CPU devices" if tgt.platform == "cpu" else f"{tgt.name} devices"
     if tgt.platform != "cpu":
         tgt.mesh(mesh_shape)  # a mesh larger than the topology fails here, before any compile
-    if progress:
+    if progress and not in_devices_child():  # a child re-run: the parent said it
         print(f"jaxmove: compiling {label} under {len(loaded)} plan(s) on {n} {where}"
               + (" (starting the devices first)" if tgt.platform == "cpu" else ""),
               file=sys.stderr, flush=True)

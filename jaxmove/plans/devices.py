@@ -15,6 +15,15 @@ import sys
 
 _COUNT_FLAG = re.compile(r"--xla_force_host_platform_device_count=\d+")
 
+#: Set in the environment of a ``run_cli_with_devices`` child: the parent has already printed
+#: the command's "compiling ..." line, so the child does not print it again.
+CHILD_ENV = "JAXMOVE_DEVICES_CHILD"
+
+
+def in_devices_child() -> bool:
+    """True in a child process started by ``run_cli_with_devices``."""
+    return bool(os.environ.get(CHILD_ENV))
+
 
 def ensure_cpu_devices(n: int) -> bool:
     """Make at least ``n`` CPU devices available in this process if still possible.
@@ -49,9 +58,11 @@ def subprocess_env(n: int) -> dict[str, str]:
 def run_cli_with_devices(n: int, argv: list[str], capture_stdout: bool = False) -> subprocess.CompletedProcess:
     """Run ``jaxmove ARGV`` in a child process with ``n`` simulated CPU devices.
 
-    stderr (progress, errors) passes through; stdout is captured when asked.
+    stderr (progress, errors) passes through; stdout is captured when asked. The child's
+    environment has ``CHILD_ENV`` set (it does not repeat the parent's "compiling ..." line).
     """
     cmd = [sys.executable, "-c", "import sys; from jaxmove.cli import main; sys.exit(main(sys.argv[1:]))",
            *argv]
-    return subprocess.run(cmd, env=subprocess_env(n), text=True,
+    env = {**subprocess_env(n), CHILD_ENV: "1"}
+    return subprocess.run(cmd, env=env, text=True,
                           stdout=subprocess.PIPE if capture_stdout else None)

@@ -180,34 +180,83 @@ def check_plan_mesh(plan: Plan, mesh_shape: dict[str, int]) -> None:
             for a in axes:
                 if a not in mesh_shape:
                     mesh = ",".join(f"{k}={v}" for k, v in mesh_shape.items())
-                    raise PlanError(f"{plan.source}: {logical} = {list(axes)} (in [{where}] or "
-                                    f"[rules]): mesh axis {a!r} is not in --mesh {mesh} "
+                    table, line = _rule_line(plan.source, logical, where)
+                    raise PlanError(f"{_at(plan.source, line)}: [{table}] {logical} = {list(axes)}: "
+                                    f"mesh axis {a!r} is not in --mesh {mesh} "
                                     f"(mesh axes: {', '.join(mesh_shape)})")
 
 
-def _line_of(text: str, key: str) -> int | None:
-    m = re.search(rf"^\s*\"?{re.escape(key)}\"?\s*=", text, re.M)
-    return text.count("\n", 0, m.start()) + 1 if m else None
+def _rule_line(path: str, logical: str, where: str) -> tuple[str, int | None]:
+    """(table, line) where the plan file ``path`` writes the rule for ``logical`` that applies
+    to ``where`` (``params`` / ``activations`` override ``rules``); line None when the file
+    cannot be read again."""
+    try:
+        text = Path(path).read_text(encoding="utf-8")
+    except (OSError, UnicodeDecodeError):
+        return where, None
+    for table in (where, "rules"):
+        line = _line_of(text, logical, table)
+        if line is not None:
+            return table, line
+    return where, None
+
+
+def _line_of(text: str, key: str, table: str | None = None) -> int | None:
+    """1-based line where ``key`` is written: as ``key = ...`` (inside ``[table]`` when
+    given, else anywhere) or as a table header ``[key]`` / ``[key.sub]``; None when not found."""
+    current = ""
+    key_re = re.compile(rf"^\s*[\"']?{re.escape(key)}[\"']?\s*=")
+    header_re = re.compile(r"^\s*\[\[?\s*([^\]]+?)\s*\]\]?\s*(#.*)?$")
+    for i, line in enumerate(text.splitlines(), 1):
+        h = header_re.match(line)
+        if h:
+            current = h.group(1).replace('"', "").replace("'", "").replace(" ", "")
+            if table is None and current.split(".")[0] == key:
+                return i
+            continue
+        if key_re.match(line) and (table is None or current == table):
+            return i
+    return None
+
+
+def _at(path: str, line: int | None) -> str:
+    """``path:line`` when the line is known, else ``path``."""
+    return f"{path}:{line}" if line else path
+
+
+def _toml_error(path: str, e: tomllib.TOMLDecodeError, text: str) -> PlanError:
+    """``path:line:col: what`` from tomllib's ``what (at line L, column C)`` (or ``(at end of
+    document)``: the last line)."""
+    msg = str(e)
+    m = re.search(r"\s*\(at line (\d+), column (\d+)\)$", msg)
+    if m:
+        return PlanError(f"{path}:{m.group(1)}:{m.group(2)}: invalid TOML: {msg[:m.start()]}")
+    m = re.search(r"\s*\(at end of document\)$", msg)
+    if m:
+        last = max(1, len(text.splitlines()))
+        return PlanError(f"{path}:{last}: invalid TOML: {msg[:m.start()]} (at end of file)")
+    return PlanError(f"{path}: invalid TOML: {msg}")
 
 
 def _rules(table, where: str, path: str, text: str) -> Rules:
     if not isinstance(table, dict):
-        raise PlanError(f"{path}: [{where}] must be a table of logical_axis = [mesh axes]")
+        raise PlanError(f"{_at(path, _line_of(text, where))}: [{where}] must be a table of "
+                        "logical_axis = [mesh axes]")
     out: Rules = {}
     for k, v in table.items():
         if k not in LOGICAL_AXES:
-            line = _line_of(text, k)
-            raise PlanError(f"{path}:{line or '?'}: [{where}] unknown logical axis {k!r}; "
+            line = _line_of(text, k, where)
+            raise PlanError(f"{_at(path, line)}: [{where}] unknown logical axis {k!r}; "
                             f"expected one of {', '.join(LOGICAL_AXES)}")
         vals = [v] if isinstance(v, str) else v
         if not isinstance(vals, list) or not all(isinstance(x, str) for x in vals):
-            line = _line_of(text, k)
-            raise PlanError(f"{path}:{line or '?'}: [{where}] {k} must be a mesh axis name or a "
+            line = _line_of(text, k, where)
+            raise PlanError(f"{_at(path, line)}: [{where}] {k} must be a mesh axis name or a "
                             f"list of names, got {v!r}")
         dup = next((x for i, x in enumerate(vals) if x in vals[:i]), None)
         if dup is not None:  # jax rejects a mesh axis used twice in one dimension's sharding
-            line = _line_of(text, k)
-            raise PlanError(f"{path}:{line or '?'}: [{where}] {k} = {vals!r} names mesh axis "
+            line = _line_of(text, k, where)
+            raise PlanError(f"{_at(path, line)}: [{where}] {k} = {vals!r} names mesh axis "
                             f"{dup!r} twice; each mesh axis may appear once")
         out[k] = tuple(vals)
     return out
@@ -224,11 +273,11 @@ def parse_plan(text: str, path: str = "<string>") -> Plan:
     try:
         data = tomllib.loads(text)
     except tomllib.TOMLDecodeError as e:
-        raise PlanError(f"{path}: {e}") from None
+        raise _toml_error(path, e, text) from None
     known = {"name", "description", "rules", "params", "activations"}
     for k in data:
         if k not in known:
-            raise PlanError(f"{path}:{_line_of(text, k) or '?'}: unknown key {k!r}; expected "
+            raise PlanError(f"{_at(path, _line_of(text, k))}: unknown key {k!r}; expected "
                             f"{', '.join(sorted(known))}")
     both = _rules(data.get("rules", {}), "rules", path, text)
     params = {**both, **_rules(data.get("params", {}), "params", path, text)}
@@ -243,12 +292,21 @@ def load_plan(name_or_path: str | os.PathLike) -> Plan:
     """A preset name (``dp``, ``fsdp``, ``tp``, ``fsdp_tp``, ``ep``) or a TOML file.
 
     Raises:
-      PlanError: neither a preset nor a readable plan file.
+      PlanError: neither a preset nor a readable plan file (``plan PATH: no such file`` for a
+        path or ``.toml`` name that does not exist, a directory, not UTF-8), or see ``parse_plan``.
     """
     s = os.fspath(name_or_path)
     if s in PRESETS:
         return PRESETS[s]
     p = Path(s)
+    if p.is_dir():
+        raise PlanError(f"plan {s}: is a directory, expected a TOML plan file")
     if not p.is_file():
+        if s.endswith(".toml") or os.sep in s or "/" in s:
+            raise PlanError(f"plan {s}: no such file")
         raise PlanError(f"plan {s!r} is not a preset ({', '.join(PRESETS)}) or a TOML file")
-    return parse_plan(p.read_text(encoding="utf-8"), s)
+    try:
+        text = p.read_text(encoding="utf-8")
+    except UnicodeDecodeError:
+        raise PlanError(f"plan {s}: not UTF-8 text (expected a TOML plan file)") from None
+    return parse_plan(text, s)

@@ -14,7 +14,7 @@ from pathlib import Path
 
 from ..passes.cost import PATHS
 from ..passes.pipeline import InstructionCost
-from .attribution import attribute
+from .attribution import attribute, display_path
 from .columns import QUIET_OPCODES, row_collective, row_reuse, row_time
 from .report import dominant_role
 from .shapes import operand_shapes, shape_text
@@ -75,7 +75,7 @@ def row_annotation(report, row: InstructionCost) -> str:
                                                                       row.instr))))
     att = attribute(report.module, row.instr)
     if att.source is not None:
-        parts.append("src=" + _q(att.source_key))
+        parts.append("src=" + _q(f"{display_path(att.source.file)}:{att.source.line}"))  # as the tables
         if att.source_inferred:
             parts.append("src_inferred_from=" + _q(att.source_inferred_from))
     if att.op_name:

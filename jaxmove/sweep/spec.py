@@ -27,7 +27,8 @@ no ``plan`` uses ``dp``; a point without a mesh is the unsharded program on one 
 
 Errors (``SweepSpecError``, a ``JaxmoveInputError``) are one line naming the file, the line
 when it can be found, and the key: unknown keys, wrong types, an empty grid axis, unknown
-presets / ``--set`` keys / plans / hardware / targets, a plan naming mesh axes the mesh
+presets / ``--set`` keys / plans / hardware / targets, a bad ``--set`` value of any point
+(``batch = [0, 2]``, ``heads = 3`` not dividing ``d_model``: ``zoo.check_overrides``), a plan naming mesh axes the mesh
 lacks, a mesh larger than the target.
 """
 
@@ -392,6 +393,15 @@ def _looks_like_path(s: str) -> bool:
     return s.endswith(".toml") or "/" in s or os.sep in s
 
 
+def _override_key(msg: str, overrides: dict[str, str]) -> str:
+    """The ``--set`` key a zoo error is about: the one it names (``--set batch='0': ...``,
+    ``heads=3 must divide d_model=64``), else the first one given."""
+    for k in overrides:
+        if re.search(rf"(?<![\w.]){re.escape(k)}\s*=", msg):
+            return k
+    return next(iter(overrides))
+
+
 def _make_point(w: _Where, d: dict, table: str, index: int | None, base: Path, checked: dict) -> Point:
     """One validated Point from the merged keys of a grid combination or a listed point.
     ``checked`` caches the validation of targets, specs and plans by value."""
@@ -410,7 +420,8 @@ def _make_point(w: _Where, d: dict, table: str, index: int | None, base: Path, c
                       "module:function or file.py:function)")
     is_preset = model in zoo.PRESETS
     if not is_preset and ":" not in model:
-        raise err("model", f"unknown preset {model!r}; presets: {', '.join(zoo.PRESETS)} "
+        from ..capture.resolve import preset_choices
+        raise err("model", f"unknown preset {model!r}; presets: {preset_choices()} "
                            "(or module:function)")
     if not is_preset:
         mod, _, fn = model.rpartition(":")
@@ -427,6 +438,13 @@ def _make_point(w: _Where, d: dict, table: str, index: int | None, base: Path, c
             if k not in valid:
                 raise err(f"set.{k}", f"unknown --set key for preset {model!r}; valid keys: "
                                       f"{', '.join(valid)}")
+        if ("set", model, tuple(sorted(overrides.items()))) not in checked:
+            try:  # the values, as the zoo parses them, and the config's own checks; no tracing
+                zoo.check_overrides(model, overrides)
+            except zoo.PresetError as e:
+                raise err(f"set.{_override_key(str(e), overrides)}",
+                          f"{e} (preset {model!r})") from None
+            checked[("set", model, tuple(sorted(overrides.items())))] = True
     target = d.get("target", DEFAULT_TARGET)
     if ("target", target) not in checked:
         try:
