@@ -511,9 +511,6 @@ def _is_dot_as_multiply_reduce(instr: Instruction, comp: Computation, module: Mo
     ``dot_general`` (op_name) and whose every consumer reduces the product."""
     if instr.opcode != "fusion" or not instr.called_computations:
         return False
-    md = instr.metadata
-    if md is None or not md.op_name or not md.op_name.endswith("dot_general"):
-        return False
     fused = module.computations.get(instr.called_computations[0])
     if fused is None:
         return False
@@ -523,6 +520,12 @@ def _is_dot_as_multiply_reduce(instr: Instruction, comp: Computation, module: Mo
             leaf = fused.by_name[leaf.operands[0]]
         if leaf.opcode != "multiply":
             return False
+    # the fused root first, then the op_name (splitting every fusion's metadata is slow)
+    if not _raw_attrs_have(instr, "metadata", "dot_general"):
+        return False
+    md = instr.metadata
+    if md is None or not md.op_name or not md.op_name.endswith("dot_general"):
+        return False
     users = [u for u in comp.users(instr.name) if u.opcode != "get-tuple-element"]
     for g in comp.users(instr.name):  # a multi-output fusion (q, k, v): the users of each element
         if g.opcode == "get-tuple-element":
@@ -581,8 +584,12 @@ def _kernel_cause(instr: Instruction, comp: Computation, module: Module) -> str 
     op = instr.opcode
     if op == "custom-call" and (instr.custom_call_target or "") in _HOST_TARGETS:
         return "host_round_trip"
-    sk = _split_k(instr)
-    if sk > 1 or (sk == 1 and not _has_split_k_field(instr) and _split_k_by_shape(instr, comp, module) > 1):
+    if op != "fusion":  # the rules below are about fusions only
+        return None
+    if _has_split_k_field(instr):  # the printed split_k decides, not the shape
+        if _split_k(instr) > 1:
+            return "split_k_partials"
+    elif _split_k_by_shape(instr, comp, module) > 1:
         return "split_k_partials"
     if _is_dot_as_multiply_reduce(instr, comp, module):
         return "dot_as_multiply_reduce"
@@ -1139,6 +1146,8 @@ class _Excess:
             if not t.writes:
                 continue
             instr = r.instr
+            if not any(a.memory_space in ON_CHIP_MEMORY_SPACES for a in t.writes):
+                continue
             if not t.inplace_buffer_bytes:
                 inner = _inner_update_bytes(instr, module)
                 if not inner:
@@ -1214,7 +1223,8 @@ class _Excess:
                 elif kind in ("rematerialization", "split_k_partials", "dot_as_multiply_reduce",
                               "host_round_trip"):
                     subj = ""
-                ledger.add(role, _HBM_READ, phys, comp_b, logical, kind, subj, self._key(k))
+                r = rows[k]
+                add(role, _HBM_READ, phys, comp_b, logical, kind, subj, (r.computation, r.instr.name))
 
     def _not_donated_subject(self, k: int) -> str:
         origin = self.copy_origin.get(k)
