@@ -16,8 +16,7 @@ memory-space part, e.g. ``T(8,128)(2,1)S(1)``) it contains.
     python benchmarks/device_corpus.py --sizes reduced --targets tpu-v5e --presets mlp,moe
 
 Targets: TPU v5e / v5p / v6e topologies of 4 chips (libtpu), H100 / B200 GPU target configs
-(xla/backends/gpu/target_config/specs/{h100_sxm,b200}.txtpb, trimmed to the fields jaxlib
-0.10.2 accepts), 4 devices. Plans: ``single`` (one device, nothing sharded) and every plan of
+generated from the h100-sxm / b200 specs (``jaxmove.capture.targets.gpu_target_config``), 4 devices. Plans: ``single`` (one device, nothing sharded) and every plan of
 ``jaxmove.plans.default_plans`` on a data=2 x model=2 mesh. Sizes: ``full`` (the preset) and
 ``reduced`` (2 layers, short sequences, small batch). HLO texts are cached in
 ``benchmarks/.device_corpus/`` (not committed); ``--fresh`` recompiles.
@@ -48,35 +47,14 @@ CACHE = HERE / ".device_corpus"
 COVERAGE = HERE / "device_corpus_coverage.json"
 REPORT = HERE / "device_corpus.md"
 
-H100_TEXT = """gpu_device_info { threads_per_block_limit: 1024 threads_per_warp: 32 shared_memory_per_block: 49152
-  shared_memory_per_core: 233472 threads_per_core_limit: 2048 core_count: 132 fpus_per_core: 128
-  block_dim_limit_x: 2147483647 block_dim_limit_y: 65535 block_dim_limit_z: 65535
-  memory_bandwidth: 3352320000000 l2_cache_size: 52428800 clock_rate_ghz: 1.98
-  device_memory_size: 84942979072 shared_memory_per_block_optin: 232448
-  cuda_compute_capability { major: 9 } registers_per_core_limit: 65536 registers_per_block_limit: 65536 }
-platform_name: "CUDA"
-dnn_version_info { major: 8 minor: 9 patch: 4 }
-device_description_str: "NVIDIA H100 80GB HBM3"
-"""
-# xla/backends/gpu/target_config/specs/b200.txtpb, the same fields as H100_TEXT
-B200_TEXT = """gpu_device_info { threads_per_block_limit: 1024 threads_per_warp: 32 shared_memory_per_block: 49152
-  shared_memory_per_core: 233472 threads_per_core_limit: 2048 core_count: 148 fpus_per_core: 128
-  block_dim_limit_x: 2147483647 block_dim_limit_y: 65535 block_dim_limit_z: 65535
-  memory_bandwidth: 7672320000000 l2_cache_size: 132644864 clock_rate_ghz: 1.965
-  device_memory_size: 191514411008 shared_memory_per_block_optin: 232448
-  cuda_compute_capability { major: 10 } registers_per_core_limit: 65536 registers_per_block_limit: 65536 }
-platform_name: "CUDA"
-dnn_version_info { major: 9 minor: 7 }
-device_description_str: "NVIDIA B200"
-"""
 
 # name -> (platform, topology or target config)
 TARGETS: dict[str, tuple[str, str]] = {
     "tpu-v5e": ("tpu", "v5e:2x2"),
     "tpu-v5p": ("tpu", "v5p:2x2x1"),
     "tpu-v6e": ("tpu", "v6e:2x2"),
-    "h100": ("gpu", H100_TEXT),
-    "b200": ("gpu", B200_TEXT),
+    "h100": ("gpu", "h100-sxm"),
+    "b200": ("gpu", "b200"),
 }
 MESH = {"data": 2, "model": 2}
 # reduced size: applied where the preset's config has the key
@@ -99,8 +77,11 @@ def devices(target: str) -> list:
             if platform == "tpu":
                 _DEVICES[target] = list(topologies.get_topology_desc(topology_name=spec, platform="tpu").devices)
             else:
+                from jaxmove.capture.targets import gpu_target_config
+                from jaxmove.hardware import load_spec
                 _DEVICES[target] = list(topologies.get_topology_desc(
-                    target.split("-")[0], "cuda", target_config=spec, topology="1x1x4").devices)
+                    target.split("-")[0], "cuda", target_config=gpu_target_config(load_spec(spec)),
+                    topology="1x1x4").devices)
     return _DEVICES[target]
 
 

@@ -214,18 +214,11 @@ ENTRY e {
 
 # ---- the real programs: 2-layer GPT-2-small decode, scan_layers=true ---------------------------
 
-# XLA's GpuTargetConfigProto for H100 SXM (xla/backends/gpu/target_config/specs/h100_sxm.txtpb,
-# trimmed to the fields jaxlib 0.10.2 accepts; the same text as benchmarks/device_corpus.py)
-H100_TEXT = """gpu_device_info { threads_per_block_limit: 1024 threads_per_warp: 32 shared_memory_per_block: 49152
-  shared_memory_per_core: 233472 threads_per_core_limit: 2048 core_count: 132 fpus_per_core: 128
-  block_dim_limit_x: 2147483647 block_dim_limit_y: 65535 block_dim_limit_z: 65535
-  memory_bandwidth: 3352320000000 l2_cache_size: 52428800 clock_rate_ghz: 1.98
-  device_memory_size: 84942979072 shared_memory_per_block_optin: 232448
-  cuda_compute_capability { major: 9 } registers_per_core_limit: 65536 registers_per_block_limit: 65536 }
-platform_name: "CUDA"
-dnn_version_info { major: 8 minor: 9 patch: 4 }
-device_description_str: "NVIDIA H100 80GB HBM3"
-"""
+def _h100_text() -> str:
+    """XLA:GPU target config of h100-sxm, generated from the spec (capture/targets.py)."""
+    from jaxmove.capture.targets import gpu_target_config
+    from jaxmove.hardware import load_spec
+    return gpu_target_config(load_spec("h100-sxm"))
 
 jax = pytest.importorskip("jax")
 
@@ -293,7 +286,7 @@ def test_real_h100_scan_decode_over_read_is_the_transposed_qkv_copy():
     from jaxmove._platform import quiet_stderr
     try:
         with quiet_stderr():
-            gpu = topologies.get_topology_desc("h100", "cuda", target_config=H100_TEXT,
+            gpu = topologies.get_topology_desc("h100", "cuda", target_config=_h100_text(),
                                                topology="1x1x8").devices
     except Exception as e:  # noqa: BLE001 - a plugin that cannot start here: skip, not fail
         pytest.skip(f"H100 target not available: {type(e).__name__}: {e}")
