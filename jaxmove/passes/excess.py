@@ -69,6 +69,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+from ..units import human_bytes
 from .._perf import gc_paused
 from ..hlo import Computation, Instruction, Module
 from ..hlo.shape import HOST_MEMORY_SPACE
@@ -1526,15 +1527,6 @@ def _touches_host(t) -> bool:
     return any(a.memory_space == HOST_MEMORY_SPACE for a in (*t.reads, *t.writes))
 
 
-_UNITS = ((1 << 40, "TiB"), (1 << 30, "GiB"), (1 << 20, "MiB"), (1 << 10, "KiB"))
-
-
-def human_bytes(n: float) -> str:
-    """1536 -> '1.50 KiB' (binary units; the fix texts' wording)."""
-    for scale, unit in _UNITS:
-        if abs(n) >= scale:
-            return f"{n / scale:.2f} {unit}"
-    return f"{int(n)} B"
 
 
 def _leaves(shape) -> list:

@@ -6,19 +6,11 @@ from rich.console import Console
 from rich.markup import escape
 from rich.table import Table
 
+from ..units import human_bytes  # noqa: F401  (re-exported)
 from ..passes.cost import PATHS
 from ..vocab import ROLES
 from .report import Report, dominant_role
 
-_UNITS = ((1 << 40, "TiB"), (1 << 30, "GiB"), (1 << 20, "MiB"), (1 << 10, "KiB"))
-
-
-def human_bytes(n: float) -> str:
-    """1536 -> '1.50 KiB' (binary units)."""
-    for scale, unit in _UNITS:
-        if abs(n) >= scale:
-            return f"{n / scale:.2f} {unit}"
-    return f"{int(n)} B"
 
 
 def human_count(n: float) -> str:

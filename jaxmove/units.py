@@ -1,0 +1,13 @@
+"""Byte counts for people: binary units, as the tables, notes and fix texts print them."""
+
+from __future__ import annotations
+
+_UNITS = ((1 << 40, "TiB"), (1 << 30, "GiB"), (1 << 20, "MiB"), (1 << 10, "KiB"))
+
+
+def human_bytes(n: float) -> str:
+    """1536 -> '1.50 KiB' (binary units: KiB = 1024 B); below 1 KiB a whole number of bytes."""
+    for scale, unit in _UNITS:
+        if abs(n) >= scale:
+            return f"{n / scale:.2f} {unit}"
+    return f"{int(n)} B"
