@@ -141,8 +141,12 @@ def _fused_collectives(module: Module, cname: str) -> tuple[tuple[Instruction, C
     hit = cache.get(cname)
     if hit is not None:
         return hit
-    # nested fused computations first, innermost first (iterative: any nesting depth)
     kinds = _KIND_OF
+    comp = module.computations[cname]
+    if not any(i.opcode in kinds or i.opcode == "fusion" for i in comp.instructions):
+        cache[cname] = ()  # the common case: no collective and no nested fusion to walk
+        return ()
+    # nested fused computations first, innermost first (iterative: any nesting depth)
     for name in post_order(module, [cname], lambda i: i.opcode == "fusion"):
         if name in cache:
             continue

@@ -462,6 +462,9 @@ def _fusion(instr: Instruction, module: Module) -> FlopCount:
     hit = memo.get(fused.name)
     if hit is not None:
         return hit
+    if not any(i.opcode == "fusion" for i in fused.instructions):  # the common case: no nesting
+        c = memo[fused.name] = computation_flops(fused, module)
+        return c
     # nested fused computations first, innermost first (iterative: any nesting depth); each
     # then finds its inner fusions memoized here instead of recursing
     for name in post_order(module, [fused.name], _is_fusion):
