@@ -264,7 +264,11 @@ def test_chromium_layout(chromium, tmp_path):
     path = tmp_path / "layout.html"
     path.write_text(page.replace("</body>", _MEASURE + "</body>"), encoding="utf-8")
     for width in (900, 1400):   # a narrow window and a wide one
+        # the flags dump_dom uses: without them Chromium's background connections, refused on
+        # a closed network, can stall a headless run past the timeout
         cmd = [chromium, "--headless", "--no-sandbox", "--disable-gpu", "--hide-scrollbars",
+               "--disable-background-networking", "--disable-component-update", "--disable-sync",
+               "--no-first-run", "--disable-extensions", "--disable-quic",
                f"--window-size={width},1600", f"--user-data-dir={tmp_path / 'chrome-profile'}",
                "--run-all-compositor-stages-before-draw", "--virtual-time-budget=5000"]
         dom = subprocess.run(cmd + ["--dump-dom", path.as_uri()], capture_output=True, text=True,
