@@ -169,7 +169,9 @@ def target_section(target: str, rows: list[tuple[str, dict]], argv_text: str) ->
         "uses): *devices* = loading the compile-only topology, *build* = `zoo.build`, *compile* = "
         "`capture_with_plan` (shardings + lower + the target compiler), *analyze* = "
         f"`jaxmove.analyze` of the per-device HLO; *peak RSS* as above. {verdict}. *device GiB* = "
-        "that per-device peak (needs/has).",
+        "that per-device peak (needs/has). Training rows: micro-batch 1 x 8192 with AdamW state; "
+        "the `--set remat=full` rows rematerialise every layer (`jax.checkpoint` with "
+        "`nothing_saveable`).",
         "",
         "| preset | params | devices s | build s | compile s | analyze s | total s | peak RSS GiB | fits | device GiB needs / has | HLO rows |",
         "|---|---:|---:|---:|---:|---:|---:|---:|---|---:|---:|",
@@ -240,6 +242,10 @@ def main(argv: list[str]) -> None:
         if target == "cpu":
             cases.append(("llama3-70b-decode", {"scan_layers": "false"}))
             cases.append(("llama3-70b-prefill", {"scan_layers": "false"}))
+        elif "train" in modes:
+            # the training steps without rematerialisation need far more than a chip or GPU
+            # holds at seq_len 8192: the same steps with every layer rematerialised
+            cases += [(f"{f}-train", {"remat": "full"}) for f in families]
         rows = []
         for name, sets in cases:
             r = run(name, sets, target, a.timeout_s)
