@@ -20,11 +20,13 @@ from __future__ import annotations
 import os
 import stat
 import tempfile
+from collections.abc import Callable
 from pathlib import Path
+from typing import IO
 
 from ..errors import JaxmoveInputError
 
-__all__ = ["OutputPathError", "check_output_path", "write_text_atomic"]
+__all__ = ["OutputPathError", "check_output_path", "write_atomic", "write_text_atomic"]
 
 
 class OutputPathError(JaxmoveInputError):
@@ -95,23 +97,52 @@ def _new_file_mode(existing: Path) -> int:
         return 0o666 & ~umask
 
 
-def write_text_atomic(path, text: str, what: str = "output file") -> Path:
-    """Write ``text`` (UTF-8) to ``path`` via a temporary file in its directory + rename.
+def write_atomic(path, write: Callable[[IO], None], what: str = "output file", *,
+                 binary: bool = False) -> Path:
+    """Write ``path`` through ``write(file)`` on a temporary file in its directory + rename.
 
-    The file keeps the mode of the file it replaces (else 0666 minus the umask).
+    ``binary``: the file is opened ``"wb"`` (else text, UTF-8). The file keeps the mode of the
+    file it replaces (else 0666 minus the umask); a special file (``/dev/stdout``...) is written
+    in place.
     Raises:
       OutputPathError: as ``check_output_path``, or the write failed (disk full...);
         no temporary file is left behind.
     """
     shown = _display(path)
     p = check_output_path(path, what)
+    how, kw = ("wb", {}) if binary else ("w", {"encoding": "utf-8"})
     if _is_special(p):
         try:
-            with open(p, "w", encoding="utf-8") as f:
-                f.write(text)
+            with open(p, how, **kw) as f:
+                write(f)
         except OSError as e:
             raise OutputPathError(f"{shown}: cannot write {what} ({e.strerror or e})") from None
         return p
+    mode = _new_file_mode(p)
+    tmp = None
+    try:
+        fd, tmp = tempfile.mkstemp(prefix=f".{p.name}.", suffix=".tmp", dir=p.parent)
+        with os.fdopen(fd, how, **kw) as f:
+            write(f)
+            f.flush()
+            os.fsync(f.fileno())
+        os.chmod(tmp, mode)
+        os.replace(tmp, p)
+        tmp = None
+    except OSError as e:
+        raise OutputPathError(f"{shown}: cannot write {what} ({e.strerror or e})") from None
+    finally:
+        if tmp is not None:
+            try:
+                os.unlink(tmp)
+            except OSError:
+                pass
+    return p
+
+
+def write_text_atomic(path, text: str, what: str = "output file") -> Path:
+    """Write ``text`` (UTF-8) to ``path`` atomically (``write_atomic``)."""
+    return write_atomic(path, lambda f: f.write(text), what)
     mode = _new_file_mode(p)
     tmp = None
     try:

@@ -17,7 +17,6 @@ from __future__ import annotations
 
 import json
 import os
-import tempfile
 from pathlib import Path
 
 from ..errors import JaxmoveInputError
@@ -178,17 +177,5 @@ class ResultStore:
 
     def _atomic(self, write) -> None:
         """Write through a temporary file in the same directory, then rename over the path."""
-        fd, tmp = tempfile.mkstemp(prefix=f".{self.path.name}.", suffix=".tmp", dir=self.path.parent)
-        try:
-            with os.fdopen(fd, "wb") as f:
-                write(f)
-                f.flush()
-                os.fsync(f.fileno())
-            os.replace(tmp, self.path)
-            tmp = None
-        finally:
-            if tmp is not None:
-                try:
-                    os.unlink(tmp)
-                except OSError:
-                    pass
+        from ..report.outputs import write_atomic
+        write_atomic(self.path, write, "sweep results file", binary=True)
