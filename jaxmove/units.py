@@ -11,3 +11,14 @@ def human_bytes(n: float) -> str:
         if abs(n) >= scale:
             return f"{n / scale:.2f} {unit}"
     return f"{int(n)} B"
+
+
+def short_seconds(t: float | None) -> str:
+    """0.0123 -> '12.3 ms' (s, ms or us at 3 significant digits); None -> 'n/a'."""
+    if t is None:
+        return "n/a"
+    if t >= 1:
+        return f"{t:.3g} s"
+    if t >= 1e-3:
+        return f"{t * 1e3:.3g} ms"
+    return f"{t * 1e6:.3g} us"

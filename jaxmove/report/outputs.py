@@ -143,23 +143,3 @@ def write_atomic(path, write: Callable[[IO], None], what: str = "output file", *
 def write_text_atomic(path, text: str, what: str = "output file") -> Path:
     """Write ``text`` (UTF-8) to ``path`` atomically (``write_atomic``)."""
     return write_atomic(path, lambda f: f.write(text), what)
-    mode = _new_file_mode(p)
-    tmp = None
-    try:
-        fd, tmp = tempfile.mkstemp(prefix=f".{p.name}.", suffix=".tmp", dir=p.parent)
-        with os.fdopen(fd, "w", encoding="utf-8") as f:
-            f.write(text)
-            f.flush()
-            os.fsync(f.fileno())
-        os.chmod(tmp, mode)
-        os.replace(tmp, p)
-        tmp = None
-    except OSError as e:
-        raise OutputPathError(f"{shown}: cannot write {what} ({e.strerror or e})") from None
-    finally:
-        if tmp is not None:
-            try:
-                os.unlink(tmp)
-            except OSError:
-                pass
-    return p

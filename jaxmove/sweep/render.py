@@ -15,19 +15,13 @@ from rich.console import Console
 from rich.markup import escape
 from rich.table import Table
 
+from ..units import short_seconds
 from ..report.table import human_bytes, make_console
 
 __all__ = ["render_table", "pareto_plot", "render_html", "table_html", "point_label", "fmt_time"]
 
 
-def fmt_time(t: float | None) -> str:
-    if t is None:
-        return "n/a"
-    if t >= 1:
-        return f"{t:.3g} s"
-    if t >= 1e-3:
-        return f"{t * 1e3:.3g} ms"
-    return f"{t * 1e6:.3g} us"
+fmt_time = short_seconds
 
 
 def _b(n) -> str:
