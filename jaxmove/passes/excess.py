@@ -100,6 +100,9 @@ _HOST_TARGETS = frozenset({"MoveToHost", "MoveToDevice"})
 # kernels that never stage through host memory themselves (the program's own host I/O, and
 # fusions/dots, whose operands a host copy would have moved first)
 _NO_HOST_CHECK = _HOST_IO | {"fusion", "dot", "convolution"}
+_COPY_OR_SLICE_OPS = _COPY_OPS | _SLICE_OPS
+# what a fused copy's root is through bitcasts and converts (``_fused_chain``'s ops, or its parameter)
+_COPY_CHAIN_OPS = _FUSED_COPY_OPS | _SLICE_OPS | {"parameter"}
 
 
 # ---- records ------------------------------------------------------------------------------
@@ -295,9 +298,13 @@ class _Buffers:
         return root
 
     def union(self, a: tuple, b: tuple) -> None:
-        ra, rb = self.find(a), self.find(b)
-        if ra != rb:
-            self.parent[ra] = rb
+        parent = self.parent
+        if a in parent:
+            a = self.find(a)
+        if b in parent:
+            b = self.find(b)
+        if a != b:
+            parent[a] = b
 
     def union_leaves(self, ca: str, a: str, cb: str, b: str, n: int, oa: int = 0, ob: int = 0) -> None:
         if n == 1:
@@ -579,41 +586,76 @@ def _is_remat(instr: Instruction) -> bool:
     return bool(md is not None and md.op_name and "rematted_computation" in md.op_name)
 
 
-def _kernel_cause(instr: Instruction, comp: Computation, module: Module) -> str | None:
+def _classify(instr: Instruction, comp: Computation, module: Module, t) -> tuple[str | None, tuple | None]:
+    """(kernel cause, copy kind) of a kernel with traffic ``t``: the cause of the kernel's own
+    kind (module docstring, rule 2: rematerialization, host round trip, split-K partials, a dot
+    as multiply + reduce), else None and ``_copy_kind``'s answer for a copy kernel (else None).
+
+    One look at a fusion's root decides which rules can apply: split-K by shape needs a dot
+    root, a dot as multiply + reduce multiply roots, a fused copy a chain of copy ops (each
+    rule's own function then checks the rest)."""
     if _is_remat(instr):
-        return "rematerialization"
+        return "rematerialization", None
     op = instr.opcode
-    if op == "custom-call" and (instr.custom_call_target or "") in _HOST_TARGETS:
-        return "host_round_trip"
-    if op != "fusion":  # the rules below are about fusions only
-        return None
-    if _has_split_k_field(instr):  # the printed split_k decides, not the shape
-        if _split_k(instr) > 1:
-            return "split_k_partials"
-    elif _split_k_by_shape(instr, comp, module) > 1:
-        return "split_k_partials"
-    if _is_dot_as_multiply_reduce(instr, comp, module):
-        return "dot_as_multiply_reduce"
-    return None
+    if op != "fusion":
+        if op == "custom-call" and (instr.custom_call_target or "") in _HOST_TARGETS:
+            return "host_round_trip", None
+        if op not in _NO_HOST_CHECK and _touches_host(t):
+            return "host_round_trip", None
+        if op in _COPY_OR_SLICE_OPS:
+            return None, _copy_kind(instr, comp, module)
+        return None, None
+    split_field = _has_split_k_field(instr)  # the printed split_k decides, not the shape
+    if split_field and _split_k(instr) > 1:
+        return "split_k_partials", None
+    fused = module.computations.get(instr.called_computations[0]) if instr.called_computations else None
+    if fused is None:
+        return None, None
+    root = fused.root
+    by_name = fused.by_name
+    if root.opcode == "tuple":
+        base = None  # the root through bitcast/convert (a non-tuple root)
+        multiply = True  # every root leaf (through bitcast/convert) multiplies
+        for leaf in [by_name[o] for o in root.operands]:
+            while leaf.opcode in ("bitcast", "convert") and leaf.operands:
+                leaf = by_name[leaf.operands[0]]
+            if leaf.opcode != "multiply":
+                multiply = False
+                break
+    else:
+        base = root
+        while base.opcode in ("bitcast", "convert") and base.operands:
+            base = by_name[base.operands[0]]
+        multiply = base.opcode == "multiply"
+    if not split_field and base is not None and base.opcode == "dot" \
+            and _split_k_by_shape(instr, comp, module) > 1:
+        return "split_k_partials", None
+    if multiply and _is_dot_as_multiply_reduce(instr, comp, module):
+        return "dot_as_multiply_reduce", None
+    if base is not None and base.opcode in _COPY_CHAIN_OPS:
+        return None, _copy_kind(instr, comp, module)
+    return None, None
 
 
 # ---- the pass --------------------------------------------------------------------------------
 
 class _Ledger:
-    """Bytes per role and path: compiled, compulsory, per cause and per instruction."""
+    """Bytes per role and path: compiled, compulsory, per cause and per instruction (by its
+    row number in ``_Excess.rows``)."""
 
     def __init__(self, hbm_s_per_byte: float | None):
         self.compiled: dict[tuple, int] = {}      # (role, path) -> bytes
         self.compulsory: dict[tuple, int] = {}
         self.cause_rp: dict[tuple, int] = {}      # (kind, subject, role, path) -> bytes
-        self.cause_instr: dict[tuple, int] = {}   # (kind, subject, computation, name) -> bytes
+        self.cause_instr: dict[tuple, int] = {}   # (kind, subject, row number) -> bytes
         self.cause_s: dict[tuple, float] = {}     # (kind, subject) -> seconds of wire bytes
         self.hbm_s_per_byte = hbm_s_per_byte
 
     def add(self, role, path: str, phys: int, compulsory: int, logical: int, kind: str,
-            subject: str, key: tuple[str, str]) -> None:
-        """One access: ``phys`` bytes moved, ``logical`` of them data, ``compulsory`` of
-        those needed; the padding is ``tile_padding``, the rest of the data ``kind``."""
+            subject: str, k: int) -> None:
+        """One access of row ``k``: ``phys`` bytes moved, ``logical`` of them data,
+        ``compulsory`` of those needed; the padding is ``tile_padding``, the rest of the data
+        ``kind``."""
         rp = (role, path)
         compiled = self.compiled
         compiled[rp] = compiled.get(rp, 0) + phys
@@ -621,29 +663,29 @@ class _Ledger:
             c = self.compulsory
             c[rp] = c.get(rp, 0) + compulsory
         if phys > logical:
-            self._cause("tile_padding", "", role, path, phys - logical, key)
+            self._cause("tile_padding", "", role, path, phys - logical, k)
         if logical > compulsory:
             nbytes = logical - compulsory
             crp, ci = self.cause_rp, self.cause_instr
-            k = (kind, subject, role, path)
-            crp[k] = crp.get(k, 0) + nbytes
-            k = (kind, subject, key[0], key[1])
-            ci[k] = ci.get(k, 0) + nbytes
+            key = (kind, subject, role, path)
+            crp[key] = crp.get(key, 0) + nbytes
+            key = (kind, subject, k)
+            ci[key] = ci.get(key, 0) + nbytes
 
-    def _cause(self, kind, subject, role, path, nbytes, key) -> None:
-        k = (kind, subject, role, path)
-        self.cause_rp[k] = self.cause_rp.get(k, 0) + nbytes
-        k = (kind, subject, key[0], key[1])
-        self.cause_instr[k] = self.cause_instr.get(k, 0) + nbytes
+    def _cause(self, kind, subject, role, path, nbytes, k: int) -> None:
+        key = (kind, subject, role, path)
+        self.cause_rp[key] = self.cause_rp.get(key, 0) + nbytes
+        key = (kind, subject, k)
+        self.cause_instr[key] = self.cause_instr.get(key, 0) + nbytes
 
-    def add_wire(self, path: str, wire: int, compulsory: int, parts, key, s_per_byte) -> None:
-        """A collective's wire bytes: ``parts`` are (kind, bytes) of the excess."""
+    def add_wire(self, path: str, wire: int, compulsory: int, parts, k: int, s_per_byte) -> None:
+        """A collective's wire bytes (row ``k``): ``parts`` are (kind, bytes) of the excess."""
         rp = (None, path)
         self.compiled[rp] = self.compiled.get(rp, 0) + wire
         self.compulsory[rp] = self.compulsory.get(rp, 0) + compulsory
         for kind, nbytes in parts:
             if nbytes > 0:
-                self._cause(kind, "", None, path, nbytes, key)
+                self._cause(kind, "", None, path, nbytes, k)
                 if s_per_byte is not None:
                     self.cause_s[(kind, "")] = self.cause_s.get((kind, ""), 0.0) + nbytes * s_per_byte
 
@@ -713,22 +755,31 @@ class _Excess:
 
     def _union_all(self, comps: list[str]) -> None:
         module, B = self.module, self.buffers
+        union = B.union
         for cname in comps:
             comp = module.computations[cname]
+            by_name = comp.by_name
             for instr in comp.instructions:
                 op = instr.opcode
                 name = instr.name
                 if op in _ALIAS_LEAFWISE and instr.operands:
                     B.union_leaves(cname, name, cname, instr.operands[0], instr.shape.num_leaves)
                 elif op == "get-tuple-element":
-                    src = comp.by_name[instr.operands[0]]
-                    off = leaf_position(src.shape, (instr.tuple_index,))
-                    B.union_leaves(cname, name, cname, src.name, instr.shape.num_leaves, 0, off)
+                    src = by_name[instr.operands[0]]
+                    off = src.shape.leaf_offsets[instr.tuple_index]  # leaf_position(shape, (index,))
+                    n = instr.shape.num_leaves
+                    if n == 1:
+                        union((cname, name, 0), (cname, src.name, off))
+                    else:
+                        B.union_leaves(cname, name, cname, src.name, n, 0, off)
                 elif op == "tuple":
                     k = 0
                     for o in instr.operands:
-                        n = comp.by_name[o].shape.num_leaves
-                        B.union_leaves(cname, name, cname, o, n, k, 0)
+                        n = by_name[o].shape.num_leaves
+                        if n == 1:
+                            union((cname, name, k), (cname, o, 0))
+                        else:
+                            B.union_leaves(cname, name, cname, o, n, k, 0)
                         k += n
                 elif op == "while":
                     body = module.computations[instr.attrs["body"].strip().lstrip("%")]
@@ -829,21 +880,50 @@ class _Excess:
         module = self.module
         self.buffers = _Buffers()
         comps = self._kernel_computations()
-        self.comps = set(comps)
-        self.inplace_fusions = {(r.computation, r.instr.name) for r in self.analysis.rows
-                                if r.traffic.inplace_buffer_bytes and r.instr.opcode == "fusion"}
+        self.comps = comps_set = set(comps)
+        rows = [r for r in self.analysis.rows if r.computation in comps_set]
+        self.rows = rows
+        # the rows that move bytes (most rows of a module are parameters, tuples, constants...),
+        # the collectives, and the fusions that update a buffer in place
+        active: list[tuple[int, object]] = []
+        collective_rows: list[tuple[int, object]] = []
+        inplace: set[tuple[str, str]] = set()
+        unmodeled = False
+        for k, r in enumerate(rows):
+            t = r.traffic
+            if t.reads or t.writes:
+                active.append((k, r))
+                if t.inplace_buffer_bytes and r.instr.opcode == "fusion":
+                    inplace.add((r.computation, r.instr.name))
+            elif t.inplace_buffer_bytes and r.instr.opcode == "fusion":
+                inplace.add((r.computation, r.instr.name))
+            if r.collective is not None:
+                collective_rows.append((k, r))
+            if r.unmodeled:
+                unmodeled = True
+        self.inplace_fusions = inplace
+        self.any_unmodeled = unmodeled
         self._union_all(comps)
         B = self.buffers
+        find = B.find
+        parent = B.parent
         entry = module.entry
+        ename = entry.name
         # entry parameter leaves
         param_root: dict[tuple, tuple[int, int, object]] = {}
         for p in entry.parameters:
-            for j, (_idx, leaf) in enumerate(_leaves(p.shape)):
-                param_root.setdefault(B.find((entry.name, p.name, j)), (p.parameter_number, j, leaf))
+            if p.shape.is_tuple:
+                for j, (_idx, leaf) in enumerate(_leaves(p.shape)):
+                    param_root.setdefault(find((ename, p.name, j)), (p.parameter_number, j, leaf))
+            else:
+                key = (ename, p.name, 0)
+                param_root.setdefault(find(key) if key in parent else key, (p.parameter_number, 0, p.shape))
         # result leaves
         out_root: dict[tuple, tuple[int, object]] = {}
-        for j, (idx, leaf) in enumerate(_leaves(entry.root.shape)):
-            out_root.setdefault(B.find((entry.name, entry.root.name, j)), (j, leaf))
+        rname = entry.root.name
+        for j, leaf in enumerate(_leaf_shapes(entry.root.shape)):
+            key = (ename, rname, j)
+            out_root.setdefault(find(key) if key in parent else key, (j, leaf))
         alias_of_out: dict[int, int] = {}
         for pnum, pairs in module.input_output_alias.items():
             for out_idx, _pidx in pairs:
@@ -854,25 +934,17 @@ class _Excess:
                     continue
         self.param_root, self.out_root, self.alias_of_out = param_root, out_root, alias_of_out
 
-        rows = [r for r in self.analysis.rows if r.computation in self.comps]
-        self.rows = rows
         # cause kernels, and copy kernels: derived buffers (origin root, width num, den, kind, row)
         derived: dict[tuple, tuple] = {}
         copies: dict[tuple, tuple] = {}   # copy kernels' buffers: (source root, num, den, kind, row, sliced)
         kcause: dict[int, str] = {}
-        for k, r in enumerate(rows):
+        for k, r in active:
             instr = r.instr
-            t = r.traffic
-            if not t.reads and not t.writes:
-                continue
             comp = module.computations[r.computation]
-            c = _kernel_cause(instr, comp, module)
-            if c is None and instr.opcode not in _NO_HOST_CHECK and _touches_host(t):
-                c = "host_round_trip"
+            c, ck = _classify(instr, comp, module, r.traffic)
             if c is not None:
                 kcause[k] = c
                 continue
-            ck = _copy_kind(instr, comp, module)
             if ck is None:
                 continue
             kind, src_k, sliced = ck
@@ -901,12 +973,11 @@ class _Excess:
                 kcause[derived[oroot][4]] = "donated_but_copied" if donated else "not_donated"
             elif j in alias_of_out:
                 update_of[oroot] = alias_of_out[j]
-        for oroot in list(out_root):
-            if oroot in derived and oroot not in update_of:
-                del derived[oroot]  # a result written by a copy kernel: the result itself
+        for oroot in [o for o in derived if o in out_root and o not in update_of]:
+            del derived[oroot]  # a result written by a copy kernel: the result itself
         self.derived, self.kcause, self.update_of = derived, kcause, update_of
         self.update_root = {pnum: oroot for oroot, pnum in update_of.items()}
-        self.onchip_update = self._onchip_updates(rows)
+        self.onchip_update = self._onchip_updates(active)
         self.copy_origin = {v[4]: v[0] for v in derived.values()}
         # split-K partial sums exist only to be reduced: reading them back is split-K's too
         produced_cause: dict[tuple, str] = {}
@@ -931,12 +1002,9 @@ class _Excess:
         update_left: dict[tuple, int] = {}
         tilings = []
         order = 0
-        find = B.find
-        parent = B.parent
         gathered = set()  # buffers all-gathers write: how much of them is read decides their excess
-        for r in rows:
-            c = r.collective
-            if c is not None and c.kind == "all-gather":
+        for _k, r in collective_rows:
+            if r.collective.kind == "all-gather":
                 wkey, _leaf = self._write_key(r.instr, module.computations[r.computation], ())
                 gathered.add(find(wkey))
         reuse_rows = self.reuse.rows if self.reuse is not None else None
@@ -947,11 +1015,9 @@ class _Excess:
         kernel_write_causes = ("rematerialization", "split_k_partials", "dot_as_multiply_reduce",
                                "host_round_trip",
                                "dtype_conversion", "layout_change", "slice_copy")
-        for k, r in enumerate(rows):
+        for k, r in active:
             t = r.traffic
             t_reads, t_writes = t.reads, t.writes
-            if not t_reads and not t_writes:
-                continue
             instr = r.instr
             cname = r.computation
             comp = computations[cname]
@@ -964,8 +1030,14 @@ class _Excess:
             prio = 0 if kc is None or kc == "dot_as_multiply_reduce" else (2 if kc == "rematerialization" else 1)
             for a in t_reads:
                 ms = a.memory_space
-                if ms in ON_CHIP_MEMORY_SPACES:
-                    continue
+                if ms:  # not HBM (0)
+                    if ms in ON_CHIP_MEMORY_SPACES:
+                        continue
+                    if ms == HOST_MEMORY_SPACE:
+                        phys = a.nbytes * count
+                        add(None, "host_to_device", phys, phys if kc is None else 0, phys,
+                            kc or "host_round_trip", "", k)
+                        continue
                 oname = operands[a.operand]
                 oshape = by_name[oname].shape
                 if a.index and oshape.is_tuple:
@@ -976,10 +1048,6 @@ class _Excess:
                 phys = a.nbytes * count
                 lg = a.logical_nbytes
                 logical = (lg if lg is not None else _logical(a, leaf)) * count
-                if ms == HOST_MEMORY_SPACE:
-                    add(None, "host_to_device", phys, phys if kc is None else 0, phys,
-                        kc or "host_round_trip", "", key)
-                    continue
                 rl = roles[(cname, oname)]
                 role = rl[pos] if pos < len(rl) else rl[0]
                 root = (cname, oname, pos)
@@ -988,78 +1056,95 @@ class _Excess:
                 order += 1
                 if gathered and root in gathered:
                     read_units[root] = read_units.get(root, 0) + min(logical, leaf.logical_byte_size * count)
-                if root not in special and cap is not None and leaf.logical_byte_size <= cap:
-                    # an intermediate that fits on chip: reading it back is excess
-                    add(role, _HBM_READ, phys, 0, logical,
-                        kc if kc is not None else produced_cause.get(root, no_cause), "", key)
-                    continue
-                if prio == 0 and root not in special and root not in produced_cause:
-                    w = write_total.get(root)
-                    if w is not None:  # a spilled intermediate already written: read it back once
-                        g = streamed.get(root, 0)
-                        give = min(logical, w - g)
-                        if give > 0:
-                            streamed[root] = g + give
-                        else:
-                            give = 0
-                        if give == logical == phys:  # all compulsory: only the two sums move
-                            rp = (role, _HBM_READ)
-                            compiled_d[rp] = compiled_d.get(rp, 0) + phys
-                            compulsory_d[rp] = compulsory_d.get(rp, 0) + phys
-                        else:
-                            add(role, _HBM_READ, phys, give, logical, "re_read", "", key)
+                units = logical
+                if root not in special:
+                    if cap is not None and leaf.logical_byte_size <= cap:
+                        # an intermediate that fits on chip: reading it back is excess
+                        add(role, _HBM_READ, phys, 0, logical,
+                            kc if kc is not None else produced_cause.get(root, no_cause), "", k)
                         continue
-                broot, units = root, logical
-                if root in derived:
+                    if prio == 0 and root not in produced_cause:
+                        w = write_total.get(root)
+                        if w is not None:  # a spilled intermediate already written: read it back once
+                            g = streamed.get(root, 0)
+                            give = min(logical, w - g)
+                            if give > 0:
+                                streamed[root] = g + give
+                            else:
+                                give = 0
+                            if give == logical == phys:  # all compulsory: only the two sums move
+                                rp = (role, _HBM_READ)
+                                compiled_d[rp] = compiled_d.get(rp, 0) + phys
+                                compulsory_d[rp] = compulsory_d.get(rp, 0) + phys
+                            else:
+                                add(role, _HBM_READ, phys, give, logical, "re_read", "", k)
+                            continue
+                    broot = root
+                elif root in derived:  # (derived buffers are special)
                     broot, num, den = derived[root][0], derived[root][1], derived[root][2]
                     units = logical * den // num if num else logical
+                else:
+                    broot = root
                 lst = reads.get(broot)
                 if lst is None:
                     lst = reads[broot] = []
                 lst.append((prio, order, units, logical, k, role, phys, root))
             if t_writes:
                 out_roles = roles[key]
+                shape = instr.shape
+                start = instr.opcode in _NATIVE_STARTS
+                inner = None  # _inner_update_bytes, when a write into a special buffer asks
             for a in t_writes:
                 ms = a.memory_space
-                if ms in ON_CHIP_MEMORY_SPACES:
-                    continue
-                if a.index or instr.opcode in _NATIVE_STARTS:
-                    wkey, leaf = self._write_key(instr, comp, a.index)
-                    rl = roles.get((wkey[0], wkey[1]))
-                    role = rl[wkey[2]] if rl and wkey[2] < len(rl) else "activations"
+                if ms:  # not HBM (0)
+                    if ms in ON_CHIP_MEMORY_SPACES:
+                        continue
+                    if ms == HOST_MEMORY_SPACE:
+                        phys = a.nbytes * count
+                        add(None, "device_to_host", phys, phys if kc is None else 0, phys,
+                            kc or "host_round_trip", "", k)
+                        continue
+                idx = a.index
+                if start or idx:
+                    if not start and len(idx) == 1 and shape.is_tuple and 0 <= idx[0] < len(shape.tuple_shapes):
+                        # one element of a tuple result (``_write_key``'s answer, without the call)
+                        pos = shape.leaf_offsets[idx[0]]
+                        wkey, leaf = (cname, instr.name, pos), shape.tuple_shapes[idx[0]]
+                        role = out_roles[pos] if out_roles and pos < len(out_roles) else "activations"
+                    else:
+                        wkey, leaf = self._write_key(instr, comp, idx)
+                        rl = roles.get((wkey[0], wkey[1]))
+                        role = rl[wkey[2]] if rl and wkey[2] < len(rl) else "activations"
                 else:
-                    wkey, leaf = (cname, instr.name, 0), instr.shape
+                    wkey, leaf = (cname, instr.name, 0), shape
                     role = out_roles[0]
                 phys = a.nbytes * count
                 lg = a.logical_nbytes
                 logical = (lg if lg is not None else _logical(a, leaf)) * count
-                if ms == HOST_MEMORY_SPACE:
-                    add(None, "device_to_host", phys, phys if kc is None else 0, phys,
-                        kc or "host_round_trip", "", key)
-                    continue
                 root = find(wkey) if wkey in parent else wkey
                 write_total[root] = write_total.get(root, 0) + logical
                 if root not in special:  # an intermediate
                     size = leaf.logical_byte_size if leaf is not None else logical
                     if kc in kernel_write_causes:
-                        add(role, _HBM_WRITE, phys, 0, logical, kc, "", key)
+                        add(role, _HBM_WRITE, phys, 0, logical, kc, "", k)
                     elif cap is not None and size <= cap:
-                        add(role, _HBM_WRITE, phys, 0, logical, no_cause, "", key)
+                        add(role, _HBM_WRITE, phys, 0, logical, no_cause, "", k)
                     elif logical == phys:  # a spilled intermediate written once: compulsory
                         rp = (role, _HBM_WRITE)
                         compiled_d[rp] = compiled_d.get(rp, 0) + phys
                         compulsory_d[rp] = compulsory_d.get(rp, 0) + phys
                     else:
-                        add(role, _HBM_WRITE, phys, logical, logical, UNATTRIBUTED, "", key)
+                        add(role, _HBM_WRITE, phys, logical, logical, UNATTRIBUTED, "", k)
                     continue
                 update = 0
                 if t.inplace_buffer_bytes:
                     update = logical
                 else:
-                    inner = _inner_update_bytes(instr, module)
+                    if inner is None:
+                        inner = _inner_update_bytes(instr, module)
                     if inner:
                         update = min(logical, inner * count)
-                self._special_write(root, k, key, role, phys, logical, update, out_left, update_left)
+                self._special_write(root, k, role, phys, logical, update, out_left, update_left)
             if reuse_rows is not None:
                 ru = reuse_rows.get(key)
                 if ru is not None and ru.tilings:
@@ -1067,9 +1152,8 @@ class _Excess:
         self._settle_reads(reads, write_total)
         for k, r, ru in tilings:
             self._tiling(k, r, ru)
-        for k, r in enumerate(rows):
-            if r.collective is not None:
-                self._collective(k, r, read_units)
+        for k, r in collective_rows:
+            self._collective(k, r, read_units)
         return self._result()
 
     # -- accesses ------------------------------------------------------------------------
@@ -1091,7 +1175,7 @@ class _Excess:
         except (IndexError, KeyError, AttributeError):
             return (comp.name, target.name, 0), None
 
-    def _special_write(self, root, k, key, role, phys, logical, update, out_left, update_left) -> None:
+    def _special_write(self, root, k, role, phys, logical, update, out_left, update_left) -> None:
         """A write into a result, a parameter or a copy of one (see the module docstring)."""
         kc = self.kcause.get(k)
         subject = ""
@@ -1131,10 +1215,11 @@ class _Excess:
             subject = self._not_donated_subject(k)
         elif kind in ("rematerialization", "split_k_partials", "dot_as_multiply_reduce", "host_round_trip"):
             subject = ""
-        self.ledger.add(role, _HBM_WRITE, phys, comp_b, logical, kind, subject, key)
+        self.ledger.add(role, _HBM_WRITE, phys, comp_b, logical, kind, subject, k)
 
     def _onchip_updates(self, rows) -> dict[tuple, int]:
-        """Update result root -> bytes of in-place updates made to it (or to a copy of its
+        """(``rows``: (row number, row) pairs.) Update result root -> bytes of in-place
+        updates made to it (or to a copy of its
         parameter) in on-chip memory (XLA:TPU: a cache copied into VMEM, updated there, and
         copied back whole): the kernel that writes the result to HBM carries them, and they
         are its compulsory part."""
@@ -1142,7 +1227,7 @@ class _Excess:
         if not self.update_of:
             return out
         B, module = self.buffers, self.module
-        for r in rows:
+        for _k, r in rows:
             t = r.traffic
             if not t.writes:
                 continue
@@ -1171,10 +1256,6 @@ class _Excess:
                 out[uroot] = out.get(uroot, 0) + nbytes
         return out
 
-    def _key(self, k: int) -> tuple[str, str]:
-        r = self.rows[k]
-        return (r.computation, r.instr.name)
-
     def _settle_reads(self, reads: dict, write_total: dict) -> None:
         """Grant each buffer's compulsory read budget: kernels that are no copies first, in
         schedule order, then copies, then recomputation; the rest is excess."""
@@ -1190,8 +1271,7 @@ class _Excess:
                     subject = self._param_subject(param_root[broot][0])
                 else:
                     subject = ""
-                r = rows[k]
-                add(role, _HBM_READ, phys, comp_b, logical, "re_read", subject, (r.computation, r.instr.name))
+                add(role, _HBM_READ, phys, comp_b, logical, "re_read", subject, k)
                 continue
             mixed = any(c[0] for c in claims)
             if mixed:
@@ -1224,8 +1304,7 @@ class _Excess:
                 elif kind in ("rematerialization", "split_k_partials", "dot_as_multiply_reduce",
                               "host_round_trip"):
                     subj = ""
-                r = rows[k]
-                add(role, _HBM_READ, phys, comp_b, logical, kind, subj, (r.computation, r.instr.name))
+                add(role, _HBM_READ, phys, comp_b, logical, kind, subj, k)
 
     def _not_donated_subject(self, k: int) -> str:
         origin = self.copy_origin.get(k)
@@ -1268,7 +1347,7 @@ class _Excess:
                 b = extra - done if i == len(shares) - 1 else extra * s // tot
                 done += b
                 if b:
-                    self.ledger.add(role, _HBM_READ, b, 0, b, "tiling_re_read", "", self._key(k))
+                    self.ledger.add(role, _HBM_READ, b, 0, b, "tiling_re_read", "", k)
 
     def _dot_operand_roles(self, instr: Instruction, comp: Computation, dot_name: str) -> tuple[str, str]:
         from .roles import _trace_to_parameter
@@ -1326,7 +1405,7 @@ class _Excess:
             except (AttributeError, ValueError, KeyError, TypeError):
                 bw = None
             s_per_byte = 1.0 / bw if bw else None
-        self.ledger.add_wire("device_to_device", wire, compulsory, parts, self._key(k), s_per_byte)
+        self.ledger.add_wire("device_to_device", wire, compulsory, parts, k, s_per_byte)
 
     def _narrow_source_bits(self, instr: Instruction, comp: Computation) -> tuple[int, int] | None:
         for o in instr.operands:
@@ -1352,17 +1431,21 @@ class _Excess:
     def _result(self) -> ExcessAnalysis:
         ledger = self.ledger
         module = self.module
-        rows_by_key = {(r.computation, r.instr.name): r for r in self.rows}
+        rows = self.rows
         groups: dict[tuple[str, str], list] = {}  # (kind, subject) -> [by_role, by_path, instrs]
         for (kind, subject, role, path), nbytes in ledger.cause_rp.items():
             g = groups.setdefault((kind, subject), [{}, {}, []])
             if role is not None:
                 g[0][role] = g[0].get(role, 0) + nbytes
             g[1][path] = g[1].get(path, 0) + nbytes
+        by_row: dict[int, int] = {}  # row number -> excess bytes
+        for (kind, subject, k), nbytes in ledger.cause_instr.items():
+            groups[(kind, subject)][2].append((k, nbytes))
+            by_row[k] = by_row.get(k, 0) + nbytes
         per_instruction: dict[tuple[str, str], int] = {}
-        for (kind, subject, cname, name), nbytes in ledger.cause_instr.items():
-            groups[(kind, subject)][2].append(((cname, name), nbytes))
-            per_instruction[(cname, name)] = per_instruction.get((cname, name), 0) + nbytes
+        for k, nbytes in by_row.items():
+            r = rows[k]
+            per_instruction[(r.computation, r.instr.name)] = nbytes
         causes: list[ExcessCause] = []
         unattributed = None
         spb = ledger.hbm_s_per_byte
@@ -1373,18 +1456,15 @@ class _Excess:
             instrs.sort(key=lambda kv: -kv[1])
             items = []
             flops = 0
-            for key, b in instrs:
-                row = rows_by_key.get(key)
-                if row is None:
-                    continue
-                if kind == "rematerialization":
-                    flops += row.total.flops
-                if len(items) < MAX_LISTED:
-                    loc = module.source_location(row.instr)
-                    md = row.instr.metadata
-                    items.append(CauseInstruction(key[0], key[1], row.instr.opcode, b,
-                                                  f"{loc.file}:{loc.line}" if loc else None,
-                                                  md.op_name if md is not None and md.op_name else None))
+            if kind == "rematerialization":
+                flops = sum(rows[k].total.flops for k, _b in instrs)
+            for k, b in instrs[:MAX_LISTED]:
+                row = rows[k]
+                loc = module.source_location(row.instr)
+                md = row.instr.metadata
+                items.append(CauseInstruction(row.computation, row.instr.name, row.instr.opcode, b,
+                                              f"{loc.file}:{loc.line}" if loc else None,
+                                              md.op_name if md is not None and md.op_name else None))
             hbm = by_path.get(_HBM_READ, 0) + by_path.get(_HBM_WRITE, 0)
             wire = by_path.get("device_to_device", 0)
             wire_s = ledger.cause_s.get((kind, subject))
@@ -1424,7 +1504,7 @@ class _Excess:
             notes.append("no on-chip capacity (no hardware spec, or one without l2_bytes/vmem_bytes): "
                          "every intermediate is counted as a compulsory spill (written and read once); "
                          "give a hardware spec to find the ones that fit on chip")
-        if any(r.unmodeled for r in self.rows):
+        if self.any_unmodeled:
             notes.append("unmodeled instructions move bytes jaxmove cannot count: they are in neither "
                          "compiled nor compulsory")
         if spb is not None and any(c.untimed_bytes for c in causes):
@@ -1527,6 +1607,19 @@ def _touches_host(t) -> bool:
     return any(a.memory_space == HOST_MEMORY_SPACE for a in (*t.reads, *t.writes))
 
 
+
+
+def _leaf_shapes(shape) -> list:
+    """The leaves of ``shape`` in tuple order (``Shape.leaves``, without a call per array)."""
+    if not shape.is_tuple:
+        return [shape]
+    out = []
+    for s in shape.tuple_shapes:
+        if s.is_tuple:
+            out.extend(_leaf_shapes(s))
+        else:
+            out.append(s)
+    return out
 
 
 def _leaves(shape) -> list:
