@@ -276,7 +276,22 @@ def load_collectives() -> pd.DataFrame:
     d = pd.read_csv(DATA / "xla_collectives_h100.csv")
     d = d[d.device_key == "sm_90"].reset_index(drop=True)
     d["n"] = d.num_devices_per_group.fillna(2).astype(int)
+    # The table's instruction is the HLO's result: a reduce-scatter's shape is its output, and
+    # collective_perf_table_gen.cc divides the pre-scatter tensor size (n x the output) by the
+    # runtime for its throughput. So input = n x output, runtime = input / throughput (the
+    # CSV's columns take the recorded shape as the input: runtimes n times too small).
+    rs = d.opcode == "reduce-scatter"
+    d.loc[rs, "output_bytes"] = d.loc[rs, "num_elements"] * 4
+    d.loc[rs, "input_bytes"] = d.loc[rs, "output_bytes"] * d.loc[rs, "n"]
+    d.loc[rs, "time_s"] = d.loc[rs, "input_bytes"] / d.loc[rs, "network_throughput_bytes_per_sec"]
     return d
+
+
+def permute_pairs(r) -> tuple[tuple[int, int], ...] | None:
+    """A collective-permute row's source-target pairs ("0>1 1>0 ...")."""
+    if not isinstance(r.source_target_pairs, str):
+        return None
+    return tuple(tuple(int(x) for x in p.split(">")) for p in r.source_target_pairs.split())
 
 
 def wire_bytes(r) -> float:
@@ -291,31 +306,45 @@ def wire_bytes(r) -> float:
     return float(r.input_bytes)  # collective-permute: each device sends its buffer to one peer
 
 
-def predict_collectives(spec, d: pd.DataFrame, params) -> np.ndarray:
-    return np.array([nccl.collective_time_s(r.opcode, wire_bytes(r), r.n, spec, params=params)
-                     for r in d.itertuples()])
+def predict_collectives(spec, d: pd.DataFrame, params, harness_s: float | None = None) -> np.ndarray:
+    """The table's statistic per row: its program's time, one collective + ``harness_s`` (what
+    the profiled window of a one-collective program holds besides it: the executable's start
+    and end on the stream); a collective-permute's row is its while-loop program (101 permutes
+    and one harness) / 100."""
+    harness_s = nccl.HARNESS_S if harness_s is None else harness_s
+    out = []
+    for r in d.itertuples():
+        pairs = permute_pairs(r)
+        t = nccl.collective_time_s(r.opcode, wire_bytes(r), r.n, spec, params=params, pairs=pairs)
+        out.append((101 * t + harness_s) / 100 if r.opcode == "collective-permute" else t + harness_s)
+    return np.array(out)
 
 
-def fit_nccl(spec, d: pd.DataFrame) -> nccl.NcclParams:
-    """Fit NcclParams on ``d``: mean absolute log error, Nelder-Mead."""
+NCCL_FIT = (("overhead_s", 1e-6, 0.0, 1000.0), ("latency_scale", 1.0, 0.0, 100.0),
+            ("hop_latency_scale", 1.0, 0.0, 100.0),
+            ("bandwidth_efficiency", 1.0, 0.01, 1.5), ("local_copy_efficiency", 1.0, 0.01, 10.0),
+            ("p2p_channel_bytes_per_s", 1e9, 1.0, 400.0), ("p2p_duplex", 1.0, 0.2, 1.0),
+            ("p2p_efficiency", 1.0, 0.1, 1.5))
+
+
+def fit_nccl(spec, d: pd.DataFrame) -> tuple[nccl.NcclParams, float]:
+    """Fit NcclParams and the harness time (s) on ``d``: mean absolute error of log time (an L1
+    loss: the warm-up outliers of the table move it little), Nelder-Mead."""
     from scipy.optimize import minimize
 
     y = np.log(d.time_s.to_numpy())
 
     def params_of(x):
-        return nccl.NcclParams(overhead_s=x[0] * 1e-6, latency_scale=x[1], bandwidth_efficiency=x[2],
-                               local_copy_efficiency=x[3])
+        return nccl.NcclParams(**{k: float(f"{float(v) * unit:.4g}") for (k, unit, _, _), v in zip(NCCL_FIT, x)})
 
     def loss(x):
-        if not (0 <= x[0] < 1000 and 0 <= x[1] < 100 and 0.01 < x[2] <= 1.5 and 0.01 < x[3] <= 10):
+        if not (all(lo <= v <= hi for (_, _, lo, hi), v in zip(NCCL_FIT, x)) and 0 <= x[-1] < 100):
             return 1e9
-        return float(np.mean(np.abs(np.log(predict_collectives(spec, d, params_of(x))) - y)))
+        return float(np.mean(np.abs(np.log(predict_collectives(spec, d, params_of(x), x[-1] * 1e-6)) - y)))
 
-    r = minimize(loss, [6.0, 1.0, 0.8, 0.5], method="Nelder-Mead",
-                 options={"xatol": 1e-4, "fatol": 1e-6, "maxiter": 3000, "adaptive": True})
-    return nccl.NcclParams(overhead_s=round(float(r.x[0]), 3) * 1e-6, latency_scale=round(float(r.x[1]), 4),
-                           bandwidth_efficiency=round(float(r.x[2]), 4),
-                           local_copy_efficiency=round(float(r.x[3]), 4))
+    r = minimize(loss, [2.0, 1.5, 1.5, 1.0, 0.5, 30.0, 0.63, 0.8, 4.0], method="Nelder-Mead",
+                 options={"xatol": 1e-4, "fatol": 1e-6, "maxiter": 6000, "adaptive": True})
+    return params_of(r.x), float(f"{float(r.x[-1]) * 1e-6:.4g}")
 
 
 def _ring_bus_gbps(spec) -> float:
@@ -340,10 +369,34 @@ def collective_baselines(spec, d: pd.DataFrame, launch: bool) -> np.ndarray:
     return np.array(out)
 
 
+def series_key(r) -> str:
+    """One measured series: kind and group (or permute pattern)."""
+    if r.opcode == "collective-permute":
+        return f"collective-permute {r.source_target_pairs}"
+    return f"{r.opcode} n={r.n}"
+
+
+def warmup_outliers(d: pd.DataFrame, ratio: float = 1.5) -> pd.DataFrame:
+    """Rows measured more than ``ratio`` x slower than a larger size of the same series (a
+    collective's time cannot fall as its size grows): the table's noise / warm-up rows. They
+    are kept in the fit and in the errors (an L1 fit moves little for them) and listed."""
+    out = []
+    for _key, g in d.groupby(d.apply(series_key, axis=1)):
+        g = g.sort_values("input_bytes")
+        t = g.time_s.to_numpy()
+        later_min = np.minimum.accumulate(t[::-1])[::-1]
+        for i, r in enumerate(g.itertuples()):
+            if i + 1 < len(t) and t[i] > ratio * later_min[i + 1]:
+                out.append(r.Index)
+    return d.loc[out]
+
+
 def collectives_report(spec) -> tuple[list[str], dict]:
     d = load_collectives()
     fit_mask = split_halves(pd.Series(range(len(d))))
-    params = fit_nccl(spec, d[fit_mask])
+    t0 = time.perf_counter()
+    params, harness_s = fit_nccl(spec, d[fit_mask])
+    fit_s = time.perf_counter() - t0
     test = d[~fit_mask].reset_index(drop=True)
     picks: dict[str, int] = {}
     for r in test.itertuples():
@@ -351,7 +404,7 @@ def collectives_report(spec) -> tuple[list[str], dict]:
         key = f"{c.algorithm}/{c.protocol}"
         picks[key] = picks.get(key, 0) + 1
     meas = test.time_s.to_numpy()
-    preds = {"model": predict_collectives(spec, test, params),
+    preds = {"model": predict_collectives(spec, test, params, harness_s),
              "roofline": collective_baselines(spec, test, False),
              "roofline+launch": collective_baselines(spec, test, True)}
     bands = band_of(meas)
@@ -368,31 +421,79 @@ def collectives_report(spec) -> tuple[list[str], dict]:
         rows.append((f"all kinds {band}", {k: err_stats(v[bs], meas[bs]) for k, v in preds.items()}))
     rows.append(("**all kinds**", {k: err_stats(v, meas) for k, v in preds.items()}))
     summary["all"] = rows[-1][1]["model"]
+    # residuals by series and size (held-out rows): where the model is off
+    e = preds["model"] / meas - 1.0
+    keys = test.apply(series_key, axis=1).to_numpy()
+    size_band = np.where(test.input_bytes < 2 ** 20, "< 1 MiB",
+                         np.where(test.input_bytes < 2 ** 27, "1-128 MiB", ">= 128 MiB"))
+    resid = ["| series | < 1 MiB: n, median signed | 1-128 MiB | >= 128 MiB |", "|---|---|---|---|"]
+    for key in sorted(set(keys)):
+        cells = []
+        for sb in ("< 1 MiB", "1-128 MiB", ">= 128 MiB"):
+            m = (keys == key) & (size_band == sb)
+            cells.append(f"{int(m.sum())}, {_pct(float(np.median(e[m])))}" if m.any() else "-")
+        resid.append(f"| {key} | " + " | ".join(cells) + " |")
+    outl = warmup_outliers(d)
+    outl_lines = [f"* {series_key(r)}, {int(r.input_bytes)} B: {1e6 * r.time_s:.1f} us"
+                  f" ({'fit' if fit_mask[r.Index] else 'held out'})" for r in outl.itertuples()]
+    ch8, ch2 = nccl.p2p_channels(spec, 8), nccl.p2p_channels(spec, 2)
     lines = [
         "",
         "## Collectives: XLA's measured NCCL table (8 x H100 in one node, sm_90)",
         "",
         f"{len(d)} rows (5 kinds, groups of 2, 4 and 8, f32 buffers of 1 KiB to 8 GiB); fitted on a "
         f"random half of the rows ({int(fit_mask.sum())}, seed {SEED}), reported on the other {len(test)}. "
+        f"Fit took {fit_s:.1f} s. "
         "The baseline is jaxmove's time before this model: `link_latency_s` x ring steps + wire "
         "bytes / `intra_node_bytes_per_s` (\"roofline\"), and the same + `kernel_launch_overhead_s`.",
         "",
-        "Fitted constants (`jaxmove/hardware/nccl.py`, `NcclParams`):",
+        "Reading the table (xla/tools/collective_perf_table_gen.cc): each row is an "
+        "`HloInstructionProto` (its shape is the instruction's *result*) with "
+        "`network_throughput_bytes_per_sec` = the generator's tensor size / the median "
+        "`compute_time_ns` of 20 runs. For reduce-scatter the tensor size is the pre-scatter input, "
+        "n x the recorded shape, so runtime = n x output bytes / throughput (`load_collectives`); "
+        "taking the recorded shape as the input made reduce-scatters look n times faster "
+        "(2.6-11 us, below any NCCL launch; the model's error on them was 124%). A permute row "
+        "is a while loop of 101 permutes (the first outside the loop) divided by 100.",
         "",
-        f"* `overhead_s` (XLA's collective thunk + NCCL kernel launch) = {params.overhead_s:.4g}",
-        f"* `latency_scale` (on NCCL's tuning.cc latencies) = {params.latency_scale}",
+        "Fitted constants (`jaxmove/hardware/nccl.py`, `NcclParams`; L1 loss on log time):",
+        "",
+        f"* `overhead_s` (XLA's collective thunk + NCCL kernel launch, per collective) = {params.overhead_s:.4g}",
+        f"* `latency_scale` (on tuning.cc's base latencies) = {params.latency_scale}",
+        f"* `hop_latency_scale` (on tuning.cc's per-step NVLink latencies) = {params.hop_latency_scale}",
         f"* `bandwidth_efficiency` (on NCCL's tuning.cc bandwidths; the ring's busBw here is "
         f"{_ring_bus_gbps(spec):.0f} GB/s from {spec.intra_node_bytes_per_s / 1e9:.0f} GB/s NVLink per direction) = "
         f"{params.bandwidth_efficiency}",
         f"* `local_copy_efficiency` (NCCL's in-GPU copies, fraction of {spec.hbm_bytes_per_s / 1e12:.2f} TB/s HBM) = "
         f"{params.local_copy_efficiency}",
+        f"* `p2p_channel_bytes_per_s` (one send/recv channel, Simple; LL half) = {params.p2p_channel_bytes_per_s:.4g}",
+        f"* `p2p_duplex` (per direction, a channel carrying a send and a receive) = {params.p2p_duplex}",
+        f"* `p2p_efficiency` (send/recv, of NVLink as NCCL counts it) = {params.p2p_efficiency}",
+        f"* harness (benchmark only: the one-collective program's profiled window besides the "
+        f"collective; /100 for the permute loop) = {harness_s:.4g} s (`nccl.HARNESS_S`)",
         "",
-        "NCCL's pick per row (algorithm/protocol by tuning.cc's own time; held-out rows): "
+        "Send/recv (all-to-all, collective-permute) follow NCCL's p2p schedule (src/enqueue.cc, "
+        f"paths.cc, device.h): {ch8.p2p_channels} p2p channels, up to {ch8.per_peer} per peer; an op "
+        f"starts on {ch8.min_per_op} channels in an 8-rank communicator ({ch2.min_per_op} in a 2-rank one) "
+        "and doubles them while a part exceeds 16 MiB; LL up to per-peer channels x 16 KiB; "
+        "round r pairs the send to rank+r with the receive from rank-r on the same channels "
+        "(a ring permute's channels carry both directions, a mutual pair's do not until 16 "
+        "channels overlap). "
+        "NCCL's pick per row (algorithm/protocol; held-out rows): "
         + ", ".join(f"{k} {v}" for k, v in sorted(picks.items())) + ".",
         "",
         *table(rows),
+        "",
+        "Held-out residuals (median signed error) by series and input size:",
+        "",
+        *resid,
+        "",
+        f"Rows measured > 1.5 x slower than a larger size of the same series ({len(outl)} of {len(d)}; "
+        "kept in the fit and in the errors above):",
+        "",
+        *outl_lines,
     ]
-    return lines, {"params": params, "summary": summary}
+    return lines, {"params": params, "harness_s": harness_s, "summary": summary}
 
 
 def main() -> int:
@@ -409,8 +510,9 @@ def main() -> int:
     if (DATA / "xla_collectives_h100.csv").is_file():
         c, cinfo = collectives_report(spec)
         lines += c
-        if cinfo["params"] != nccl.FITTED:
-            print(f"note: nccl.FITTED differs from this fit: {cinfo['params']}", file=sys.stderr)
+        if cinfo["params"] != nccl.FITTED or cinfo["harness_s"] != nccl.HARNESS_S:
+            print(f"note: nccl.FITTED / HARNESS_S differ from this fit: {cinfo['params']}, "
+                  f"{cinfo['harness_s']}", file=sys.stderr)
     OUT.write_text("\n".join(lines) + "\n")
     print("\n".join(lines))
     return 0

@@ -168,5 +168,8 @@ def nccl_time(info, spec, spans_nodes: bool) -> float | None:
     if info.kind != "recv" and info.kind not in nccl.KINDS:
         from ..errors import Unmodeled
         raise Unmodeled(f"the NCCL model has no '{info.kind}' collective")
+    pairs = None
+    if info.kind == "collective-permute" and all(len(g) == 2 for g in info.device_groups):
+        pairs = tuple((int(g[0]), int(g[1])) for g in info.device_groups)  # source, target
     return nccl.collective_time_s(info.kind, info.wire_bytes, info.group_size, spec,
-                                  spans_nodes=spans_nodes)
+                                  spans_nodes=spans_nodes, pairs=pairs or None)
