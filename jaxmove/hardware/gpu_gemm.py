@@ -21,7 +21,18 @@ quantization"):
   need (a near-square block of tiles per wave, the grouped ordering of Triton's tutorial).
   The kernel takes ``max(waves x tile time, HBM bytes / hbm_bytes_per_s)`` (the loads overlap
   the math) plus a fixed cost (``fixed_cycles`` SM cycles at ``sm_clock_hz``: CTA launch,
-  prologue, the tail of the last wave), fitted.
+  prologue, the tail of the last wave), fitted; a TF32 gemm kernel has its own
+  (``gemm_fixed_cycles["tf32"]``, fitted: on XLA's measured H100 table a TF32 gemm's fixed
+  part is ~1.4x a bf16 or fp8 gemm's, ``benchmarks/gpu_kernels.md``).
+* Operand layout (Hopper, sm_90): ``wgmma`` reads its B operand from shared memory, and only
+  16-bit types (f16/bf16) may be MN-major there; ``.tf32``, ``.e4m3``/``.e5m2`` and ``.s8``
+  operands must be K-major (PTX ISA, "Asynchronous Warpgroup Level Matrix Multiply-Accumulate",
+  section "Matrices in shared memory": the transpose of A/B, ``imm-trans-a``/``imm-trans-b``, is
+  only for ``.f16``/``.bf16``). A TF32 dot whose B is ``[k, n]`` with ``n`` minor (what
+  ``x @ w`` gives) has its B tile transposed on the way into shared memory, through registers
+  instead of a TMA copy: the model charges the B bytes ``mn_major_feed_factor`` (fitted) times
+  in the k step's operand loads. fp8 is not charged: XLA's cuBLASLt fp8 gemm takes B k-minor,
+  after a separate transpose kernel (``benchmarks/gpu_kernels.py`` models that kernel).
 * Split-K writes ``S`` partial f32 results, and a second kernel reduces them (XLA's Triton
   split-K rewrite: a ``kCustom`` gemm fusion followed by a reduce fusion); the reduction is a
   memory-bound kernel with the same fixed cost.
@@ -68,7 +79,9 @@ __all__ = [
     "GemmParams",
     "GemmTime",
     "GemmModelError",
+    "K_MAJOR_ONLY_KEYS",
     "gemm_model_applies",
+    "mn_major_penalized",
     "gemm_time",
     "kernel_times",
 ]
@@ -91,12 +104,25 @@ class GemmParams:
     fixed_cycles: SM cycles per kernel that do no tile work (CTA launch and rasterisation,
       prologue, epilogue tail, the kernel's own start and end as a profiler sees them).
     feed_bytes_per_cycle: operand bytes one SM loads from L2 into shared memory per cycle.
+    gemm_fixed_cycles: a gemm kernel's fixed cost per ``flops_per_s`` key where it differs
+      from ``fixed_cycles`` (tf32); split-K reductions and transposes keep ``fixed_cycles``.
+    mn_major_feed_factor: cost of one B byte, in operand-load bytes, when the MMA takes only
+      K-major operands from shared memory and B is MN-major (TF32 on sm_90, module docstring);
+      1 = no penalty.
     """
 
     eta: Mapping[str, float]
     fill_k_steps: float
     fixed_cycles: float
     feed_bytes_per_cycle: float
+    gemm_fixed_cycles: Mapping[str, float] = dataclasses.field(default_factory=dict)
+    mn_major_feed_factor: float = 1.0
+
+    def fixed_cycles_for(self, key: str | None) -> float:
+        """Fixed SM cycles of a gemm kernel whose operands have ``flops_per_s`` key ``key``
+        (f32/f64 dots on tensor cores run as tf32)."""
+        key = {"f32": "tf32", "f64": "tf32"}.get(key or "", key)
+        return float(self.gemm_fixed_cycles.get(key or "", self.fixed_cycles))
 
     def eta_for(self, key: str | None) -> float:
         """``eta`` of a ``flops_per_s`` key (f16 -> bf16, int8/int4/fp4 -> fp8)."""
@@ -111,8 +137,23 @@ class GemmParams:
 
 #: Fitted by benchmarks/gpu_kernels.py on a random half (seed 0) of XLA's measured sm_90 table
 #: (../shared/data/xla_gemm_h100.csv); the other half is the reported, out-of-sample error.
-FITTED = GemmParams(eta={"bf16": 0.8637, "tf32": 0.5506, "fp8": 0.8577}, fill_k_steps=1.104,
-                    fixed_cycles=11224.7, feed_bytes_per_cycle=69.98)
+FITTED = GemmParams(eta={"bf16": 0.8576, "tf32": 0.6712, "fp8": 0.8461}, fill_k_steps=0.908,
+                    fixed_cycles=11108.4, feed_bytes_per_cycle=65.19,
+                    gemm_fixed_cycles={"tf32": 17082.2}, mn_major_feed_factor=1.791)
+
+#: flops_per_s keys whose Hopper wgmma operands must be K-major in shared memory and which the
+#: model charges for an MN-major B (module docstring; fp8/int8 reach cuBLASLt already K-major).
+K_MAJOR_ONLY_KEYS = frozenset({"tf32"})
+
+
+def mn_major_penalized(spec, peak_key: str | None, rhs_k_major: bool) -> bool:
+    """True when a gemm's B operand pays `GemmParams.mn_major_feed_factor`: an MN-major B of
+    a `K_MAJOR_ONLY_KEYS` dtype on an sm_90 GPU (the spec's ``target.compute_capability``
+    ``9.x``: wgmma; Ampere's mma.sync loads 32-bit operands with plain shared loads, and
+    Blackwell is unmeasured here)."""
+    key = {"f32": "tf32", "f64": "tf32"}.get(peak_key or "", peak_key)
+    cc = str((getattr(spec, "target", None) or {}).get("compute_capability", ""))
+    return key in K_MAJOR_ONLY_KEYS and not rhs_k_major and cc.split(".")[0] == "9"
 
 
 @dataclasses.dataclass(frozen=True, slots=True)
@@ -165,6 +206,9 @@ class GemmTime:
         x ``2 BM BN BK / (eta peak / num_sms)``, s (<= compute_s).
       useful_mma_s: tensor-core time of the useful work, ``2 b m n k / (eta peak)``, s.
       feed_limited: the k steps wait on operand loads (L2 -> shared memory), not the MMA.
+      reduce_fixed_s: the split-K reduction kernel's fixed cost, s (0 without split-K;
+        ``fixed_s`` is the gemm kernel's).
+      rhs_feed_factor: what one B byte costs in the operand loads (`mn_major_penalized`).
     """
 
     time_s: float
@@ -182,6 +226,8 @@ class GemmTime:
     mma_s: float = 0.0
     useful_mma_s: float = 0.0
     feed_limited: bool = False
+    reduce_fixed_s: float = 0.0
+    rhs_feed_factor: float = 1.0
 
 
 def gemm_model_applies(spec) -> bool:
@@ -199,14 +245,18 @@ def _require(spec) -> None:
                              f"{', '.join(missing) or 'kind = gpu'}")
 
 
-def kernel_times(spec, params: GemmParams, b, m, n, k, peak, eta, ea, eb, ec, bm, bn, bk, s) -> dict:
+def kernel_times(spec, params: GemmParams, b, m, n, k, peak, eta, ea, eb, ec, bm, bn, bk, s, *,
+                 gemm_fixed_s=None, rhs_feed_factor=1.0) -> dict:
     """The model's terms for arrays (numpy-broadcastable) of GEMMs x configurations.
 
     Arguments as in `gemm_time` (``peak`` in FLOP/s, ``eta`` its sustained fraction,
-    ``ea``/``eb``/``ec`` bytes per element of A, B, C) plus the configuration's ``bm``, ``bn``, ``bk``, ``s`` (split-K). Returns a dict of
-    arrays: ``gemm_s``, ``reduce_s`` (0 without split-K), ``ctas``, ``waves``, ``tile_s``,
-    ``compute_s``, ``memory_s``, ``hbm_bytes``, ``mma_s`` (the padded tiles' tensor-core
-    time), ``feed_limited`` (bool: the k step waits on its operand loads); ``fixed_s`` is a float.
+    ``ea``/``eb``/``ec`` bytes per element of A, B, C) plus the configuration's ``bm``, ``bn``,
+    ``bk``, ``s`` (split-K); ``gemm_fixed_s`` the gemm kernel's fixed cost, s (None:
+    ``params.fixed_cycles``), ``rhs_feed_factor`` the cost of a B byte in the operand loads.
+    Returns a dict of arrays: ``gemm_s``, ``reduce_s`` (0 without split-K), ``ctas``,
+    ``waves``, ``tile_s``, ``compute_s``, ``memory_s``, ``hbm_bytes``, ``mma_s`` (the padded
+    tiles' tensor-core time), ``feed_limited`` (bool: the k step waits on its operand loads),
+    ``gemm_fixed_s``; ``fixed_s`` (the reduction's and other plain kernels') is a float.
     """
     sms = spec.num_sms
     b, m, n, k = (np.asarray(x, dtype=np.float64) for x in (b, m, n, k))
@@ -218,7 +268,7 @@ def kernel_times(spec, params: GemmParams, b, m, n, k, peak, eta, ea, eb, ec, bm
     sm_flops = np.asarray(eta, dtype=np.float64) * np.asarray(peak, dtype=np.float64) / sms
     sm_l2 = params.feed_bytes_per_cycle * spec.sm_clock_hz
     mma_step_s = 2.0 * bm * bn * bk / sm_flops  # the padded tile's MMA: m16/m64 fragments
-    feed_step_s = (bm * ea + bn * eb) * bk / sm_l2
+    feed_step_s = (bm * ea + bn * eb * np.asarray(rhs_feed_factor, dtype=np.float64)) * bk / sm_l2
     step_s = np.maximum(mma_step_s, feed_step_s)
     out_e = np.where(s > 1, 4.0, ec)  # split-K partials are f32
     tile_s = (k_steps + params.fill_k_steps) * step_s + bm * bn * out_e / sm_l2
@@ -237,11 +287,13 @@ def kernel_times(spec, params: GemmParams, b, m, n, k, peak, eta, ea, eb, ec, bm
     hbm = reads + b * m * n * out_e * s
     memory_s = hbm / spec.hbm_bytes_per_s
     fixed_s = params.fixed_cycles / spec.sm_clock_hz
-    gemm_s = fixed_s + np.maximum(compute_s, memory_s)
+    g_fixed = fixed_s if gemm_fixed_s is None else np.asarray(gemm_fixed_s, dtype=np.float64)
+    gemm_s = g_fixed + np.maximum(compute_s, memory_s)
     reduce_s = np.where(s > 1, fixed_s + b * m * n * (4.0 * s + ec) / spec.hbm_bytes_per_s, 0.0)
     return {"gemm_s": gemm_s, "reduce_s": reduce_s, "ctas": ctas, "waves": waves,
             "tile_s": tile_s, "compute_s": compute_s, "memory_s": memory_s, "hbm_bytes": hbm,
-            "fixed_s": fixed_s, "mma_s": mma_s, "feed_limited": feed_step_s > mma_step_s}
+            "fixed_s": fixed_s, "mma_s": mma_s, "feed_limited": feed_step_s > mma_step_s,
+            "gemm_fixed_s": g_fixed}
 
 
 def candidate_configs(k: int, operand_bytes: float) -> Iterable[GemmConfig]:
@@ -256,7 +308,7 @@ def candidate_configs(k: int, operand_bytes: float) -> Iterable[GemmConfig]:
 def gemm_time(spec, *, b: int, m: int, n: int, k: int, peak_flops_per_s: float, peak_key: str | None,
               lhs_bytes: float, rhs_bytes: float, out_bytes: float,
               tile: GemmConfig | None = None, allow_split_k: bool = True,
-              params: GemmParams = FITTED) -> GemmTime:
+              params: GemmParams = FITTED, rhs_k_major: bool = False) -> GemmTime:
     """Predicted time of ``C[b,m,n] = A[b,m,k] @ B[b,k,n]`` on the GPU ``spec``.
 
     Args:
@@ -271,6 +323,8 @@ def gemm_time(spec, *, b: int, m: int, n: int, k: int, peak_flops_per_s: float, 
       allow_split_k: let the autotuner choose split-K (False for a kernel whose program fixes
         it, e.g. a Triton fusion: XLA's split-K is then a batch dimension of its dot).
       params: fitted constants (default `FITTED`).
+      rhs_k_major: B's contraction dimension is its minor (fastest-varying) one; False (the
+        ``[k, n]`` row-major weight of ``x @ w``): an MN-major B (`mn_major_penalized`).
     Returns:
       a GemmTime; ``time_s`` covers the gemm kernel and, with split-K, its reduction.
     Raises:
@@ -283,8 +337,11 @@ def gemm_time(spec, *, b: int, m: int, n: int, k: int, peak_flops_per_s: float, 
     cfgs = [tile] if tile is not None else [c for c in candidate_configs(k, max(lhs_bytes, rhs_bytes))
                                             if allow_split_k or c.split_k == 1]
     cols = np.array([(c.block_m, c.block_n, c.block_k, max(1, c.split_k)) for c in cfgs], dtype=np.float64)
+    factor = params.mn_major_feed_factor if mn_major_penalized(spec, peak_key, rhs_k_major) else 1.0
+    g_fixed = params.fixed_cycles_for(peak_key) / spec.sm_clock_hz
     r = kernel_times(spec, params, b, m, n, k, peak_flops_per_s, params.eta_for(peak_key), lhs_bytes, rhs_bytes, out_bytes,
-                     cols[:, 0], cols[:, 1], cols[:, 2], cols[:, 3])
+                     cols[:, 0], cols[:, 1], cols[:, 2], cols[:, 3], gemm_fixed_s=g_fixed,
+                     rhs_feed_factor=factor)
     total = r["gemm_s"] + r["reduce_s"]
     i = int(np.argmin(total))  # the autotuner keeps the fastest (first on ties)
     cfg = cfgs[i]
@@ -294,6 +351,7 @@ def gemm_time(spec, *, b: int, m: int, n: int, k: int, peak_flops_per_s: float, 
     kernels = (float(r["gemm_s"][i]),) + ((float(r["reduce_s"][i]),) if cfg.split_k > 1 else ())
     return GemmTime(float(total[i]), kernels, cfg, int(r["ctas"][i]), int(r["waves"][i]),
                     float(r["tile_s"][i]), float(r["compute_s"][i]), float(r["memory_s"][i]),
-                    float(r["fixed_s"]), int(r["hbm_bytes"][i]),
+                    g_fixed, int(r["hbm_bytes"][i]),
                     "compute" if compute_bound else "memory", tile is not None,
-                    float(r["mma_s"][i]), useful, feed)
+                    float(r["mma_s"][i]), useful, feed,
+                    float(r["fixed_s"]) if cfg.split_k > 1 else 0.0, factor)

@@ -49,6 +49,17 @@ def _first_array(shape):
     return shape.tuple_shapes[0] if shape.is_tuple and shape.tuple_shapes else shape
 
 
+def _k_major(shape, contract) -> bool:
+    """The operand's (single) contracting dimension is its most minor one in its layout (the
+    printed ``minor_to_major``, else row-major): a K-major operand (gpu_gemm.mn_major_penalized)."""
+    if len(contract) != 1 or not shape.dims:
+        return False
+    lay = shape.layout
+    m2m = tuple(lay.minor_to_major) if lay is not None and lay.minor_to_major else ()
+    minor = m2m[0] if m2m else len(shape.dims) - 1
+    return contract[0] == minor
+
+
 def _sizes(lhs, rhs, lhs_batch, lhs_contract, rhs_batch, rhs_contract):
     """(b, m, n, k) of a dot from its operand shapes and dimension numbers."""
     b = math.prod(lhs.dims[d] for d in lhs_batch) if lhs_batch else 1
@@ -66,7 +77,8 @@ def _dot_sizes(dot: Instruction, comp: Computation):
     return (ops[0].shape, ops[1].shape,
             _sizes(ops[0].shape, ops[1].shape, _ints(a.get("lhs_batch_dims")),
                    _ints(a.get("lhs_contracting_dims")), _ints(a.get("rhs_batch_dims")),
-                   _ints(a.get("rhs_contracting_dims"))))
+                   _ints(a.get("rhs_contracting_dims"))),
+            _k_major(ops[1].shape, _ints(a.get("rhs_contracting_dims"))))
 
 
 def _triton_tile(instr: Instruction, dot: Instruction) -> tuple[gpu_gemm.GemmConfig | None, str | None]:
@@ -96,11 +108,11 @@ def _triton_tile(instr: Instruction, dot: Instruction) -> tuple[gpu_gemm.GemmCon
 
 
 def _gemm_operands(instr: Instruction, comp: Computation, module: Module):
-    """(lhs shape, rhs shape, out shape, (b, m, n, k), program tile, notes) or None."""
+    """(lhs shape, rhs shape, out shape, (b, m, n, k), program tile, notes, rhs K-major) or None."""
     notes: list[str] = []
     if instr.opcode == "dot":
         got = _dot_sizes(instr, comp)
-        return None if got is None else (*got[:2], instr.shape, got[2], None, notes)
+        return None if got is None else (*got[:2], instr.shape, got[2], None, notes, got[3])
     if instr.opcode == "custom-call" and (instr.custom_call_target or "") in CUBLAS_GEMM_TARGETS:
         bc = instr.backend_config or {}
         g = bc.get("gemm_backend_config", bc) if isinstance(bc, dict) else {}
@@ -113,7 +125,8 @@ def _gemm_operands(instr: Instruction, comp: Computation, module: Module):
                        _ints(dn.get("lhs_contracting_dimensions")), _ints(dn.get("rhs_batch_dimensions")),
                        _ints(dn.get("rhs_contracting_dimensions")))
         notes.append(f"cuBLAS gemm ({instr.custom_call_target}): tiles picked by the model")
-        return lhs, rhs, _first_array(instr.shape), sizes, None, notes
+        return (lhs, rhs, _first_array(instr.shape), sizes, None, notes,
+                _k_major(rhs, _ints(dn.get("rhs_contracting_dimensions"))))
     if instr.opcode == "fusion" and instr.attrs.get("kind", "").strip() == "kCustom":
         bc = instr.backend_config or {}
         fbc = bc.get("fusion_backend_config", {}) if isinstance(bc, dict) else {}
@@ -129,7 +142,7 @@ def _gemm_operands(instr: Instruction, comp: Computation, module: Module):
         tile, note = _triton_tile(instr, dots[0])
         if note:
             notes.append(note)
-        return (*got[:2], _first_array(instr.shape), got[2], tile, notes)
+        return (*got[:2], _first_array(instr.shape), got[2], tile, notes, got[3])
     return None
 
 
@@ -143,20 +156,22 @@ def gemm_kernel_time(instr: Instruction, comp: Computation, module: Module, spec
     got = _gemm_operands(instr, comp, module)
     if got is None:
         return None
-    lhs, rhs, out, (b, m, n, k), tile, notes = got
+    lhs, rhs, out, (b, m, n, k), tile, notes, rhs_k_major = got
     if min(b, m, n, k) < 1:
         return None
     t = gpu_gemm.gemm_time(spec, b=b, m=m, n=n, k=k, peak_flops_per_s=peak, peak_key=peak_key,
                            lhs_bytes=_elem_bytes(lhs), rhs_bytes=_elem_bytes(rhs),
                            out_bytes=_elem_bytes(out), tile=tile,
-                           allow_split_k=instr.opcode != "fusion")
+                           allow_split_k=instr.opcode != "fusion", rhs_k_major=rhs_k_major)
     c = t.config
     notes.append(f"GPU GEMM model (hardware/gpu_gemm.py): b={b} m={m} n={n} k={k}, CTA tile "
                  f"{c.block_m}x{c.block_n}x{c.block_k}" + (f", split-K {c.split_k}" if c.split_k > 1 else "")
                  + f", {t.ctas} CTAs in {t.waves} wave(s) on {spec.num_sms} SMs, {t.bound}-bound "
                  f"(tiles {t.compute_s:.4g} s, {'waiting on their L2 -> shared-memory loads' if t.feed_limited else 'MMA-limited'}; "
                  f"HBM {t.hbm_bytes} bytes {t.memory_s:.4g} s; tensor cores {t.mma_s:.4g} s on the padded "
-                 f"tiles, {t.useful_mma_s:.4g} s of useful work)")
+                 f"tiles, {t.useful_mma_s:.4g} s of useful work)"
+                 + (f"; MN-major {peak_key} B operand transposed into shared memory (wgmma takes it "
+                    f"K-major only): its loads cost x{t.rhs_feed_factor:g}" if t.rhs_feed_factor != 1.0 else ""))
     return t, notes
 
 

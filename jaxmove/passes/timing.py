@@ -270,7 +270,7 @@ def _gpu_gemm_time(instr: Instruction, comp: Computation, module: Module, spec):
     # a fusion is one kernel (its split-K reduction is a fusion of its own); a dot or cuBLAS
     # call runs its split-K reduction inside. (tile time, fixed per-kernel time)
     kernels = t.kernel_times_s[:1] if instr.opcode == "fusion" else t.kernel_times_s
-    fixed = t.fixed_s * len(kernels)
+    fixed = t.fixed_s + (t.reduce_fixed_s if len(kernels) > 1 else 0.0)
     return sum(kernels) - fixed, fixed, notes, t
 
 
