@@ -67,6 +67,9 @@ The pass is a pure function of (analysis, entry parameters, spec, reuse); passes
 
 from __future__ import annotations
 
+import heapq
+from collections import defaultdict
+from operator import itemgetter
 from dataclasses import dataclass, field
 
 from ..units import human_bytes
@@ -87,12 +90,18 @@ UNATTRIBUTED = "unattributed"
 MAX_LISTED = 10
 
 _HBM_READ, _HBM_WRITE = "hbm_to_onchip", "onchip_to_hbm"
+# causes of a kernel's own kind: program-wide, no subject
+_NO_SUBJECT_CAUSES = frozenset({"rematerialization", "split_k_partials", "dot_as_multiply_reduce",
+                                "host_round_trip"})
 _COPY_OPS = frozenset({"copy", "transpose", "convert", "reshape", "bitcast-convert"})
 _FUSED_COPY_OPS = _COPY_OPS | {"bitcast"}
 # a window of a buffer copied out (a copy kernel only when the buffer is a parameter or a copy of one)
 _SLICE_OPS = frozenset({"slice", "dynamic-slice"})
 _ALIAS_LEAFWISE = frozenset({"bitcast", "add-dependency", "domain", "opt-barrier",
                              "optimization-barrier"})
+# opcodes whose value shares a buffer with another value (``_Excess._union_all``; and ``*-done``)
+_UNION_OPS = _ALIAS_LEAFWISE | {"get-tuple-element", "tuple", "while", "call", "async-start", "conditional",
+                                "dynamic-update-slice", "scatter", "fusion"}
 _NATIVE_STARTS = frozenset({"all-reduce-start", "all-gather-start", "collective-permute-start"})
 _OPERAND_RESULT_STARTS = frozenset({"all-gather-start", "collective-permute-start"})
 _HOST_IO = frozenset({"infeed", "outfeed", "send", "recv"})
@@ -102,7 +111,8 @@ _HOST_TARGETS = frozenset({"MoveToHost", "MoveToDevice"})
 _NO_HOST_CHECK = _HOST_IO | {"fusion", "dot", "convolution"}
 _COPY_OR_SLICE_OPS = _COPY_OPS | _SLICE_OPS
 # what a fused copy's root is through bitcasts and converts (``_fused_chain``'s ops, or its parameter)
-_COPY_CHAIN_OPS = _FUSED_COPY_OPS | _SLICE_OPS | {"parameter"}
+_FUSED_CHAIN_OPS = _FUSED_COPY_OPS | _SLICE_OPS
+_COPY_CHAIN_OPS = _FUSED_CHAIN_OPS | {"parameter"}
 
 
 # ---- records ------------------------------------------------------------------------------
@@ -285,6 +295,8 @@ class _Buffers:
         p = parent.get(k)
         if p is None:
             return k
+        if p not in parent:  # one step from the root: nothing to compress
+            return p
         root = p
         while True:
             q = parent.get(root)
@@ -359,15 +371,22 @@ def _copy_kind(instr: Instruction, comp: Computation, module: Module) -> tuple[s
         return ("dtype_conversion" if dtype else "slice_copy" if sliced else "layout_change"), 0, sliced
     if op == "fusion" and instr.called_computations:
         fused = module.computations.get(instr.called_computations[0])
-        if fused is None or fused.root.opcode == "tuple":
+        if fused is None:
             return None
-        k, dtype, sliced = _fused_chain(module, fused, fused.root, _FUSED_COPY_OPS | _SLICE_OPS)
-        if k is None or k >= len(instr.operands) or fused.root.opcode == "parameter":
-            return None
-        if fused.root.opcode == "bitcast" and _through_bitcast(fused, fused.root).opcode == "parameter":
-            return None
-        return ("dtype_conversion" if dtype else "slice_copy" if sliced else "layout_change"), k, sliced
+        return _fused_copy_kind(instr, fused, module)
     return None
+
+
+def _fused_copy_kind(instr: Instruction, fused: Computation, module: Module) -> tuple[str, int, bool] | None:
+    """``_copy_kind`` of a fusion of array shape whose fused computation is ``fused``."""
+    if fused.root.opcode == "tuple":
+        return None
+    k, dtype, sliced = _fused_chain(module, fused, fused.root, _FUSED_CHAIN_OPS)
+    if k is None or k >= len(instr.operands) or fused.root.opcode == "parameter":
+        return None
+    if fused.root.opcode == "bitcast" and _through_bitcast(fused, fused.root).opcode == "parameter":
+        return None
+    return ("dtype_conversion" if dtype else "slice_copy" if sliced else "layout_change"), k, sliced
 
 
 def _resolve_copy(droot: tuple, copies: dict, param_root: dict) -> tuple | None:
@@ -594,7 +613,13 @@ def _classify(instr: Instruction, comp: Computation, module: Module, t) -> tuple
     One look at a fusion's root decides which rules can apply: split-K by shape needs a dot
     root, a dot as multiply + reduce multiply roots, a fused copy a chain of copy ops (each
     rule's own function then checks the rest)."""
-    if _is_remat(instr):
+    # the attribute texts (_raw_attrs_have's tests, inline: this runs for every kernel)
+    attrs = instr._attrs
+    if attrs is None:
+        md_text = bc_text = instr._attr_text or ""
+    else:
+        md_text, bc_text = attrs.get("metadata") or "", attrs.get("backend_config") or ""
+    if ".remat" in instr.name or ("rematted_computation" in md_text and _is_remat(instr)):
         return "rematerialization", None
     op = instr.opcode
     if op != "fusion":
@@ -605,7 +630,7 @@ def _classify(instr: Instruction, comp: Computation, module: Module, t) -> tuple
         if op in _COPY_OR_SLICE_OPS:
             return None, _copy_kind(instr, comp, module)
         return None, None
-    split_field = _has_split_k_field(instr)  # the printed split_k decides, not the shape
+    split_field = "split_k" in bc_text  # (_has_split_k_field) the printed split_k decides, not the shape
     if split_field and _split_k(instr) > 1:
         return "split_k_partials", None
     fused = module.computations.get(instr.called_computations[0]) if instr.called_computations else None
@@ -632,8 +657,8 @@ def _classify(instr: Instruction, comp: Computation, module: Module, t) -> tuple
         return "split_k_partials", None
     if multiply and _is_dot_as_multiply_reduce(instr, comp, module):
         return "dot_as_multiply_reduce", None
-    if base is not None and base.opcode in _COPY_CHAIN_OPS:
-        return None, _copy_kind(instr, comp, module)
+    if base is not None and base.opcode in _COPY_CHAIN_OPS and instr.shape.is_array:
+        return None, _fused_copy_kind(instr, fused, module)
     return None, None
 
 
@@ -641,13 +666,13 @@ def _classify(instr: Instruction, comp: Computation, module: Module, t) -> tuple
 
 class _Ledger:
     """Bytes per role and path: compiled, compulsory, per cause and per instruction (by its
-    row number in ``_Excess.rows``)."""
+    row number in ``_Excess.rows``). (defaultdicts: only ever added to, then iterated.)"""
 
     def __init__(self, hbm_s_per_byte: float | None):
-        self.compiled: dict[tuple, int] = {}      # (role, path) -> bytes
-        self.compulsory: dict[tuple, int] = {}
-        self.cause_rp: dict[tuple, int] = {}      # (kind, subject, role, path) -> bytes
-        self.cause_instr: dict[tuple, int] = {}   # (kind, subject, row number) -> bytes
+        self.compiled: dict[tuple, int] = defaultdict(int)      # (role, path) -> bytes
+        self.compulsory: dict[tuple, int] = defaultdict(int)
+        self.cause_rp: dict[tuple, int] = defaultdict(int)      # (kind, subject, role, path) -> bytes
+        self.cause_instr: dict[tuple, int] = defaultdict(int)   # (kind, subject, row number) -> bytes
         self.cause_s: dict[tuple, float] = {}     # (kind, subject) -> seconds of wire bytes
         self.hbm_s_per_byte = hbm_s_per_byte
 
@@ -657,32 +682,32 @@ class _Ledger:
         ``compulsory`` of those needed; the padding is ``tile_padding``, the rest of the data
         ``kind``."""
         rp = (role, path)
-        compiled = self.compiled
-        compiled[rp] = compiled.get(rp, 0) + phys
+        self.compiled[rp] += phys
         if compulsory:
-            c = self.compulsory
-            c[rp] = c.get(rp, 0) + compulsory
+            self.compulsory[rp] += compulsory
         if phys > logical:
             self._cause("tile_padding", "", role, path, phys - logical, k)
         if logical > compulsory:
             nbytes = logical - compulsory
-            crp, ci = self.cause_rp, self.cause_instr
-            key = (kind, subject, role, path)
-            crp[key] = crp.get(key, 0) + nbytes
-            key = (kind, subject, k)
-            ci[key] = ci.get(key, 0) + nbytes
+            self.cause_rp[(kind, subject, role, path)] += nbytes
+            self.cause_instr[(kind, subject, k)] += nbytes
+
+    def add_compulsory(self, role, path: str, nbytes: int) -> None:
+        """An access all of whose ``nbytes`` are data and needed (``add`` with phys =
+        compulsory = logical)."""
+        rp = (role, path)
+        self.compiled[rp] += nbytes
+        self.compulsory[rp] += nbytes
 
     def _cause(self, kind, subject, role, path, nbytes, k: int) -> None:
-        key = (kind, subject, role, path)
-        self.cause_rp[key] = self.cause_rp.get(key, 0) + nbytes
-        key = (kind, subject, k)
-        self.cause_instr[key] = self.cause_instr.get(key, 0) + nbytes
+        self.cause_rp[(kind, subject, role, path)] += nbytes
+        self.cause_instr[(kind, subject, k)] += nbytes
 
     def add_wire(self, path: str, wire: int, compulsory: int, parts, k: int, s_per_byte) -> None:
         """A collective's wire bytes (row ``k``): ``parts`` are (kind, bytes) of the excess."""
         rp = (None, path)
-        self.compiled[rp] = self.compiled.get(rp, 0) + wire
-        self.compulsory[rp] = self.compulsory.get(rp, 0) + compulsory
+        self.compiled[rp] += wire
+        self.compulsory[rp] += compulsory
         for kind, nbytes in parts:
             if nbytes > 0:
                 self._cause(kind, "", None, path, nbytes, k)
@@ -726,6 +751,7 @@ class _Excess:
             self.capacity = cap[0] if cap else None
         self.notes: list[str] = []
         self._entry_names: dict | None = None
+        self._subjects: dict[int, str] = {}  # entry parameter number -> _param_subject
         self.ledger = _Ledger(1.0 / spec.hbm_bytes_per_s if spec is not None else None)
 
     # -- buffers ---------------------------------------------------------------------------
@@ -755,12 +781,14 @@ class _Excess:
 
     def _union_all(self, comps: list[str]) -> None:
         module, B = self.module, self.buffers
-        union = B.union
+        parent, find = B.parent, B.find
         for cname in comps:
             comp = module.computations[cname]
             by_name = comp.by_name
             for instr in comp.instructions:
                 op = instr.opcode
+                if op not in _UNION_OPS and not op.endswith("-done"):
+                    continue  # (parameters, constants, arithmetic...: a buffer of their own)
                 name = instr.name
                 if op in _ALIAS_LEAFWISE and instr.operands:
                     B.union_leaves(cname, name, cname, instr.operands[0], instr.shape.num_leaves)
@@ -768,16 +796,28 @@ class _Excess:
                     src = by_name[instr.operands[0]]
                     off = src.shape.leaf_offsets[instr.tuple_index]  # leaf_position(shape, (index,))
                     n = instr.shape.num_leaves
-                    if n == 1:
-                        union((cname, name, 0), (cname, src.name, off))
+                    if n == 1:  # (B.union, inline: one per tuple element of a module)
+                        a, b = (cname, name, 0), (cname, src.name, off)
+                        if a in parent:
+                            a = find(a)
+                        if b in parent:
+                            b = find(b)
+                        if a != b:
+                            parent[a] = b
                     else:
                         B.union_leaves(cname, name, cname, src.name, n, 0, off)
                 elif op == "tuple":
                     k = 0
                     for o in instr.operands:
                         n = by_name[o].shape.num_leaves
-                        if n == 1:
-                            union((cname, name, k), (cname, o, 0))
+                        if n == 1:  # (B.union, inline)
+                            a, b = (cname, name, k), (cname, o, 0)
+                            if a in parent:
+                                a = find(a)
+                            if b in parent:
+                                b = find(b)
+                            if a != b:
+                                parent[a] = b
                         else:
                             B.union_leaves(cname, name, cname, o, n, k, 0)
                         k += n
@@ -855,14 +895,20 @@ class _Excess:
     # -- naming ----------------------------------------------------------------------------
 
     def _param_subject(self, number: int) -> str:
+        got = self._subjects.get(number)
+        if got is not None:
+            return got
         p = self.params.get(number)
         if p is not None:
-            return p.path
-        names = self._entry_names
-        if names is None:
-            names = self._entry_names = {i.parameter_number: i for i in self.module.entry.parameters}
-        instr = names.get(number)
-        return entry_parameter_name(instr) if instr is not None else f"parameter {number}"
+            got = p.path
+        else:
+            names = self._entry_names
+            if names is None:
+                names = self._entry_names = {i.parameter_number: i for i in self.module.entry.parameters}
+            instr = names.get(number)
+            got = entry_parameter_name(instr) if instr is not None else f"parameter {number}"
+        self._subjects[number] = got
+        return got
 
     def _argument(self, number: int) -> tuple[str, int | None, bool]:
         """(argument name, argnum or None, donated) of an entry parameter."""
@@ -881,15 +927,18 @@ class _Excess:
         self.buffers = _Buffers()
         comps = self._kernel_computations()
         self.comps = comps_set = set(comps)
-        rows = [r for r in self.analysis.rows if r.computation in comps_set]
-        self.rows = rows
-        # the rows that move bytes (most rows of a module are parameters, tuples, constants...),
-        # the collectives, and the fusions that update a buffer in place
+        # the rows counted; those that move bytes (most rows of a module are parameters, tuples,
+        # constants...), the collectives, and the fusions that update a buffer in place
+        rows: list = []
         active: list[tuple[int, object]] = []
         collective_rows: list[tuple[int, object]] = []
         inplace: set[tuple[str, str]] = set()
         unmodeled = False
-        for k, r in enumerate(rows):
+        for r in self.analysis.rows:
+            if r.computation not in comps_set:
+                continue
+            k = len(rows)
+            rows.append(r)
             t = r.traffic
             if t.reads or t.writes:
                 active.append((k, r))
@@ -901,6 +950,7 @@ class _Excess:
                 collective_rows.append((k, r))
             if r.unmodeled:
                 unmodeled = True
+        self.rows = rows
         self.inplace_fusions = inplace
         self.any_unmodeled = unmodeled
         self._union_all(comps)
@@ -988,14 +1038,17 @@ class _Excess:
             for j in range(r.instr.shape.num_leaves):
                 produced_cause.setdefault(B.find((r.computation, r.instr.name, j)), c)
         self.produced_cause = produced_cause
-        special = set(param_root) | set(out_root) | set(derived) | set(update_of)
+        special = set(param_root)
+        special.update(out_root)
+        special.update(derived)
+        special.update(update_of)
         cap = self.capacity
         ledger = self.ledger
         roles = self.roles
         streamed: dict[tuple, int] = {}    # spilled intermediate -> read bytes granted so far
         self.streamed = streamed
-        reads: dict[tuple, list] = {}      # budget root -> [(prio, order, units, logical, k, role, phys, root)]
-        write_total: dict[tuple, int] = {}
+        reads: dict[tuple, list] = defaultdict(list)  # budget root -> [(prio, order, units, logical, k, role, phys, root)]
+        write_total: dict[tuple, int] = defaultdict(int)  # (.get: None when never written)
         read_units: dict[tuple, int] = {}  # buffer root -> data bytes its readers touch
         out_left = {root: (leaf.logical_byte_size if root not in update_of else None)
                     for root, (_j, leaf) in out_root.items()}
@@ -1074,8 +1127,8 @@ class _Excess:
                                 give = 0
                             if give == logical == phys:  # all compulsory: only the two sums move
                                 rp = (role, _HBM_READ)
-                                compiled_d[rp] = compiled_d.get(rp, 0) + phys
-                                compulsory_d[rp] = compulsory_d.get(rp, 0) + phys
+                                compiled_d[rp] += phys
+                                compulsory_d[rp] += phys
                             else:
                                 add(role, _HBM_READ, phys, give, logical, "re_read", "", k)
                             continue
@@ -1085,10 +1138,7 @@ class _Excess:
                     units = logical * den // num if num else logical
                 else:
                     broot = root
-                lst = reads.get(broot)
-                if lst is None:
-                    lst = reads[broot] = []
-                lst.append((prio, order, units, logical, k, role, phys, root))
+                reads[broot].append((prio, order, units, logical, k, role, phys, root))
             if t_writes:
                 out_roles = roles[key]
                 shape = instr.shape
@@ -1122,7 +1172,7 @@ class _Excess:
                 lg = a.logical_nbytes
                 logical = (lg if lg is not None else _logical(a, leaf)) * count
                 root = find(wkey) if wkey in parent else wkey
-                write_total[root] = write_total.get(root, 0) + logical
+                write_total[root] += logical
                 if root not in special:  # an intermediate
                     size = leaf.logical_byte_size if leaf is not None else logical
                     if kc in kernel_write_causes:
@@ -1131,8 +1181,8 @@ class _Excess:
                         add(role, _HBM_WRITE, phys, 0, logical, no_cause, "", k)
                     elif logical == phys:  # a spilled intermediate written once: compulsory
                         rp = (role, _HBM_WRITE)
-                        compiled_d[rp] = compiled_d.get(rp, 0) + phys
-                        compulsory_d[rp] = compulsory_d.get(rp, 0) + phys
+                        compiled_d[rp] += phys
+                        compulsory_d[rp] += phys
                     else:
                         add(role, _HBM_WRITE, phys, logical, logical, UNATTRIBUTED, "", k)
                     continue
@@ -1196,6 +1246,9 @@ class _Excess:
             left = out_left.get(root) or 0
             comp_b = min(logical, left)
             out_left[root] = left - comp_b
+            if kc is None and comp_b == logical == phys:  # the result written once: compulsory
+                self.ledger.add_compulsory(role, _HBM_WRITE, phys)
+                return
             own = UNATTRIBUTED
         else:  # a copy of a parameter or intermediate
             comp_b, own = 0, self.derived[root][3]
@@ -1213,7 +1266,7 @@ class _Excess:
         kind = kc if kc is not None else own
         if kind in ("not_donated", "donated_but_copied"):
             subject = self._not_donated_subject(k)
-        elif kind in ("rematerialization", "split_k_partials", "dot_as_multiply_reduce", "host_round_trip"):
+        elif kind in _NO_SUBJECT_CAUSES:
             subject = ""
         self.ledger.add(role, _HBM_WRITE, phys, comp_b, logical, kind, subject, k)
 
@@ -1261,17 +1314,19 @@ class _Excess:
         schedule order, then copies, then recomputation; the rest is excess."""
         derived, kcause, ledger = self.derived, self.kcause, self.ledger
         cap = self.capacity
-        add, rows, param_root = ledger.add, self.rows, self.param_root
+        add, add_compulsory, param_root = ledger.add, ledger.add_compulsory, self.param_root
         for broot, claims in reads.items():
             if len(claims) == 1 and broot in param_root and not claims[0][0] and claims[0][7] is broot:
                 # the common case: one kernel reads a parameter, no copy in between
                 _p, _o, units, logical, k, role, phys, _root = claims[0]
                 comp_b = min(units, logical, param_root[broot][2].logical_byte_size)
                 if comp_b < logical:
-                    subject = self._param_subject(param_root[broot][0])
+                    add(role, _HBM_READ, phys, comp_b, logical, "re_read",
+                        self._param_subject(param_root[broot][0]), k)
+                elif phys == logical:  # read once, all of it needed
+                    add_compulsory(role, _HBM_READ, phys)
                 else:
-                    subject = ""
-                add(role, _HBM_READ, phys, comp_b, logical, "re_read", subject, k)
+                    add(role, _HBM_READ, phys, comp_b, logical, "re_read", "", k)
                 continue
             mixed = any(c[0] for c in claims)
             if mixed:
@@ -1292,17 +1347,23 @@ class _Excess:
                     budget, own = 0, self.produced_cause[broot]
                 subject = ""
             for prio, _order, units, logical, k, role, phys, root in claims:
-                g = min(units, budget) if budget > 0 else 0
-                budget -= g
-                comp_b = min(g, logical)  # granted in the origin's bytes (a wider copy: the rest is excess)
+                if budget > 0:
+                    g = units if units < budget else budget
+                    budget -= g
+                    # granted in the origin's bytes (a wider copy: the rest is excess)
+                    comp_b = g if g < logical else logical
+                    if comp_b == logical == phys:  # all of it needed: no cause
+                        add_compulsory(role, _HBM_READ, phys)
+                        continue
+                else:
+                    comp_b = 0
                 kind = kcause.get(k)
                 subj = subject
                 if kind is None:
                     kind = kcause.get(derived[root][4], derived[root][3]) if root in derived else own
                 if kind in ("not_donated", "donated_but_copied"):
                     subj = self._not_donated_subject(k if kcause.get(k) == kind else derived[root][4])
-                elif kind in ("rematerialization", "split_k_partials", "dot_as_multiply_reduce",
-                              "host_round_trip"):
+                elif kind in _NO_SUBJECT_CAUSES:
                     subj = ""
                 add(role, _HBM_READ, phys, comp_b, logical, kind, subj, k)
 
@@ -1453,12 +1514,12 @@ class _Excess:
             total = sum(by_path.values())
             if not total:
                 continue
-            instrs.sort(key=lambda kv: -kv[1])
             items = []
             flops = 0
             if kind == "rematerialization":
                 flops = sum(rows[k].total.flops for k, _b in instrs)
-            for k, b in instrs[:MAX_LISTED]:
+            # the costliest MAX_LISTED, ties in row order (= a stable sort by -bytes, cut)
+            for k, b in heapq.nlargest(MAX_LISTED, instrs, key=itemgetter(1)):
                 row = rows[k]
                 loc = module.source_location(row.instr)
                 md = row.instr.metadata
@@ -1604,7 +1665,13 @@ class _Excess:
 
 
 def _touches_host(t) -> bool:
-    return any(a.memory_space == HOST_MEMORY_SPACE for a in (*t.reads, *t.writes))
+    for a in t.reads:
+        if a.memory_space == HOST_MEMORY_SPACE:
+            return True
+    for a in t.writes:
+        if a.memory_space == HOST_MEMORY_SPACE:
+            return True
+    return False
 
 
 
