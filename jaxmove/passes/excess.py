@@ -439,6 +439,16 @@ def _inner_update_bytes(instr: Instruction, module: Module) -> int:
     return 0
 
 
+def _update_bytes(r, logical: int, module: Module) -> int:
+    """The update bytes among the ``logical`` bytes a write of row ``r`` puts into a buffer:
+    all of them for an in-place update, a rebuilding fusion's update (``_inner_update_bytes``),
+    else 0."""
+    if r.traffic.inplace_buffer_bytes:
+        return logical
+    inner = _inner_update_bytes(r.instr, module)
+    return min(logical, inner * r.multiplicity.count) if inner else 0
+
+
 def _raw_attrs_have(instr: Instruction, key: str, needle: str) -> bool:
     """``needle`` occurs in attribute ``key`` (in the attribute text when not yet split: a
     cheap test before parsing metadata or backend_config)."""
@@ -814,8 +824,9 @@ class _Excess:
                             a, b = (cname, name, k), (cname, o, 0)
                             if a in parent:
                                 a = find(a)
-                            if b in parent:
-                                b = find(b)
+                            pb = parent.get(b)
+                            if pb is not None:
+                                b = pb if pb not in parent else find(b)
                             if a != b:
                                 parent[a] = b
                         else:
@@ -973,7 +984,11 @@ class _Excess:
         rname = entry.root.name
         for j, leaf in enumerate(_leaf_shapes(entry.root.shape)):
             key = (ename, rname, j)
-            out_root.setdefault(find(key) if key in parent else key, (j, leaf))
+            pk = parent.get(key)
+            if pk is not None:
+                key = pk if pk not in parent else find(key)
+            if key not in out_root:
+                out_root[key] = (j, leaf)
         alias_of_out: dict[int, int] = {}
         for pnum, pairs in module.input_output_alias.items():
             for out_idx, _pidx in pairs:
@@ -1143,7 +1158,6 @@ class _Excess:
                 out_roles = roles[key]
                 shape = instr.shape
                 start = instr.opcode in _NATIVE_STARTS
-                inner = None  # _inner_update_bytes, when a write into a special buffer asks
             for a in t_writes:
                 ms = a.memory_space
                 if ms:  # not HBM (0)
@@ -1186,15 +1200,20 @@ class _Excess:
                     else:
                         add(role, _HBM_WRITE, phys, logical, logical, UNATTRIBUTED, "", k)
                     continue
-                update = 0
-                if t.inplace_buffer_bytes:
-                    update = logical
-                else:
-                    if inner is None:
-                        inner = _inner_update_bytes(instr, module)
-                    if inner:
-                        update = min(logical, inner * count)
-                self._special_write(root, k, role, phys, logical, update, out_left, update_left)
+                if kc is None and root in out_root and root not in update_of:
+                    # a result leaf that updates no parameter (_special_write's rule, inline):
+                    # its data bytes are written once
+                    left = out_left.get(root) or 0
+                    comp_b = logical if logical < left else left
+                    out_left[root] = left - comp_b
+                    if comp_b == logical == phys:
+                        rp = (role, _HBM_WRITE)
+                        compiled_d[rp] += phys
+                        compulsory_d[rp] += phys
+                    else:
+                        add(role, _HBM_WRITE, phys, comp_b, logical, UNATTRIBUTED, "", k)
+                    continue
+                self._special_write(root, k, role, phys, logical, r, out_left, update_left)
             if reuse_rows is not None:
                 ru = reuse_rows.get(key)
                 if ru is not None and ru.tilings:
@@ -1225,11 +1244,13 @@ class _Excess:
         except (IndexError, KeyError, AttributeError):
             return (comp.name, target.name, 0), None
 
-    def _special_write(self, root, k, role, phys, logical, update, out_left, update_left) -> None:
-        """A write into a result, a parameter or a copy of one (see the module docstring)."""
+    def _special_write(self, root, k, role, phys, logical, r, out_left, update_left) -> None:
+        """A write into a result, a parameter or a copy of one (see the module docstring) by
+        row ``r`` (number ``k``)."""
         kc = self.kcause.get(k)
         subject = ""
         if root in self.update_of or (root in self.param_root and root not in self.out_root):
+            update = _update_bytes(r, logical, self.module)
             pnum = self.update_of.get(root)
             if pnum is None:
                 pnum = self.param_root[root][0]
@@ -1255,7 +1276,8 @@ class _Excess:
             o = self.derived[root][0]
             subject = self._param_subject(self.param_root[o][0]) if o in self.param_root else ""
             uroot = self.update_root.get(self.param_root[o][0]) if o in self.param_root else None
-            if uroot is not None and update:
+            update = _update_bytes(r, logical, self.module) if uroot is not None else 0
+            if update:
                 # an in-place update of a copy of a parameter whose update the program returns
                 # (copied into another layout, updated, copied back): the update is compulsory
                 left = update_left.get(uroot)
@@ -1315,19 +1337,24 @@ class _Excess:
         derived, kcause, ledger = self.derived, self.kcause, self.ledger
         cap = self.capacity
         add, add_compulsory, param_root = ledger.add, ledger.add_compulsory, self.param_root
+        compiled_d, compulsory_d = ledger.compiled, ledger.compulsory
         for broot, claims in reads.items():
-            if len(claims) == 1 and broot in param_root and not claims[0][0] and claims[0][7] is broot:
-                # the common case: one kernel reads a parameter, no copy in between
-                _p, _o, units, logical, k, role, phys, _root = claims[0]
-                comp_b = min(units, logical, param_root[broot][2].logical_byte_size)
-                if comp_b < logical:
-                    add(role, _HBM_READ, phys, comp_b, logical, "re_read",
-                        self._param_subject(param_root[broot][0]), k)
-                elif phys == logical:  # read once, all of it needed
-                    add_compulsory(role, _HBM_READ, phys)
-                else:
-                    add(role, _HBM_READ, phys, comp_b, logical, "re_read", "", k)
-                continue
+            if len(claims) == 1:
+                c0 = claims[0]
+                if not c0[0] and c0[7] is broot and broot in param_root:
+                    # the common case: one kernel reads a parameter, no copy in between
+                    _p, _o, units, logical, k, role, phys, _root = c0
+                    comp_b = min(units, logical, param_root[broot][2].logical_byte_size)
+                    if comp_b < logical:
+                        add(role, _HBM_READ, phys, comp_b, logical, "re_read",
+                            self._param_subject(param_root[broot][0]), k)
+                    elif phys == logical:  # read once, all of it needed
+                        rp = (role, _HBM_READ)
+                        compiled_d[rp] += phys
+                        compulsory_d[rp] += phys
+                    else:
+                        add(role, _HBM_READ, phys, comp_b, logical, "re_read", "", k)
+                    continue
             mixed = any(c[0] for c in claims)
             if mixed:
                 claims.sort()
