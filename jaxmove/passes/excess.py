@@ -620,15 +620,16 @@ def _classify(instr: Instruction, comp: Computation, module: Module, t) -> tuple
     kind (module docstring, rule 2: rematerialization, host round trip, split-K partials, a dot
     as multiply + reduce), else None and ``_copy_kind``'s answer for a copy kernel (else None).
 
-    One look at a fusion's root decides which rules can apply: split-K by shape needs a dot
-    root, a dot as multiply + reduce multiply roots, a fused copy a chain of copy ops (each
-    rule's own function then checks the rest)."""
+    One walk from a fusion's root decides which rules can apply: split-K by shape needs a dot
+    root, a dot as multiply + reduce multiply roots (each rule's own function then checks the
+    rest), a fused copy a chain of copy ops to a parameter (``_fused_copy_kind``, here
+    continued from where the walk through bitcasts and converts stopped)."""
     # the attribute texts (_raw_attrs_have's tests, inline: this runs for every kernel)
     attrs = instr._attrs
     if attrs is None:
         md_text = bc_text = instr._attr_text or ""
     else:
-        md_text, bc_text = attrs.get("metadata") or "", attrs.get("backend_config") or ""
+        md_text, bc_text = attrs.get("metadata") or "", None
     if ".remat" in instr.name or ("rematted_computation" in md_text and _is_remat(instr)):
         return "rematerialization", None
     op = instr.opcode
@@ -640,36 +641,58 @@ def _classify(instr: Instruction, comp: Computation, module: Module, t) -> tuple
         if op in _COPY_OR_SLICE_OPS:
             return None, _copy_kind(instr, comp, module)
         return None, None
+    if bc_text is None:
+        bc_text = attrs.get("backend_config") or ""
     split_field = "split_k" in bc_text  # (_has_split_k_field) the printed split_k decides, not the shape
     if split_field and _split_k(instr) > 1:
         return "split_k_partials", None
-    fused = module.computations.get(instr.called_computations[0]) if instr.called_computations else None
+    called = instr.called_computations
+    fused = module.computations.get(called[0]) if called else None
     if fused is None:
         return None, None
     root = fused.root
     by_name = fused.by_name
     if root.opcode == "tuple":
-        base = None  # the root through bitcast/convert (a non-tuple root)
         multiply = True  # every root leaf (through bitcast/convert) multiplies
-        for leaf in [by_name[o] for o in root.operands]:
+        for o in root.operands:
+            leaf = by_name[o]
             while leaf.opcode in ("bitcast", "convert") and leaf.operands:
                 leaf = by_name[leaf.operands[0]]
             if leaf.opcode != "multiply":
                 multiply = False
                 break
-    else:
-        base = root
-        while base.opcode in ("bitcast", "convert") and base.operands:
-            base = by_name[base.operands[0]]
-        multiply = base.opcode == "multiply"
-    if not split_field and base is not None and base.opcode == "dot" \
-            and _split_k_by_shape(instr, comp, module) > 1:
-        return "split_k_partials", None
-    if multiply and _is_dot_as_multiply_reduce(instr, comp, module):
-        return "dot_as_multiply_reduce", None
-    if base is not None and base.opcode in _COPY_CHAIN_OPS and instr.shape.is_array:
-        return None, _fused_copy_kind(instr, fused, module)
-    return None, None
+        if multiply and _is_dot_as_multiply_reduce(instr, comp, module):
+            return "dot_as_multiply_reduce", None
+        return None, None  # (a tuple root is no copy)
+    base = root  # the root through bitcast/convert
+    dtype = False  # a convert on the way changes the element type (_fused_chain's flag)
+    while True:
+        bop = base.opcode
+        if bop != "bitcast" and bop != "convert" or not base.operands:
+            break
+        src = by_name[base.operands[0]]
+        if bop == "convert" and src.shape.element_type != base.shape.element_type:
+            dtype = True
+        base = src
+    bop = base.opcode
+    if bop == "dot":
+        if not split_field and _split_k_by_shape(instr, comp, module) > 1:
+            return "split_k_partials", None
+        return None, None
+    if bop == "multiply":
+        if _is_dot_as_multiply_reduce(instr, comp, module):
+            return "dot_as_multiply_reduce", None
+        return None, None
+    if bop not in _COPY_CHAIN_OPS or not instr.shape.is_array:
+        return None, None
+    # _fused_copy_kind, from ``base`` on (the walk so far passed bitcasts and converts only)
+    k, dtype_rest, sliced = _fused_chain(module, fused, base, _FUSED_CHAIN_OPS)
+    if k is None or k >= len(instr.operands) or root.opcode == "parameter":
+        return None, None
+    if root.opcode == "bitcast" and _through_bitcast(fused, root).opcode == "parameter":
+        return None, None
+    return None, (("dtype_conversion" if dtype or dtype_rest else "slice_copy" if sliced else "layout_change"),
+                  k, sliced)
 
 
 # ---- the pass --------------------------------------------------------------------------------
@@ -773,6 +796,8 @@ class _Excess:
         module = self.module
         skip: set[str] = set()
         chosen = self.analysis.branches  # the one branch choice of the pipeline's totals
+        if not chosen:  # (the pipeline chooses for every conditional of these computations)
+            return list(mult)
         conds = [(c, i) for c in mult for i in module.computations[c].instructions
                  if i.opcode == "conditional"]
         if conds:
@@ -945,8 +970,9 @@ class _Excess:
         collective_rows: list[tuple[int, object]] = []
         inplace: set[tuple[str, str]] = set()
         unmodeled = False
+        every = len(comps_set) == len(self.analysis.multiplicity)  # no branch left out
         for r in self.analysis.rows:
-            if r.computation not in comps_set:
+            if not every and r.computation not in comps_set:
                 continue
             k = len(rows)
             rows.append(r)
@@ -1065,8 +1091,7 @@ class _Excess:
         reads: dict[tuple, list] = defaultdict(list)  # budget root -> [(prio, order, units, logical, k, role, phys, root)]
         write_total: dict[tuple, int] = defaultdict(int)  # (.get: None when never written)
         read_units: dict[tuple, int] = {}  # buffer root -> data bytes its readers touch
-        out_left = {root: (leaf.logical_byte_size if root not in update_of else None)
-                    for root, (_j, leaf) in out_root.items()}
+        out_left: dict[tuple, int] = {}  # result leaf (no update) -> data bytes not written yet
         update_left: dict[tuple, int] = {}
         tilings = []
         order = 0
@@ -1203,7 +1228,9 @@ class _Excess:
                 if kc is None and root in out_root and root not in update_of:
                     # a result leaf that updates no parameter (_special_write's rule, inline):
                     # its data bytes are written once
-                    left = out_left.get(root) or 0
+                    left = out_left.get(root)
+                    if left is None:
+                        left = out_root[root][1].logical_byte_size
                     comp_b = logical if logical < left else left
                     out_left[root] = left - comp_b
                     if comp_b == logical == phys:
@@ -1264,7 +1291,9 @@ class _Excess:
             update_left[root] = left - comp_b
             own, subject = "whole_rewrite", self._param_subject(pnum)
         elif root in self.out_root:
-            left = out_left.get(root) or 0
+            left = out_left.get(root)
+            if left is None:
+                left = self.out_root[root][1].logical_byte_size
             comp_b = min(logical, left)
             out_left[root] = left - comp_b
             if kc is None and comp_b == logical == phys:  # the result written once: compulsory
