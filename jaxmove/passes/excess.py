@@ -661,38 +661,45 @@ def _classify(instr: Instruction, comp: Computation, module: Module, t) -> tuple
             if leaf.opcode != "multiply":
                 multiply = False
                 break
-        if multiply and _is_dot_as_multiply_reduce(instr, comp, module):
+        # (_is_dot_as_multiply_reduce asks the op_name for dot_general first: asked here)
+        if multiply and "dot_general" in md_text and _is_dot_as_multiply_reduce(instr, comp, module):
             return "dot_as_multiply_reduce", None
         return None, None  # (a tuple root is no copy)
     base = root  # the root through bitcast/convert
-    dtype = False  # a convert on the way changes the element type (_fused_chain's flag)
+    bitcasts = True  # the way has bitcasts only (then _through_bitcast(root) is base)
     while True:
         bop = base.opcode
         if bop != "bitcast" and bop != "convert" or not base.operands:
             break
-        src = by_name[base.operands[0]]
-        if bop == "convert" and src.shape.element_type != base.shape.element_type:
-            dtype = True
-        base = src
+        if bop == "convert":
+            bitcasts = False
+        base = by_name[base.operands[0]]
     bop = base.opcode
     if bop == "dot":
         if not split_field and _split_k_by_shape(instr, comp, module) > 1:
             return "split_k_partials", None
         return None, None
     if bop == "multiply":
-        if _is_dot_as_multiply_reduce(instr, comp, module):
+        if "dot_general" in md_text and _is_dot_as_multiply_reduce(instr, comp, module):
             return "dot_as_multiply_reduce", None
         return None, None
     if bop not in _COPY_CHAIN_OPS or not instr.shape.is_array:
         return None, None
     # _fused_copy_kind, from ``base`` on (the walk so far passed bitcasts and converts only)
-    k, dtype_rest, sliced = _fused_chain(module, fused, base, _FUSED_CHAIN_OPS)
+    k, dtype, sliced = _fused_chain(module, fused, base, _FUSED_CHAIN_OPS)
     if k is None or k >= len(instr.operands) or root.opcode == "parameter":
         return None, None
-    if root.opcode == "bitcast" and _through_bitcast(fused, root).opcode == "parameter":
+    if root.opcode == "bitcast" and bitcasts and bop == "parameter":  # (_through_bitcast(root) is base)
         return None, None
-    return None, (("dtype_conversion" if dtype or dtype_rest else "slice_copy" if sliced else "layout_change"),
-                  k, sliced)
+    if not dtype and not bitcasts:  # a convert between root and base changes the element type?
+        node = root
+        while node is not base:
+            src = by_name[node.operands[0]]
+            if node.opcode == "convert" and src.shape.element_type != node.shape.element_type:
+                dtype = True
+                break
+            node = src
+    return None, (("dtype_conversion" if dtype else "slice_copy" if sliced else "layout_change"), k, sliced)
 
 
 # ---- the pass --------------------------------------------------------------------------------
@@ -1086,10 +1093,9 @@ class _Excess:
         cap = self.capacity
         ledger = self.ledger
         roles = self.roles
-        streamed: dict[tuple, int] = {}    # spilled intermediate -> read bytes granted so far
-        self.streamed = streamed
         reads: dict[tuple, list] = defaultdict(list)  # budget root -> [(prio, order, units, logical, k, role, phys, root)]
-        write_total: dict[tuple, int] = defaultdict(int)  # (.get: None when never written)
+        # buffer root -> [data bytes written into it, of those granted to reads so far]
+        tally: dict[tuple, list[int]] = {}
         read_units: dict[tuple, int] = {}  # buffer root -> data bytes its readers touch
         out_left: dict[tuple, int] = {}  # result leaf (no update) -> data bytes not written yet
         update_left: dict[tuple, int] = {}
@@ -1144,8 +1150,9 @@ class _Excess:
                 rl = roles[(cname, oname)]
                 role = rl[pos] if pos < len(rl) else rl[0]
                 root = (cname, oname, pos)
-                if root in parent:
-                    root = find(root)
+                p = parent.get(root)
+                if p is not None:
+                    root = p if p not in parent else find(root)
                 order += 1
                 if gathered and root in gathered:
                     read_units[root] = read_units.get(root, 0) + min(logical, leaf.logical_byte_size * count)
@@ -1156,13 +1163,13 @@ class _Excess:
                         add(role, _HBM_READ, phys, 0, logical,
                             kc if kc is not None else produced_cause.get(root, no_cause), "", k)
                         continue
-                    if prio == 0 and root not in produced_cause:
-                        w = write_total.get(root)
-                        if w is not None:  # a spilled intermediate already written: read it back once
-                            g = streamed.get(root, 0)
+                    if prio == 0 and (not produced_cause or root not in produced_cause):
+                        wt = tally.get(root)
+                        if wt is not None:  # a spilled intermediate already written: read it back once
+                            w, g = wt
                             give = min(logical, w - g)
                             if give > 0:
-                                streamed[root] = g + give
+                                wt[1] = g + give
                             else:
                                 give = 0
                             if give == logical == phys:  # all compulsory: only the two sums move
@@ -1210,8 +1217,13 @@ class _Excess:
                 phys = a.nbytes * count
                 lg = a.logical_nbytes
                 logical = (lg if lg is not None else _logical(a, leaf)) * count
-                root = find(wkey) if wkey in parent else wkey
-                write_total[root] += logical
+                p = parent.get(wkey)
+                root = wkey if p is None else p if p not in parent else find(wkey)
+                wt = tally.get(root)
+                if wt is None:
+                    tally[root] = [logical, 0]
+                else:
+                    wt[0] += logical
                 if root not in special:  # an intermediate
                     size = leaf.logical_byte_size if leaf is not None else logical
                     if kc in kernel_write_causes:
@@ -1245,7 +1257,7 @@ class _Excess:
                 ru = reuse_rows.get(key)
                 if ru is not None and ru.tilings:
                     tilings.append((k, r, ru))
-        self._settle_reads(reads, write_total)
+        self._settle_reads(reads, tally)
         for k, r, ru in tilings:
             self._tiling(k, r, ru)
         for k, r in collective_rows:
@@ -1360,7 +1372,7 @@ class _Excess:
                 out[uroot] = out.get(uroot, 0) + nbytes
         return out
 
-    def _settle_reads(self, reads: dict, write_total: dict) -> None:
+    def _settle_reads(self, reads: dict, tally: dict) -> None:
         """Grant each buffer's compulsory read budget: kernels that are no copies first, in
         schedule order, then copies, then recomputation; the rest is excess."""
         derived, kcause, ledger = self.derived, self.kcause, self.ledger
@@ -1397,7 +1409,8 @@ class _Excess:
             else:
                 size = self._logical_size(broot)
                 fits = cap is not None and size is not None and size <= cap
-                budget = 0 if fits else write_total.get(broot, 0) - self.streamed.get(broot, 0)
+                wt = tally.get(broot)
+                budget = 0 if fits or wt is None else wt[0] - wt[1]
                 own = "materialized_intermediate" if fits else "re_read"
                 if broot in self.produced_cause:
                     budget, own = 0, self.produced_cause[broot]
