@@ -394,6 +394,9 @@ def _resolve_copy(droot: tuple, copies: dict, param_root: dict) -> tuple | None:
     source followed through the copies it is one of (``copies``: droot -> (source root,
     result bits, source bits, kind, row, takes a window)); None for a window copied out of a
     buffer that is no parameter and no copy of one."""
+    sroot, n, dd, kind, row, sliced = copies[droot]
+    if sroot not in copies:  # a copy of a buffer that is no copy: the chain below, of one link
+        return None if sliced and sroot not in param_root else (sroot, n, dd, kind, row)
     chain = []
     d = droot
     seen = set()
@@ -1138,17 +1141,19 @@ class _Excess:
                             kc or "host_round_trip", "", k)
                         continue
                 oname = operands[a.operand]
-                oshape = by_name[oname].shape
-                if a.index and oshape.is_tuple:
-                    pos = leaf_position(oshape, a.index)
-                    leaf = oshape.subshape(a.index)
+                leaf = by_name[oname].shape
+                idx = a.index
+                if idx and leaf.is_tuple:
+                    pos = leaf_position(leaf, idx)
+                    leaf = leaf.subshape(idx)
+                    rl = roles[(cname, oname)]
+                    role = rl[pos] if pos < len(rl) else rl[0]
                 else:
-                    pos, leaf = 0, oshape
+                    pos = 0
+                    role = roles[(cname, oname)][0]
                 phys = a.nbytes * count
                 lg = a.logical_nbytes
                 logical = (lg if lg is not None else _logical(a, leaf)) * count
-                rl = roles[(cname, oname)]
-                role = rl[pos] if pos < len(rl) else rl[0]
                 root = (cname, oname, pos)
                 p = parent.get(root)
                 if p is not None:
@@ -1190,6 +1195,8 @@ class _Excess:
                 out_roles = roles[key]
                 shape = instr.shape
                 start = instr.opcode in _NATIVE_STARTS
+                elements = shape.tuple_shapes if shape.is_tuple else ()  # (non-tuple: _write_key)
+                iname = instr.name
             for a in t_writes:
                 ms = a.memory_space
                 if ms:  # not HBM (0)
@@ -1202,17 +1209,17 @@ class _Excess:
                         continue
                 idx = a.index
                 if start or idx:
-                    if not start and len(idx) == 1 and shape.is_tuple and 0 <= idx[0] < len(shape.tuple_shapes):
+                    if not start and len(idx) == 1 and 0 <= idx[0] < len(elements):
                         # one element of a tuple result (``_write_key``'s answer, without the call)
                         pos = shape.leaf_offsets[idx[0]]
-                        wkey, leaf = (cname, instr.name, pos), shape.tuple_shapes[idx[0]]
+                        wkey, leaf = (cname, iname, pos), elements[idx[0]]
                         role = out_roles[pos] if out_roles and pos < len(out_roles) else "activations"
                     else:
                         wkey, leaf = self._write_key(instr, comp, idx)
                         rl = roles.get((wkey[0], wkey[1]))
                         role = rl[wkey[2]] if rl and wkey[2] < len(rl) else "activations"
                 else:
-                    wkey, leaf = (cname, instr.name, 0), shape
+                    wkey, leaf = (cname, iname, 0), shape
                     role = out_roles[0]
                 phys = a.nbytes * count
                 lg = a.logical_nbytes
@@ -1568,14 +1575,15 @@ class _Excess:
             if role is not None:
                 g[0][role] = g[0].get(role, 0) + nbytes
             g[1][path] = g[1].get(path, 0) + nbytes
-        by_row: dict[int, int] = {}  # row number -> excess bytes
+        by_row: dict[int, int] = defaultdict(int)  # row number -> excess bytes
+        pk = ps = lst = None  # the group of the previous entry (entries come in runs)
         for (kind, subject, k), nbytes in ledger.cause_instr.items():
-            groups[(kind, subject)][2].append((k, nbytes))
-            by_row[k] = by_row.get(k, 0) + nbytes
-        per_instruction: dict[tuple[str, str], int] = {}
-        for k, nbytes in by_row.items():
-            r = rows[k]
-            per_instruction[(r.computation, r.instr.name)] = nbytes
+            if kind != pk or subject != ps or lst is None:
+                pk, ps, lst = kind, subject, groups[(kind, subject)][2]
+            lst.append((k, nbytes))
+            by_row[k] += nbytes
+        per_instruction: dict[tuple[str, str], int] = {
+            (rows[k].computation, rows[k].instr.name): nbytes for k, nbytes in by_row.items()}
         causes: list[ExcessCause] = []
         unattributed = None
         spb = ledger.hbm_s_per_byte
