@@ -1096,14 +1096,13 @@ class _Excess:
         cap = self.capacity
         ledger = self.ledger
         roles = self.roles
-        reads: dict[tuple, list] = defaultdict(list)  # budget root -> [(prio, order, units, logical, k, role, phys, root)]
+        # budget root -> [(prio, units, logical, k, role, phys, root)] in schedule order
+        reads: dict[tuple, list] = defaultdict(list)
         # buffer root -> [data bytes written into it, of those granted to reads so far]
         tally: dict[tuple, list[int]] = {}
         read_units: dict[tuple, int] = {}  # buffer root -> data bytes its readers touch
-        out_left: dict[tuple, int] = {}  # result leaf (no update) -> data bytes not written yet
         update_left: dict[tuple, int] = {}
         tilings = []
-        order = 0
         gathered = set()  # buffers all-gathers write: how much of them is read decides their excess
         for _k, r in collective_rows:
             if r.collective.kind == "all-gather":
@@ -1158,7 +1157,6 @@ class _Excess:
                 p = parent.get(root)
                 if p is not None:
                     root = p if p not in parent else find(root)
-                order += 1
                 if gathered and root in gathered:
                     read_units[root] = read_units.get(root, 0) + min(logical, leaf.logical_byte_size * count)
                 units = logical
@@ -1190,7 +1188,7 @@ class _Excess:
                     units = logical * den // num if num else logical
                 else:
                     broot = root
-                reads[broot].append((prio, order, units, logical, k, role, phys, root))
+                reads[broot].append((prio, units, logical, k, role, phys, root))
             if t_writes:
                 out_roles = roles[key]
                 shape = instr.shape
@@ -1229,8 +1227,10 @@ class _Excess:
                 wt = tally.get(root)
                 if wt is None:
                     tally[root] = [logical, 0]
+                    before = 0  # data bytes written into the buffer before this write
                 else:
-                    wt[0] += logical
+                    before = wt[0]
+                    wt[0] = before + logical
                 if root not in special:  # an intermediate
                     size = leaf.logical_byte_size if leaf is not None else logical
                     if kc in kernel_write_causes:
@@ -1247,11 +1247,8 @@ class _Excess:
                 if kc is None and root in out_root and root not in update_of:
                     # a result leaf that updates no parameter (_special_write's rule, inline):
                     # its data bytes are written once
-                    left = out_left.get(root)
-                    if left is None:
-                        left = out_root[root][1].logical_byte_size
-                    comp_b = logical if logical < left else left
-                    out_left[root] = left - comp_b
+                    left = out_root[root][1].logical_byte_size - before
+                    comp_b = 0 if left <= 0 else logical if logical < left else left
                     if comp_b == logical == phys:
                         rp = (role, _HBM_WRITE)
                         compiled_d[rp] += phys
@@ -1259,7 +1256,7 @@ class _Excess:
                     else:
                         add(role, _HBM_WRITE, phys, comp_b, logical, UNATTRIBUTED, "", k)
                     continue
-                self._special_write(root, k, role, phys, logical, r, out_left, update_left)
+                self._special_write(root, k, role, phys, logical, r, before, update_left)
             if reuse_rows is not None:
                 ru = reuse_rows.get(key)
                 if ru is not None and ru.tilings:
@@ -1290,9 +1287,9 @@ class _Excess:
         except (IndexError, KeyError, AttributeError):
             return (comp.name, target.name, 0), None
 
-    def _special_write(self, root, k, role, phys, logical, r, out_left, update_left) -> None:
+    def _special_write(self, root, k, role, phys, logical, r, before, update_left) -> None:
         """A write into a result, a parameter or a copy of one (see the module docstring) by
-        row ``r`` (number ``k``)."""
+        row ``r`` (number ``k``), after ``before`` data bytes were written into it."""
         kc = self.kcause.get(k)
         subject = ""
         if root in self.update_of or (root in self.param_root and root not in self.out_root):
@@ -1309,12 +1306,9 @@ class _Excess:
             comp_b = min(update, left)
             update_left[root] = left - comp_b
             own, subject = "whole_rewrite", self._param_subject(pnum)
-        elif root in self.out_root:
-            left = out_left.get(root)
-            if left is None:
-                left = self.out_root[root][1].logical_byte_size
-            comp_b = min(logical, left)
-            out_left[root] = left - comp_b
+        elif root in self.out_root:  # written once: the first bytes written are compulsory
+            left = self.out_root[root][1].logical_byte_size - before
+            comp_b = 0 if left <= 0 else min(logical, left)
             if kc is None and comp_b == logical == phys:  # the result written once: compulsory
                 self.ledger.add_compulsory(role, _HBM_WRITE, phys)
                 return
@@ -1389,9 +1383,9 @@ class _Excess:
         for broot, claims in reads.items():
             if len(claims) == 1:
                 c0 = claims[0]
-                if not c0[0] and c0[7] is broot and broot in param_root:
+                if not c0[0] and c0[6] is broot and broot in param_root:
                     # the common case: one kernel reads a parameter, no copy in between
-                    _p, _o, units, logical, k, role, phys, _root = c0
+                    _p, units, logical, k, role, phys, _root = c0
                     comp_b = min(units, logical, param_root[broot][2].logical_byte_size)
                     if comp_b < logical:
                         add(role, _HBM_READ, phys, comp_b, logical, "re_read",
@@ -1405,12 +1399,12 @@ class _Excess:
                     continue
             mixed = any(c[0] for c in claims)
             if mixed:
-                claims.sort()
+                claims.sort(key=itemgetter(0))  # by priority, then schedule order (stable)
             if broot in self.param_root:
                 pnum, _j, leaf = self.param_root[broot]
                 size = leaf.logical_byte_size
                 normal = [c for c in claims if c[0] <= 0] or claims
-                budget = min(size, sum(min(size, c[2]) for c in normal))
+                budget = min(size, sum(min(size, c[1]) for c in normal))
                 subject = self._param_subject(pnum)
                 own = "re_read"
             else:
@@ -1422,7 +1416,7 @@ class _Excess:
                 if broot in self.produced_cause:
                     budget, own = 0, self.produced_cause[broot]
                 subject = ""
-            for prio, _order, units, logical, k, role, phys, root in claims:
+            for prio, units, logical, k, role, phys, root in claims:
                 if budget > 0:
                     g = units if units < budget else budget
                     budget -= g
