@@ -975,17 +975,15 @@ class _Excess:
         self.comps = comps_set = set(comps)
         # the rows counted; those that move bytes (most rows of a module are parameters, tuples,
         # constants...), the collectives, and the fusions that update a buffer in place
-        rows: list = []
         active: list[tuple[int, object]] = []
         collective_rows: list[tuple[int, object]] = []
         inplace: set[tuple[str, str]] = set()
         unmodeled = False
-        every = len(comps_set) == len(self.analysis.multiplicity)  # no branch left out
-        for r in self.analysis.rows:
-            if not every and r.computation not in comps_set:
-                continue
-            k = len(rows)
-            rows.append(r)
+        if len(comps_set) == len(self.analysis.multiplicity):  # no branch left out: every row
+            rows = self.analysis.rows
+        else:
+            rows = [r for r in self.analysis.rows if r.computation in comps_set]
+        for k, r in enumerate(rows):
             t = r.traffic
             if t.reads or t.writes:
                 active.append((k, r))
@@ -1113,16 +1111,17 @@ class _Excess:
         compiled_d, compulsory_d = ledger.compiled, ledger.compulsory
         computations = module.computations
         no_cause = "materialized_intermediate"
-        kernel_write_causes = ("rematerialization", "split_k_partials", "dot_as_multiply_reduce",
-                               "host_round_trip",
-                               "dtype_conversion", "layout_change", "slice_copy")
+        kernel_write_causes = frozenset({"rematerialization", "split_k_partials", "dot_as_multiply_reduce",
+                                         "host_round_trip", "dtype_conversion", "layout_change", "slice_copy"})
+        cname = None
         for k, r in active:
             t = r.traffic
             t_reads, t_writes = t.reads, t.writes
             instr = r.instr
-            cname = r.computation
-            comp = computations[cname]
-            by_name = comp.by_name
+            if r.computation is not cname:  # (rows come computation by computation)
+                cname = r.computation
+                comp = computations[cname]
+                by_name = comp.by_name
             operands = instr.operands
             count = r.multiplicity.count
             key = (cname, instr.name)
@@ -1147,19 +1146,18 @@ class _Excess:
                     leaf = leaf.subshape(idx)
                     rl = roles[(cname, oname)]
                     role = rl[pos] if pos < len(rl) else rl[0]
+                    root = (cname, oname, pos)
                 else:
-                    pos = 0
                     role = roles[(cname, oname)][0]
+                    root = (cname, oname, 0)
                 phys = a.nbytes * count
                 lg = a.logical_nbytes
                 logical = (lg if lg is not None else _logical(a, leaf)) * count
-                root = (cname, oname, pos)
                 p = parent.get(root)
                 if p is not None:
                     root = p if p not in parent else find(root)
                 if gathered and root in gathered:
                     read_units[root] = read_units.get(root, 0) + min(logical, leaf.logical_byte_size * count)
-                units = logical
                 if root not in special:
                     if cap is not None and leaf.logical_byte_size <= cap:
                         # an intermediate that fits on chip: reading it back is excess
@@ -1169,8 +1167,10 @@ class _Excess:
                     if prio == 0 and (not produced_cause or root not in produced_cause):
                         wt = tally.get(root)
                         if wt is not None:  # a spilled intermediate already written: read it back once
-                            w, g = wt
-                            give = min(logical, w - g)
+                            g = wt[1]
+                            give = wt[0] - g
+                            if logical < give:
+                                give = logical  # (min(logical, written - granted))
                             if give > 0:
                                 wt[1] = g + give
                             else:
@@ -1182,13 +1182,13 @@ class _Excess:
                             else:
                                 add(role, _HBM_READ, phys, give, logical, "re_read", "", k)
                             continue
-                    broot = root
+                    reads[root].append((prio, logical, logical, k, role, phys, root))
                 elif root in derived:  # (derived buffers are special)
                     broot, num, den = derived[root][0], derived[root][1], derived[root][2]
                     units = logical * den // num if num else logical
+                    reads[broot].append((prio, units, logical, k, role, phys, root))
                 else:
-                    broot = root
-                reads[broot].append((prio, units, logical, k, role, phys, root))
+                    reads[root].append((prio, logical, logical, k, role, phys, root))
             if t_writes:
                 out_roles = roles[key]
                 shape = instr.shape
@@ -1226,16 +1226,13 @@ class _Excess:
                 root = wkey if p is None else p if p not in parent else find(wkey)
                 wt = tally.get(root)
                 if wt is None:
-                    tally[root] = [logical, 0]
-                    before = 0  # data bytes written into the buffer before this write
+                    tally[root] = wt = [logical, 0]
                 else:
-                    before = wt[0]
-                    wt[0] = before + logical
+                    wt[0] += logical
                 if root not in special:  # an intermediate
-                    size = leaf.logical_byte_size if leaf is not None else logical
-                    if kc in kernel_write_causes:
+                    if kc is not None and kc in kernel_write_causes:
                         add(role, _HBM_WRITE, phys, 0, logical, kc, "", k)
-                    elif cap is not None and size <= cap:
+                    elif cap is not None and (leaf.logical_byte_size if leaf is not None else logical) <= cap:
                         add(role, _HBM_WRITE, phys, 0, logical, no_cause, "", k)
                     elif logical == phys:  # a spilled intermediate written once: compulsory
                         rp = (role, _HBM_WRITE)
@@ -1244,6 +1241,7 @@ class _Excess:
                     else:
                         add(role, _HBM_WRITE, phys, logical, logical, UNATTRIBUTED, "", k)
                     continue
+                before = wt[0] - logical  # data bytes written into the buffer before this write
                 if kc is None and root in out_root and root not in update_of:
                     # a result leaf that updates no parameter (_special_write's rule, inline):
                     # its data bytes are written once
