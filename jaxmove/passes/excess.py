@@ -827,6 +827,13 @@ class _Excess:
     def _union_all(self, comps: list[str]) -> None:
         module, B = self.module, self.buffers
         parent, find = B.parent, B.find
+        # The ENTRY root tuple, when it is the last instruction, is no operand of anything, and
+        # no computation calls ENTRY (the call graph is acyclic: hlo/validate.py): its leaves'
+        # unions matter only for the result leaves, which run() takes from its operands.
+        entry = module.entry
+        skip_root = entry.root if entry.root.opcode == "tuple" and entry.instructions \
+            and entry.instructions[-1] is entry.root else None
+        self.root_tuple_skipped = skip_root is not None
         for cname in comps:
             comp = module.computations[cname]
             by_name = comp.by_name
@@ -852,6 +859,8 @@ class _Excess:
                     else:
                         B.union_leaves(cname, name, cname, src.name, n, 0, off)
                 elif op == "tuple":
+                    if instr is skip_root:
+                        continue
                     k = 0
                     for o in instr.operands:
                         n = by_name[o].shape.num_leaves
@@ -1016,13 +1025,33 @@ class _Excess:
         # result leaves
         out_root: dict[tuple, tuple[int, object]] = {}
         rname = entry.root.name
-        for j, leaf in enumerate(_leaf_shapes(entry.root.shape)):
-            key = (ename, rname, j)
-            pk = parent.get(key)
-            if pk is not None:
-                key = pk if pk not in parent else find(key)
-            if key not in out_root:
-                out_root[key] = (j, leaf)
+        leaves = _leaf_shapes(entry.root.shape)
+        if self.root_tuple_skipped:
+            # leaf j of the root tuple is leaf i of its operand o (the union _union_all skipped)
+            j, n_leaves, eby = 0, len(leaves), entry.by_name
+            for o in entry.root.operands:
+                for i in range(eby[o].shape.num_leaves):
+                    if j >= n_leaves:
+                        break
+                    key = (ename, o, i)
+                    pk = parent.get(key)
+                    if pk is not None:
+                        key = pk if pk not in parent else find(key)
+                    if key not in out_root:
+                        out_root[key] = (j, leaves[j])
+                    j += 1
+            for j in range(j, n_leaves):  # (leaves no operand fills: their own buffers)
+                key = (ename, rname, j)
+                if key not in out_root:
+                    out_root[key] = (j, leaves[j])
+        else:
+            for j, leaf in enumerate(leaves):
+                key = (ename, rname, j)
+                pk = parent.get(key)
+                if pk is not None:
+                    key = pk if pk not in parent else find(key)
+                if key not in out_root:
+                    out_root[key] = (j, leaf)
         alias_of_out: dict[int, int] = {}
         for pnum, pairs in module.input_output_alias.items():
             for out_idx, _pidx in pairs:
