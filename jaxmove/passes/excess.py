@@ -102,6 +102,7 @@ _ALIAS_LEAFWISE = frozenset({"bitcast", "add-dependency", "domain", "opt-barrier
 # opcodes whose value shares a buffer with another value (``_Excess._union_all``; and ``*-done``)
 _UNION_OPS = _ALIAS_LEAFWISE | {"get-tuple-element", "tuple", "while", "call", "async-start", "conditional",
                                 "dynamic-update-slice", "scatter", "fusion"}
+_ZERO = (0,)  # range(1)
 _NATIVE_STARTS = frozenset({"all-reduce-start", "all-gather-start", "collective-permute-start"})
 _OPERAND_RESULT_STARTS = frozenset({"all-gather-start", "collective-permute-start"})
 _HOST_IO = frozenset({"infeed", "outfeed", "send", "recv"})
@@ -1030,7 +1031,8 @@ class _Excess:
             # leaf j of the root tuple is leaf i of its operand o (the union _union_all skipped)
             j, n_leaves, eby = 0, len(leaves), entry.by_name
             for o in entry.root.operands:
-                for i in range(eby[o].shape.num_leaves):
+                n = eby[o].shape.num_leaves
+                for i in (_ZERO if n == 1 else range(n)):
                     if j >= n_leaves:
                         break
                     key = (ename, o, i)
