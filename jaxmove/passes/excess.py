@@ -985,7 +985,7 @@ class _Excess:
         self.comps = comps_set = set(comps)
         # the rows counted; those that move bytes (most rows of a module are parameters, tuples,
         # constants...), the collectives, and the fusions that update a buffer in place
-        active: list[tuple[int, object]] = []
+        active: list[int] = []  # (row numbers)
         collective_rows: list[tuple[int, object]] = []
         inplace: set[tuple[str, str]] = set()
         unmodeled = False
@@ -996,7 +996,7 @@ class _Excess:
         for k, r in enumerate(rows):
             t = r.traffic
             if t.reads or t.writes:
-                active.append((k, r))
+                active.append(k)
                 if t.inplace_buffer_bytes and r.instr.opcode == "fusion":
                     inplace.add((r.computation, r.instr.name))
             elif t.inplace_buffer_bytes and r.instr.opcode == "fusion":
@@ -1068,9 +1068,14 @@ class _Excess:
         derived: dict[tuple, tuple] = {}
         copies: dict[tuple, tuple] = {}   # copy kernels' buffers: (source root, num, den, kind, row, sliced)
         kcause: dict[int, str] = {}
-        for k, r in active:
+        computations = module.computations
+        cname = None
+        for k in active:
+            r = rows[k]
             instr = r.instr
-            comp = module.computations[r.computation]
+            if r.computation is not cname:  # (rows come computation by computation)
+                cname = r.computation
+                comp = computations[cname]
             c, ck = _classify(instr, comp, module, r.traffic)
             if c is not None:
                 kcause[k] = c
@@ -1107,7 +1112,7 @@ class _Excess:
             del derived[oroot]  # a result written by a copy kernel: the result itself
         self.derived, self.kcause, self.update_of = derived, kcause, update_of
         self.update_root = {pnum: oroot for oroot, pnum in update_of.items()}
-        self.onchip_update = self._onchip_updates(active)
+        self.onchip_update = self._onchip_updates([rows[k] for k in active] if self.update_of else ())
         self.copy_origin = {v[4]: v[0] for v in derived.values()}
         # split-K partial sums exist only to be reduced: reading them back is split-K's too
         produced_cause: dict[tuple, str] = {}
@@ -1145,7 +1150,8 @@ class _Excess:
         kernel_write_causes = frozenset({"rematerialization", "split_k_partials", "dot_as_multiply_reduce",
                                          "host_round_trip", "dtype_conversion", "layout_change", "slice_copy"})
         cname = None
-        for k, r in active:
+        for k in active:
+            r = rows[k]
             t = r.traffic
             t_reads, t_writes = t.reads, t.writes
             instr = r.instr
@@ -1170,9 +1176,13 @@ class _Excess:
                             kc or "host_round_trip", "", k)
                         continue
                 oname = operands[a.operand]
-                leaf = by_name[oname].shape
+                # the leaf's shape only where a rule asks (a tuple index, no logical size, an
+                # all-gather's buffer, an on-chip capacity): reading it touches the operand
+                leaf = None
                 idx = a.index
-                if idx and leaf.is_tuple:
+                if idx:
+                    leaf = by_name[oname].shape
+                if leaf is not None and leaf.is_tuple:
                     pos = leaf_position(leaf, idx)
                     leaf = leaf.subshape(idx)
                     rl = roles[(cname, oname)]
@@ -1183,14 +1193,20 @@ class _Excess:
                     root = (cname, oname, 0)
                 phys = a.nbytes * count
                 lg = a.logical_nbytes
-                logical = (lg if lg is not None else _logical(a, leaf)) * count
+                if lg is None:
+                    if leaf is None:
+                        leaf = by_name[oname].shape
+                    lg = _logical(a, leaf)
+                logical = lg * count
                 p = parent.get(root)
                 if p is not None:
                     root = p if p not in parent else find(root)
                 if gathered and root in gathered:
+                    if leaf is None:
+                        leaf = by_name[oname].shape
                     read_units[root] = read_units.get(root, 0) + min(logical, leaf.logical_byte_size * count)
                 if root not in special:
-                    if cap is not None and leaf.logical_byte_size <= cap:
+                    if cap is not None and (leaf if leaf is not None else by_name[oname].shape).logical_byte_size <= cap:
                         # an intermediate that fits on chip: reading it back is excess
                         add(role, _HBM_READ, phys, 0, logical,
                             kc if kc is not None else produced_cause.get(root, no_cause), "", k)
@@ -1364,8 +1380,7 @@ class _Excess:
         self.ledger.add(role, _HBM_WRITE, phys, comp_b, logical, kind, subject, k)
 
     def _onchip_updates(self, rows) -> dict[tuple, int]:
-        """(``rows``: (row number, row) pairs.) Update result root -> bytes of in-place
-        updates made to it (or to a copy of its
+        """Update result root -> bytes of in-place updates made to it (or to a copy of its
         parameter) in on-chip memory (XLA:TPU: a cache copied into VMEM, updated there, and
         copied back whole): the kernel that writes the result to HBM carries them, and they
         are its compulsory part."""
@@ -1373,7 +1388,7 @@ class _Excess:
         if not self.update_of:
             return out
         B, module = self.buffers, self.module
-        for _k, r in rows:
+        for r in rows:
             t = r.traffic
             if not t.writes:
                 continue
