@@ -103,6 +103,7 @@ _ALIAS_LEAFWISE = frozenset({"bitcast", "add-dependency", "domain", "opt-barrier
 _UNION_OPS = _ALIAS_LEAFWISE | {"get-tuple-element", "tuple", "while", "call", "async-start", "conditional",
                                 "dynamic-update-slice", "scatter", "fusion"}
 _ZERO = (0,)  # range(1)
+_NONE = object()  # no value yet
 _NATIVE_STARTS = frozenset({"all-reduce-start", "all-gather-start", "collective-permute-start"})
 _OPERAND_RESULT_STARTS = frozenset({"all-gather-start", "collective-permute-start"})
 _HOST_IO = frozenset({"infeed", "outfeed", "send", "recv"})
@@ -1460,6 +1461,7 @@ class _Excess:
                 if broot in self.produced_cause:
                     budget, own = 0, self.produced_cause[broot]
                 subject = ""
+            acc_role, acc = _NONE, 0  # compulsory bytes of a run of claims of one role, added once
             for prio, units, logical, k, role, phys, root in claims:
                 if budget > 0:
                     g = units if units < budget else budget
@@ -1467,7 +1469,12 @@ class _Excess:
                     # granted in the origin's bytes (a wider copy: the rest is excess)
                     comp_b = g if g < logical else logical
                     if comp_b == logical == phys:  # all of it needed: no cause
-                        add_compulsory(role, _HBM_READ, phys)
+                        if role == acc_role:
+                            acc += phys
+                        else:
+                            if acc_role is not _NONE:
+                                add_compulsory(acc_role, _HBM_READ, acc)
+                            acc_role, acc = role, phys
                         continue
                 else:
                     comp_b = 0
@@ -1480,6 +1487,8 @@ class _Excess:
                 elif kind in _NO_SUBJECT_CAUSES:
                     subj = ""
                 add(role, _HBM_READ, phys, comp_b, logical, kind, subj, k)
+            if acc_role is not _NONE:
+                add_compulsory(acc_role, _HBM_READ, acc)
 
     def _not_donated_subject(self, k: int) -> str:
         origin = self.copy_origin.get(k)
