@@ -293,8 +293,9 @@ def inversion_lines(d: pd.DataFrame, test: pd.DataFrame, model: np.ndarray) -> l
            "[256,256]x[256,1024] at 10.5 us against 6.3 us for k = 2048). No fixed algorithm does "
            "that; the recorded time is another program's (a different library choice, split-K, or "
            "a different number of kernels under the table's median-over-kernels statistic), which "
-           "a shape-independent model does not reproduce. Held-out model error without and with "
-           "them:", "",
+           "a shape-independent model does not reproduce. `benchmarks/gpu_table_kernels.py` records, on "
+           "a GPU, the kernels each of these programs launches and their durations (it needs a "
+           "device; none was lent yet). Held-out model error without and with them:", "",
            "| dtype | held-out rows | slower than a larger GEMM | median / p90, other rows | "
            "median / p90, those rows | median / p90, all |", "|---|---|---|---|---|---|"]
     for dk, (_key, _a, _b, _c, label) in DTYPES.items():
