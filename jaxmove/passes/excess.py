@@ -1160,8 +1160,8 @@ class _Excess:
                 cname = r.computation
                 comp = computations[cname]
                 by_name = comp.by_name
+                count = r.multiplicity.count  # (one Multiplicity per computation)
             operands = instr.operands
-            count = r.multiplicity.count
             key = (cname, instr.name)
             kc = kcause.get(k)
             # (a dot computed as multiply + reduce reads its operands as the dot would: compulsory)
