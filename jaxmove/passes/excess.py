@@ -717,7 +717,9 @@ class _Ledger:
         self.compiled: dict[tuple, int] = defaultdict(int)      # (role, path) -> bytes
         self.compulsory: dict[tuple, int] = defaultdict(int)
         self.cause_rp: dict[tuple, int] = defaultdict(int)      # (kind, subject, role, path) -> bytes
-        self.cause_instr: dict[tuple, int] = defaultdict(int)   # (kind, subject, row number) -> bytes
+        # (kind, subject) -> {row number: bytes}, and row number -> bytes of every cause
+        self.cause_instr: dict[tuple, dict[int, int]] = {}
+        self.by_row: dict[int, int] = defaultdict(int)
         self.cause_s: dict[tuple, float] = {}     # (kind, subject) -> seconds of wire bytes
         self.hbm_s_per_byte = hbm_s_per_byte
 
@@ -733,9 +735,7 @@ class _Ledger:
         if phys > logical:
             self._cause("tile_padding", "", role, path, phys - logical, k)
         if logical > compulsory:
-            nbytes = logical - compulsory
-            self.cause_rp[(kind, subject, role, path)] += nbytes
-            self.cause_instr[(kind, subject, k)] += nbytes
+            self._cause(kind, subject, role, path, logical - compulsory, k)
 
     def add_compulsory(self, role, path: str, nbytes: int) -> None:
         """An access all of whose ``nbytes`` are data and needed (``add`` with phys =
@@ -746,7 +746,11 @@ class _Ledger:
 
     def _cause(self, kind, subject, role, path, nbytes, k: int) -> None:
         self.cause_rp[(kind, subject, role, path)] += nbytes
-        self.cause_instr[(kind, subject, k)] += nbytes
+        g = self.cause_instr.get((kind, subject))
+        if g is None:
+            g = self.cause_instr[(kind, subject)] = defaultdict(int)
+        g[k] += nbytes
+        self.by_row[k] += nbytes
 
     def add_wire(self, path: str, wire: int, compulsory: int, parts, k: int, s_per_byte) -> None:
         """A collective's wire bytes (row ``k``): ``parts`` are (kind, bytes) of the excess."""
@@ -1618,19 +1622,14 @@ class _Excess:
         rows = self.rows
         groups: dict[tuple[str, str], list] = {}  # (kind, subject) -> [by_role, by_path, instrs]
         for (kind, subject, role, path), nbytes in ledger.cause_rp.items():
-            g = groups.setdefault((kind, subject), [{}, {}, []])
+            g = groups.setdefault((kind, subject), [{}, {}, {}])
             if role is not None:
                 g[0][role] = g[0].get(role, 0) + nbytes
             g[1][path] = g[1].get(path, 0) + nbytes
-        by_row: dict[int, int] = defaultdict(int)  # row number -> excess bytes
-        pk = ps = lst = None  # the group of the previous entry (entries come in runs)
-        for (kind, subject, k), nbytes in ledger.cause_instr.items():
-            if kind != pk or subject != ps or lst is None:
-                pk, ps, lst = kind, subject, groups[(kind, subject)][2]
-            lst.append((k, nbytes))
-            by_row[k] += nbytes
+        for ks, by_k in ledger.cause_instr.items():
+            groups[ks][2] = by_k  # row number -> bytes, in the order the rows were charged
         per_instruction: dict[tuple[str, str], int] = {
-            (rows[k].computation, rows[k].instr.name): nbytes for k, nbytes in by_row.items()}
+            (rows[k].computation, rows[k].instr.name): nbytes for k, nbytes in ledger.by_row.items()}
         causes: list[ExcessCause] = []
         unattributed = None
         spb = ledger.hbm_s_per_byte
@@ -1641,9 +1640,9 @@ class _Excess:
             items = []
             flops = 0
             if kind == "rematerialization":
-                flops = sum(rows[k].total.flops for k, _b in instrs)
+                flops = sum(rows[k].total.flops for k in instrs)
             # the costliest MAX_LISTED, ties in row order (= a stable sort by -bytes, cut)
-            for k, b in heapq.nlargest(MAX_LISTED, instrs, key=itemgetter(1)):
+            for k, b in heapq.nlargest(MAX_LISTED, instrs.items(), key=itemgetter(1)):
                 row = rows[k]
                 loc = module.source_location(row.instr)
                 md = row.instr.metadata
