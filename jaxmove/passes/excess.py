@@ -1089,8 +1089,14 @@ class _Excess:
                 continue
             kind, src_k, sliced = ck
             src = comp.by_name[instr.operands[src_k]]
-            sroot = B.find((r.computation, src.name, 0))
-            droot = B.find((r.computation, instr.name, 0))
+            sroot = (cname, src.name, 0)
+            p = parent.get(sroot)
+            if p is not None:
+                sroot = p if p not in parent else find(sroot)
+            droot = (cname, instr.name, 0)
+            p = parent.get(droot)
+            if p is not None:
+                droot = p if p not in parent else find(droot)
             if droot in param_root:
                 continue  # writes into a parameter's own buffer: not a copy of it
             copies[droot] = (sroot, instr.shape.element_bits, src.shape.element_bits, kind, k, sliced)
