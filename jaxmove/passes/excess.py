@@ -364,7 +364,7 @@ def _copy_kind(instr: Instruction, comp: Computation, module: Module) -> tuple[s
     op = instr.opcode
     if not instr.shape.is_array:
         return None
-    if op in _COPY_OPS | _SLICE_OPS and instr.operands:
+    if op in _COPY_OR_SLICE_OPS and instr.operands:
         src = comp.by_name.get(instr.operands[0])
         if src is None or not src.shape.is_array:
             return None
@@ -480,11 +480,6 @@ def _split_k(instr: Instruction) -> int:
         return int(cfg.get("split_k", 1))
     except (TypeError, ValueError):
         return 1
-
-
-def _has_split_k_field(instr: Instruction) -> bool:
-    """The fusion's Triton gemm config prints ``split_k`` (then it, not the shape, decides)."""
-    return instr.opcode == "fusion" and _raw_attrs_have(instr, "backend_config", "split_k")
 
 
 def _split_k_by_shape(instr: Instruction, comp: Computation, module: Module) -> int:
@@ -648,7 +643,8 @@ def _classify(instr: Instruction, comp: Computation, module: Module, t) -> tuple
         return None, None
     if bc_text is None:
         bc_text = attrs.get("backend_config") or ""
-    split_field = "split_k" in bc_text  # (_has_split_k_field) the printed split_k decides, not the shape
+    # the fusion's Triton gemm config prints split_k: then it, not the shape, decides
+    split_field = "split_k" in bc_text
     if split_field and _split_k(instr) > 1:
         return "split_k_partials", None
     called = instr.called_computations
