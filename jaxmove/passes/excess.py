@@ -836,12 +836,19 @@ class _Excess:
         skip_root = entry.root if entry.root.opcode == "tuple" and entry.instructions \
             and entry.instructions[-1] is entry.root else None
         self.root_tuple_skipped = skip_root is not None
+        inplace = self.inplace_fusions
+        # opcode -> may share a buffer (fusions only when one updates a buffer in place)
+        union_ops = _UNION_OPS if inplace else _UNION_OPS - {"fusion"}
+        unions: dict[str, bool] = {}
         for cname in comps:
             comp = module.computations[cname]
             by_name = comp.by_name
             for instr in comp.instructions:
                 op = instr.opcode
-                if op not in _UNION_OPS and not op.endswith("-done"):
+                aliases = unions.get(op)
+                if aliases is None:
+                    aliases = unions[op] = op in union_ops or op.endswith("-done")
+                if not aliases:
                     continue  # (parameters, constants, arithmetic...: a buffer of their own)
                 name = instr.name
                 if op in _ALIAS_LEAFWISE and instr.operands:
@@ -924,7 +931,7 @@ class _Excess:
                     if len(start.shape.tuple_shapes) > idx[0]:
                         off = leaf_position(start.shape, idx)
                         B.union_leaves(cname, name, cname, start.name, instr.shape.num_leaves, 0, off)
-                elif op == "fusion" and (cname, name) in self.inplace_fusions:
+                elif op == "fusion" and (cname, name) in inplace:
                     self._union_inplace_fusion(comp, instr)
 
     def _union_inplace_fusion(self, comp: Computation, instr: Instruction) -> None:
@@ -1431,6 +1438,7 @@ class _Excess:
         cap = self.capacity
         add, add_compulsory, param_root = ledger.add, ledger.add_compulsory, self.param_root
         compiled_d, compulsory_d = ledger.compiled, ledger.compulsory
+        cause_rp, cause_instr, by_row = ledger.cause_rp, ledger.cause_instr, ledger.by_row
         for broot, claims in reads.items():
             if len(claims) == 1:
                 c0 = claims[0]
@@ -1492,7 +1500,22 @@ class _Excess:
                     subj = self._not_donated_subject(k if kcause.get(k) == kind else derived[root][4])
                 elif kind in _NO_SUBJECT_CAUSES:
                     subj = ""
-                add(role, _HBM_READ, phys, comp_b, logical, kind, subj, k)
+                if phys != logical:
+                    add(role, _HBM_READ, phys, comp_b, logical, kind, subj, k)
+                    continue
+                # (ledger.add inline, the same steps: no tile padding here)
+                rp = (role, _HBM_READ)
+                compiled_d[rp] += phys
+                if comp_b:
+                    compulsory_d[rp] += comp_b
+                if logical > comp_b:
+                    nbytes = logical - comp_b
+                    cause_rp[(kind, subj, role, _HBM_READ)] += nbytes
+                    g = cause_instr.get((kind, subj))
+                    if g is None:
+                        g = cause_instr[(kind, subj)] = defaultdict(int)
+                    g[k] += nbytes
+                    by_row[k] += nbytes
             if acc_role is not _NONE:
                 add_compulsory(acc_role, _HBM_READ, acc)
 
