@@ -1163,6 +1163,9 @@ class _Excess:
         no_cause = "materialized_intermediate"
         kernel_write_causes = frozenset({"rematerialization", "split_k_partials", "dot_as_multiply_reduce",
                                          "host_round_trip", "dtype_conversion", "layout_change", "slice_copy"})
+        kc_of = [None] * len(rows)  # kcause as a list: row number -> cause kind or None
+        for k, c in kcause.items():
+            kc_of[k] = c
         cname = None
         for k in active:
             r = rows[k]
@@ -1176,7 +1179,7 @@ class _Excess:
                 count = r.multiplicity.count  # (one Multiplicity per computation)
             operands = instr.operands
             key = (cname, instr.name)
-            kc = kcause.get(k)
+            kc = kc_of[k]
             # (a dot computed as multiply + reduce reads its operands as the dot would: compulsory)
             prio = 0 if kc is None or kc == "dot_as_multiply_reduce" else (2 if kc == "rematerialization" else 1)
             for a in t_reads:
@@ -1285,11 +1288,8 @@ class _Excess:
                 logical = (lg if lg is not None else _logical(a, leaf)) * count
                 p = parent.get(wkey)
                 root = wkey if p is None else p if p not in parent else find(wkey)
-                wt = tally.get(root)
-                if wt is None:
-                    tally[root] = wt = [logical, 0]
-                else:
-                    wt[0] += logical
+                wt = tally.setdefault(root, [0, 0])
+                wt[0] += logical
                 if root not in special:  # an intermediate
                     if kc is not None and kc in kernel_write_causes:
                         add(role, _HBM_WRITE, phys, 0, logical, kc, "", k)
