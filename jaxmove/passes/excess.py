@@ -1258,6 +1258,8 @@ class _Excess:
                 shape = instr.shape
                 start = instr.opcode in _NATIVE_STARTS
                 elements = shape.tuple_shapes if shape.is_tuple else ()  # (non-tuple: _write_key)
+                n_elements = len(elements)
+                n_roles = len(out_roles) if out_roles else 0
                 iname = instr.name
             for a in t_writes:
                 ms = a.memory_space
@@ -1271,11 +1273,12 @@ class _Excess:
                         continue
                 idx = a.index
                 if start or idx:
-                    if not start and len(idx) == 1 and 0 <= idx[0] < len(elements):
+                    if not start and len(idx) == 1 and 0 <= idx[0] < n_elements:
                         # one element of a tuple result (``_write_key``'s answer, without the call)
-                        pos = shape.leaf_offsets[idx[0]]
-                        wkey, leaf = (cname, iname, pos), elements[idx[0]]
-                        role = out_roles[pos] if out_roles and pos < len(out_roles) else "activations"
+                        e = idx[0]
+                        pos = shape.leaf_offsets[e]
+                        wkey, leaf = (cname, iname, pos), elements[e]
+                        role = out_roles[pos] if pos < n_roles else "activations"
                     else:
                         wkey, leaf = self._write_key(instr, comp, idx)
                         rl = roles.get((wkey[0], wkey[1]))
@@ -1442,13 +1445,13 @@ class _Excess:
         for broot, claims in reads.items():
             if len(claims) == 1:
                 c0 = claims[0]
-                if not c0[0] and c0[6] is broot and broot in param_root:
+                pr = param_root.get(broot) if not c0[0] and c0[6] is broot else None
+                if pr is not None:
                     # the common case: one kernel reads a parameter, no copy in between
                     _p, units, logical, k, role, phys, _root = c0
-                    comp_b = min(units, logical, param_root[broot][2].logical_byte_size)
+                    comp_b = min(units, logical, pr[2].logical_byte_size)
                     if comp_b < logical:
-                        add(role, _HBM_READ, phys, comp_b, logical, "re_read",
-                            self._param_subject(param_root[broot][0]), k)
+                        add(role, _HBM_READ, phys, comp_b, logical, "re_read", self._param_subject(pr[0]), k)
                     elif phys == logical:  # read once, all of it needed
                         rp = (role, _HBM_READ)
                         compiled_d[rp] += phys
