@@ -69,6 +69,7 @@ from __future__ import annotations
 
 import heapq
 from collections import defaultdict
+from collections.abc import Mapping
 from operator import itemgetter
 from dataclasses import dataclass, field
 
@@ -118,6 +119,60 @@ _COPY_CHAIN_OPS = _FUSED_CHAIN_OPS | {"parameter"}
 
 
 # ---- records ------------------------------------------------------------------------------
+
+class _PerInstruction(Mapping):
+    """``ExcessAnalysis.per_instruction``: (computation, instruction) -> excess bytes, the
+    dict built on first use from the pass's bytes per row number (most callers never read
+    it: ``jaxmove analyze`` without a frame). Read-only; iterates in the order the rows were
+    first charged; pickles and deep-copies as a plain dict."""
+
+    __slots__ = ("_rows", "_by_row", "_dict")
+
+    def __init__(self, rows, by_row: dict[int, int]):
+        self._rows, self._by_row, self._dict = rows, by_row, None
+
+    def _d(self) -> dict[tuple[str, str], int]:
+        d = self._dict
+        if d is None:
+            rows = self._rows
+            d = self._dict = {(rows[k].computation, rows[k].instr.name): nbytes
+                              for k, nbytes in self._by_row.items()}
+            self._rows = self._by_row = None
+        return d
+
+    def __getitem__(self, key):
+        return self._d()[key]
+
+    def get(self, key, default=None):
+        return self._d().get(key, default)
+
+    def __contains__(self, key) -> bool:
+        return key in self._d()
+
+    def __iter__(self):
+        return iter(self._d())
+
+    def __len__(self) -> int:
+        return len(self._d())
+
+    def keys(self):
+        return self._d().keys()
+
+    def items(self):
+        return self._d().items()
+
+    def values(self):
+        return self._d().values()
+
+    def __eq__(self, other):
+        return self._d() == (other._d() if isinstance(other, _PerInstruction) else other)
+
+    def __repr__(self) -> str:
+        return repr(self._d())
+
+    def __reduce__(self):
+        return dict, (self._d(),)
+
 
 @dataclass(frozen=True, slots=True)
 class CauseInstruction:
@@ -202,7 +257,8 @@ class ExcessAnalysis:
       unattributed: the excess no rule explains (kind ``unattributed``).
       hardware: the spec's name, or None; onchip_capacity_bytes: the capacity intermediates
         are compared with (None without a spec).
-      per_instruction: (computation, instruction) -> excess bytes per program run.
+      per_instruction: (computation, instruction) -> excess bytes per program run (a
+        read-only mapping, built on first use).
       notes: how the figures were derived where it is not obvious.
     """
 
@@ -212,7 +268,7 @@ class ExcessAnalysis:
     unattributed: ExcessCause
     hardware: str | None
     onchip_capacity_bytes: int | None
-    per_instruction: dict[tuple[str, str], int] = field(default_factory=dict)
+    per_instruction: Mapping[tuple[str, str], int] = field(default_factory=dict)
     notes: list[str] = field(default_factory=list)
 
     @property
@@ -1656,8 +1712,8 @@ class _Excess:
             g[1][path] = g[1].get(path, 0) + nbytes
         for ks, by_k in ledger.cause_instr.items():
             groups[ks][2] = by_k  # row number -> bytes, in the order the rows were charged
-        per_instruction: dict[tuple[str, str], int] = {
-            (rows[k].computation, rows[k].instr.name): nbytes for k, nbytes in ledger.by_row.items()}
+        # (built on first use; a copy of the row list, which may be the analysis's own)
+        per_instruction = _PerInstruction(rows[:], ledger.by_row)
         causes: list[ExcessCause] = []
         unattributed = None
         spb = ledger.hbm_s_per_byte
