@@ -768,6 +768,10 @@ class _Ledger:
     def __init__(self, hbm_s_per_byte: float | None):
         self.compiled: dict[tuple, int] = defaultdict(int)      # (role, path) -> bytes
         self.compulsory: dict[tuple, int] = defaultdict(int)
+        # role -> bytes of HBM reads / writes all of whose bytes are data and needed (each
+        # counts in compiled and compulsory alike: ``fold`` adds them there)
+        self.read_both: dict = defaultdict(int)
+        self.write_both: dict = defaultdict(int)
         self.cause_rp: dict[tuple, int] = defaultdict(int)      # (kind, subject, role, path) -> bytes
         # (kind, subject) -> {row number: bytes}, and row number -> bytes of every cause
         self.cause_instr: dict[tuple, dict[int, int]] = {}
@@ -788,6 +792,14 @@ class _Ledger:
             self._cause("tile_padding", "", role, path, phys - logical, k)
         if logical > compulsory:
             self._cause(kind, subject, role, path, logical - compulsory, k)
+
+    def fold(self) -> None:
+        """Add ``read_both`` / ``write_both`` into compiled and compulsory (once, at the end)."""
+        for both, path in ((self.read_both, _HBM_READ), (self.write_both, _HBM_WRITE)):
+            for role, nbytes in both.items():
+                self.compiled[(role, path)] += nbytes
+                self.compulsory[(role, path)] += nbytes
+            both.clear()
 
     def add_compulsory(self, role, path: str, nbytes: int) -> None:
         """An access all of whose ``nbytes`` are data and needed (``add`` with phys =
@@ -1057,12 +1069,27 @@ class _Excess:
             rows = self.analysis.rows
         else:
             rows = [r for r in self.analysis.rows if r.computation in comps_set]
+        # and each such row's kernel cause or copy kind (_classify: of the row alone), in the
+        # same pass; the copy kernels' buffers are resolved below, after the unions
+        kcause: dict[int, str] = {}
+        copy_rows: list[tuple[int, tuple]] = []  # (row number, _classify's copy kind)
+        computations = module.computations
+        cname = None
         for k, r in enumerate(rows):
             t = r.traffic
             if t.reads or t.writes:
                 active.append(k)
-                if t.inplace_buffer_bytes and r.instr.opcode == "fusion":
-                    inplace.add((r.computation, r.instr.name))
+                instr = r.instr
+                if r.computation is not cname:  # (rows come computation by computation)
+                    cname = r.computation
+                    comp = computations[cname]
+                if t.inplace_buffer_bytes and instr.opcode == "fusion":
+                    inplace.add((cname, instr.name))
+                c, ck = _classify(instr, comp, module, t)
+                if c is not None:
+                    kcause[k] = c
+                elif ck is not None:
+                    copy_rows.append((k, ck))
             elif t.inplace_buffer_bytes and r.instr.opcode == "fusion":
                 inplace.add((r.computation, r.instr.name))
             if r.collective is not None:
@@ -1131,22 +1158,13 @@ class _Excess:
         # cause kernels, and copy kernels: derived buffers (origin root, width num, den, kind, row)
         derived: dict[tuple, tuple] = {}
         copies: dict[tuple, tuple] = {}   # copy kernels' buffers: (source root, num, den, kind, row, sliced)
-        kcause: dict[int, str] = {}
-        computations = module.computations
         cname = None
-        for k in active:
+        for k, (kind, src_k, sliced) in copy_rows:
             r = rows[k]
             instr = r.instr
             if r.computation is not cname:  # (rows come computation by computation)
                 cname = r.computation
                 comp = computations[cname]
-            c, ck = _classify(instr, comp, module, r.traffic)
-            if c is not None:
-                kcause[k] = c
-                continue
-            if ck is None:
-                continue
-            kind, src_k, sliced = ck
             src = comp.by_name[instr.operands[src_k]]
             sroot = (cname, src.name, 0)
             p = parent.get(sroot)
@@ -1214,7 +1232,7 @@ class _Excess:
                 gathered.add(find(wkey))
         reuse_rows = self.reuse.rows if self.reuse is not None else None
         add = ledger.add
-        compiled_d, compulsory_d = ledger.compiled, ledger.compulsory
+        read_both, write_both = ledger.read_both, ledger.write_both
         computations = module.computations
         no_cause = "materialized_intermediate"
         kernel_write_causes = frozenset({"rematerialization", "split_k_partials", "dot_as_multiply_reduce",
@@ -1296,9 +1314,7 @@ class _Excess:
                             else:
                                 give = 0
                             if give == logical == phys:  # all compulsory: only the two sums move
-                                rp = (role, _HBM_READ)
-                                compiled_d[rp] += phys
-                                compulsory_d[rp] += phys
+                                read_both[role] += phys
                             else:
                                 add(role, _HBM_READ, phys, give, logical, "re_read", "", k)
                             continue
@@ -1313,9 +1329,7 @@ class _Excess:
                 out_roles = roles[key]
                 shape = instr.shape
                 start = instr.opcode in _NATIVE_STARTS
-                elements = shape.tuple_shapes if shape.is_tuple else ()  # (non-tuple: _write_key)
-                n_elements = len(elements)
-                n_roles = len(out_roles) if out_roles else 0
+                elements = None  # (the tuple elements, read at the first write with an index)
                 iname = instr.name
             for a in t_writes:
                 ms = a.memory_space
@@ -1329,6 +1343,10 @@ class _Excess:
                         continue
                 idx = a.index
                 if start or idx:
+                    if elements is None:
+                        elements = shape.tuple_shapes if shape.is_tuple else ()  # (non-tuple: _write_key)
+                        n_elements = len(elements)
+                        n_roles = len(out_roles) if out_roles else 0
                     if not start and len(idx) == 1 and 0 <= idx[0] < n_elements:
                         # one element of a tuple result (``_write_key``'s answer, without the call)
                         e = idx[0]
@@ -1355,9 +1373,7 @@ class _Excess:
                     elif cap is not None and (leaf.logical_byte_size if leaf is not None else logical) <= cap:
                         add(role, _HBM_WRITE, phys, 0, logical, no_cause, "", k)
                     elif logical == phys:  # a spilled intermediate written once: compulsory
-                        rp = (role, _HBM_WRITE)
-                        compiled_d[rp] += phys
-                        compulsory_d[rp] += phys
+                        write_both[role] += phys
                     else:
                         add(role, _HBM_WRITE, phys, logical, logical, UNATTRIBUTED, "", k)
                     continue
@@ -1368,9 +1384,7 @@ class _Excess:
                     left = out_root[root][1].logical_byte_size - before
                     comp_b = 0 if left <= 0 else logical if logical < left else left
                     if comp_b == logical == phys:
-                        rp = (role, _HBM_WRITE)
-                        compiled_d[rp] += phys
-                        compulsory_d[rp] += phys
+                        write_both[role] += phys
                     else:
                         add(role, _HBM_WRITE, phys, comp_b, logical, UNATTRIBUTED, "", k)
                     continue
@@ -1428,7 +1442,7 @@ class _Excess:
             left = self.out_root[root][1].logical_byte_size - before
             comp_b = 0 if left <= 0 else min(logical, left)
             if kc is None and comp_b == logical == phys:  # the result written once: compulsory
-                self.ledger.add_compulsory(role, _HBM_WRITE, phys)
+                self.ledger.write_both[role] += phys
                 return
             own = UNATTRIBUTED
         else:  # a copy of a parameter or intermediate
@@ -1495,8 +1509,9 @@ class _Excess:
         schedule order, then copies, then recomputation; the rest is excess."""
         derived, kcause, ledger = self.derived, self.kcause, self.ledger
         cap = self.capacity
-        add, add_compulsory, param_root = ledger.add, ledger.add_compulsory, self.param_root
+        add, param_root = ledger.add, self.param_root
         compiled_d, compulsory_d = ledger.compiled, ledger.compulsory
+        read_both = ledger.read_both
         cause_rp, cause_instr, by_row = ledger.cause_rp, ledger.cause_instr, ledger.by_row
         for broot, claims in reads.items():
             if len(claims) == 1:
@@ -1509,9 +1524,7 @@ class _Excess:
                     if comp_b < logical:
                         add(role, _HBM_READ, phys, comp_b, logical, "re_read", self._param_subject(pr[0]), k)
                     elif phys == logical:  # read once, all of it needed
-                        rp = (role, _HBM_READ)
-                        compiled_d[rp] += phys
-                        compulsory_d[rp] += phys
+                        read_both[role] += phys
                     else:
                         add(role, _HBM_READ, phys, comp_b, logical, "re_read", "", k)
                     continue
@@ -1546,7 +1559,7 @@ class _Excess:
                             acc += phys
                         else:
                             if acc_role is not _NONE:
-                                add_compulsory(acc_role, _HBM_READ, acc)
+                                read_both[acc_role] += acc
                             acc_role, acc = role, phys
                         continue
                 else:
@@ -1576,7 +1589,7 @@ class _Excess:
                     g[k] += nbytes
                     by_row[k] += nbytes
             if acc_role is not _NONE:
-                add_compulsory(acc_role, _HBM_READ, acc)
+                read_both[acc_role] += acc
 
     def _not_donated_subject(self, k: int) -> str:
         origin = self.copy_origin.get(k)
@@ -1702,6 +1715,7 @@ class _Excess:
 
     def _result(self) -> ExcessAnalysis:
         ledger = self.ledger
+        ledger.fold()
         module = self.module
         rows = self.rows
         groups: dict[tuple[str, str], list] = {}  # (kind, subject) -> [by_role, by_path, instrs]
