@@ -914,16 +914,21 @@ class _Excess:
             for instr in comp.instructions:
                 op = instr.opcode
                 aliases = unions.get(op)
-                if aliases is None:
-                    aliases = unions[op] = op in union_ops or op.endswith("-done")
                 if not aliases:
-                    continue  # (parameters, constants, arithmetic...: a buffer of their own)
+                    if aliases is not None:
+                        continue  # (parameters, constants, arithmetic...: a buffer of their own)
+                    aliases = unions[op] = op in union_ops or op.endswith("-done")
+                    if not aliases:
+                        continue
                 name = instr.name
                 if op in _ALIAS_LEAFWISE and instr.operands:
                     B.union_leaves(cname, name, cname, instr.operands[0], instr.shape.num_leaves)
                 elif op == "get-tuple-element":
                     src = by_name[instr.operands[0]]
-                    off = src.shape.leaf_offsets[instr.tuple_index]  # leaf_position(shape, (index,))
+                    # leaf_position(shape, (index,)); the index as Instruction.tuple_index reads it
+                    ia = instr._attrs
+                    v = (ia if ia is not None else instr.attrs).get("index")
+                    off = src.shape.leaf_offsets[int(v) if v is not None else None]
                     n = instr.shape.num_leaves
                     if n == 1:  # (B.union, inline: one per tuple element of a module)
                         a, b = (cname, name, 0), (cname, src.name, off)
@@ -1377,18 +1382,19 @@ class _Excess:
                     else:
                         add(role, _HBM_WRITE, phys, logical, logical, UNATTRIBUTED, "", k)
                     continue
-                before = wt[0] - logical  # data bytes written into the buffer before this write
-                if kc is None and root in out_root and root not in update_of:
+                # (wt[0] - logical: the data bytes written into the buffer before this write)
+                o = out_root.get(root) if kc is None else None
+                if o is not None and root not in update_of:
                     # a result leaf that updates no parameter (_special_write's rule, inline):
                     # its data bytes are written once
-                    left = out_root[root][1].logical_byte_size - before
+                    left = o[1].logical_byte_size - (wt[0] - logical)
                     comp_b = 0 if left <= 0 else logical if logical < left else left
                     if comp_b == logical == phys:
                         write_both[role] += phys
                     else:
                         add(role, _HBM_WRITE, phys, comp_b, logical, UNATTRIBUTED, "", k)
                     continue
-                self._special_write(root, k, role, phys, logical, r, before, update_left)
+                self._special_write(root, k, role, phys, logical, r, wt[0] - logical, update_left)
             if reuse_rows is not None:
                 ru = reuse_rows.get(key)
                 if ru is not None and ru.tilings:
