@@ -79,7 +79,7 @@ from ..hlo import Computation, Instruction, Module
 from ..hlo.shape import HOST_MEMORY_SPACE
 from ..vocab import PATHS, ROLES
 from .roles import entry_parameter_name, leaf_position, roles_pass
-from .traffic import ON_CHIP_MEMORY_SPACES
+from .traffic import NO_TRAFFIC, ON_CHIP_MEMORY_SPACES
 
 #: Stable cause keys of the JSON ``excess.causes[].kind`` (may be added to, never removed).
 CAUSE_KINDS = ("not_donated", "donated_but_copied", "materialized_intermediate", "layout_change", "dtype_conversion",
@@ -1082,7 +1082,9 @@ class _Excess:
         cname = None
         for k, r in enumerate(rows):
             t = r.traffic
-            if t.reads or t.writes:
+            if t is NO_TRAFFIC:  # (the one record of every instruction that moves nothing)
+                pass
+            elif t.reads or t.writes:
                 active.append(k)
                 instr = r.instr
                 if r.computation is not cname:  # (rows come computation by computation)
@@ -1274,17 +1276,20 @@ class _Excess:
                 oname = operands[a.operand]
                 # the leaf's shape only where a rule asks (a tuple index, no logical size, an
                 # all-gather's buffer, an on-chip capacity): reading it touches the operand
-                leaf = None
                 idx = a.index
                 if idx:
                     leaf = by_name[oname].shape
-                if leaf is not None and leaf.is_tuple:
-                    pos = leaf_position(leaf, idx)
-                    leaf = leaf.subshape(idx)
-                    rl = roles[(cname, oname)]
-                    role = rl[pos] if pos < len(rl) else rl[0]
-                    root = (cname, oname, pos)
+                    if leaf.is_tuple:
+                        pos = leaf_position(leaf, idx)
+                        leaf = leaf.subshape(idx)
+                        rl = roles[(cname, oname)]
+                        role = rl[pos] if pos < len(rl) else rl[0]
+                        root = (cname, oname, pos)
+                    else:
+                        role = roles[(cname, oname)][0]
+                        root = (cname, oname, 0)
                 else:
+                    leaf = None
                     role = roles[(cname, oname)][0]
                     root = (cname, oname, 0)
                 phys = a.nbytes * count
@@ -1526,6 +1531,9 @@ class _Excess:
                 if pr is not None:
                     # the common case: one kernel reads a parameter, no copy in between
                     _p, units, logical, k, role, phys, _root = c0
+                    if phys == logical == units <= pr[2].logical_byte_size:  # read once, all needed
+                        read_both[role] += phys
+                        continue
                     comp_b = min(units, logical, pr[2].logical_byte_size)
                     if comp_b < logical:
                         add(role, _HBM_READ, phys, comp_b, logical, "re_read", self._param_subject(pr[0]), k)
