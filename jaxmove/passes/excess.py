@@ -703,7 +703,9 @@ def _classify(instr: Instruction, comp: Computation, module: Module, t) -> tuple
     split_field = "split_k" in bc_text
     if split_field and _split_k(instr) > 1:
         return "split_k_partials", None
-    called = instr.called_computations
+    called = instr._called  # (Instruction.called_computations, once computed)
+    if called is None:
+        called = instr.called_computations
     fused = module.computations.get(called[0]) if called else None
     if fused is None:
         return None, None
