@@ -128,7 +128,7 @@ def main(argv: list[str] | None = None) -> int:
 
     hdr = (f"{'module':<44} {'instrs':>9} {'MB':>6} {'parse s':>8} {'passes s':>8} {'total s':>8} "
            f"{'instr/s':>9} {'us/instr':>8} {'peak MiB':>8} {'XLA s':>7} {'XLA MiB':>7} {'ours/XLA':>8} "
-           f"{'excess s':>8} {'+excess':>7}")
+           f"{'excess s':>8} {'+excess':>7} {'adds':>6}")
     lines = [hdr, "-" * len(hdr)]
     print("\n".join(lines), flush=True)
     with tempfile.TemporaryDirectory() as tmp:
@@ -144,6 +144,7 @@ def main(argv: list[str] | None = None) -> int:
                 print(lines[-1], flush=True)
                 continue
             total = ours["parse_s"] + ours["analyze_s"]
+            ex_s = ours.get("excess_s", float("nan"))
             n = ours["instructions"]
             xs = xla.get("parse_s")
             ratio = f"{total / xs:8.2f}" if xs else f"{'-':>8}"
@@ -152,14 +153,16 @@ def main(argv: list[str] | None = None) -> int:
                          f"{ours['analyze_s']:>8.3f} {total:>8.3f} {n / total:>9,.0f} "
                          f"{1e6 * total / n:>8.2f} {ours['peak_rss_bytes'] / 2**20:>8.0f} "
                          f"{xs if xs else float('nan'):>7.3f} {xmib} {ratio} "
-                         f"{ours.get('excess_s', float('nan')):>8.3f} {100 * ours.get('excess_s', 0) / total:>6.1f}%")
+                         f"{ex_s:>8.3f} {100 * ex_s / (total + ex_s):>6.1f}% {100 * ex_s / total:>5.1f}%")
             print(lines[-1], flush=True)
     foot = ("total = parse + every pass (analyze_module); peak = max RSS of a fresh process that "
             "read the text and parsed it (Python + text + IR + analysis); ours/XLA = total / XLA's "
             "parse alone; excess s = the excess pass (passes/excess.py, what `jaxmove analyze` adds) on "
-            "the analysis, in the same process and run, +excess = excess s / total s (issue 15's target: "
-            f"at most 20% at 1M, 100k and the wide module). {os.cpu_count()} CPUs, Python "
-            f"{sys.version.split()[0]}.")
+            "the analysis, in the same process and run, timed apart: total s does not include it; "
+            "+excess = its share of parse + analysis with it, excess s / (total s + excess s); "
+            "adds = what it adds to parse + analysis without it, excess s / total s. Issue 15's target "
+            "(the excess pass adds at most 20% to `analyze` at 1M, 100k and the wide module) is measured "
+            f"by the stricter figure, adds. {os.cpu_count()} CPUs, Python {sys.version.split()[0]}.")
     print("\n" + foot)
     if args.out:
         cmd = " ".join(["python benchmarks/parse_speed.py"] + (argv if argv is not None else sys.argv[1:]))
