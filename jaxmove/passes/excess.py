@@ -1227,6 +1227,7 @@ class _Excess:
         cap = self.capacity
         ledger = self.ledger
         roles = self.roles
+        update_root = self.update_root
         # budget root -> [(prio, units, logical, k, role, phys, root)] in schedule order
         reads: dict[tuple, list] = defaultdict(list)
         # buffer root -> [data bytes written into it, of those granted to reads so far]
@@ -1401,6 +1402,22 @@ class _Excess:
                     else:
                         add(role, _HBM_WRITE, phys, comp_b, logical, UNATTRIBUTED, "", k)
                     continue
+                d = derived.get(root)
+                if d is not None and root not in update_of:
+                    # a copy kernel's write into a copy of a parameter or intermediate
+                    # (_special_write's last rule, inline) when the program returns no update of
+                    # that parameter: no compulsory bytes
+                    pr = param_root.get(d[0])
+                    if pr is None or not update_root or update_root.get(pr[0]) is None:
+                        kind = kc if kc is not None else d[3]
+                        if kind in ("not_donated", "donated_but_copied"):
+                            subject = self._not_donated_subject(k)
+                        elif kind in _NO_SUBJECT_CAUSES:
+                            subject = ""
+                        else:
+                            subject = self._param_subject(pr[0]) if pr is not None else ""
+                        add(role, _HBM_WRITE, phys, 0, logical, kind, subject, k)
+                        continue
                 self._special_write(root, k, role, phys, logical, r, wt[0] - logical, update_left)
             if reuse_rows is not None:
                 ru = reuse_rows.get(key)
