@@ -774,6 +774,9 @@ class _Ledger:
         # counts in compiled and compulsory alike: ``fold`` adds them there)
         self.read_both: dict = defaultdict(int)
         self.write_both: dict = defaultdict(int)
+        # role -> compiled / compulsory bytes of other HBM reads (``_settle_reads``; ``fold``)
+        self.read_compiled: dict = defaultdict(int)
+        self.read_compulsory: dict = defaultdict(int)
         self.cause_rp: dict[tuple, int] = defaultdict(int)      # (kind, subject, role, path) -> bytes
         # (kind, subject) -> {row number: bytes}, and row number -> bytes of every cause
         self.cause_instr: dict[tuple, dict[int, int]] = {}
@@ -792,8 +795,14 @@ class _Ledger:
             self.compulsory[rp] += compulsory
         if phys > logical:
             self._cause("tile_padding", "", role, path, phys - logical, k)
-        if logical > compulsory:
-            self._cause(kind, subject, role, path, logical - compulsory, k)
+        if logical > compulsory:  # (_cause, inline)
+            nbytes = logical - compulsory
+            self.cause_rp[(kind, subject, role, path)] += nbytes
+            g = self.cause_instr.get((kind, subject))
+            if g is None:
+                g = self.cause_instr[(kind, subject)] = defaultdict(int)
+            g[k] += nbytes
+            self.by_row[k] += nbytes
 
     def fold(self) -> None:
         """Add ``read_both`` / ``write_both`` into compiled and compulsory (once, at the end)."""
@@ -802,6 +811,10 @@ class _Ledger:
                 self.compiled[(role, path)] += nbytes
                 self.compulsory[(role, path)] += nbytes
             both.clear()
+        for part, into in ((self.read_compiled, self.compiled), (self.read_compulsory, self.compulsory)):
+            for role, nbytes in part.items():
+                into[(role, _HBM_READ)] += nbytes
+            part.clear()
 
     def add_compulsory(self, role, path: str, nbytes: int) -> None:
         """An access all of whose ``nbytes`` are data and needed (``add`` with phys =
@@ -1540,8 +1553,9 @@ class _Excess:
         derived, kcause, ledger = self.derived, self.kcause, self.ledger
         cap = self.capacity
         add, param_root = ledger.add, self.param_root
-        compiled_d, compulsory_d = ledger.compiled, ledger.compulsory
-        read_both = ledger.read_both
+        read_both, read_compiled, read_compulsory = ledger.read_both, ledger.read_compiled, ledger.read_compulsory
+        l_kind = l_subj = l_role = _NONE  # the cause of the last claim charged, its keys and bytes per row
+        l_crp = l_g = None
         cause_rp, cause_instr, by_row = ledger.cause_rp, ledger.cause_instr, ledger.by_row
         for broot, claims in reads.items():
             if len(claims) == 1:
@@ -1609,17 +1623,19 @@ class _Excess:
                     add(role, _HBM_READ, phys, comp_b, logical, kind, subj, k)
                     continue
                 # (ledger.add inline, the same steps: no tile padding here)
-                rp = (role, _HBM_READ)
-                compiled_d[rp] += phys
+                read_compiled[role] += phys
                 if comp_b:
-                    compulsory_d[rp] += comp_b
+                    read_compulsory[role] += comp_b
                 if logical > comp_b:
                     nbytes = logical - comp_b
-                    cause_rp[(kind, subj, role, _HBM_READ)] += nbytes
-                    g = cause_instr.get((kind, subj))
-                    if g is None:
-                        g = cause_instr[(kind, subj)] = defaultdict(int)
-                    g[k] += nbytes
+                    if kind is not l_kind or subj is not l_subj or role is not l_role:
+                        l_kind, l_subj, l_role = kind, subj, role
+                        l_crp = (kind, subj, role, _HBM_READ)
+                        l_g = cause_instr.get((kind, subj))
+                        if l_g is None:
+                            l_g = cause_instr[(kind, subj)] = defaultdict(int)
+                    cause_rp[l_crp] += nbytes
+                    l_g[k] += nbytes
                     by_row[k] += nbytes
             if acc_role is not _NONE:
                 read_both[acc_role] += acc
