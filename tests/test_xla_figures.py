@@ -142,6 +142,31 @@ def test_hlo_file_cycles_times_trip_count_at_spec_clock(loop_file):
     assert any("HLO file" in n for n in x["notes"])
 
 
+def test_dataframe_columns_carry_xla_cycles(loop_file):
+    pytest.importorskip("pandas")
+    clock = _clock("tpu-v5e")
+    df = jaxmove.analyze(str(loop_file), hardware="tpu-v5e").to_dataframe().set_index("name")
+    assert df.loc["g", "xla_estimated_cycles"] == 1500 and df.loc["g", "xla_executions"] == 1
+    assert df.loc["f", "xla_estimated_s"] == pytest.approx(5 * 3000 / clock)
+    # rows XLA gave no estimate have none (NaN in the frame), not a made-up zero
+    assert df["xla_estimated_cycles"].isna().sum() == len(df) - 2
+
+
+def test_html_instruction_table_has_xla_column(loop_file, tmp_path):
+    from jaxmove.report.html import render_html
+
+    clock = _clock("tpu-v5e")
+    page = render_html(jaxmove.analyze(str(loop_file), hardware="tpu-v5e"))
+    assert "XLA est." in page
+    # f: 3000 cycles x 5 trips at the spec's clock, as the cell's sort value
+    assert f'data-v="{5 * 3000 / clock}"' in page
+    cycles_only = render_html(jaxmove.analyze(str(loop_file)))  # no TPU clock: cycles
+    assert "15,000 cycles" in cycles_only and "1,500 cycles" in cycles_only
+    bare = tmp_path / "bare.hlo"  # control: no estimated_cycles, no column
+    bare.write_text(LOOP_HLO.replace('"estimated_cycles"', '"other"'))
+    assert "XLA est." not in render_html(jaxmove.analyze(str(bare), hardware="tpu-v5e"))
+
+
 def test_hlo_file_without_tpu_spec_gives_cycles_only(loop_file):
     x = jaxmove.analyze(str(loop_file)).to_json()["xla"]
     assert x["estimated_cycles"] == 16500 and x["estimated_s"] is None and x["clock_hz"] is None

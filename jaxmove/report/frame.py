@@ -30,7 +30,10 @@ def report_records(report) -> list[dict]:
     ``compute_time_s``, ``memory_time_s``, ``network_time_s``, ``bound`` (time model),
     ``modeled_hbm_bytes`` (time model), ``collective``, ``group_size``, ``wire_bytes``
     (collectives; wire bytes per program run), ``onchip_reuse_bytes`` (reuse pass, per
-    program run), ``excess_bytes`` (passes/excess.py, per program run) and ``measured_s``. ``arithmetic_intensity`` is flops per HBM byte (the time model's,
+    program run), ``excess_bytes`` (passes/excess.py, per program run), ``measured_s`` and,
+    for the instructions XLA:TPU gave an ``estimated_cycles`` (``capture/xla_figures.py``, the
+    JSON row's ``xla``), ``xla_estimated_cycles`` (per execution), ``xla_executions`` and
+    ``xla_estimated_s`` (per program run at the spec's clock; None without one). ``arithmetic_intensity`` is flops per HBM byte (the time model's,
     over its modeled bytes, when the report has times; None when no HBM bytes move) --
     the same figure as the JSON.
     """
@@ -82,6 +85,10 @@ def report_records(report) -> list[dict]:
         ms = row_measured_s(report, r)
         if ms is not None:
             rec["measured_s"] = ms
+        fig = report.xla.row(r.computation, r.instr.name) if report.xla is not None else None
+        if fig is not None:
+            rec.update(xla_estimated_cycles=fig.estimated_cycles, xla_executions=fig.executions,
+                       xla_estimated_s=fig.estimated_s)
         out.append(rec)
     return out
 

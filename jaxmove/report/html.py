@@ -237,6 +237,8 @@ def _instruction_table(report, rows) -> str:
     has_times = times_of(report) is not None
     has_coll = any(row_collective(r) is not None for r in rows)
     has_meas = any(row_measured_s(report, r) is not None for r in rows)
+    xla = report.xla
+    has_xla = xla is not None and any(xla.row(r.computation, r.instr.name) is not None for r in rows)
     head = [_th("#", True), _th("instruction"), _th("computation"), _th("op / fusion"),
             _th("shape \u2190 operand shapes"), _th("x", True),
             _th("flops", True), _th("HBM read", True), _th("HBM written", True),
@@ -247,6 +249,8 @@ def _instruction_table(report, rows) -> str:
         head += [_th("collective"), _th("wire bytes", True)]
     if has_meas:
         head += [_th("measured", True)]
+    if has_xla:  # XLA:TPU's estimated_cycles per program run (capture/xla_figures.py)
+        head += [_th("XLA est.", True)]
     head += [_th("source"), _th("op_name")]
     body = []
     for k, r in enumerate(rows, 1):
@@ -283,6 +287,15 @@ def _instruction_table(report, rows) -> str:
         if has_meas:
             ms = row_measured_s(report, r)
             cells += [_td_num(ms, _fmt_s(ms))]
+        if has_xla:
+            fig = xla.row(r.computation, r.instr.name)
+            if fig is None:
+                cells += [_td_num(None, "")]
+            elif fig.estimated_s is not None:
+                cells += [_td_num(fig.estimated_s, _fmt_s(fig.estimated_s))]
+            else:  # no clock in the spec: cycles only
+                cyc = fig.estimated_cycles * fig.executions
+                cells += [_td_num(cyc, f"{cyc:,} cycles")]
         if att.source_inferred:
             src_title = (f"inferred from {att.source_inferred_from} (XLA dropped this instruction's "
                          f"metadata): {att.source_key}")
