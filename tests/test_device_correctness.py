@@ -12,6 +12,8 @@ import pytest
 
 from jaxmove.hlo import parse_module
 from jaxmove.passes.pipeline import analyze_module
+from tests.tpu_hlo import DECOMPOSED_ALL_GATHER as TPU_DECOMPOSED
+from tests.tpu_hlo import analyze_rows
 
 os.environ.setdefault("JAX_PLATFORMS", "cpu")
 os.environ.setdefault("ALLOW_MULTIPLE_LIBTPU_LOAD", "1")
@@ -20,8 +22,7 @@ BF16 = 2  # bytes
 
 
 def _rows(text: str, roles: dict[int, str] | None = None):
-    an = analyze_module(parse_module(text, "dev.hlo"), roles)
-    return an, {r.instr.name: r for r in an.rows}
+    return analyze_rows(text, roles)
 
 
 # ---- (a) roles through every all-gather form ----------------------------------------------
@@ -93,53 +94,8 @@ def test_async_start_wrapping_an_all_gather_passes_the_weight_role():
     assert an.totals.weights_write_bytes == 1024 * 1024 * BF16  # the gather, inside `wrapped`
 
 
-# XLA:TPU's decomposed async all-gather (as libtpu 0.0.42 emits it for an FSDP weight that
-# does not fit VMEM): the shard copied to VMEM, a start fusion (root: AsyncCollectiveStart
-# custom call, element 1 = the gathered buffer in HBM), a continuation fusion that carries the
-# same collective (same channel_id) beside a dot and returns the buffers in place
-# (output_to_operand_aliasing), and a done fusion (root: AsyncCollectiveDone, aliased to the
-# buffer). One all-gather: the gathered buffer is written once.
-TPU_DECOMPOSED = """HloModule tpu_ag
-ag_start {
-  p0 = bf16[512,1024]{1,0:S(1)} parameter(0)
-  ag = bf16[1024,1024]{1,0} all-gather(p0), channel_id=6, replica_groups={{0,1}}, dimensions={0}, use_global_device_ids=true
-  ROOT cc = (bf16[512,1024]{1,0:S(1)}, bf16[1024,1024]{1,0}) custom-call(ag), custom_call_target="AsyncCollectiveStart"
-}
-ag_cont {
-  p0 = bf16[512,1024]{1,0:S(1)} parameter(0)
-  p1 = bf16[1024,1024]{1,0} parameter(1)
-  x = bf16[8,1024]{1,0} parameter(2)
-  w = bf16[1024,1024]{1,0} parameter(3)
-  d = bf16[8,1024]{1,0} dot(x, w), lhs_contracting_dims={1}, rhs_contracting_dims={0}
-  ag = bf16[1024,1024]{1,0} all-gather(p0), channel_id=6, replica_groups={{0,1}}, dimensions={0}, use_global_device_ids=true
-  ROOT t = (bf16[8,1024]{1,0}, bf16[512,1024]{1,0:S(1)}, bf16[1024,1024]{1,0}, bf16[1024,1024]{1,0}) tuple(d, p0, p1, ag)
-}
-ag_done {
-  p0 = bf16[512,1024]{1,0:S(1)} parameter(0)
-  p1 = bf16[1024,1024]{1,0} parameter(1)
-  ag = bf16[1024,1024]{1,0} all-gather(p0), channel_id=6, replica_groups={{0,1}}, dimensions={0}, use_global_device_ids=true
-  ROOT cc = bf16[1024,1024]{1,0} custom-call(p0, p1, ag), custom_call_target="AsyncCollectiveDone"
-}
-use {
-  x = bf16[8,1024]{1,0} parameter(0)
-  w = bf16[1024,1024]{1,0} parameter(1)
-  ROOT d = bf16[8,1024]{1,0} dot(x, w), lhs_contracting_dims={1}, rhs_contracting_dims={0}
-}
-ENTRY e {
-  w2 = bf16[512,1024]{1,0} parameter(0)
-  w1 = bf16[1024,1024]{1,0} parameter(1)
-  x = bf16[8,1024]{1,0} parameter(2)
-  v = bf16[512,1024]{1,0:S(1)} copy(w2)
-  s = (bf16[512,1024]{1,0:S(1)}, bf16[1024,1024]{1,0}) fusion(v), kind=kCustom, calls=ag_start, output_to_operand_aliasing={{0}: (0, {})}
-  s0 = bf16[512,1024]{1,0:S(1)} get-tuple-element(s), index=0
-  s1 = bf16[1024,1024]{1,0} get-tuple-element(s), index=1
-  c = (bf16[8,1024]{1,0}, bf16[512,1024]{1,0:S(1)}, bf16[1024,1024]{1,0}, bf16[1024,1024]{1,0}) fusion(s0, s1, x, w1), kind=kOutput, calls=ag_cont, output_to_operand_aliasing={{1}: (0, {}), {2}: (1, {}), {3}: (1, {})}
-  c0 = bf16[8,1024]{1,0} get-tuple-element(c), index=0
-  c1 = bf16[512,1024]{1,0:S(1)} get-tuple-element(c), index=1
-  c3 = bf16[1024,1024]{1,0} get-tuple-element(c), index=3
-  dn = bf16[1024,1024]{1,0} fusion(c1, c3), kind=kCustom, calls=ag_done, output_to_operand_aliasing={{}: (1, {})}
-  ROOT y = bf16[8,1024]{1,0} fusion(c0, dn), kind=kOutput, calls=use
-}"""
+# XLA:TPU's decomposed async all-gather (start, continuation, done fusions): TPU_DECOMPOSED,
+# from tests/tpu_hlo.py. One all-gather: the gathered buffer is written once.
 
 
 def test_tpu_decomposed_all_gather_is_one_gather_of_weights():
