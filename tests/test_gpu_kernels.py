@@ -261,6 +261,19 @@ def bench():
     return _bench()
 
 
+def test_slower_than_larger_flags_inverted_rows():
+    pd = pytest.importorskip("pandas")
+    bench = _bench()  # no measured data needed
+    # by hand: the k=1024 row is measured 10.5 us, a row at least as large in every dimension
+    # (k=2048) 6.3 us: 10.5 > 1.2 x 6.3 -> flagged; k=512 at 7.2 us is not (7.2 <= 1.2 x 6.3);
+    # the same shapes of another dtype are compared only among themselves; the largest row has
+    # nothing larger
+    t = pd.DataFrame({"b": [1] * 6, "m": [256] * 6, "n": [256] * 6, "k": [512, 1024, 2048] * 2,
+                      "dtype_key": ["fp8"] * 3 + ["bf16"] * 3,
+                      "time_s": [7.2e-6, 10.5e-6, 6.3e-6, 5.0e-6, 5.5e-6, 20e-6]})
+    assert bench.slower_than_larger(t).tolist() == [False, True, False, False, False, False]
+
+
 def test_gemm_out_of_sample_median_error_below_readme(bench):
     d = bench.load_gemm()
     fit = bench.split_halves(d.apply(lambda r: (r.b, r.m, r.n, r.k), axis=1))
