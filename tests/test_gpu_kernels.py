@@ -494,3 +494,59 @@ def test_launch_overhead_note_counts_the_gemm_fixed_cost(tmp_path):
     note = next(n for n in t.notes if n.startswith("kernel launch overhead"))
     assert f"{2e-6 + fixed_s:.3g} s" in note and "1 kernels x 2e-06 s" in note
     assert f"+ {fixed_s:.3g} s of the GPU GEMM model's fixed per-kernel cost" in note
+
+
+# XLA:GPU (jaxlib 0.10.2, deviceless h100) compiles an fp8 dot of x [m,k] and w [k,n] (n minor)
+# to this: the fusion's parameter is w bitcast to [n,k] (k is dimension 1, layout {0,1}: n minor,
+# as w is stored) and a transpose inside the fusion gives the dot a [k,n] B whose printed layout
+# is k minor. The kernel transposes B's tiles; the stored B is MN-major.
+FP8_TRANSPOSED_HLO = """HloModule m, is_scheduled=true
+
+%gemm_comp (parameter_0: f8e4m3fn[1024,2048], parameter_1: f8e4m3fn[4096,2048]) -> bf16[1024,4096] {
+  %parameter_0 = f8e4m3fn[1024,2048]{1,0} parameter(0)
+  %parameter_1 = f8e4m3fn[4096,2048]{0,1} parameter(1)
+  %transpose.1 = f8e4m3fn[2048,4096]{0,1} transpose(%parameter_1), dimensions={1,0}
+  ROOT %dot.1 = bf16[1024,4096]{1,0} dot(%parameter_0, %transpose.1), lhs_contracting_dims={1}, rhs_contracting_dims={0}, backend_config={"sizes":["128"]}
+}
+
+ENTRY %e (x: f8e4m3fn[1024,2048], w: f8e4m3fn[2048,4096]) -> bf16[1024,4096] {
+  %x = f8e4m3fn[1024,2048]{1,0} parameter(0)
+  %w = f8e4m3fn[2048,4096]{1,0} parameter(1)
+  %wt = f8e4m3fn[4096,2048]{0,1} bitcast(%w)
+  ROOT %g = bf16[1024,4096]{1,0} fusion(%x, %wt), kind=kCustom, calls=%gemm_comp, backend_config={"fusion_backend_config":{"kind":"__triton_nested_gemm_fusion","block_level_fusion_config":{"num_warps":"8","output_tiles":[{"sizes":["128","256"]}],"num_ctas":1,"num_stages":4}}}
+}
+"""
+
+
+def test_triton_fusion_b_layout_is_read_through_its_transpose(tmp_path):
+    # fp8: B is MN-major as stored; the model has no measured cost for the kernel's transpose,
+    # so the time is the K-major gemm's and the notes say it lacks that cost
+    t = _times(FP8_TRANSPOSED_HLO, tmp_path, "fp8t")
+    row = next(r for r in t.rows.values() if r.name == "g")
+    tile = gpu_gemm.GemmConfig(128, 256, 128, 1)
+    want = gpu_gemm.gemm_time(H100, b=1, m=1024, n=4096, k=2048, peak_flops_per_s=H100.flops_per_s["fp8"],
+                              peak_key="fp8", lhs_bytes=1, rhs_bytes=1, out_bytes=2, tile=tile)
+    assert want.ctas == 8 * 16
+    assert row.compute_time_s == pytest.approx(want.kernel_times_s[0] - want.fixed_s)
+    assert any("MN-major in memory (parameter_1), transposed inside the kernel (transpose.1)" in n for n in row.notes)
+    assert any("MN-major fp8 B operand" in n and "not in this time" in n for n in row.notes)
+    # tf32, same structure: the stored MN-major B pays the fitted factor although the dot's own
+    # operand (the transpose) prints k minor; stored K-major it does not (64x64 tiles: their k
+    # steps wait on the operand loads, so the factor shows)
+    tf32 = (FP8_TRANSPOSED_HLO.replace("f8e4m3fn", "f32").replace("bf16[", "f32[")
+            .replace('"sizes":["128"]', '"sizes":["32"]').replace('["128","256"]', '["64","64"]'))
+    row = next(r for r in _times(tf32, tmp_path, "tf32t").rows.values() if r.name == "g")
+
+    def tf32_time(k_major):
+        return gpu_gemm.gemm_time(H100, b=1, m=1024, n=4096, k=2048, peak_flops_per_s=H100.flops_per_s["tf32"],
+                                  peak_key="tf32", lhs_bytes=4, rhs_bytes=4, out_bytes=4,
+                                  tile=gpu_gemm.GemmConfig(64, 64, 32, 1), rhs_k_major=k_major)
+
+    mn, km = tf32_time(False), tf32_time(True)
+    assert mn.rhs_feed_factor == gpu_gemm.FITTED.mn_major_feed_factor and mn.time_s > 1.3 * km.time_s
+    assert mn.feed_limited and row.est_time_s == pytest.approx(H100.kernel_launch_overhead_s + mn.kernel_times_s[0])
+    assert not any("not in this time" in n for n in row.notes)
+    k_major_stored = tf32.replace("f32[4096,2048]{0,1} parameter(1)", "f32[4096,2048]{1,0} parameter(1)")
+    row = next(r for r in _times(k_major_stored, tmp_path, "tf32k").rows.values() if r.name == "g")
+    assert row.est_time_s == pytest.approx(H100.kernel_launch_overhead_s + km.kernel_times_s[0])
+    assert not any("in memory" in n or "MN-major" in n for n in row.notes)

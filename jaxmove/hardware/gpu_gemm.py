@@ -31,8 +31,12 @@ quantization"):
   only for ``.f16``/``.bf16``). A TF32 dot whose B is ``[k, n]`` with ``n`` minor (what
   ``x @ w`` gives) has its B tile transposed on the way into shared memory, through registers
   instead of a TMA copy: the model charges the B bytes ``mn_major_feed_factor`` (fitted) times
-  in the k step's operand loads. fp8 is not charged: XLA's cuBLASLt fp8 gemm takes B k-minor,
-  after a separate transpose kernel (``benchmarks/gpu_kernels.py`` models that kernel).
+  in the k step's operand loads. fp8 is not charged: the measured table's fp8 programs fit a
+  cuBLASLt gemm that takes B k-minor after a separate transpose kernel
+  (``benchmarks/gpu_kernels.py`` models that kernel), and no measured fp8 program transposes B
+  inside the gemm. jaxlib 0.10.2's XLA:GPU does: it compiles an fp8 dot to a Triton gemm fusion
+  with the transpose inside it (``passes/gpu_kernel_time.py`` reads B's stored layout through
+  it); such a time lacks that cost and says so (`mn_major_uncharged`).
 * Split-K writes ``S`` partial f32 results, and a second kernel reduces them (XLA's Triton
   split-K rewrite: a ``kCustom`` gemm fusion followed by a reduce fusion); the reduction is a
   memory-bound kernel with the same fixed cost.
@@ -82,6 +86,8 @@ __all__ = [
     "K_MAJOR_ONLY_KEYS",
     "gemm_model_applies",
     "mn_major_penalized",
+    "mn_major_uncharged",
+    "WGMMA_K_MAJOR_KEYS",
     "gemm_time",
     "kernel_times",
 ]
@@ -146,14 +152,32 @@ FITTED = GemmParams(eta={"bf16": 0.8576, "tf32": 0.6712, "fp8": 0.8461}, fill_k_
 K_MAJOR_ONLY_KEYS = frozenset({"tf32"})
 
 
+#: flops_per_s keys whose sm_90 wgmma operands must be K-major in shared memory (PTX ISA, module
+#: docstring): tf32 is charged (`K_MAJOR_ONLY_KEYS`); an MN-major 8-bit B is not
+#: (`mn_major_uncharged`): XLA's measured table has no such program to fit its cost on.
+WGMMA_K_MAJOR_KEYS = frozenset({"tf32", "fp8", "int8"})
+
+
+def _sm90(spec) -> bool:
+    cc = str((getattr(spec, "target", None) or {}).get("compute_capability", ""))
+    return cc.split(".")[0] == "9"
+
+
+def mn_major_uncharged(spec, peak_key: str | None, rhs_k_major: bool) -> bool:
+    """True when a gemm's B is MN-major, sm_90's wgmma needs it K-major (the kernel transposes
+    it: e.g. the transpose XLA:GPU puts inside a Triton fp8 gemm fusion), and the model has no
+    measured cost for that (`WGMMA_K_MAJOR_KEYS` less `K_MAJOR_ONLY_KEYS`): the time lacks it."""
+    return (peak_key in WGMMA_K_MAJOR_KEYS and peak_key not in K_MAJOR_ONLY_KEYS
+            and not rhs_k_major and _sm90(spec))
+
+
 def mn_major_penalized(spec, peak_key: str | None, rhs_k_major: bool) -> bool:
     """True when a gemm's B operand pays `GemmParams.mn_major_feed_factor`: an MN-major B of
     a `K_MAJOR_ONLY_KEYS` dtype on an sm_90 GPU (the spec's ``target.compute_capability``
     ``9.x``: wgmma; Ampere's mma.sync loads 32-bit operands with plain shared loads, and
     Blackwell is unmeasured here)."""
     key = {"f32": "tf32", "f64": "tf32"}.get(peak_key or "", peak_key)
-    cc = str((getattr(spec, "target", None) or {}).get("compute_capability", ""))
-    return key in K_MAJOR_ONLY_KEYS and not rhs_k_major and cc.split(".")[0] == "9"
+    return key in K_MAJOR_ONLY_KEYS and not rhs_k_major and _sm90(spec)
 
 
 @dataclasses.dataclass(frozen=True, slots=True)

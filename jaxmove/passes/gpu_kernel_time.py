@@ -60,6 +60,21 @@ def _k_major(shape, contract) -> bool:
     return contract[0] == minor
 
 
+def _stored_k_major(op: Instruction, contract_dim: int, comp: Computation) -> tuple[bool, str]:
+    """Whether a Triton fusion's dot operand is K-major as it lies in memory: followed through
+    the transposes inside the fusion (the emitter transposes the tile in the kernel, e.g. the
+    one XLA:GPU adds in front of an fp8 dot's ``[k, n]`` B) to the instruction they read, whose
+    layout is the stored one. Returns (K-major, that instruction's name)."""
+    d, cur = contract_dim, op
+    while cur.opcode == "transpose":
+        perm = _ints(cur.attrs.get("dimensions"))
+        src = comp.by_name.get(cur.operands[0]) if cur.operands else None
+        if src is None or len(perm) != len(cur.shape.dims) or not 0 <= d < len(perm):
+            break
+        d, cur = perm[d], src
+    return _k_major(cur.shape, (d,)), cur.name
+
+
 def _sizes(lhs, rhs, lhs_batch, lhs_contract, rhs_batch, rhs_contract):
     """(b, m, n, k) of a dot from its operand shapes and dimension numbers."""
     b = math.prod(lhs.dims[d] for d in lhs_batch) if lhs_batch else 1
@@ -142,7 +157,16 @@ def _gemm_operands(instr: Instruction, comp: Computation, module: Module):
         tile, note = _triton_tile(instr, dots[0])
         if note:
             notes.append(note)
-        return (*got[:2], _first_array(instr.shape), got[2], tile, notes, got[3])
+        k_major = got[3]
+        rhs = fc.by_name.get(dots[0].operands[1])
+        contract = _ints(dots[0].attrs.get("rhs_contracting_dims"))
+        if rhs is not None and rhs.opcode == "transpose" and len(contract) == 1:
+            stored, src = _stored_k_major(rhs, contract[0], fc)
+            if stored != k_major:
+                k_major = stored
+                notes.append(f"B operand {'K' if stored else 'MN'}-major in memory ({src}), transposed "
+                             f"inside the kernel ({rhs.name})")
+        return (*got[:2], _first_array(instr.shape), got[2], tile, notes, k_major)
     return None
 
 
@@ -172,6 +196,10 @@ def gemm_kernel_time(instr: Instruction, comp: Computation, module: Module, spec
                  f"tiles, {t.useful_mma_s:.4g} s of useful work)"
                  + (f"; MN-major {peak_key} B operand transposed into shared memory (wgmma takes it "
                     f"K-major only): its loads cost x{t.rhs_feed_factor:g}" if t.rhs_feed_factor != 1.0 else ""))
+    if gpu_gemm.mn_major_uncharged(spec, peak_key, rhs_k_major):
+        notes.append(f"MN-major {peak_key} B operand: sm_90 wgmma takes {peak_key} operands K-major only, so the "
+                     "kernel transposes it; that cost is not in this time (a lower bound: no measured "
+                     f"{peak_key} program with an MN-major B to fit it on)")
     return t, notes
 
 
