@@ -303,6 +303,36 @@ def test_ray_sweep_gives_the_same_rows(ray_instance, local_sweep, tmp_path):
         assert {k: v for k, v in a.items() if k not in skip} == {k: v for k, v in b.items() if k not in skip}
 
 
+def test_ray_task_failures_are_retried_then_reported(ray_instance, tmp_path, monkeypatch):
+    # the Ray task itself fails (not the worker process it would start): one point's task
+    # raises, the other's process dies; each is retried once, then reported as died
+    import os
+
+    from jaxmove import sweep
+    from jaxmove.sweep import executors
+
+    calls = tmp_path / "calls"
+    calls.mkdir()
+
+    def broken_task(point_json, timeout_s=None):  # a closure: Ray ships it by value
+        (calls / f"{point_json['plan']}.{len(list(calls.iterdir()))}").write_text("")
+        if point_json["plan"] == "dp":
+            raise RuntimeError("boom in the task")
+        os._exit(3)
+
+    monkeypatch.setattr(executors, "run_point_process", broken_task)
+    (tmp_path / "SWEEP.toml").write_text(GRID.replace("batch = [8, 16]", "batch = [8]"))
+    got = sweep(tmp_path / "SWEEP.toml", executor="ray", timeout_s=120, output=tmp_path / "r.jsonl")
+    rows = {r["plan"]: r for r in got.rows}
+    assert set(rows) == {"dp", "tp"}
+    assert all(r["status"] == "died" and r["attempts"] == 2 and r["est_time_s"] is None for r in rows.values())
+    assert rows["dp"]["error"].startswith("ray task failed: RayTaskError") and "boom in the task" in rows["dp"]["error"]
+    assert rows["tp"]["error"].startswith("ray task failed: ")
+    assert sorted(p.name.split(".")[0] for p in calls.iterdir()) == ["dp", "dp", "tp", "tp"]
+    stored = [json.loads(line) for line in (tmp_path / "r.jsonl").read_text().splitlines()]
+    assert sorted(r["status"] for r in stored if "status" in r) == ["died", "died"]
+
+
 # ---- retry, report, resume ------------------------------------------------------------------
 
 _FLAKY = textwrap.dedent("""

@@ -15,6 +15,7 @@ from __future__ import annotations
 import logging
 import os
 import queue
+import re
 import threading
 import time
 import warnings
@@ -119,6 +120,24 @@ def _ray():
     return ray
 
 
+_ANSI = re.compile(r"\x1b\[[0-9;]*[A-Za-z]")
+
+
+def _first_line(text: str) -> str:
+    lines = [ln for ln in _ANSI.sub("", text).strip().splitlines() if ln.strip()]
+    return lines[0].strip() if lines else ""
+
+
+def _ray_error_text(e: BaseException) -> str:
+    """One line for a failed Ray task: the task's own exception when it raised one (a
+    ``RayTaskError`` carries it as ``cause``; its first line is only ``ray::task() (pid=...)``),
+    else Ray's error; terminal colour codes removed."""
+    cause = getattr(e, "cause", None)
+    if isinstance(cause, BaseException):
+        return f"{type(e).__name__}({type(cause).__name__}): {_first_line(str(cause)) or type(cause).__name__}"
+    return f"{type(e).__name__}: {_first_line(str(e)) or type(e).__name__}"
+
+
 def run_ray(points: list[Point], events: Events, jobs: int | None, timeout_s: float | None,
             address: str | None = None) -> None:
     """Run ``points`` as Ray tasks (one CPU each), at most ``jobs`` in flight (default: the
@@ -168,8 +187,7 @@ def run_ray(points: list[Point], events: Events, jobs: int | None, timeout_s: fl
                     try:
                         out = ray.get(ref)
                     except ray.exceptions.RayError as e:
-                        first = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
-                        out = {"outcome": "died", "error": f"ray task failed: {type(e).__name__}: {first}",
+                        out = {"outcome": "died", "error": f"ray task failed: {_ray_error_text(e)}",
                                "wall_s": now - t0}
                 elif timeout_s is not None and now - t0 > timeout_s + _RAY_GRACE_S:
                     ray.cancel(ref, force=True)
