@@ -38,7 +38,84 @@ def build_parser() -> argparse.ArgumentParser:
     return p
 
 
+class _SwallowedInterrupts:
+    """``sys.unraisablehook`` while a command runs, for a Ctrl-C that Python would lose.
+
+    A KeyboardInterrupt raised inside a callback that cannot propagate it (jax's
+    ``_xla_gc_callback``, which the garbage collector runs, or a ``__del__``) is printed as
+    "Exception ignored in ..." and dropped, and the command used to run on to exit 0 as if
+    never interrupted. Here it is re-delivered to the main thread once the callback has
+    returned (``_thread.interrupt_main`` from a short-lived thread), and the command ends as
+    interrupted (exit 130) even if it finished first.
+    """
+
+    def __init__(self) -> None:
+        import threading
+
+        self.swallowed = False
+        self.active = True
+        self._lock = threading.Lock()
+        self._previous = sys.unraisablehook
+
+    def __enter__(self) -> _SwallowedInterrupts:
+        sys.unraisablehook = self._hook
+        return self
+
+    def __exit__(self, *exc) -> None:
+        with self._lock:  # no re-delivery once the command is over
+            self.active = False
+        sys.unraisablehook = self._previous
+
+    def _hook(self, unraisable) -> None:
+        if not isinstance(unraisable.exc_value, KeyboardInterrupt):
+            self._previous(unraisable)
+            return
+        import threading
+
+        self.swallowed = True
+        threading.Thread(target=self._redeliver, daemon=True).start()
+
+    def _redeliver(self) -> None:
+        import _thread
+        import time
+
+        time.sleep(0.01)  # let the callback that swallowed it return first
+        with self._lock:
+            if self.active:
+                _thread.interrupt_main()
+
+
+def _interrupted(console: bool) -> int:
+    print("jaxmove: interrupted", file=sys.stderr)
+    if console:
+        # Leave without interpreter finalization: after a Ctrl-C in the middle of a compile or
+        # an analysis, finalizing with XLA's state half torn down crashed (SIGSEGV, exit -11).
+        # Output files are never half-written (report/outputs.py renames complete files).
+        for stream in (sys.stdout, sys.stderr):
+            try:
+                stream.flush()
+            except (OSError, ValueError):
+                pass
+        os._exit(130)
+    return 130
+
+
 def main(argv: list[str] | None = None) -> int:
+    """Run the ``jaxmove`` command; returns its exit status (0, 1 internal error, 2 bad input,
+    130 interrupted). With ``argv`` None (the console script: the process's own arguments) a
+    Ctrl-C ends the process at once with status 130 (``_interrupted``)."""
+    interrupts = _SwallowedInterrupts()
+    try:
+        with interrupts:
+            rc = _main(argv)
+    except KeyboardInterrupt:
+        return _interrupted(argv is None)
+    if interrupts.swallowed:  # re-delivered too late to stop the command: still interrupted
+        return _interrupted(argv is None)
+    return rc
+
+
+def _main(argv: list[str] | None) -> int:
     parser = build_parser()
     args = parser.parse_args(argv)
     for attr in ("html", "trace", "output", "save_fit"):  # an empty path would be skipped silently
@@ -49,7 +126,7 @@ def main(argv: list[str] | None = None) -> int:
             return 2
     from ..errors import JaxmoveInputError
 
-    try:
+    try:  # a KeyboardInterrupt goes up to main()
         return args.func(args)
     except HloParseError as e:
         print(f"jaxmove: error: {e}", file=sys.stderr)
@@ -65,9 +142,6 @@ def main(argv: list[str] | None = None) -> int:
         print(f"jaxmove: error: {e}", file=sys.stderr)
     except BrokenPipeError:  # e.g. `jaxmove analyze ... | head`
         return 0
-    except KeyboardInterrupt:
-        print("jaxmove: interrupted", file=sys.stderr)
-        return 130
     except Exception as e:  # a bug of ours, not bad input: one line, exit 1, traceback on request
         if os.environ.get("JAXMOVE_DEBUG"):
             raise
