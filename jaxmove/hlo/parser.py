@@ -795,6 +795,15 @@ class _Parser:
                 raise self.error(f"{key} {value}: {e}", pos) from None
             if key == "source_target_pairs" and any(len(g) != 2 for g in groups):
                 raise self.error(f"source_target_pairs={value}: expected {{source,target}} pairs", pos)
+            if key == "replica_groups":  # HloVerifier's CheckReplicaGroups: "Replica %d is repeated"
+                seen: dict[int, int] = {}
+                for k, g in enumerate(groups):
+                    for d in g:
+                        if d in seen:
+                            where = "twice in group" if seen[d] == k else f"in groups {seen[d]} and"
+                            raise self.error(f"replica_groups={value}: device {d} appears {where} "
+                                             f"{k}; each device belongs to at most one group", pos)
+                        seen[d] = k
             self._checked_groups.add(value)
 
 

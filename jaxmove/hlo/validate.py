@@ -27,7 +27,17 @@ Checks, with their XLA source:
   tuple's shape is the tuple of its operands' shapes; control flow and fusions call
   computations with as many parameters as they pass operands (``HloVerifier::
   CheckParameterCount`` / ``HandleWhile`` / ``HandleConditional``); the attributes that name
-  the called computations are present (``calls=``, ``condition=``/``body=``, ``to_apply=``).
+  the called computations are present (``calls=``, ``condition=``/``body=``, ``to_apply=``);
+* the result shapes of the data-movement opcodes whose shapes jaxmove's byte counts read
+  (``ShapeInference::InferSliceShape`` / ``InferDynamicSliceShape`` /
+  ``InferDynamicUpdateSliceShape`` / ``InferConcatOpShape`` / ``InferBroadcastShape`` /
+  ``InferTransposeShape``, and ``HloVerifier::HandleBroadcast``): a slice's ranges lie in
+  its operand and give its result's dimensions; a dynamic-slice's ``dynamic_slice_sizes``
+  fit its operand and are its result's dimensions; a dynamic-update-slice's update fits in
+  its operand, whose shape is the result's; a concatenation's operands agree off its
+  dimension and sum along it; a broadcast maps each operand dimension to a result dimension
+  of the same size; a transpose's ``dimensions`` permute its operand's into the result's.
+  Shapes with dynamic (``<=``) dimensions are not compared.
 """
 
 from __future__ import annotations
@@ -46,7 +56,7 @@ _ARITY: dict[str, tuple[str, object]] = {
 _CHEAP: dict[str, int] = {
     op: rec.arity for op, rec in OPCODES.items() if isinstance(rec.arity, int)
     and op not in ("reshape", "bitcast", "bitcast-convert", "get-tuple-element", "while",
-                   "ragged-dot", "scaled-dot")
+                   "ragged-dot", "scaled-dot", "slice", "broadcast", "transpose")
 }
 
 # Attributes that must be present, per opcode, because they name the called computations.
@@ -210,6 +220,11 @@ def _check_instruction(filename: str, mod: Module, comp: Computation, instr: Ins
                 compatible(by_name[o].shape, s) for o, s in zip(instr.operands, instr.shape.tuple_shapes)):
             raise _err(filename, instr, f"tuple '{instr.name}' has shape {instr.shape}, which is not "
                        f"the tuple of its {n} operands' shapes")
+    rule = _SHAPE_RULES.get(op)
+    if rule is not None and n >= 1 and instr.shape.is_array and not any(instr.shape.dynamic):
+        src = by_name[instr.operands[0]].shape
+        if src.is_array and not any(src.dynamic):
+            rule(filename, comp, instr, src)
     for key in _REQUIRED_CALLS.get(op, ()):
         if key not in instr.attrs:
             raise _err(filename, instr, f"'{op}' instruction '{instr.name}' has no {key}= attribute")
@@ -238,6 +253,142 @@ def _check_instruction(filename: str, mod: Module, comp: Computation, instr: Ins
                 raise _err(filename, instr, f"conditional '{instr.name}': branch '{c}' must have 1 "
                            f"parameter, has {len(mod.computations[c].parameters)}")
     return called
+
+
+def _dims_text(dims) -> str:
+    return "[" + ",".join(map(str, dims)) + "]"
+
+
+def _result_error(filename: str, instr: Instruction, want, why: str) -> HloParseError:
+    return _err(filename, instr, f"{instr.opcode} '{instr.name}' has shape {instr.shape} but {why} "
+                f"gives dimensions {_dims_text(want)}")
+
+
+def _check_slice(filename: str, comp: Computation, instr: Instruction, src: Shape) -> None:
+    """``slice={[start:limit(:stride)], ...}``: one range per operand dimension, 0 <= start <=
+    limit <= size, stride >= 1; result dimension ceil((limit - start) / stride)
+    (``ShapeInference::InferSliceShape``)."""
+    text = instr.attrs.get("slice")
+    if text is None:
+        raise _err(filename, instr, f"slice '{instr.name}' has no slice={{[start:limit], ...}} attribute")
+    ranges = []
+    for part in text.strip().strip("{}").split(","):
+        part = part.strip()
+        if not part:
+            continue
+        try:
+            nums = [int(x) for x in part.strip("[]").split(":")]
+        except ValueError:
+            nums = []
+        if not (part.startswith("[") and part.endswith("]") and len(nums) in (2, 3)):
+            raise _err(filename, instr, f"slice '{instr.name}': expected [start:limit] or "
+                       f"[start:limit:stride] in slice={text}, found '{part}'")
+        ranges.append((nums if len(nums) == 3 else nums + [1], part))
+    if len(ranges) != len(src.dims):
+        raise _err(filename, instr, f"slice '{instr.name}' of a rank-{len(src.dims)} operand {src} "
+                   f"needs {len(src.dims)} ranges, slice={text} has {len(ranges)}")
+    want = []
+    for d, (((start, limit, stride), part), size) in enumerate(zip(ranges, src.dims)):
+        if not (0 <= start <= limit <= size and stride >= 1):
+            raise _err(filename, instr, f"slice '{instr.name}': range {part} of "
+                       f"dimension {d} does not lie in [0:{size}] of operand {src} (need 0 <= start "
+                       "<= limit <= size, stride >= 1)")
+        want.append(-(-(limit - start) // stride))
+    if tuple(want) != instr.shape.dims:
+        raise _result_error(filename, instr, want, f"slice={text} of {src}")
+
+
+def _check_dynamic_slice(filename: str, comp: Computation, instr: Instruction, src: Shape) -> None:
+    """``dynamic_slice_sizes``: one per operand dimension, each at most its size; they are the
+    result's dimensions (``ShapeInference::InferDynamicSliceShape``)."""
+    if "dynamic_slice_sizes" not in instr.attrs:
+        raise _err(filename, instr, f"dynamic-slice '{instr.name}' has no dynamic_slice_sizes= attribute")
+    sizes = _dims_attr(filename, instr, "dynamic_slice_sizes")
+    if len(sizes) != len(src.dims) or any(not 0 <= k <= n for k, n in zip(sizes, src.dims)):
+        raise _err(filename, instr, f"dynamic-slice '{instr.name}': dynamic_slice_sizes="
+                   f"{{{','.join(map(str, sizes))}}} must give one size in [0, n] per dimension of "
+                   f"its operand {src}")
+    if sizes != instr.shape.dims:
+        raise _result_error(filename, instr, sizes, f"dynamic_slice_sizes of {src}")
+
+
+def _check_dynamic_update_slice(filename: str, comp: Computation, instr: Instruction,
+                                src: Shape) -> None:
+    """The update has the operand's rank and fits in it; the result is the operand's shape
+    (``ShapeInference::InferDynamicUpdateSliceShape``)."""
+    if len(instr.operands) < 2:
+        return
+    upd = comp.by_name[instr.operands[1]].shape
+    if upd.is_array and not any(upd.dynamic) and (
+            len(upd.dims) != len(src.dims) or any(u > n for u, n in zip(upd.dims, src.dims))):
+        raise _err(filename, instr, f"dynamic-update-slice '{instr.name}': update {upd} does not fit "
+                   f"in operand {src} (same rank, each dimension at most the operand's)")
+    if src.dims != instr.shape.dims:
+        raise _result_error(filename, instr, src.dims, f"its operand {src}")
+
+
+def _check_concatenate(filename: str, comp: Computation, instr: Instruction, src: Shape) -> None:
+    """Operands of one rank, equal off the concatenated dimension; the result sums along it
+    (``ShapeInference::InferConcatOpShape``)."""
+    dims = _dims_attr(filename, instr, "dimensions")
+    rank = len(src.dims)
+    if len(dims) != 1 or not 0 <= dims[0] < rank:
+        raise _err(filename, instr, f"concatenate '{instr.name}': dimensions= must name one "
+                   f"dimension of its rank-{rank} operands, got {instr.attrs.get('dimensions')}")
+    d = dims[0]
+    total = 0
+    for o in instr.operands:
+        s = comp.by_name[o].shape
+        if not s.is_array or any(s.dynamic):
+            return
+        if len(s.dims) != rank or any(a != b for k, (a, b) in enumerate(zip(s.dims, src.dims)) if k != d):
+            raise _err(filename, instr, f"concatenate '{instr.name}' along dimension {d}: operand "
+                       f"'{o}' {s} does not match {src} in the other dimensions")
+        total += s.dims[d]
+    want = src.dims[:d] + (total,) + src.dims[d + 1:]
+    if want != instr.shape.dims:
+        raise _result_error(filename, instr, want, f"concatenating its operands along dimension {d}")
+
+
+def _check_broadcast(filename: str, comp: Computation, instr: Instruction, src: Shape) -> None:
+    """``dimensions``: operand dimension i is result dimension dimensions[i], of the same size
+    (``HloVerifier::HandleBroadcast``)."""
+    if not src.dims:  # a scalar: dimensions={} and any result (the common constant splat)
+        return
+    dims = _dims_attr(filename, instr, "dimensions")
+    out = instr.shape.dims
+    if len(dims) != len(src.dims):
+        raise _err(filename, instr, f"broadcast '{instr.name}' of a rank-{len(src.dims)} operand {src} "
+                   f"needs {len(src.dims)} dimensions=, got {{{','.join(map(str, dims))}}}")
+    for i, (k, size) in enumerate(zip(dims, src.dims)):
+        if not 0 <= k < len(out) or out[k] != size:
+            raise _err(filename, instr, f"broadcast '{instr.name}': operand {src} dimension {i} (size "
+                       f"{size}) maps to dimension {k} of result {instr.shape}, which "
+                       + ("does not exist" if not 0 <= k < len(out) else f"has size {out[k]}"))
+
+
+def _check_transpose(filename: str, comp: Computation, instr: Instruction, src: Shape) -> None:
+    """``dimensions`` is a permutation p of the operand's; result dimension i is operand
+    dimension p[i] (``ShapeInference::InferTransposeShape``)."""
+    perm = _dims_attr(filename, instr, "dimensions")
+    if sorted(perm) != list(range(len(src.dims))):
+        raise _err(filename, instr, f"transpose '{instr.name}': dimensions="
+                   f"{{{','.join(map(str, perm))}}} is not a permutation of the {len(src.dims)} "
+                   f"dimensions of its operand {src}")
+    want = tuple(src.dims[p] for p in perm)
+    if want != instr.shape.dims:
+        raise _result_error(filename, instr, want, f"transposing {src} by {{{','.join(map(str, perm))}}}")
+
+
+# opcode -> the check of its result shape against its operands (called with operand 0's shape)
+_SHAPE_RULES = {
+    "slice": _check_slice,
+    "dynamic-slice": _check_dynamic_slice,
+    "dynamic-update-slice": _check_dynamic_update_slice,
+    "concatenate": _check_concatenate,
+    "broadcast": _check_broadcast,
+    "transpose": _check_transpose,
+}
 
 
 MAX_TRIP_COUNT = (1 << 63) - 1  # XLA stores trip counts as int64 (WhileLoopBackendConfig)
