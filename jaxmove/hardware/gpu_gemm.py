@@ -23,7 +23,7 @@ quantization"):
   the math) plus a fixed cost (``fixed_cycles`` SM cycles at ``sm_clock_hz``: CTA launch,
   prologue, the tail of the last wave), fitted; a TF32 gemm kernel has its own
   (``gemm_fixed_cycles["tf32"]``, fitted: on XLA's measured H100 table a TF32 gemm's fixed
-  part is ~1.4x a bf16 or fp8 gemm's, ``benchmarks/gpu_kernels.md``).
+  part is ~1.35x a bf16 or fp8 gemm's, ``benchmarks/gpu_kernels.md``).
 * Operand layout (Hopper, sm_90): ``wgmma`` reads its B operand from shared memory, and only
   16-bit types (f16/bf16) may be MN-major there; ``.tf32``, ``.e4m3``/``.e5m2`` and ``.s8``
   operands must be K-major (PTX ISA, "Asynchronous Warpgroup Level Matrix Multiply-Accumulate",
@@ -31,7 +31,8 @@ quantization"):
   only for ``.f16``/``.bf16``). A TF32 dot whose B is ``[k, n]`` with ``n`` minor (what
   ``x @ w`` gives) has its B tile transposed on the way into shared memory, through registers
   instead of a TMA copy: the model charges the B bytes ``mn_major_feed_factor`` (fitted) times
-  in the k step's operand loads. fp8 is not charged: the measured table's fp8 programs fit a
+  in the k step's operand loads, and adds ``mn_major_step_cycles`` (fitted) to every k step
+  (the shuffle is on the step's critical path). fp8 is not charged: the measured table's fp8 programs fit a
   cuBLASLt gemm that takes B k-minor after a separate transpose kernel
   (``benchmarks/gpu_kernels.py`` models that kernel), and no measured fp8 program transposes B
   inside the gemm. jaxlib 0.10.2's XLA:GPU does: it compiles an fp8 dot to a Triton gemm fusion
@@ -115,6 +116,9 @@ class GemmParams:
     mn_major_feed_factor: cost of one B byte, in operand-load bytes, when the MMA takes only
       K-major operands from shared memory and B is MN-major (TF32 on sm_90, module docstring);
       1 = no penalty.
+    mn_major_step_cycles: SM cycles added to every k step of such a tile: the transpose of the
+      B tile through registers sits on the step's critical path (load, shuffle, store to shared
+      memory, then the MMA) instead of overlapping it as a TMA copy does; 0 = none.
     """
 
     eta: Mapping[str, float]
@@ -123,6 +127,7 @@ class GemmParams:
     feed_bytes_per_cycle: float
     gemm_fixed_cycles: Mapping[str, float] = dataclasses.field(default_factory=dict)
     mn_major_feed_factor: float = 1.0
+    mn_major_step_cycles: float = 0.0
 
     def fixed_cycles_for(self, key: str | None) -> float:
         """Fixed SM cycles of a gemm kernel whose operands have ``flops_per_s`` key ``key``
@@ -143,9 +148,10 @@ class GemmParams:
 
 #: Fitted by benchmarks/gpu_kernels.py on a random half (seed 0) of XLA's measured sm_90 table
 #: (../shared/data/xla_gemm_h100.csv); the other half is the reported, out-of-sample error.
-FITTED = GemmParams(eta={"bf16": 0.8576, "tf32": 0.6712, "fp8": 0.8461}, fill_k_steps=0.908,
-                    fixed_cycles=11108.4, feed_bytes_per_cycle=65.19,
-                    gemm_fixed_cycles={"tf32": 17082.2}, mn_major_feed_factor=1.791)
+FITTED = GemmParams(eta={"bf16": 0.8581, "tf32": 0.7271, "fp8": 0.8451}, fill_k_steps=0.924,
+                    fixed_cycles=11120.2, feed_bytes_per_cycle=67.77,
+                    gemm_fixed_cycles={"tf32": 15011.6}, mn_major_feed_factor=1.0,
+                    mn_major_step_cycles=192.8)
 
 #: flops_per_s keys whose Hopper wgmma operands must be K-major in shared memory and which the
 #: model charges for an MN-major B (module docstring; fp8/int8 reach cuBLASLt already K-major).
@@ -233,6 +239,7 @@ class GemmTime:
       reduce_fixed_s: the split-K reduction kernel's fixed cost, s (0 without split-K;
         ``fixed_s`` is the gemm kernel's).
       rhs_feed_factor: what one B byte costs in the operand loads (`mn_major_penalized`).
+      rhs_step_s: the latency added to every k step for transposing B (`mn_major_penalized`), s.
     """
 
     time_s: float
@@ -252,6 +259,7 @@ class GemmTime:
     feed_limited: bool = False
     reduce_fixed_s: float = 0.0
     rhs_feed_factor: float = 1.0
+    rhs_step_s: float = 0.0
 
 
 def gemm_model_applies(spec) -> bool:
@@ -270,13 +278,14 @@ def _require(spec) -> None:
 
 
 def kernel_times(spec, params: GemmParams, b, m, n, k, peak, eta, ea, eb, ec, bm, bn, bk, s, *,
-                 gemm_fixed_s=None, rhs_feed_factor=1.0) -> dict:
+                 gemm_fixed_s=None, rhs_feed_factor=1.0, rhs_step_s=0.0) -> dict:
     """The model's terms for arrays (numpy-broadcastable) of GEMMs x configurations.
 
     Arguments as in `gemm_time` (``peak`` in FLOP/s, ``eta`` its sustained fraction,
     ``ea``/``eb``/``ec`` bytes per element of A, B, C) plus the configuration's ``bm``, ``bn``,
     ``bk``, ``s`` (split-K); ``gemm_fixed_s`` the gemm kernel's fixed cost, s (None:
-    ``params.fixed_cycles``), ``rhs_feed_factor`` the cost of a B byte in the operand loads.
+    ``params.fixed_cycles``), ``rhs_feed_factor`` the cost of a B byte in the operand loads,
+    ``rhs_step_s`` the latency added to each k step for transposing B (s).
     Returns a dict of arrays: ``gemm_s``, ``reduce_s`` (0 without split-K), ``ctas``,
     ``waves``, ``tile_s``, ``compute_s``, ``memory_s``, ``hbm_bytes``, ``mma_s`` (the padded
     tiles' tensor-core time), ``feed_limited`` (bool: the k step waits on its operand loads),
@@ -293,7 +302,7 @@ def kernel_times(spec, params: GemmParams, b, m, n, k, peak, eta, ea, eb, ec, bm
     sm_l2 = params.feed_bytes_per_cycle * spec.sm_clock_hz
     mma_step_s = 2.0 * bm * bn * bk / sm_flops  # the padded tile's MMA: m16/m64 fragments
     feed_step_s = (bm * ea + bn * eb * np.asarray(rhs_feed_factor, dtype=np.float64)) * bk / sm_l2
-    step_s = np.maximum(mma_step_s, feed_step_s)
+    step_s = np.maximum(mma_step_s, feed_step_s) + np.asarray(rhs_step_s, dtype=np.float64)
     out_e = np.where(s > 1, 4.0, ec)  # split-K partials are f32
     tile_s = (k_steps + params.fill_k_steps) * step_s + bm * bn * out_e / sm_l2
     compute_s = waves * tile_s
@@ -361,11 +370,13 @@ def gemm_time(spec, *, b: int, m: int, n: int, k: int, peak_flops_per_s: float, 
     cfgs = [tile] if tile is not None else [c for c in candidate_configs(k, max(lhs_bytes, rhs_bytes))
                                             if allow_split_k or c.split_k == 1]
     cols = np.array([(c.block_m, c.block_n, c.block_k, max(1, c.split_k)) for c in cfgs], dtype=np.float64)
-    factor = params.mn_major_feed_factor if mn_major_penalized(spec, peak_key, rhs_k_major) else 1.0
+    penalized = mn_major_penalized(spec, peak_key, rhs_k_major)
+    factor = params.mn_major_feed_factor if penalized else 1.0
+    step_extra_s = params.mn_major_step_cycles / spec.sm_clock_hz if penalized else 0.0
     g_fixed = params.fixed_cycles_for(peak_key) / spec.sm_clock_hz
     r = kernel_times(spec, params, b, m, n, k, peak_flops_per_s, params.eta_for(peak_key), lhs_bytes, rhs_bytes, out_bytes,
                      cols[:, 0], cols[:, 1], cols[:, 2], cols[:, 3], gemm_fixed_s=g_fixed,
-                     rhs_feed_factor=factor)
+                     rhs_feed_factor=factor, rhs_step_s=step_extra_s)
     total = r["gemm_s"] + r["reduce_s"]
     i = int(np.argmin(total))  # the autotuner keeps the fastest (first on ties)
     cfg = cfgs[i]
@@ -378,4 +389,4 @@ def gemm_time(spec, *, b: int, m: int, n: int, k: int, peak_flops_per_s: float, 
                     g_fixed, int(r["hbm_bytes"][i]),
                     "compute" if compute_bound else "memory", tile is not None,
                     float(r["mma_s"][i]), useful, feed,
-                    float(r["fixed_s"]) if cfg.split_k > 1 else 0.0, factor)
+                    float(r["fixed_s"]) if cfg.split_k > 1 else 0.0, factor, step_extra_s)

@@ -195,7 +195,9 @@ def gemm_kernel_time(instr: Instruction, comp: Computation, module: Module, spec
                  f"HBM {t.hbm_bytes} bytes {t.memory_s:.4g} s; tensor cores {t.mma_s:.4g} s on the padded "
                  f"tiles, {t.useful_mma_s:.4g} s of useful work)"
                  + (f"; MN-major {peak_key} B operand transposed into shared memory (wgmma takes it "
-                    f"K-major only): its loads cost x{t.rhs_feed_factor:g}" if t.rhs_feed_factor != 1.0 else ""))
+                    f"K-major only): its loads cost x{t.rhs_feed_factor:g}, each k step "
+                    f"+{t.rhs_step_s * spec.sm_clock_hz:.0f} cycles"
+                    if t.rhs_feed_factor != 1.0 or t.rhs_step_s else ""))
     if gpu_gemm.mn_major_uncharged(spec, peak_key, rhs_k_major):
         notes.append(f"MN-major {peak_key} B operand: sm_90 wgmma takes {peak_key} operands K-major only, so the "
                      "kernel transposes it; that cost is not in this time (a lower bound: no measured "
