@@ -340,3 +340,12 @@ def test_calibrated_spec_round_trips_as_local(quick_spec, tmp_path, monkeypatch)
     loaded = load_spec("local")
     assert loaded == quick_spec
     assert loaded.path == str(path)
+
+
+def test_bad_kind_is_named_even_with_a_target_table(tmp_path):
+    # with a [target] table the kind used to be reported as the table's fault
+    bad = MINIMAL.replace('kind = "gpu"', 'kind = "fpga"')
+    for text in (bad, bad + '\n[target]\ncompute_capability = "9.0"\n'):
+        p = _write(tmp_path, text, "fpga.toml")
+        with pytest.raises(HardwareSpecError, match=r"fpga\.toml, line 3: key 'kind' must be one of .*got 'fpga'"):
+            load_spec(p)

@@ -254,3 +254,34 @@ def test_tpu_scan_counts_n_trips_and_n_layers_of_flops(tpu_scan):
     assert N_LAYERS * one_layer <= a.totals.flops <= N_LAYERS * (one_layer + 8 * BATCH * D)
     # the stacked weights are read once in all: one layer's slice per trip
     assert a.totals.hbm_read_bytes >= N_LAYERS * D * D * 2
+
+
+def test_unknown_trip_count_makes_the_report_incomplete(tmp_path, capsys):
+    # the body's multiply is counted once (f32[8]: 32 bytes read, 32 written, 8 flops) where it
+    # runs an unknown number of times: the report says its totals are lower bounds
+    import json
+
+    from jaxmove.cli import main
+
+    text = loop(0, 1, "LT", 8).replace("a = s32[] constant(0)", "a = s32[] parameter(1)")
+    p = tmp_path / "unknown.hlo"
+    p.write_text(text)
+    import jaxmove
+    rep = jaxmove.analyze(str(p))
+    assert rep.unknown_trip_loops == [{"computation": "e", "while": "w",
+                                       "why": rep.unknown_trip_loops[0]["why"]}]
+    assert "initial value" in rep.unknown_trip_loops[0]["why"]
+    assert not rep.unmodeled and not rep.complete
+    assert rep.incomplete_headline().startswith("incomplete: 1 while loop with an unknown trip count")
+    (mul,) = [r for r in rep.analysis.rows if r.instr.name == "y"]
+    assert mul.total.flops == 8 and mul.total.hbm_read_bytes == 32  # once, for 8 trips
+    assert main(["analyze", str(p), "--json"]) == 0
+    d = json.loads(capsys.readouterr().out)
+    assert d["complete"] is False and d["unmodeled_count"] == 0
+    assert [(x["computation"], x["while"]) for x in d["unknown_trip_count_loops"]] == [("e", "w")]
+    # a loop whose count is derived leaves the report complete
+    p.write_text(loop(0, 1, "LT", 8))
+    rep = jaxmove.analyze(str(p))
+    assert rep.unknown_trip_loops == [] and rep.complete and rep.incomplete_headline() is None
+    assert main(["analyze", str(p)]) == 0
+    assert "incomplete" not in capsys.readouterr().out

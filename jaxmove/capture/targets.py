@@ -136,7 +136,7 @@ class Target:
         try:
             spec = load_spec(spec_name)
         except HardwareSpecError:
-            raise TargetNameError(f"--target {name!r}: unknown target; expected cpu or one of "
+            raise TargetNameError(f"--target {name!r}: unknown target; expected one of "
                                   f"{', '.join(compile_target_names())}") from None
         if not spec.target:
             raise TargetNameError(f"--target {name!r}: the spec {spec.name} has no [target] table (it "

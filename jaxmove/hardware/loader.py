@@ -324,6 +324,8 @@ def _parse_target(ctx: _Ctx, value: Any, kind: Any) -> dict[str, str | int]:
     """The ``[target]`` table: ``TPU_TARGET_KEYS`` for a TPU, ``GPU_TARGET_KEYS`` for a GPU."""
     if not isinstance(value, dict):
         raise ctx.error(f"'target' must be a table, got {_describe(value)}", None, "target")
+    if kind not in KINDS:  # the kind is wrong, not the [target] table
+        raise ctx.error(f"key 'kind' must be one of {', '.join(KINDS)}, got {kind!r}", None, "kind")
     keys = {"tpu": TPU_TARGET_KEYS, "gpu": GPU_TARGET_KEYS}.get(kind)
     if keys is None:
         raise ctx.error(f"a [target] table is for kind 'gpu' or 'tpu' specs, not {kind!r}", None, "target")

@@ -7,6 +7,7 @@ padding fraction, a row's dominant role, and a row's arithmetic intensity withou
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from functools import cached_property
 from typing import TYPE_CHECKING
 
 from ..hlo import Module
@@ -112,23 +113,40 @@ class Report:
         return [r for r in self.rows if not r.unmodeled
                 and (it := rows.get((r.computation, r.instr.name))) is not None and it.unmodeled]
 
+    @cached_property
+    def unknown_trip_loops(self) -> list[dict]:
+        """The while loops whose trip count is neither given (``known_trip_count``) nor
+        derived from an induction variable (passes/trip_count.py): ``{"computation", "while",
+        "why"}`` each. Their bodies are counted once per execution of the loop, so the totals
+        are lower bounds."""
+        from ..passes.multiplicity import loop_trip_counts
+
+        an = self.analysis
+        return [{"computation": c, "while": w, "why": tc.detail}
+                for (c, w), tc in loop_trip_counts(an.module, an.multiplicity).items() if tc.source == "unknown"]
+
     @property
     def complete(self) -> bool:
         """True when every instruction is modeled (and, with a hardware spec, timed in
-        full); else the totals are lower bounds and the estimated time is "at least"."""
-        return not self.unmodeled and not self.time_unmodeled_rows()
+        full) and every while loop's trip count is known; else the totals are lower bounds
+        and the estimated time is "at least"."""
+        return not self.unmodeled and not self.time_unmodeled_rows() and not self.unknown_trip_loops
 
     def incomplete_headline(self) -> str | None:
         """The first line a rendering prints when the report is incomplete, else None:
         ``incomplete: N instructions unmodeled (...)``."""
         n, m = len(self.unmodeled), len(self.time_unmodeled_rows())
-        if not n and not m:
+        k = len(self.unknown_trip_loops)
+        if not n and not m and not k:
             return None
         parts = []
         if n:
             parts.append(f"{n} instruction{'s' if n != 1 else ''} unmodeled")
         if m:
             parts.append(f"{m} more with incomplete time")
+        if k:
+            parts.append(f"{k} while loop{'s' if k != 1 else ''} with an unknown trip count (its body "
+                         "counted once)")
         what = "totals and time are lower bounds" if self.times is not None else "totals are lower bounds"
         return f"incomplete: {', '.join(parts)} ({what}; listed below)"
 
@@ -171,6 +189,8 @@ class Report:
             "complete": self.complete,
             "unmodeled_count": len(self.unmodeled),
             "time_unmodeled_count": len(self.time_unmodeled_rows()),
+            # while loops whose bodies are counted once: trip count neither given nor derived
+            "unknown_trip_count_loops": list(self.unknown_trip_loops),
             **_timing_json(self),
             # compulsory traffic, excess and its causes (passes/excess.py); None when not computed
             "excess": self.excess.to_json() if self.excess is not None else None,
