@@ -91,7 +91,7 @@ def test_grid_and_points_expand_in_order_with_stable_keys(tmp_path):
     (('[grid]\nplan = ["dp", "tp"]\nmesh = ["data=2,model=4"]\n[grid.set]\nbatch = [8, 16]\n', "[grid]\n"),
      r"SWEEP\.toml:3: \[grid\]: empty grid"),
     (('hardware = "h100-sxm"', 'hardware = "h100-sxm"\ntarget = "warp-drive"'),
-     r"SWEEP\.toml:3: target: 'warp-drive': unknown target; expected cpu or one of"),
+     r"SWEEP\.toml:3: target: 'warp-drive': unknown target; expected one of cpu, "),
 ])
 def test_bad_sweep_file_is_one_line_naming_file_and_key(tmp_path, capsys, edit, expected):
     import re
