@@ -170,6 +170,16 @@ def _gemm_operands(instr: Instruction, comp: Computation, module: Module):
     return None
 
 
+def _mn_major_text(t: gpu_gemm.GemmTime, peak_key: str | None, spec) -> str:
+    """The GEMM note's clause on a B operand transposed into shared memory, if it is charged."""
+    costs = ([f"its loads cost x{t.rhs_feed_factor:g}"] if t.rhs_feed_factor != 1.0 else []) + (
+        [f"each k step waits {t.rhs_step_s * spec.sm_clock_hz:.0f} cycles more"] if t.rhs_step_s else [])
+    if not costs:
+        return ""
+    return (f"; MN-major {peak_key} B operand transposed into shared memory (wgmma takes it K-major "
+            f"only): {' and '.join(costs)}")
+
+
 def gemm_kernel_time(instr: Instruction, comp: Computation, module: Module, spec, peak: float | None,
                      peak_key: str | None) -> tuple[gpu_gemm.GemmTime, list[str]] | None:
     """The GPU GEMM model's time of one GEMM kernel (module docstring), with notes; None when
@@ -194,10 +204,7 @@ def gemm_kernel_time(instr: Instruction, comp: Computation, module: Module, spec
                  f"(tiles {t.compute_s:.4g} s, {'waiting on their L2 -> shared-memory loads' if t.feed_limited else 'MMA-limited'}; "
                  f"HBM {t.hbm_bytes} bytes {t.memory_s:.4g} s; tensor cores {t.mma_s:.4g} s on the padded "
                  f"tiles, {t.useful_mma_s:.4g} s of useful work)"
-                 + (f"; MN-major {peak_key} B operand transposed into shared memory (wgmma takes it "
-                    f"K-major only): its loads cost x{t.rhs_feed_factor:g}, each k step "
-                    f"+{t.rhs_step_s * spec.sm_clock_hz:.0f} cycles"
-                    if t.rhs_feed_factor != 1.0 or t.rhs_step_s else ""))
+                 + _mn_major_text(t, peak_key, spec))
     if gpu_gemm.mn_major_uncharged(spec, peak_key, rhs_k_major):
         notes.append(f"MN-major {peak_key} B operand: sm_90 wgmma takes {peak_key} operands K-major only, so the "
                      "kernel transposes it; that cost is not in this time (a lower bound: no measured "
