@@ -299,6 +299,8 @@ class Module:
         self.stack_frames: dict[int, tuple[int, int]] = stack_frames or {}
         # False when the text had no ENTRY marker and the last computation was taken as entry
         self.entry_marked: bool = True
+        # XLA:GPU memory-space colours (S(1), S(2)) its text printed, read as HBM (hlo/parser.py)
+        self.gpu_memory_colors: tuple[int, ...] = ()
         # the passes' memo caches of this module (passes/memo.py), made on first use
         self.memo = None
 

@@ -108,6 +108,9 @@ class _Parser:
         self._shape_cache: dict[str, Shape] = {}
         self._anon = 0
         self._checked_groups: set[str] = set()
+        # XLA:GPU's memory-space colours are HBM allocations, not TPU on-chip memories
+        self._gpu = is_xla_gpu_text(text)
+        self.gpu_colors: set[int] = set()
 
     # ---- positions and errors ------------------------------------------------------
     def linecol(self, pos: int) -> tuple[int, int]:
@@ -380,6 +383,9 @@ class _Parser:
                     esize = int(m.group(1))
                 elif c == "S":
                     mspace = int(m.group(1))
+                    if self._gpu and mspace in XLA_GPU_HBM_COLORS:
+                        self.gpu_colors.add(mspace)
+                        mspace = 0
                 elif c == "L":  # tail padding alignment in elements (shape.py sizes)
                     align = max(1, int(m.group(1)))
                 i = m.end()
@@ -430,6 +436,7 @@ class _Parser:
                          k: (v.get("file_location_id", 0), v.get("parent_frame_id", 0))
                          for k, v in tables["StackFrames"].items()})
         mod.entry_marked = entry_marked
+        mod.gpu_memory_colors = tuple(sorted(self.gpu_colors))
         self.validate(mod)
         return mod
 
@@ -805,6 +812,21 @@ class _Parser:
                                              f"{k}; each device belongs to at most one group", pos)
                         seen[d] = k
             self._checked_groups.add(value)
+
+
+#: XLA:GPU's buffer colours (xla/service/gpu/gpu_memory_space_assignment.h): 1
+#: ``kCollectiveMemorySpaceColor`` (collective buffers in ncclMemAlloc memory, printed S(1)
+#: with ``--xla_gpu_enable_nccl_user_buffers``), 2 ``kTempBufferMemorySpaceColor``; both are
+#: device HBM. The TPU reading of S(1) / S(2) (VMEM, semaphores: hlo/shape.py) does not apply.
+XLA_GPU_HBM_COLORS = frozenset({1, 2})
+#: Text only XLA:GPU writes: GpuBackendConfig fields and its kernels' custom-call / fusion kinds.
+_XLA_GPU_MARKERS = ('"operation_queue_id"', '"fusion_backend_config"', "__triton", "__cublas$", "__cudnn$")
+
+
+def is_xla_gpu_text(text: str) -> bool:
+    """True for HLO text from XLA:GPU (`_XLA_GPU_MARKERS`: none appears in XLA:TPU or XLA:CPU
+    programs); its memory-space colours are then read as HBM (`XLA_GPU_HBM_COLORS`)."""
+    return any(m in text for m in _XLA_GPU_MARKERS)
 
 
 @gc_paused

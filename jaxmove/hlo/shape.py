@@ -83,9 +83,10 @@ TPU_SMEM_MEMORY_SPACE = 4
 TPU_SPARSECORE_SEMAPHORE_MEMORY_SPACE = 8
 # On-chip memory spaces, never HBM traffic: the TPU colours above, and S(6), which XLA:TPU
 # gives scalars (loop indices, s32[]{:S(6)}) in compiled programs (benchmarks/device_corpus.md;
-# not in JAX's table). Caveat: XLA:GPU numbers its colours differently
+# not in JAX's table). XLA:GPU numbers its colours differently
 # (xla/service/gpu/gpu_memory_space_assignment.h: 1 collective memory, 2 temp buffers, both
-# in HBM); XLA:GPU's compiled programs here print neither.
+# in HBM; S(1) is printed with --xla_gpu_enable_nccl_user_buffers): the parser reads them as
+# HBM in XLA:GPU text (hlo/parser.py, is_xla_gpu_text).
 ON_CHIP_MEMORY_SPACES = frozenset({TPU_VMEM_MEMORY_SPACE, TPU_SEMAPHORE_MEMORY_SPACE,
                                    TPU_SMEM_MEMORY_SPACE, 6,
                                    TPU_SPARSECORE_SEMAPHORE_MEMORY_SPACE})

@@ -282,6 +282,11 @@ def analyze_module(module: Module, entry_roles: dict[int, str] | None = None) ->
         notes.append(f"the text has no ENTRY marker: its last computation, '{module.entry.name}', "
                      "is taken as the program (as XLA's parser does); a file cut after a complete "
                      "computation would look the same")
+    if module.gpu_memory_colors:
+        notes.append("XLA:GPU memory-space colours " + ", ".join(f"S({c})" for c in module.gpu_memory_colors)
+                     + " (1: collective buffers in NCCL-registered memory, 2: temp buffers; "
+                     "xla/service/gpu/gpu_memory_space_assignment.h) are device HBM: counted as HBM, "
+                     "not as TPU on-chip memory")
     if any(m.unknown_trip_count for m in mult.values()):
         notes.append("some while loops have no known trip count; their bodies are counted once")
     notes.extend(loop_notes(module, mult))
