@@ -108,8 +108,9 @@ class _Parser:
         self._shape_cache: dict[str, Shape] = {}
         self._anon = 0
         self._checked_groups: set[str] = set()
-        # XLA:GPU's memory-space colours are HBM allocations, not TPU on-chip memories
-        self._gpu = is_xla_gpu_text(text)
+        # XLA:GPU's memory-space colours are HBM allocations, not TPU on-chip memories;
+        # whether the text is XLA:GPU's is looked up at the first S(1) / S(2) (None: not yet)
+        self._gpu: bool | None = None
         self.gpu_colors: set[int] = set()
 
     # ---- positions and errors ------------------------------------------------------
@@ -347,6 +348,10 @@ class _Parser:
         self.pos = m.end()
         return shape
 
+    def _is_gpu(self) -> bool:
+        self._gpu = is_xla_gpu_text(self.text)
+        return self._gpu
+
     def layout(self, text: str, pos: int) -> Layout:
         try:
             return self._layout(text, pos)
@@ -383,7 +388,8 @@ class _Parser:
                     esize = int(m.group(1))
                 elif c == "S":
                     mspace = int(m.group(1))
-                    if self._gpu and mspace in XLA_GPU_HBM_COLORS:
+                    if mspace in XLA_GPU_HBM_COLORS and self._gpu is not False and (
+                            self._gpu or self._is_gpu()):
                         self.gpu_colors.add(mspace)
                         mspace = 0
                 elif c == "L":  # tail padding alignment in elements (shape.py sizes)
