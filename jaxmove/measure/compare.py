@@ -391,6 +391,20 @@ def default_hardware(device_kind: str) -> tuple[object, str]:
                                       "run `jaxmove calibrate` and use --hardware local")
 
 
+def kind_mismatch_note(spec, platform: str) -> str | None:
+    """A warning when ``spec`` describes another kind of device (``spec.kind``: gpu / tpu /
+    cpu) than the one the program is measured on (jax's ``Device.platform``: ``cpu``, ``gpu``
+    -- ``cuda``/``rocm`` count as gpu -- or ``tpu``), else None: the estimates are then for
+    that device and the errors compare two machines, not the model with a measurement."""
+    measured = "gpu" if platform in ("gpu", "cuda", "rocm") else platform
+    if spec.kind == measured:
+        return None
+    return (f"WARNING: {spec.name} is a {spec.kind.upper()} spec but the program runs here on "
+            f"{measured.upper()}: the estimates are for the {spec.kind.upper()}, so the errors "
+            f"compare two machines (use the spec of this device, e.g. --hardware local after "
+            f"`jaxmove calibrate`)")
+
+
 def _rows(report, measurement: Measurement) -> list[InstructionComparison]:
     times = report.times
     meas = measurement.instructions
@@ -443,6 +457,9 @@ def compare(target, *args, hardware=None, runs: int = 10, warmup: int = 2, profi
     else:
         spec = load_spec(hardware)
         note = f"spec '{spec.name}' ({hardware})"
+    mismatch = kind_mismatch_note(spec, jax.devices()[0].platform)
+    if mismatch:
+        note = f"{note}; {mismatch}"
     prep = prepared or prepare(target, *args, overrides=overrides, seed=seed, **capture_kwargs)
     m = measure(None, runs=runs, warmup=warmup, profile_runs=profile_runs, prepared=prep)
     report = analyze(prep.program, hardware=spec)

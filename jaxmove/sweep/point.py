@@ -36,7 +36,8 @@ hbm_write_bytes
 hbm_bytes_by_role       {role: read + write HBM bytes} for every role of ``vocab.ROLES``
 excess_bytes,           bytes moved beyond the compulsory minimum (compiled - compulsory, every
 compulsory_bytes,       path) and the costliest cause of the excess (``report.excess``,
-excess_top_cause        ``passes/excess.py``); keys absent when the report has no excess analysis
+excess_top_cause        ``passes/excess.py``); None when the point was not analysed (an error,
+                        a compile the target refused) or its report has no excess analysis
 wire_bytes,             bytes one device sends over the interconnect, in all and by collective
 wire_bytes_by_kind      kind (``all-reduce``, ``all-gather``, ...)
 collective_time_s       summed collective time (no overlap), None without interconnect figures
@@ -64,7 +65,8 @@ from importlib import metadata
 
 from .spec import Point
 
-#: Row keys every row has, in order (the ``excess`` keys are added when the report has them).
+#: Row keys every row has, in order (figures None where a point has none: a failed point's row
+#: has every key of an analysed one, so JSON readers can index any row).
 ROW_KEYS = (
     "key", "status", "error", "model", "target", "hardware", "mesh", "plan", "overrides",
     "num_devices", "backend", "fits", "peak_bytes", "argument_bytes", "output_bytes", "alias_bytes",
@@ -72,7 +74,7 @@ ROW_KEYS = (
     "hbm_bytes_by_role", "wire_bytes", "wire_bytes_by_kind", "collective_time_s", "est_time_s",
     "bound", "compute_time_s", "memory_time_s", "network_time_s", "unmodeled", "time_unmodeled",
     "compile_s", "analysis_s", "wall_s", "attempts", "notes", "jaxmove_version", "jax_version",
-    "does_not_fit", "needs_bytes", "has_bytes",
+    "does_not_fit", "needs_bytes", "has_bytes", "excess_bytes", "compulsory_bytes", "excess_top_cause",
 )
 
 
@@ -96,7 +98,8 @@ def _is_out_of_memory(e: BaseException) -> bool:
 
 def _excess(report) -> dict:
     """``excess_bytes``, ``compulsory_bytes`` and ``excess_top_cause`` of the report's excess
-    analysis (``passes/excess.py``: compiled minus compulsory bytes); {} when it has none."""
+    analysis (``passes/excess.py``: compiled minus compulsory bytes); {} when it has none
+    (the row's keys then stay None)."""
     ex = getattr(report, "excess", None)
     if ex is None:
         return {}

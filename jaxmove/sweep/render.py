@@ -9,6 +9,7 @@ an SVG whose text matplotlib draws as paths.
 from __future__ import annotations
 
 import io
+import math
 import re
 
 from rich.console import Console
@@ -78,7 +79,7 @@ def render_table(result, top: int | None = None, console: Console | None = None)
                   f"{c['died'] + c['timeout']} lost their worker"
                   + (f"; {result.resumed} resumed from {escape(str(result.output))}" if result.output else "")
                   + f"; {result.executor} executor, {result.wall_s:.1f} s")
-    has_excess = any("excess_bytes" in r for r in result.rows)
+    has_excess = any(r.get("excess_bytes") is not None for r in result.rows)
     table = Table(title="Ranked: fastest point that fits first (per device, one step)")
     cols = [("#", "right"), ("point", "left"), ("fits", "left"), ("memory", "right"),
             ("step time", "right"), ("bound", "left"), ("HBM bytes", "right"),
@@ -107,8 +108,10 @@ def render_table(result, top: int | None = None, console: Console | None = None)
     if top is not None and len(result.rows) > top:
         console.print(f"... {len(result.rows) - top} more points (--top, --json or -o for all)")
     console.print("memory = XLA's arguments + outputs - aliased + temporaries per device; step time = "
-                  "jaxmove's estimate on the point's hardware spec; * = on the Pareto front of step "
-                  "time vs memory.")
+                  "jaxmove's estimate on the point's hardware spec; "
+                  + ("excess = bytes moved beyond the compulsory minimum on every path (HBM and wire "
+                     "bytes, so it can exceed HBM bytes); " if has_excess else "")
+                  + "* = on the Pareto front of step time vs memory.")
     for note in result.notes:
         console.print(f"[yellow]note[/yellow] {escape(note)}")
 
@@ -139,9 +142,13 @@ def pareto_plot(result, ax=None, path=None):
     if front:
         ax.step([r["peak_bytes"] for r in front], [r["est_time_s"] for r in front], where="post",
                 color="#3aa17e", lw=1.2, label="Pareto front", zorder=2)
-        mid = sorted(r["peak_bytes"] for r in pts)[len(pts) // 2]
-        for r in front:  # labels point inwards so that they stay inside the axes
-            right = r["peak_bytes"] >= mid
+        # labels point inwards so that they stay inside the axes: a point right of the middle
+        # of the (log) x range gets its label on its left (the median point would not do: a
+        # point below it may still sit near the right edge)
+        lo, hi = min(r["peak_bytes"] for r in pts), max(r["peak_bytes"] for r in pts)
+        mid = math.sqrt(lo * hi) if lo > 0 else (lo + hi) / 2
+        for r in front:
+            right = r["peak_bytes"] > mid
             ax.annotate(point_label(r), (r["peak_bytes"], r["est_time_s"]), fontsize=7,
                         xytext=(-5 if right else 5, 5), textcoords="offset points",
                         ha="right" if right else "left")
@@ -195,7 +202,7 @@ def table_html(result, top: int | None = None) -> str:
     """The ranked table as an escaped, sortable HTML table."""
     from ..report.html import _e
 
-    has_excess = any("excess_bytes" in r for r in result.rows)
+    has_excess = any(r.get("excess_bytes") is not None for r in result.rows)
     heads = [("#", True), ("point", False), ("status", False), ("fits", False), ("memory / device", True),
              ("step time", True), ("bound", False), ("HBM bytes", True), ("wire bytes", True),
              ("wire bytes by kind", False), ("compile", True), ("Pareto", False)]
@@ -262,7 +269,8 @@ def render_html(result) -> str:
 <input id="filter" placeholder="filter points">
 {table_html(result)}
 <p class=meta>memory = XLA's arguments + outputs - aliased + temporaries per device; step time = jaxmove's
-estimate on the point's hardware spec; figures per device for one program run.</p>
+estimate on the point's hardware spec; excess bytes = bytes moved beyond the compulsory minimum on every
+path (HBM and wire bytes); figures per device for one program run.</p>
 {notes_html}
 <script>{_JS}</script>
 </body></html>

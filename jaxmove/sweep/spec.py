@@ -420,13 +420,22 @@ def _make_point(w: _Where, d: dict, table: str, index: int | None, base: Path, c
                       "module:function or file.py:function)")
     is_preset = model in zoo.PRESETS
     if not is_preset and ":" not in model:
-        from ..capture.resolve import preset_choices
+        from ..capture.resolve import HLO_SUFFIXES, preset_choices
+        if model.endswith(HLO_SUFFIXES) or Path(_resolve_file(model, base)).exists():
+            raise err("model", f"{model!r} is a path, not a workload: a sweep compiles each point "
+                               "(an HLO file or dump is already compiled; analyse it with `jaxmove "
+                               "analyze`); "
+                               "expected a zoo preset, module:function or file.py:function")
         raise err("model", f"unknown preset {model!r}; presets: {preset_choices()} "
                            "(or module:function)")
     if not is_preset:
         mod, _, fn = model.rpartition(":")
         if mod.endswith(".py"):
-            model = f"{_resolve_file(mod, base)}:{fn}"
+            path = _resolve_file(mod, base)
+            if not Path(path).is_file():  # checked here: the worker would fail on every point
+                raise err("model", f"{path}: no such file (model {model!r}; a relative file.py "
+                                   "is read from the SWEEP.toml's directory)")
+            model = f"{path}:{fn}"
     overrides = {str(k): _scalar_text(v) for k, v in (d.get("set") or {}).items()}
     if overrides and not is_preset:
         k = next(iter(overrides))
