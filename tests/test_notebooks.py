@@ -55,3 +55,9 @@ def test_notebook_runs(path):
     assert nb.cells[0].cell_type == "markdown" and "question" in nb.cells[0].source.lower()
     errors = [o for c in nb.cells if c.cell_type == "code" for o in c.outputs if o.output_type == "error"]
     assert not errors
+    # no accelerator-plugin start-up noise (a CUDA plugin traceback, libtpu warnings) in the
+    # outputs: a notebook imports jaxmove before jax, so jax starts on the CPU here
+    from jaxmove._platform import _NOISE
+    noise = [o.text[:200] for c in nb.cells if c.cell_type == "code" for o in c.outputs
+             if o.output_type == "stream" and _NOISE.search(o.text)]
+    assert not noise, noise
