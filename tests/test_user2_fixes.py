@@ -138,3 +138,31 @@ def test_pareto_labels_stay_inside_the_axes():
         ext = t.get_window_extent()
         assert box.x0 <= ext.x0 and ext.x1 <= box.x1, (t.get_text(), ext, box)
     plt.close(fig)
+
+
+@pytest.mark.parametrize("name, why", [("p.xyz", "unknown image format '.xyz'"), ("p", "no extension")])
+def test_bad_plot_file_name_is_refused_before_the_sweep(tmp_path, capsys, name, why):
+    (tmp_path / "SWEEP.toml").write_text('[[points]]\nmodel = "mlp-tiny"\n')
+    out = tmp_path / "r.jsonl"
+    rc, cap = _cli(["sweep", str(tmp_path / "SWEEP.toml"), "-o", str(out), "--no-progress",
+                    "--plot", str(tmp_path / name)], capsys)
+    err = cap.err.strip().splitlines()
+    assert rc == 2 and len(err) == 1 and cap.out == "", err
+    assert err[0].startswith(f"jaxmove: error: --plot {tmp_path / name}: {why}; expected a file name "
+                             "ending in one of ") and ".png" in err[0] and ".svg" in err[0]
+    assert not out.exists() and sorted(p.name for p in tmp_path.iterdir()) == ["SWEEP.toml"]
+
+
+def test_pareto_plot_file_is_written_whole_or_not_at_all(tmp_path):
+    import matplotlib
+    matplotlib.use("Agg")
+
+    from jaxmove.sweep import SweepResult
+
+    res = SweepResult("t", "t.toml", [{"key": "a", "status": "ok", "fits": True, "est_time_s": 1e-3,
+                                       "peak_bytes": 1024, "model": "mlp", "target": "cpu"}])
+    res.pareto_plot(path=tmp_path / "p.svg")
+    assert (tmp_path / "p.svg").read_text().lstrip().startswith("<?xml")
+    with pytest.raises(ValueError, match="not supported"):
+        res.pareto_plot(path=tmp_path / "q.xyz")
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["p.svg"]   # no partial or temporary file

@@ -19,6 +19,29 @@ def _positive_seconds(text: str) -> float:
     return v
 
 
+def check_plot_path(path: str) -> None:
+    """``--plot FILE``: matplotlib must be installed and FILE's extension one of the image
+    formats it writes (``Figure.canvas.get_supported_filetypes()``: png, svg, pdf, ...);
+    checked before the sweep runs (it was an internal error after it).
+
+    Raises:
+      UsageError: no or an unknown extension, or matplotlib is missing.
+    """
+    from pathlib import Path
+
+    from ..errors import UsageError
+    try:
+        from matplotlib.figure import Figure
+    except ImportError:
+        raise UsageError(f"--plot {path}: the Pareto plot needs matplotlib (pip install matplotlib)") from None
+    formats = Figure().canvas.get_supported_filetypes()
+    ext = Path(path).suffix.lower().lstrip(".")
+    if ext not in formats:
+        shown = ", ".join(f".{f}" for f in sorted(formats))
+        raise UsageError(f"--plot {path}: " + (f"unknown image format '.{ext}'" if ext else "no extension")
+                         + f"; expected a file name ending in one of {shown}")
+
+
 def _cmd_sweep(args: argparse.Namespace) -> int:
     from ..report.outputs import check_output_path
     from ..sweep import load_sweep, sweep
@@ -26,6 +49,8 @@ def _cmd_sweep(args: argparse.Namespace) -> int:
     for path, what in ((args.html, "--html file"), (args.plot, "--plot file")):
         if path:
             check_output_path(path, what)
+    if args.plot:
+        check_plot_path(args.plot)
     spec = load_sweep(args.sweep)  # bad SWEEP.toml: one line before anything starts
     if not args.json and not args.no_progress:
         print(f"jaxmove: sweep {spec.name}: {len(spec.points)} points, {args.executor} executor",

@@ -173,8 +173,14 @@ def pareto_plot(result, ax=None, path=None):
         ax.legend(fontsize=8)
     if own and path is not None:
         fig.tight_layout()
-        fig.savefig(path)
-        plt.close(fig)
+        from pathlib import Path
+
+        from ..report.outputs import write_atomic
+        fmt = Path(path).suffix.lower().lstrip(".") or None   # matplotlib's default without one
+        try:  # a temporary file renamed over the path: an error leaves no partial image
+            write_atomic(path, lambda f: fig.savefig(f, format=fmt), "Pareto plot", binary=True)
+        finally:
+            plt.close(fig)
     return ax
 
 
