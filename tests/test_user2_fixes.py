@@ -166,3 +166,15 @@ def test_pareto_plot_file_is_written_whole_or_not_at_all(tmp_path):
     with pytest.raises(ValueError, match="not supported"):
         res.pareto_plot(path=tmp_path / "q.xyz")
     assert sorted(p.name for p in tmp_path.iterdir()) == ["p.svg"]   # no partial or temporary file
+
+
+def test_compare_unknown_target_lists_presets_as_analyze_does(capsys):
+    from jaxmove import zoo
+    from jaxmove.capture.resolve import SHOWN_PRESETS
+
+    rc, cap = _cli(["compare", "no-such-preset"], capsys)
+    err = cap.err.strip().splitlines()
+    assert rc == 2 and len(err) == 1, err
+    names = list(zoo.PRESETS)
+    assert ", ".join(names[:SHOWN_PRESETS]) in err[0] and names[-1] not in err[0]
+    assert f"and {len(names) - SHOWN_PRESETS} more; see `jaxmove models`" in err[0]
