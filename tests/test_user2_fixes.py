@@ -178,3 +178,16 @@ def test_compare_unknown_target_lists_presets_as_analyze_does(capsys):
     names = list(zoo.PRESETS)
     assert ", ".join(names[:SHOWN_PRESETS]) in err[0] and names[-1] not in err[0]
     assert f"and {len(names) - SHOWN_PRESETS} more; see `jaxmove models`" in err[0]
+
+
+def test_sweep_dataframe_without_pandas_names_the_extra(monkeypatch):
+    import sys
+
+    from jaxmove.sweep import SweepResult
+
+    monkeypatch.setitem(sys.modules, "pandas", None)        # as if pandas were not installed
+    res = SweepResult("t", "t.toml", [{"key": "a", "status": "ok", "fits": True, "est_time_s": 1.0,
+                                       "peak_bytes": 1}])
+    with pytest.raises(ImportError, match=r"^SweepResult\.to_dataframe needs pandas: pip install "
+                                          r"'jaxmove\[notebooks\]'$"):
+        res.to_dataframe()

@@ -106,8 +106,15 @@ class SweepResult:
     def to_dataframe(self):
         """One pandas row per point, ranked; nested dicts spread into ``set.<key>``,
         ``hbm_bytes.<role>`` and ``wire_bytes.<kind>`` columns (``store.flatten_row``);
-        ``set.<key>`` columns whose values are all integers are integers."""
-        import pandas as pd
+        ``set.<key>`` columns whose values are all integers are integers.
+
+        Raises:
+          ImportError: pandas is not installed (one line saying which extra brings it).
+        """
+        try:
+            import pandas as pd
+        except ImportError as e:
+            raise ImportError("SweepResult.to_dataframe needs pandas: pip install 'jaxmove[notebooks]'") from e
 
         df = pd.DataFrame([flatten_row(r) for r in self.rows])
         for c in df.columns:
