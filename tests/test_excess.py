@@ -584,3 +584,13 @@ def test_reduced_llama3_decode_kv_cache_compulsory_on_cpu():
     assert kv.compulsory_bytes == read + written
     assert kv.compiled_bytes == kv.compulsory_bytes + sum(c.by_role.get("kv_cache", 0) for c in ex.causes) \
         + kv.unattributed_bytes
+
+
+def test_excess_dataframe_without_pandas_names_the_extra(monkeypatch):
+    import sys
+
+    ex, _ = excess_of(NO_EXCESS, H100)
+    monkeypatch.setitem(sys.modules, "pandas", None)        # as if pandas were not installed
+    with pytest.raises(ImportError, match=r"^ExcessAnalysis\.to_dataframe needs pandas: pip install "
+                                          r"'jaxmove\[notebooks\]'$"):
+        ex.to_dataframe()

@@ -321,8 +321,11 @@ class ExcessAnalysis:
         """One pandas row per cause (kind, subject, bytes, time_s, HBM bytes per role, bytes
         per path, fix, instructions); the unattributed excess last when it is not zero.
 
-        Raises ImportError without pandas."""
-        import pandas as pd
+        Raises ImportError without pandas (naming the extra that installs it)."""
+        try:
+            import pandas as pd
+        except ImportError as e:
+            raise ImportError("ExcessAnalysis.to_dataframe needs pandas: pip install 'jaxmove[notebooks]'") from e
 
         rows = []
         for c in (*self.causes, *((self.unattributed,) if self.unattributed.bytes else ())):
