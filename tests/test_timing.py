@@ -172,6 +172,23 @@ def test_async_copy_overlaps_work_between_start_and_done():
     assert spans["cs"][0] == 0 and spans["f"] == (0, pytest.approx(t_fusion))
 
 
+def test_overhead_note_says_when_async_launches_overlap():
+    # 8-element copy and fusion: each is one 2 us launch; the copy runs beside the fusion, so
+    # the program takes ~2 us while the launches sum to 4 us
+    def tiny(done_first):
+        return _copy_overlap(done_first).replace(str(2**22), "8").replace(str(2**23), "8")
+
+    te = _times(tiny(False))
+    assert te.kernels == 2 and te.overhead_s == pytest.approx(2 * H100_LAUNCH)
+    assert te.est_time_s == pytest.approx(H100_LAUNCH + 2 * 8 * 4 / H100_HBM)
+    note = next(n for n in te.notes if n.startswith("kernel launch overhead"))
+    assert f"the program's time, {te.est_time_s:.3g} s, is less than this sum" in note
+    serial = _times(tiny(True))  # the copy is done before the fusion starts: nothing overlaps
+    assert serial.est_time_s == pytest.approx(serial.overhead_s + 4 * 8 * 4 / H100_HBM)
+    note = next(n for n in serial.notes if n.startswith("kernel launch overhead"))
+    assert "less than this sum" not in note
+
+
 def test_while_loop_time_is_trip_count_times_body():
     n, trips = 2**20, 4
     text = f"""HloModule loop

@@ -580,9 +580,11 @@ def estimate_times(analysis, spec, reuse: ReuseAnalysis | None = None,
         fixed = (f" + {gemm_fixed:.3g} s of the GPU GEMM model's fixed per-kernel cost "
                  f"(hardware/gpu_gemm.py) on the {sum(r.multiplicity for r in vals if r.gemm_fixed_s)} "
                  "of them that are GEMMs") if gemm_fixed else ""
+        overlap = (f"; the program's time, {total:.3g} s, is less than this sum because the async "
+                   "operations' launches run beside the stream (timeline)") if total < over_s else ""
         notes.append(f"kernel launch overhead {over_s:.3g} s ({kernels} kernels x "
                      f"{spec.kernel_launch_overhead_s:g} s{fixed}) "
-                     "exceeds the compute, memory and network time of the work")
+                     f"exceeds the compute, memory and network time of the work{overlap}")
     return TimeEstimate(spec.name, rows, total, sum(r.est_time_s for r in vals), comp_s, mem_s, net_s,
                         over_s, kernels, bound, walker.timeline, reuse, unmodeled, notes, dispatch, ft)
 
