@@ -14,6 +14,8 @@ def test_every_package_is_listed_in_pyproject():
     listed = set(tomllib.loads((ROOT / "pyproject.toml").read_text())["tool"]["setuptools"]["packages"])
     on_disk = {".".join(p.parent.relative_to(ROOT).parts) for p in (ROOT / "jaxmove").rglob("__init__.py")}
     on_disk |= {"jaxmove.zoo"}  # models/ is installed under this name
+    on_disk |= {"jaxmove.hardware.specs"}  # data only: the spec .toml files (setuptools wants it listed)
+    assert any((ROOT / "jaxmove" / "hardware" / "specs").glob("*.toml"))
     assert on_disk - listed == set(), f"packages missing from pyproject.toml [tool.setuptools] packages: {sorted(on_disk - listed)}"
     assert listed - on_disk == set(), f"pyproject.toml lists packages that do not exist: {sorted(listed - on_disk)}"
 
