@@ -133,11 +133,13 @@ def loop_trip_counts(module: Module, computations=None) -> dict[tuple[str, str],
     return out
 
 
-def loop_notes(module: Module, computations=None) -> list[str]:
+def loop_notes(module: Module, computations=None, trips=None) -> list[str]:
     """One note per while without ``known_trip_count``: the count derived and how, or why
-    it could not be derived (its body is then counted once)."""
+    it could not be derived (its body is then counted once). ``trips``: `loop_trip_counts`'s
+    result when the caller has it."""
     notes = []
-    for (cname, name), tc in loop_trip_counts(module, computations).items():
+    trips = loop_trip_counts(module, computations) if trips is None else trips
+    for (cname, name), tc in trips.items():
         if tc.source == "derived":
             notes.append(f"while '{name}' (in '{cname}'): no known_trip_count; {tc.n} trips derived "
                          f"from its induction variable ({tc.detail})")

@@ -24,7 +24,7 @@ from .cost import ACCESS_SLOTS, FIELD_INDEX, N_FIELDS, NOT_HBM_MEMORY_SPACES, ZE
 from .cost import from_values as cost_from_values
 from .flops import ZERO as ZERO_FLOPS
 from .flops import ZERO_RULE_OPCODES, FlopCount, instruction_flops
-from .multiplicity import Multiplicity, callee_counts, loop_notes, multiplicity_pass
+from .multiplicity import Multiplicity, callee_counts, loop_notes, loop_trip_counts, multiplicity_pass
 from .roles import RoleMap, leaf_position, roles_pass
 from .traffic import (FREE_RULE_OPCODES, NO_TRAFFIC, ON_CHIP_MEMORY_SPACES, InstrTraffic,
                       instruction_traffic, reread_notes)
@@ -91,6 +91,9 @@ class ModuleAnalysis:
     roles: RoleMap | None = None
     # (computation, conditional instruction name) -> the branch computation the totals count
     branches: dict[tuple[str, str], str] = field(default_factory=dict)
+    # while loops whose trip count is neither given nor derived (bodies counted once):
+    # {"computation", "while", "why"} each (Report.unknown_trip_loops)
+    unknown_trip_loops: tuple[dict, ...] = ()
 
     @property
     def unmodeled(self) -> list[InstructionCost]:
@@ -289,11 +292,14 @@ def analyze_module(module: Module, entry_roles: dict[int, str] | None = None) ->
                      "not as TPU on-chip memory")
     if any(m.unknown_trip_count for m in mult.values()):
         notes.append("some while loops have no known trip count; their bodies are counted once")
-    notes.extend(loop_notes(module, mult))
+    trips = loop_trip_counts(module, mult)
+    notes.extend(loop_notes(module, trips=trips))
+    unknown_loops = tuple({"computation": c, "while": w, "why": tc.detail}
+                          for (c, w), tc in trips.items() if tc.source == "unknown")
     notes.extend(reread_notes(module, rows))  # loop-invariant re-reads, weight copies
     if totals.hbm_padding_bytes:
         notes.append(padding_note(totals))
-    return ModuleAnalysis(module, rows, totals, mult, notes, roles, chosen)
+    return ModuleAnalysis(module, rows, totals, mult, notes, roles, chosen, unknown_loops)
 
 
 def padding_note(totals: Cost) -> str:

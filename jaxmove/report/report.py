@@ -7,7 +7,6 @@ padding fraction, a row's dominant role, and a row's arithmetic intensity withou
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from functools import cached_property
 from typing import TYPE_CHECKING
 
 from ..hlo import Module
@@ -113,17 +112,13 @@ class Report:
         return [r for r in self.rows if not r.unmodeled
                 and (it := rows.get((r.computation, r.instr.name))) is not None and it.unmodeled]
 
-    @cached_property
+    @property
     def unknown_trip_loops(self) -> list[dict]:
         """The while loops whose trip count is neither given (``known_trip_count``) nor
         derived from an induction variable (passes/trip_count.py): ``{"computation", "while",
         "why"}`` each. Their bodies are counted once per execution of the loop, so the totals
         are lower bounds."""
-        from ..passes.multiplicity import loop_trip_counts
-
-        an = self.analysis
-        return [{"computation": c, "while": w, "why": tc.detail}
-                for (c, w), tc in loop_trip_counts(an.module, an.multiplicity).items() if tc.source == "unknown"]
+        return [dict(d) for d in self.analysis.unknown_trip_loops]
 
     @property
     def complete(self) -> bool:
