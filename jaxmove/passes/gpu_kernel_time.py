@@ -181,10 +181,12 @@ def _mn_major_text(t: gpu_gemm.GemmTime, peak_key: str | None, spec) -> str:
 
 
 def gemm_kernel_time(instr: Instruction, comp: Computation, module: Module, spec, peak: float | None,
-                     peak_key: str | None) -> tuple[gpu_gemm.GemmTime, list[str]] | None:
-    """The GPU GEMM model's time of one GEMM kernel (module docstring), with notes; None when
-    ``instr`` is no GEMM kernel this model reads, the spec lacks the GPU figures
-    (`gpu_gemm.gemm_model_applies`) or ``peak`` (FLOP/s of its operands) is unknown."""
+                     peak_key: str | None) -> tuple[gpu_gemm.GemmTime, list[str], list[str]] | None:
+    """The GPU GEMM model's time of one GEMM kernel (module docstring), with notes and the
+    reasons the time is incomplete (a lower bound: an MN-major fp8/int8 B whose in-kernel
+    transpose is not modelled, `gpu_gemm.mn_major_uncharged`); None when ``instr`` is no GEMM
+    kernel this model reads, the spec lacks the GPU figures (`gpu_gemm.gemm_model_applies`) or
+    ``peak`` (FLOP/s of its operands) is unknown."""
     if not peak or not gpu_gemm.gemm_model_applies(spec):
         return None
     got = _gemm_operands(instr, comp, module)
@@ -205,11 +207,12 @@ def gemm_kernel_time(instr: Instruction, comp: Computation, module: Module, spec
                  f"HBM {t.hbm_bytes} bytes {t.memory_s:.4g} s; tensor cores {t.mma_s:.4g} s on the padded "
                  f"tiles, {t.useful_mma_s:.4g} s of useful work)"
                  + _mn_major_text(t, peak_key, spec))
+    incomplete = []
     if gpu_gemm.mn_major_uncharged(spec, peak_key, rhs_k_major):
-        notes.append(f"MN-major {peak_key} B operand: sm_90 wgmma takes {peak_key} operands K-major only, so the "
-                     "kernel transposes it; that cost is not in this time (a lower bound: no measured "
-                     f"{peak_key} program with an MN-major B to fit it on)")
-    return t, notes
+        incomplete.append(f"MN-major {peak_key} B operand: sm_90 wgmma takes {peak_key} operands K-major only, "
+                          "so the kernel transposes it; that cost is not in this time (a lower bound: no "
+                          f"measured {peak_key} program with an MN-major B to fit it on)")
+    return t, notes, incomplete
 
 
 def nccl_time(info, spec, spans_nodes: bool) -> float | None:

@@ -243,10 +243,10 @@ def compute_time(instr: Instruction, module: Module, spec, flops: int, transcend
 
 
 def _gpu_gemm_time(instr: Instruction, comp: Computation, module: Module, spec):
-    """(work seconds, fixed seconds, notes, GemmTime) of a GEMM kernel from the GPU GEMM
-    model (passes/gpu_kernel_time.py) when ``spec`` is a GPU with its figures and ``instr`` a
-    dot / Triton gemm fusion / cuBLAS gemm on tensor cores; else None. The kernel's duration
-    is work + fixed; the fixed part is charged with the launch overhead."""
+    """(work seconds, fixed seconds, notes, GemmTime, reasons the time is incomplete) of a GEMM
+    kernel from the GPU GEMM model (passes/gpu_kernel_time.py) when ``spec`` is a GPU with its
+    figures and ``instr`` a dot / Triton gemm fusion / cuBLAS gemm on tensor cores; else None.
+    The kernel's duration is work + fixed; the fixed part is charged with the launch overhead."""
     from ..hardware.gpu_gemm import gemm_model_applies
     from .gpu_kernel_time import gemm_kernel_time
 
@@ -266,12 +266,12 @@ def _gpu_gemm_time(instr: Instruction, comp: Computation, module: Module, spec):
     got = gemm_kernel_time(instr, comp, module, spec, peak, key)
     if got is None:
         return None
-    t, notes = got
+    t, notes, incomplete = got
     # a fusion is one kernel (its split-K reduction is a fusion of its own); a dot or cuBLAS
     # call runs its split-K reduction inside. (tile time, fixed per-kernel time)
     kernels = t.kernel_times_s[:1] if instr.opcode == "fusion" else t.kernel_times_s
     fixed = t.fixed_s + (t.reduce_fixed_s if len(kernels) > 1 else 0.0)
-    return sum(kernels) - fixed, fixed, notes, t
+    return sum(kernels) - fixed, fixed, notes, t, incomplete
 
 
 _TENSOR_CORE_KEYS = frozenset({"bf16", "f16", "tf32", "fp8", "int8", "int4", "fp4"})
@@ -366,7 +366,8 @@ def instruction_time(row, module: Module, spec, reuse: ReuseAnalysis,
     comp_t, key, cu, cn = compute_time(instr, module, spec, pe.flops, pe.transcendentals)
     gemm = _gpu_gemm_time(instr, comp, module, spec) if comp_t is not None else None
     if gemm is not None:  # the kernel's tiles (math and loads, waves) + its fixed cost
-        work_s, fixed_s, gnotes, gt = gemm
+        work_s, fixed_s, gnotes, gt, gincomplete = gemm
+        unmodeled.extend(gincomplete)
         cn = [*cn, *gnotes, f"GEMM kernel fixed cost {fixed_s:.3g} s counted with the launch overhead"]
         if gt.bound == "compute":  # the tiles' tensor-core issue is the kernel's largest term
             comp_t = work_s
