@@ -75,6 +75,48 @@ def _stored_k_major(op: Instruction, contract_dim: int, comp: Computation) -> tu
     return _k_major(cur.shape, (d,)), cur.name
 
 
+# ops through which a dot operand inside a Triton fusion is its producers' elements, one for one
+# (the dequant prologue XLA:GPU fuses in front of the dot: convert, scale multiply, layout ops)
+_ELEMENTWISE_CHAIN = frozenset({"convert", "bitcast", "copy", "transpose", "reshape", "negate", "abs",
+                                "multiply", "add", "subtract", "divide", "maximum", "minimum", "select",
+                                "clamp", "and", "or", "xor", "shift-left", "shift-right-logical",
+                                "shift-right-arithmetic"})
+
+
+def _stored_elem_bytes(name: str, fc: Computation, fusion: Instruction, comp: Computation,
+                       _seen: dict | None = None) -> float | None:
+    """Bytes per element that the fusion operand(s) feeding ``name`` (an instruction of the
+    fusion computation ``fc``) occupy in memory: followed back through the dequant prologue
+    (convert, a scale multiply, transposes, bitcasts) to the fusion's parameters, whose widths
+    are the stored ones (s8 / f8 / s4 weights, not the bf16 the dot sees). A broadcast operand
+    (a per-channel scale) counts its share (its elements / the result's); constants and iota
+    move nothing. None when the chain leaves what this follows (e.g. a nested fusion), and the
+    caller keeps the dot operand's own width."""
+    seen = {} if _seen is None else _seen
+    if name in seen:
+        return seen[name]
+    ins = fc.by_name.get(name)
+    got: float | None = None
+    if ins is None:
+        pass
+    elif ins.opcode == "parameter":
+        pn = ins.parameter_number
+        outer = comp.by_name.get(fusion.operands[pn]) if pn is not None and 0 <= pn < len(fusion.operands) else None
+        got = _elem_bytes(outer.shape) if outer is not None and outer.shape.is_array else None
+    elif ins.opcode in ("constant", "iota"):
+        got = 0.0
+    elif ins.opcode == "broadcast" and ins.operands:
+        src = fc.by_name.get(ins.operands[0])
+        w = _stored_elem_bytes(ins.operands[0], fc, fusion, comp, seen)
+        n, ns = math.prod(ins.shape.dims), math.prod(src.shape.dims) if src is not None else 0
+        got = None if w is None or not n else w * ns / n
+    elif ins.opcode in _ELEMENTWISE_CHAIN and ins.operands:
+        parts = [_stored_elem_bytes(o, fc, fusion, comp, seen) for o in dict.fromkeys(ins.operands)]
+        got = None if any(p is None for p in parts) else float(sum(parts))
+    seen[name] = got
+    return got
+
+
 def _sizes(lhs, rhs, lhs_batch, lhs_contract, rhs_batch, rhs_contract):
     """(b, m, n, k) of a dot from its operand shapes and dimension numbers."""
     b = math.prod(lhs.dims[d] for d in lhs_batch) if lhs_batch else 1
@@ -123,11 +165,13 @@ def _triton_tile(instr: Instruction, dot: Instruction) -> tuple[gpu_gemm.GemmCon
 
 
 def _gemm_operands(instr: Instruction, comp: Computation, module: Module):
-    """(lhs shape, rhs shape, out shape, (b, m, n, k), program tile, notes, rhs K-major) or None."""
+    """(A, B and C bytes per element as they are stored in memory, (b, m, n, k), program tile,
+    notes, B K-major) or None."""
     notes: list[str] = []
     if instr.opcode == "dot":
         got = _dot_sizes(instr, comp)
-        return None if got is None else (*got[:2], instr.shape, got[2], None, notes, got[3])
+        return None if got is None else (_elem_bytes(got[0]), _elem_bytes(got[1]), _elem_bytes(instr.shape),
+                                         got[2], None, notes, got[3])
     if instr.opcode == "custom-call" and (instr.custom_call_target or "") in CUBLAS_GEMM_TARGETS:
         bc = instr.backend_config or {}
         g = bc.get("gemm_backend_config", bc) if isinstance(bc, dict) else {}
@@ -140,7 +184,7 @@ def _gemm_operands(instr: Instruction, comp: Computation, module: Module):
                        _ints(dn.get("lhs_contracting_dimensions")), _ints(dn.get("rhs_batch_dimensions")),
                        _ints(dn.get("rhs_contracting_dimensions")))
         notes.append(f"cuBLAS gemm ({instr.custom_call_target}): tiles picked by the model")
-        return (lhs, rhs, _first_array(instr.shape), sizes, None, notes,
+        return (_elem_bytes(lhs), _elem_bytes(rhs), _elem_bytes(_first_array(instr.shape)), sizes, None, notes,
                 _k_major(rhs, _ints(dn.get("rhs_contracting_dimensions"))))
     if instr.opcode == "fusion" and instr.attrs.get("kind", "").strip() == "kCustom":
         bc = instr.backend_config or {}
@@ -157,6 +201,13 @@ def _gemm_operands(instr: Instruction, comp: Computation, module: Module):
         tile, note = _triton_tile(instr, dots[0])
         if note:
             notes.append(note)
+        widths = []
+        for i, o in enumerate(dots[0].operands[:2]):
+            w, shown = _stored_elem_bytes(o, fc, instr, comp), _elem_bytes(got[i])
+            if w is not None and w != shown:
+                notes.append(f"{'AB'[i]} operand read from memory at {w:g} bytes per element (the fusion's "
+                             f"operands as stored), not the {shown:g} of the dot's {got[i].element_type}")
+            widths.append(shown if w is None else w)
         k_major = got[3]
         rhs = fc.by_name.get(dots[0].operands[1])
         contract = _ints(dots[0].attrs.get("rhs_contracting_dims"))
@@ -166,7 +217,7 @@ def _gemm_operands(instr: Instruction, comp: Computation, module: Module):
                 k_major = stored
                 notes.append(f"B operand {'K' if stored else 'MN'}-major in memory ({src}), transposed "
                              f"inside the kernel ({rhs.name})")
-        return (*got[:2], _first_array(instr.shape), got[2], tile, notes, k_major)
+        return (*widths, _elem_bytes(_first_array(instr.shape)), got[2], tile, notes, k_major)
     return None
 
 
@@ -192,12 +243,11 @@ def gemm_kernel_time(instr: Instruction, comp: Computation, module: Module, spec
     got = _gemm_operands(instr, comp, module)
     if got is None:
         return None
-    lhs, rhs, out, (b, m, n, k), tile, notes, rhs_k_major = got
+    lhs_b, rhs_b, out_b, (b, m, n, k), tile, notes, rhs_k_major = got
     if min(b, m, n, k) < 1:
         return None
     t = gpu_gemm.gemm_time(spec, b=b, m=m, n=n, k=k, peak_flops_per_s=peak, peak_key=peak_key,
-                           lhs_bytes=_elem_bytes(lhs), rhs_bytes=_elem_bytes(rhs),
-                           out_bytes=_elem_bytes(out), tile=tile,
+                           lhs_bytes=lhs_b, rhs_bytes=rhs_b, out_bytes=out_b, tile=tile,
                            allow_split_k=instr.opcode != "fusion", rhs_k_major=rhs_k_major)
     c = t.config
     notes.append(f"GPU GEMM model (hardware/gpu_gemm.py): b={b} m={m} n={n} k={k}, CTA tile "
