@@ -32,8 +32,31 @@ def does_not_fit_note(module, spec) -> str | None:
             "compiled (shard it over more devices, e.g. --mesh/--plan, or shrink it)")
 
 
+def _apply_role_globs(module, parameters, entry_roles, role_globs):
+    """(entry roles, captured parameters) with the user's ``role_globs`` applied (``analyze``)."""
+    import dataclasses
+
+    from .passes.roles import entry_parameter_name
+    from .vocab import roles_from_globs
+
+    by_num = {p.number: p for p in parameters or ()}
+    names = {}
+    for p in module.entry.parameters:
+        ns = [entry_parameter_name(p), p.name]
+        if p.parameter_number in by_num:
+            ns.insert(0, by_num[p.parameter_number].path)
+        names[p.parameter_number] = tuple(dict.fromkeys(ns))
+    given = roles_from_globs(names, role_globs)
+    roles = dict(entry_roles or {})
+    roles.update(given)
+    if parameters:
+        parameters = [dataclasses.replace(p, role=given[p.number]) if p.number in given else p
+                      for p in parameters]
+    return roles, parameters
+
+
 def analyze(obj, /, *args, overrides: dict[str, str] | None = None, hardware=None,
-            target=None, **capture_kwargs) -> Report:
+            target=None, role_globs: dict[str, str] | None = None, **capture_kwargs) -> Report:
     """Analyse a program: where its bytes go, per instruction and in total.
 
     Args:
@@ -47,6 +70,9 @@ def analyze(obj, /, *args, overrides: dict[str, str] | None = None, hardware=Non
       target: the compile target (``jaxmove/capture/targets.py``): None / ``cpu`` (XLA:CPU),
         ``h100-sxm``, ``h100-sxm:1x2x8``, ``tpu-v5e:2x2``...: the program is compiled by that
         device's compiler, without the device; ``hardware`` defaults to the target's spec.
+      role_globs: ``{GLOB: ROLE}`` (the CLI's ``--role GLOB=ROLE``): ENTRY parameters whose
+        pytree path / ``op_name`` or HLO name matches GLOB (``fnmatch``; the first matching
+        glob wins) get ROLE, over the roles capture or the naming rule gave them.
     Returns:
       A Report: per-instruction rows (totals over one program run) and program totals
       by path and by role; ``report.reuse`` (on-chip reuse of fusions) always,
@@ -55,7 +81,8 @@ def analyze(obj, /, *args, overrides: dict[str, str] | None = None, hardware=Non
       FileNotFoundError, TargetError, jaxmove.hlo.HloParseError, jaxmove.capture.CaptureError,
       jaxmove.hardware.HardwareSpecError (unknown hardware name, bad spec file),
       jaxmove.capture.targets.TargetNameError / MissingExtraError (bad target, plugin not
-      installed), DoesNotFitError (the target compiler ran out of device memory).
+      installed), DoesNotFitError (the target compiler ran out of device memory),
+      ValueError (a ``role_globs`` role that is not a role, or a glob matching no parameter).
     """
     spec = None
     if target is not None:
@@ -72,6 +99,10 @@ def analyze(obj, /, *args, overrides: dict[str, str] | None = None, hardware=Non
     filename = program.source[4:] if program.source.startswith("hlo:") else f"<{program.name}>"
     module = parse_module(program.hlo_text, filename)
     entry_roles = {p.number: p.role for p in program.parameters} if program.parameters else None
+    if role_globs:
+        import dataclasses
+        entry_roles, parameters = _apply_role_globs(module, program.parameters, entry_roles, role_globs)
+        program = dataclasses.replace(program, parameters=tuple(parameters) if parameters else program.parameters)
     results = run_pipeline(module, entry_roles, program.parameters, spec)
     analysis = results.analysis
     analysis.notes.extend(getattr(program, "notes", ()))

@@ -7,7 +7,8 @@ import json
 import sys
 
 from .common import add_compile_target_option, add_target_argument, check_outputs, parse_sets, positive_int
-from .common import add_module_option, module_kwargs
+from .common import add_module_option, module_kwargs, parse_roles
+from .spec_option import add_spec_override_option, hardware_from_args
 
 
 def _cmd_analyze(args: argparse.Namespace) -> int:
@@ -25,7 +26,8 @@ def _cmd_analyze(args: argparse.Namespace) -> int:
         target = program_for_plan(args)
         if isinstance(target, int):  # re-ran in a child process with enough simulated devices
             return target
-    report = analyze(target, overrides=parse_sets(args.set), hardware=args.hardware, **module_kwargs(args),
+    report = analyze(target, overrides=parse_sets(args.set), hardware=hardware_from_args(args),
+                     role_globs=parse_roles(getattr(args, "role", None) or []), **module_kwargs(args),
                      target=getattr(args, "compile_target", None))
     _write_outputs(report, args)
     if args.json:
@@ -75,12 +77,17 @@ def add_analyze_command(sub) -> None:
     a.add_argument("--hardware", metavar="NAME|path.toml|local",
                    help="estimate time on a device: a spec from `jaxmove hardware`, a .toml file, or "
                         "'local' (written by `jaxmove calibrate`); adds time, bound, reuse columns")
+    add_spec_override_option(a)
     a.add_argument("--by", choices=("source", "module", "opcode", "fusion_kind", "role"),
                    help="aggregate instructions by source line, module path (op_name), opcode, "
                         "fusion kind or tensor role (table; with --json adds by_<key>)")
     a.add_argument("--rollup", action="store_true",
                    help="with --by module: merge repeated layers (layers_3/attn -> layers_*/attn); "
                         "with --json adds by_module_rollup")
+    a.add_argument("--role", action="append", default=[], metavar="GLOB=ROLE",
+                   help="give the ENTRY parameters whose path or name matches GLOB (fnmatch, e.g. "
+                        "\"state*.value=weights\") a role: weights, kv_cache, optimizer_state, "
+                        "activations, unknown; repeatable, the first matching glob wins")
     a.add_argument("--html", metavar="FILE", help="also write a self-contained HTML report")
     a.add_argument("--excess", action="store_true",
                    help="show the excess movement instead of the instruction table: compulsory vs "

@@ -29,13 +29,16 @@ def check_outputs(args: argparse.Namespace) -> None:
     """Check every output path of ``args`` (``--html``, ``--trace``, ``-o``) before any work.
 
     Raises:
-      jaxmove.errors.UsageError: ``--trace`` without ``--hardware``.
+      jaxmove.errors.UsageError: ``--trace`` without ``--hardware`` or a device ``--target``.
       jaxmove.outputs.OutputPathError: a path that cannot be written.
     """
     from ..report.outputs import check_output_path
 
-    if getattr(args, "trace", None) and not getattr(args, "hardware", None):
-        raise UsageError("--trace needs --hardware (the trace is the estimated timeline on a device)")
+    target = str(getattr(args, "compile_target", None) or "cpu").strip().lower()
+    implied = target not in ("cpu", "cpu-generic", "")  # a device --target implies its --hardware
+    if getattr(args, "trace", None) and not getattr(args, "hardware", None) and not implied:
+        raise UsageError("--trace needs --hardware or a device --target (the trace is the "
+                         "estimated timeline on a device)")
     for attr, what in (("html", "--html file"), ("trace", "--trace file"), ("output", "-o file")):
         path = getattr(args, attr, None)
         if path and path != "-":
@@ -49,6 +52,17 @@ def parse_sets(items: list[str]) -> dict[str, str]:
         if not eq or not key:
             raise UsageError(f"--set expects key=value, got '{item}'")
         out[key.strip()] = value.strip()
+    return out
+
+
+def parse_roles(items: list[str]) -> dict[str, str]:
+    """``--role GLOB=ROLE`` items -> {GLOB: ROLE} in order (the last '=' splits: globs may hold '=')."""
+    out: dict[str, str] = {}
+    for item in items:
+        glob, eq, role = item.rpartition("=")
+        if not eq or not glob.strip() or not role.strip():
+            raise UsageError(f"--role expects GLOB=ROLE, got '{item}'")
+        out[glob.strip()] = role.strip()
     return out
 
 
@@ -84,3 +98,4 @@ def add_module_option(p: argparse.ArgumentParser) -> None:
 def module_kwargs(args: argparse.Namespace) -> dict:
     """``{"module": NAME}`` for ``resolve_program`` when ``--module`` was given, else {}."""
     return {"module": args.module} if getattr(args, "module", None) else {}
+
