@@ -16,11 +16,12 @@ def _sets(items: list[str]) -> dict[str, str]:
 def _cmd_plans(args: argparse.Namespace) -> int:
     from ..capture.resolve import check_plan_target
     from ..plans import compare_plans, parse_mesh
+    from .spec_option import hardware_from_args
 
     check_plan_target(args.model)  # an HLO file or unknown name: one line before anything else
     target = getattr(args, "compile_target", None)
     cmp = compare_plans(args.model, parse_mesh(args.mesh, target) if args.mesh else None,
-                        args.plan or None, _sets(args.set), args.hardware,
+                        args.plan or None, _sets(args.set), hardware_from_args(args),
                         progress=not args.no_progress, target=target)
     if args.json:
         json.dump(cmp.to_json(), sys.stdout, indent=1)
@@ -59,6 +60,8 @@ def add_plans_command(sub) -> None:
     p.add_argument("--hardware", default=None, metavar="NAME|path.toml",
                    help="device for HBM capacity and collective time (default: the --target's spec, "
                         f"else {DEFAULT_HARDWARE})")
+    from .spec_option import add_spec_override_option
+    add_spec_override_option(p)
     p.add_argument("--json", action="store_true", help="print JSON instead of the table")
     p.add_argument("--no-progress", action="store_true", help="no progress bar on stderr")
     p.set_defaults(func=_cmd_plans)

@@ -1,7 +1,7 @@
 """Hardware models for jaxmove: device specs as data, and calibration of the local device.
 
 Built-in specs (``jaxmove/hardware/specs/*.toml``): ``h100-sxm``, ``h200``, ``a100-80gb``,
-``b200``, ``tpu-v4``, ``tpu-v5e``, ``tpu-v5p``, ``tpu-v6e`` and the rough ``cpu-generic``.
+``a100-40gb``, ``b200``, ``tpu-v4``, ``tpu-v5e``, ``tpu-v5p``, ``tpu-v6e`` and the rough ``cpu-generic``.
 Every number in them carries a citation in the spec's ``sources``; where public sources
 disagree, the other values are kept in ``alternatives`` with a note on the choice.
 

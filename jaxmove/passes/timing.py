@@ -341,6 +341,9 @@ def instruction_time(row, module: Module, spec, reuse: ReuseAnalysis,
     A collective without a network model gets ``network_time_s = None`` and is unmodeled.
     """
     instr = row.instr
+    if instr.opcode == "custom-call" and instr.custom_call_target == "tpu_custom_call":
+        from .pallas import pallas_instruction_time  # Pallas TPU: pipelined over its grid
+        return pallas_instruction_time(row, module, spec)
     comp = module.computations[row.computation]
     pe = row.per_execution
     mult = row.multiplicity.count
@@ -572,6 +575,11 @@ def estimate_times(analysis, spec, reuse: ReuseAnalysis | None = None,
     overall = {**parts, "overhead": over_s + dispatch}
     bound = max(overall, key=lambda k: overall[k]) if any(overall.values()) else "none"
     notes = list(reuse.notes) + list(ft.notes)
+    overridden = [src.split("(--spec ", 1)[1].split(")", 1)[0]
+                  for src in (getattr(spec, "sources", None) or {}).values()
+                  if str(src).startswith("user override (--spec ")]
+    if overridden:  # hardware/overrides.py: say the device is not the datasheet's
+        notes.append(f"spec {spec.name} overridden by the user: {', '.join(overridden)}")
     if dispatch:
         notes.append(f"program time includes the spec's per-call dispatch overhead ({dispatch:.3g} s)")
     if any(m.unknown_trip_count for m in analysis.multiplicity.values()):

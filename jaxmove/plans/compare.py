@@ -432,7 +432,7 @@ def _count_notes(notes: list[str]) -> list[str]:
 # ---- many plans -----------------------------------------------------------------------------
 
 def compare_plans(model, mesh_shape: dict[str, int] | None, plans: list[str | Plan] | None = None,
-                  overrides: dict[str, str] | None = None, hardware: str | None = None,
+                  overrides: dict[str, str] | None = None, hardware=None,
                   progress: bool = False, target=None) -> PlanComparison:
     """Compile ``model`` under each plan and compare them per device.
 
@@ -444,8 +444,9 @@ def compare_plans(model, mesh_shape: dict[str, int] | None, plans: list[str | Pl
       plans: preset names, TOML paths or Plans (default: dp, fsdp, tp, fsdp_tp, and ep when
         the model has an ``expert`` axis).
       overrides: ``--set`` values for the preset.
-      hardware: spec name or path for capacity and collective time (default: the target's
-        spec, h100-sxm for the cpu target).
+      hardware: spec name, path or HardwareSpec (e.g. one with ``--spec`` overrides,
+        hardware/overrides.py) for capacity and time (default: the target's spec, h100-sxm
+        for the cpu target).
       progress: show a rich progress bar on stderr.
       target: compile target (capture/targets.py): None / ``cpu`` (simulated CPU devices),
         ``tpu-v5e:2x4``, ``h100-sxm:1x1x8``...: the mesh is made of its devices.
@@ -461,7 +462,7 @@ def compare_plans(model, mesh_shape: dict[str, int] | None, plans: list[str | Pl
     """
     from ..capture.targets import Target, target_notes
     from ..capture.workload import Workload
-    from ..hardware import load_spec
+    from ..hardware import HardwareSpec, load_spec
     from .devices import ensure_cpu_devices, in_devices_child, run_cli_with_devices
 
     tgt = Target.parse(target)
@@ -473,7 +474,7 @@ def compare_plans(model, mesh_shape: dict[str, int] | None, plans: list[str | Pl
     workload = load_workload(model, overrides)
     label = model if isinstance(model, str) else workload.name
     hardware = hardware or (tgt.spec_name if tgt.platform != "cpu" else DEFAULT_HARDWARE)
-    spec = load_spec(hardware)
+    spec = hardware if isinstance(hardware, HardwareSpec) else load_spec(hardware)
     loaded = [p if isinstance(p, Plan) else load_plan(p) for p in (plans or default_plans(workload))]
     n = math.prod(mesh_shape.values())
     if tgt.platform == "cpu" and n > MAX_SIMULATED_DEVICES:
@@ -494,6 +495,14 @@ def compare_plans(model, mesh_shape: dict[str, int] | None, plans: list[str | Pl
         if isinstance(model, Workload):
             raise PlanError(f"a Workload object cannot be sent to a subprocess with {n} CPU devices; "
                             "pass its module:function name, or start jax with enough devices")
+        spec_dir = None
+        if isinstance(hardware, HardwareSpec):  # an overridden spec travels as a TOML file
+            import tempfile
+            from pathlib import Path
+            from ..hardware import write_spec
+            spec_dir = tempfile.mkdtemp(prefix="jaxmove-spec-")
+            hardware = str(Path(spec_dir) / f"{spec.name}.toml")
+            write_spec(spec, hardware)
         argv = ["plans", model, "--mesh", ",".join(f"{k}={v}" for k, v in mesh_shape.items()),
                 "--hardware", hardware, "--json"]
         for p in loaded:
@@ -502,7 +511,12 @@ def compare_plans(model, mesh_shape: dict[str, int] | None, plans: list[str | Pl
             argv += ["--set", f"{k}={v}"]
         if not progress:
             argv.append("--no-progress")
-        proc = run_cli_with_devices(n, argv, capture_stdout=True)
+        try:
+            proc = run_cli_with_devices(n, argv, capture_stdout=True)
+        finally:
+            if spec_dir is not None:
+                import shutil
+                shutil.rmtree(spec_dir, ignore_errors=True)
         if proc.returncode != 0:
             raise PlanError(f"the child process compiling the plans exited with {proc.returncode}")
         return PlanComparison.from_json(json.loads(proc.stdout))

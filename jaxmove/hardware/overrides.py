@@ -1,0 +1,103 @@
+"""Spec overrides without a TOML file: ``--spec hbm_bytes_per_s=1.7e12``.
+
+A power-capped GPU, a measured bandwidth or a different clock is one number away from a
+built-in spec; ``override_spec`` returns a copy of the spec with those numbers replaced, each
+one's source saying it was given by the user (and what it replaced), and the display name
+saying the spec was overridden, so no report passes the changed device off as the datasheet's.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+from typing import Mapping
+
+from jaxmove.hardware.spec import FLOPS_DTYPES, HardwareSpec, HardwareSpecError
+
+__all__ = ["overridable_keys", "override_spec", "parse_spec_overrides"]
+
+
+def _numeric_fields() -> dict[str, bool]:
+    """Top-level numeric fields of HardwareSpec -> True when the field is an integer."""
+    out = {}
+    for f in dataclasses.fields(HardwareSpec):
+        if f.metadata.get("numeric"):
+            out[f.name] = str(f.type).startswith("int")
+    return out
+
+
+def overridable_keys() -> list[str]:
+    """Every key ``override_spec`` accepts: the numeric fields of HardwareSpec and
+    ``flops_per_s.<dtype>`` for each dtype of ``FLOPS_DTYPES``."""
+    return [*_numeric_fields(), *(f"flops_per_s.{k}" for k in FLOPS_DTYPES)]
+
+
+def parse_spec_overrides(items: list[str]) -> dict[str, float]:
+    """``["hbm_bytes_per_s=1.7e12", ...]`` (the ``--spec`` arguments) -> {key: value}.
+
+    Raises HardwareSpecError naming the argument: no ``=``, an unknown key (the known ones
+    are listed), a value that is not a positive finite number, or a fractional value for an
+    integer field (``num_sms``, ``hbm_capacity_bytes`` ...).
+    """
+    ints = _numeric_fields()
+    known = overridable_keys()
+    out: dict[str, float] = {}
+    for item in items:
+        key, eq, text = item.partition("=")
+        key, text = key.strip(), text.strip()
+        if not eq or not key:
+            raise HardwareSpecError(f"--spec expects KEY=VALUE (e.g. hbm_bytes_per_s=1.7e12), got {item!r}")
+        if key not in known:
+            raise HardwareSpecError(f"--spec {item}: unknown key {key!r}; expected one of: {', '.join(known)}")
+        try:
+            value = float(text)
+        except ValueError:
+            raise HardwareSpecError(f"--spec {item}: expected a number (bytes, seconds, bytes/s, FLOP/s "
+                                    f"as the key's unit says), got {text!r}") from None
+        if not math.isfinite(value) or value <= 0:
+            raise HardwareSpecError(f"--spec {item}: {key} must be a positive finite number, got {text!r}")
+        if ints.get(key):
+            if not value.is_integer():
+                raise HardwareSpecError(f"--spec {item}: {key} must be a whole number, got {text!r}")
+            value = int(value)
+        out[key] = value
+    return out
+
+
+def override_spec(spec: HardwareSpec, overrides: Mapping[str, float] | list[str]) -> HardwareSpec:
+    """A copy of ``spec`` with ``overrides`` ({dotted key: value}, or ``--spec`` strings)
+    replacing its numbers.
+
+    Each replaced key's source becomes ``user override (--spec KEY=VALUE); the spec's value was
+    OLD (SOURCE)``; ``display_name`` gets `` [--spec KEY=VALUE, ...]`` appended and ``notes`` a
+    line naming the changes. ``name`` is kept (the compile target and the device kind stay
+    those of the spec). An empty ``overrides`` returns ``spec`` itself.
+
+    Raises HardwareSpecError as ``parse_spec_overrides`` does (keys, values).
+    """
+    if isinstance(overrides, list):
+        overrides = parse_spec_overrides(overrides)
+    else:
+        overrides = parse_spec_overrides([f"{k}={v!r}" for k, v in overrides.items()])
+    if not overrides:
+        return spec
+    changes: dict = {}
+    flops = dict(spec.flops_per_s)
+    sources = dict(spec.sources)
+    shown = []
+    old_values = spec.numeric_fields()
+    for key, value in overrides.items():
+        text = f"{key}={value:g}" if isinstance(value, float) else f"{key}={value}"
+        shown.append(text)
+        old = old_values.get(key)
+        was = (f"; the spec's value was {old:g} ({sources.get(key, 'no source')})" if old is not None
+               else "; the spec had no value")
+        sources[key] = f"user override (--spec {text}){was}"
+        if key.startswith("flops_per_s."):
+            flops[key.split(".", 1)[1]] = float(value)
+        else:
+            changes[key] = value
+    label = f"{spec.display_name or spec.name} [--spec {', '.join(shown)}]"
+    note = f"Overridden by the user: {', '.join(shown)}."
+    return dataclasses.replace(spec, **changes, flops_per_s=flops, sources=sources, display_name=label,
+                               notes=(spec.notes + "\n" + note) if spec.notes else note)
