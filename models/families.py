@@ -57,9 +57,21 @@ _TRAITS = {"mixtral-8x7b": ", top-2 of 8 experts", "deepseek-v3": ", MLA, top-8 
 MODE_SIZES = {"prefill": (1, 8192), "decode": (32, 8192), "train": (1, 8192)}
 
 
+#: ``scan_layers`` of each mode's preset. Inference unrolls its layers: one array per layer
+#: is what XLA:TPU and XLA:GPU compile near the compulsory traffic (each weight and cache
+#: entry read once, the new position written in place). Scanned, the same step reads the
+#: weights and the cache about twice (llama3-8b-decode on h100-sxm, 4 layers: weights 5.86
+#: GiB compiled for 2.60 GiB compulsory, each layer's weight window copied out of the
+#: stack; on tpu-v5e the donated caches copied whole and each layer's window copied: KV 28
+#: GiB for 4 GiB); ``--set scan_layers=true`` keeps that form (compiles in seconds
+#: instead of a minute at 80 layers). Training scans (its compile is the long one, and
+#: the weight windows are a small part of a step's traffic).
+MODE_SCAN = {"prefill": False, "decode": False, "train": True}
+
+
 def presets(preset_cls) -> dict:
-    """``{name: preset_cls(...)}`` for every family x {prefill, decode, train}: bf16,
-    scanned layers (``--set scan_layers=false`` unrolls)."""
+    """``{name: preset_cls(...)}`` for every family x {prefill, decode, train}: bf16;
+    ``scan_layers`` per ``MODE_SCAN`` (inference unrolled, training scanned)."""
     from . import train, transformer
     builders = {"prefill": transformer.prefill_workload, "decode": transformer.decode_workload,
                 "train": train.train_workload}
@@ -74,7 +86,8 @@ def presets(preset_cls) -> dict:
                     "decode": f"one decode step, KV cache {s}, batch {b}",
                     "train": f"AdamW training step, micro-batch {b} x {s} tokens"}[mode]
             out[f"{fam}-{mode}"] = preset_cls(
-                f"{_NAMES[fam]}, {billions:.3g}B params{_TRAITS.get(fam, '')}: {what}, bf16, scanned layers",
+                f"{_NAMES[fam]}, {billions:.3g}B params{_TRAITS.get(fam, '')}: {what}, bf16, "
+                f"{'scanned' if MODE_SCAN[mode] else 'unrolled'} layers",
                 transformer.TransformerConfig, builder,
-                dict(dims, batch=b, seq_len=s, dtype="bfloat16", scan_layers=True))
+                dict(dims, batch=b, seq_len=s, dtype="bfloat16", scan_layers=MODE_SCAN[mode]))
     return out

@@ -567,7 +567,9 @@ def test_donated_cache_copied_by_the_compiler_is_read_once_and_writes_one_positi
     assert back.by_path["onchip_to_hbm"] == cache - (position if onchip else 0)
 
 
-REDUCED_DECODE = dict(layers=2, seq_len=64, batch=2, d_model=64, heads=4, kv_heads=2, d_ff=128, vocab=256)
+#: scanned layers (the form this test was written for; the inference presets' default is unrolled)
+REDUCED_DECODE = dict(layers=2, seq_len=64, batch=2, d_model=64, heads=4, kv_heads=2, d_ff=128, vocab=256,
+                      scan_layers=True)
 
 
 def test_reduced_llama3_decode_kv_cache_compulsory_on_cpu():

@@ -56,9 +56,25 @@ def test_parameter_count_matches_published(family):
     assert abs(n - PUBLISHED[family]) <= 0.005 * PUBLISHED[family], (family, n)
 
 
+def test_inference_presets_unroll_their_layers_and_training_scans():
+    """Issue 24: inference defaults to one array per layer (the form XLA:TPU/GPU compile near
+    the compulsory traffic), training to scanned layers."""
+    for fam in PUBLISHED:
+        for mode, scan in (("prefill", False), ("decode", False), ("train", True)):
+            name = f"{fam}-{mode}"
+            assert zoo.PRESETS[name].config["scan_layers"] is scan, name
+            assert ("scanned layers" if scan else "unrolled layers") in zoo.PRESETS[name].description
+    cache = zoo.build("llama3-8b-decode", {**SMALL, "layers": "3", "scan_layers": "false"}).args[1]
+    assert len(cache["layers"]) == 3 and cache["layers"][0]["k_cache"].shape == (B, HKV, S, D)
+    unset = {k: v for k, v in SMALL.items() if k != "scan_layers"}
+    assert zoo.build("llama3-8b-decode", {**unset, "layers": "3"}).config["scan_layers"] is False
+
+
 def test_llama3_70b_decode_at_real_size_compiles_with_closed_form_arguments():
-    """`jaxmove analyze llama3-70b-decode --set batch=32 --set seq_len=8192` (abstract, ~4 s)."""
-    prog = capture(zoo.build("llama3-70b-decode", {"batch": "32", "seq_len": "8192"}))
+    """`jaxmove analyze llama3-70b-decode --set scan_layers=true` (abstract, ~4 s; the
+    unrolled default takes ~50 s at 80 layers, benchmarks/zoo_compile.md)."""
+    prog = capture(zoo.build("llama3-70b-decode", {"batch": "32", "seq_len": "8192",
+                                                   "scan_layers": "true"}))
     by_role: dict[str, int] = {}
     for p in prog.parameters:
         by_role[p.role] = by_role.get(p.role, 0) + p.byte_size
