@@ -352,6 +352,9 @@ _cc("AsyncCollectiveStart", "tpu", False, False, True,
     "collective and the fusion's operands and results carry the bytes")
 _cc("AsyncCollectiveDone", "tpu", False, False, True,
     "waits for the collective its fusion started; moves nothing itself")
+_cc("tpu_custom_call", "tpu", True, True, False,
+    "a Pallas TPU (Mosaic) kernel: its grid, BlockSpecs and cost estimate are in "
+    "backend_config.custom_call_config (passes/pallas.py, passes/mosaic.py)")
 # host offload (xla/service/host_offload_utils.h: memory_annotations)
 _cc("MoveToHost", "any", True, False, True,
     "annotation of host offloading: copies operand 0 to host memory S(5)")

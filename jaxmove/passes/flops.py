@@ -597,6 +597,12 @@ def _cc_fmha(instr: Instruction, module: Module) -> FlopCount:
     return FlopCount(flops=KFMA_FLOPS * bh_sq * sk * (d_qk + d_v))
 
 
+def _pallas_flops(instr: Instruction, module: Module) -> FlopCount:
+    """Pallas TPU kernels: the kernel author's cost_estimate (passes/pallas.py)."""
+    from .pallas import pallas_flops
+    return pallas_flops(instr, module)
+
+
 CUSTOM_CALL_RULES: dict[str, Rule] = {
     "__cublas$gemm": _cc_gemm,
     "__cublas$lt$matmul": _cc_gemm,
@@ -611,6 +617,7 @@ CUSTOM_CALL_RULES: dict[str, Rule] = {
     "__cudnn$convBiasActivationForward": _cc_convolution,
     "__cudnn$convForwardGraph": _cc_convolution,
     "__onednn$convolution": _cc_convolution,
+    "tpu_custom_call": _pallas_flops,
 }
 
 # Targets that do no arithmetic (the opcode table's custom-call records, hlo/opcodes.py).

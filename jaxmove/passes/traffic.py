@@ -612,6 +612,9 @@ def _scatter(instr, comp, module) -> InstrTraffic:
 
 def _custom_call(instr, comp, module) -> InstrTraffic:
     target = instr.custom_call_target or ""
+    if target == "tpu_custom_call":  # Pallas TPU kernels: from their grid and BlockSpecs
+        from .pallas import pallas_traffic
+        return pallas_traffic(instr, comp, module)
     rec = custom_call_target(target)
     if rec is not None and not rec.moves_data:  # e.g. XLA:TPU's ConcatBitcast (hlo/opcodes.py)
         return _NO_TRAFFIC

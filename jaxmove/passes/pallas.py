@@ -1,0 +1,499 @@
+"""Pallas TPU kernels (``tpu_custom_call``): HBM traffic from the grid and BlockSpecs, the author's
+FLOPs, and a pipelined time.
+
+Traffic, as Pallas's TPU pipeline moves it (docs/pallas/tpu/details.rst, "BlockSpecs and grid
+iteration"; docs/pallas/pipelining.md, "Reductions and accumulation", jax-ml/jax):
+
+* the grid runs sequentially in lexicographic order (the last grid dimension fastest);
+* an input block is copied HBM -> VMEM at a step when its block index differs from the previous
+  step's ("when two consecutive grid indices use the same slice of an input, the HBM transfer for
+  the second iteration is skipped"); the first step fetches every input block;
+* an output block is copied VMEM -> HBM when its index changes and once at the end;
+* a block's bytes are the tiles it covers in the operand's HBM layout (``Shape.sliced_byte_size``:
+  padding to the ``T(8,128)`` tiles counts), clipped at the array's edge for a partial last block;
+* scalar-prefetch operands are read once whole (into SMEM); scratch operands are on chip;
+* operands in ``ANY`` / HBM memory space are moved by the kernel's own DMAs: they are costed as
+  read (input) / written (output) once whole, an assumption stated in the row's notes;
+* an index map that reads scalar-prefetch values (page tables, group offsets) is data-dependent:
+  unless their contents are given (:func:`set_prefetch_values`), distinct entries are assumed to
+  hold distinct values (every looked-up page a different page), stated in the notes.
+
+FLOPs and transcendentals are the kernel author's ``pl.CostEstimate`` (XLA's ``cost_analysis()``
+repeats it); the notes compare the author's ``bytes_accessed`` with the modeled bytes.
+
+Time (:func:`pallas_time`): Pallas TPU double-buffers every block, so the DMAs of step t+1's
+inputs and step t-1's outputs overlap step t's compute; after docs/pallas/pipelining.md
+("Analyzing the performance": a pipeline of N steps takes ``alpha + X/beta + N * Y/F`` compute
+bound, ``alpha + N * X/beta`` memory bound):
+
+    time = (fetch of step 0 + write-back after the last step) / hbm_bytes_per_s
+           + sum over steps t of max(DMA bytes issued during t / hbm_bytes_per_s, compute_t)
+           + steps * PALLAS_TPU_STEP_OVERHEAD_S + kernel_launch_overhead_s
+
+``compute_t`` spreads the author's flops evenly over the steps (the estimate is per call), at
+the MXU peak of the kernel's input dtype, and transcendentals at the vector (``f32``) peak.
+"""
+
+from __future__ import annotations
+
+import functools
+import math
+from dataclasses import dataclass
+
+import numpy as np
+
+from ..hlo import Instruction, Module, Shape
+from .mosaic import (SYMBOL_BASE, TPU_CUSTOM_CALL_TARGET, CostEstimate, MosaicDecodeError,
+                     MosaicKernel, cost_estimate_of, decode_body, evaluate_index_map, reads_prefetch)
+
+#: Per grid step overhead of a Pallas TPU kernel, seconds: the "~0.35 us per grid step" figure
+#: quoted for Pallas on TPU (issue 25 of this project attributes it to Pallas's TPU docs; it is
+#: not in jax-ml/jax's docs/pallas at cec06d1 (2026-08-08), so it is reported as unverified in the
+#: time notes). Replace with a measured value where one is available.
+PALLAS_TPU_STEP_OVERHEAD_S = 0.35e-6
+
+#: Grids larger than this many steps are not walked: the kernel's traffic is a lower bound.
+MAX_GRID_STEPS = 1 << 26
+_CHUNK = 1 << 20
+#: Grids up to this many steps keep per-step DMA bytes for the pipelined time; larger ones use
+#: the mean bytes per step (said in the notes).
+_MAX_STEP_PROFILE = 1 << 22
+
+# Scalar-prefetch contents given by the user: kernel name -> one array (or None) per prefetch ref.
+_PREFETCH_VALUES: dict[str, tuple] = {}
+
+
+def set_prefetch_values(kernel_name: str, values: list | tuple | None) -> None:
+    """Give the contents of a kernel's scalar-prefetch operands (page tables, lengths, group
+    metadata), so its data-dependent index maps are evaluated exactly rather than under the
+    distinct-entries assumption. ``kernel_name`` is the Mosaic kernel function's name (the
+    notes print it); ``values`` one array-like (or None) per scalar-prefetch operand, in order;
+    None removes them. Applies to every later analysis in this process."""
+    if values is None:
+        _PREFETCH_VALUES.pop(kernel_name, None)
+    else:
+        _PREFETCH_VALUES[kernel_name] = tuple(None if v is None else np.asarray(v) for v in values)
+    _kernel_cost_cached.cache_clear()
+
+
+@dataclass(frozen=True, slots=True)
+class WindowTraffic:
+    """HBM traffic of one input or output window over the whole grid, per call.
+
+    Attributes:
+      operand: the HLO operand number (inputs), or None for an output.
+      result_index: the ShapeIndex of the output in the custom call's result (outputs).
+      transfers: block copies (HBM -> VMEM for inputs, VMEM -> HBM for outputs).
+      nbytes: physical bytes moved (tile-padded blocks).
+      logical_nbytes: data bytes among them.
+      assumption: why the figure rests on an assumption (manual DMA, data-dependent blocks), or None.
+    """
+
+    operand: int | None
+    result_index: tuple[int, ...]
+    transfers: int
+    nbytes: int
+    logical_nbytes: int
+    memory_space: int
+    assumption: str | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class PallasCost:
+    """What one Pallas TPU kernel call moves and computes.
+
+    Attributes:
+      kernel: the decoded kernel, or None when its body could not be decoded.
+      windows: per input / output window.
+      prefetch_read_bytes: bytes of the scalar-prefetch operands (read once).
+      flops, transcendentals: the author's cost estimate (0 without one).
+      author_bytes: the author's ``bytes_accessed``, or None.
+      steps: grid steps.
+      first_bytes: DMA bytes outside the overlap (step 0's fetch + the last write-back).
+      step_dma: (bytes issued during a step, number of such steps) pairs for the pipelined time.
+      notes: assumptions and comparisons.
+      unmodeled: non-empty when the traffic is a lower bound.
+    """
+
+    kernel: MosaicKernel | None
+    windows: tuple[WindowTraffic, ...]
+    prefetch_read_bytes: int
+    flops: int
+    transcendentals: int
+    author_bytes: int | None
+    steps: int
+    first_bytes: int
+    step_dma: tuple[tuple[int, int], ...]
+    notes: tuple[str, ...]
+    unmodeled: tuple[str, ...] = ()
+
+    @property
+    def read_bytes(self) -> int:
+        return self.prefetch_read_bytes + sum(w.nbytes for w in self.windows if w.operand is not None)
+
+    @property
+    def write_bytes(self) -> int:
+        return sum(w.nbytes for w in self.windows if w.operand is None)
+
+
+def is_pallas_tpu(instr: Instruction) -> bool:
+    return instr.opcode == "custom-call" and instr.custom_call_target == TPU_CUSTOM_CALL_TARGET
+
+
+def _result_leaves(shape: Shape) -> list[tuple[tuple[int, ...], Shape]]:
+    if not shape.is_tuple:
+        return [((), shape)]
+    return [(idx, leaf) for idx, leaf in shape.leaves_with_index() if leaf.is_array]
+
+
+def _lower_bound(instr: Instruction, operand_shapes: list[Shape], why: str,
+                 ce: CostEstimate | None) -> PallasCost:
+    wins = [WindowTraffic(i, (), 1, s.byte_size, s.logical_byte_size, s.memory_space)
+            for i, s in enumerate(operand_shapes) if s.is_array]
+    wins += [WindowTraffic(None, idx, 1, s.byte_size, s.logical_byte_size, s.memory_space)
+             for idx, s in _result_leaves(instr.shape)]
+    total = sum(w.nbytes for w in wins)
+    return PallasCost(None, tuple(wins), 0, ce.flops if ce else 0, ce.transcendentals if ce else 0,
+                      ce.bytes_accessed if ce else None, 1, total, (), (),
+                      (f"Pallas kernel '{instr.name}' not decoded ({why}): its HBM traffic is its "
+                       "operand + result bytes once, a lower bound",))
+
+
+def _block_bytes(shape: Shape, block: tuple[int, ...], idx: np.ndarray, element: bool
+                 ) -> tuple[np.ndarray, np.ndarray]:
+    """Physical and logical bytes of the blocks at block indices ``idx`` (rows) of ``shape``."""
+    dims = shape.dims
+    if len(block) != len(dims) or not shape.is_array:  # extended dtypes: the footprint share
+        e = math.prod(block)
+        nb = shape.footprint_bytes(min(e, shape.num_elements))
+        lg = shape.logical_footprint_bytes(min(e, shape.num_elements))
+        return np.full(len(idx), nb, dtype=np.int64), np.full(len(idx), lg, dtype=np.int64)
+    bl = np.asarray(block, dtype=np.int64)
+    sym = idx >= SYMBOL_BASE // 2  # a data-dependent index: assume an in-bounds block
+    start = np.where(sym, 0, idx if element else idx * bl)
+    ext = np.clip(np.asarray(dims, dtype=np.int64) - start, 0, bl)
+    uniq, inv = np.unique(ext, axis=0, return_inverse=True)
+    inv = np.asarray(inv).reshape(-1)
+    phys = np.array([shape.sliced_byte_size(tuple(int(x) for x in u)) for u in uniq], dtype=np.int64)
+    bits = shape.element_bits or 8
+    logi = np.array([(int(np.prod(u)) * bits + 7) // 8 for u in uniq], dtype=np.int64)
+    return phys[inv], logi[inv]
+
+
+def _walk(kernel: MosaicKernel, shapes: list[Shape | None], n_in: int, prefetch: tuple | None):
+    """Per window: (transfers, bytes, logical bytes) and per-step (in, out) DMA byte arrays."""
+    n = kernel.num_steps
+    grid = kernel.grid
+    nw = len(kernel.windows)
+    transfers = [0] * nw
+    nbytes = [0] * nw
+    lbytes = [0] * nw
+    prev: list[np.ndarray | None] = [None] * nw
+    profile = n <= _MAX_STEP_PROFILE
+    in_steps = np.zeros(n if profile else 0, dtype=np.int64)
+    out_steps = np.zeros(n if profile else 0, dtype=np.int64)
+    for s0 in range(0, n, _CHUNK):
+        s1 = min(n, s0 + _CHUNK)
+        steps = np.arange(s0, s1, dtype=np.int64)
+        gidx = [np.asarray(a, dtype=np.int64) for a in np.unravel_index(steps, grid)] if grid else []
+        for w, win in enumerate(kernel.windows):
+            shape = shapes[w]
+            if shape is None or win.index_map is None or win.block_shape is None:
+                continue
+            idx = np.stack(evaluate_index_map(win.index_map, gidx, list(prefetch) if prefetch else None),
+                           axis=1) if gidx else np.zeros((1, len(win.block_shape)), dtype=np.int64)
+            if idx.shape[1] != len(win.block_shape):
+                raise MosaicDecodeError(f"index map {win.index_map.name} returns {idx.shape[1]} indices "
+                                        f"for a rank-{len(win.block_shape)} block")
+            before = np.concatenate([prev[w], idx[:-1]]) if prev[w] is not None else None
+            if before is None:
+                changed = np.ones(len(idx), dtype=bool)
+                if len(idx) > 1:
+                    changed[1:] = np.any(idx[1:] != idx[:-1], axis=1)
+            else:
+                changed = np.any(idx != before, axis=1)
+            is_out = w >= n_in
+            if not is_out:
+                sel = idx[changed]
+                pb, lb = _block_bytes(shape, win.block_shape, sel, win.element_window)
+                transfers[w] += int(changed.sum())
+                nbytes[w] += int(pb.sum())
+                lbytes[w] += int(lb.sum())
+                if profile:
+                    np.add.at(in_steps, steps[changed], pb)
+            else:
+                # written back after step t when the index changes at t+1 (the block of t), and
+                # after the last step: within this chunk, steps t where idx[t+1] != idx[t]
+                wb = np.zeros(len(idx), dtype=bool)
+                if len(idx) > 1:
+                    wb[:-1] = np.any(idx[1:] != idx[:-1], axis=1)
+                if before is not None and changed[0]:  # the previous chunk's last block
+                    pb0, lb0 = _block_bytes(shape, win.block_shape, prev[w], win.element_window)
+                    transfers[w] += 1
+                    nbytes[w] += int(pb0.sum())
+                    lbytes[w] += int(lb0.sum())
+                    if profile:
+                        out_steps[s0 - 1] += int(pb0.sum())
+                if s1 == n:
+                    wb[-1] = True
+                sel = idx[wb]
+                pb, lb = _block_bytes(shape, win.block_shape, sel, win.element_window)
+                transfers[w] += int(wb.sum())
+                nbytes[w] += int(pb.sum())
+                lbytes[w] += int(lb.sum())
+                if profile:
+                    np.add.at(out_steps, steps[wb], pb)
+            prev[w] = idx[-1:]
+    return transfers, nbytes, lbytes, (in_steps, out_steps) if profile else None
+
+
+def _fmt(n: int) -> str:
+    return f"{n:,}"
+
+
+def kernel_cost(instr: Instruction, operand_shapes: list[Shape]) -> PallasCost:
+    """The :class:`PallasCost` of one ``tpu_custom_call`` given its operands' shapes.
+
+    Never raises for an unreadable kernel: it returns the operand + result bytes as a lower
+    bound with an ``unmodeled`` reason.
+    """
+    cc = (instr.backend_config or {}).get("custom_call_config")
+    body = cc.get("body") if isinstance(cc, dict) else None
+    ce = cost_estimate_of(instr.backend_config)
+    if not isinstance(body, str) or not body:
+        return _lower_bound(instr, operand_shapes, "no custom_call_config.body", ce)
+    key = (body, tuple(str(s) for s in operand_shapes), str(instr.shape), instr.name)
+    try:
+        return _kernel_cost_cached(key, instr, tuple(operand_shapes), ce)
+    except MosaicDecodeError as e:
+        return _lower_bound(instr, operand_shapes, str(e), ce)
+    except (ValueError, IndexError, KeyError, TypeError, OverflowError, MemoryError) as e:
+        return _lower_bound(instr, operand_shapes, f"{type(e).__name__}: {e}", ce)
+
+
+@functools.lru_cache(maxsize=256)
+def _decode_cached(body: str) -> MosaicKernel:
+    return decode_body(body)
+
+
+def _kernel_cost_cached(key, instr, operand_shapes, ce) -> PallasCost:
+    hit = _COST_CACHE.get(key)
+    if hit is None:
+        hit = _COST_CACHE[key] = _kernel_cost(instr, list(operand_shapes), ce)
+        if len(_COST_CACHE) > 512:
+            _COST_CACHE.pop(next(iter(_COST_CACHE)))
+    return hit
+
+
+_COST_CACHE: dict = {}
+_kernel_cost_cached.cache_clear = _COST_CACHE.clear  # type: ignore[attr-defined]
+
+
+def _kernel_cost(instr: Instruction, operand_shapes: list[Shape], ce: CostEstimate | None) -> PallasCost:
+    k = _decode_cached(key_body(instr))
+    notes: list[str] = []
+    n_pref = k.num_scalar_prefetch
+    n_in = len(operand_shapes) - n_pref
+    outs = _result_leaves(instr.shape)
+    if n_in < 0 or n_in + len(outs) != len(k.windows):
+        raise MosaicDecodeError(f"{len(k.windows)} windows for {n_in} inputs + {len(outs)} outputs")
+    if k.num_steps > MAX_GRID_STEPS:
+        raise MosaicDecodeError(f"grid {k.grid} has {k.num_steps} steps, over {MAX_GRID_STEPS}")
+    shapes: list[Shape | None] = list(operand_shapes[n_pref:]) + [s for _, s in outs]
+    prefetch = _PREFETCH_VALUES.get(k.name)
+    transfers, nbytes, lbytes, profile = _walk(k, shapes, n_in, prefetch)
+    windows: list[WindowTraffic] = []
+    data_dep = []
+    manual = []
+    for w, win in enumerate(k.windows):
+        shape = shapes[w]
+        is_in = w < n_in
+        operand = n_pref + w if is_in else None
+        ridx = () if is_in else outs[w - n_in][0]
+        if win.block_shape is None or win.index_map is None:
+            # manual DMA (ANY / HBM) or a grid-free whole-array window: once whole
+            assumption = None
+            if win.block_shape is None:
+                assumption = "manual DMA"
+                manual.append(f"{'input' if is_in else 'output'} {w if is_in else w - n_in}")
+            windows.append(WindowTraffic(operand, ridx, 1, shape.byte_size, shape.logical_byte_size,
+                                         shape.memory_space, assumption))
+            continue
+        assumption = None
+        if reads_prefetch(win.index_map):
+            assumption = "data-dependent blocks"
+            data_dep.append(f"{'input' if is_in else 'output'} {w if is_in else w - n_in}")
+        windows.append(WindowTraffic(operand, ridx, transfers[w], nbytes[w], lbytes[w],
+                                     shape.memory_space, assumption))
+    pref_bytes = sum(s.byte_size for s in operand_shapes[:n_pref] if s.is_array)
+    grid_txt = "x".join(str(g) for g in k.grid) if k.grid else "none (one invocation)"
+    notes.append(f"Pallas TPU kernel {k.name}: grid {grid_txt} ({_fmt(k.num_steps)} steps, "
+                 f"{', '.join(k.dimension_semantics) or 'no dimension semantics'}); blocks copied when "
+                 "their block index changes between consecutive steps (docs/pallas/tpu/details.rst)")
+    for wt, win in zip(windows, k.windows):
+        if win.block_shape is None:
+            continue
+        what = f"operand {wt.operand}" if wt.operand is not None else f"result {list(wt.result_index)}"
+        notes.append(f"{what}: block {tuple(win.block_shape)}, {_fmt(wt.transfers)} copies, "
+                     f"{_fmt(wt.nbytes)} bytes")
+    if manual:
+        notes.append(f"{', '.join(manual)} in ANY/HBM memory space, moved by the kernel's own DMAs "
+                     f"({k.manual_dma_ops} DMA ops in its body): assumed moved once whole")
+    if data_dep:
+        if prefetch is not None:
+            notes.append(f"{', '.join(data_dep)}: index maps read scalar-prefetch values, evaluated "
+                         "with the contents given (set_prefetch_values)")
+        else:
+            notes.append(f"{', '.join(data_dep)}: index maps read scalar-prefetch values (data-dependent): "
+                         "assumed distinct entries hold distinct values; give the contents with "
+                         f"jaxmove.passes.pallas.set_prefetch_values({k.name!r}, [...]) for exact counts")
+    if any(s in ("parallel", "core_parallel") for s in k.dimension_semantics):
+        notes.append("counted for one TensorCore walking the whole grid; on a chip with 2 TensorCores "
+                     "(megacore) the parallel dimension is split and a block shared across the split "
+                     "is fetched by each core")
+    total = pref_bytes + sum(w.nbytes for w in windows)
+    if ce is not None:
+        notes.append(f"FLOPs are the kernel author's cost_estimate ({_fmt(ce.flops)} flops, "
+                     f"{_fmt(ce.transcendentals)} transcendentals)")
+        if ce.bytes_accessed:
+            ratio = total / ce.bytes_accessed
+            notes.append(f"author's bytes_accessed {_fmt(ce.bytes_accessed)} vs {_fmt(total)} modeled "
+                         f"({ratio:.2f}x)")
+    # pipelined DMA profile
+    step_dma: tuple[tuple[int, int], ...] = ()
+    fixed_in = sum(w.nbytes for w, win in zip(windows, k.windows) if win.index_map is None
+                   and w.operand is not None) + pref_bytes
+    fixed_out = sum(w.nbytes for w, win in zip(windows, k.windows) if win.index_map is None
+                    and w.operand is None)
+    if profile is not None and k.num_steps >= 1:
+        ins, outs_b = profile
+        d = np.zeros(k.num_steps, dtype=np.int64)
+        d[:-1] += ins[1:]
+        d[1:] += outs_b[:-1]
+        first = int(ins[0]) + int(outs_b[-1]) + fixed_in + fixed_out
+        u, c = np.unique(d, return_counts=True)
+        step_dma = tuple((int(a), int(b)) for a, b in zip(u, c))
+    else:
+        moved = sum(w.nbytes for w, win in zip(windows, k.windows) if win.index_map is not None)
+        first = fixed_in + fixed_out
+        step_dma = ((moved // max(1, k.num_steps), k.num_steps),)
+        notes.append("grid too long for a per-step DMA profile: the time uses the mean bytes per step")
+    return PallasCost(k, tuple(windows), pref_bytes, ce.flops if ce else 0, ce.transcendentals if ce else 0,
+                      ce.bytes_accessed if ce else None, k.num_steps, first, step_dma, tuple(notes), ())
+
+
+def key_body(instr: Instruction) -> str:
+    return instr.backend_config["custom_call_config"]["body"]
+
+
+# ---- the passes' hooks -----------------------------------------------------------------------
+
+def instruction_cost(instr: Instruction, comp, module: Module) -> PallasCost:
+    """The :class:`PallasCost` of a ``tpu_custom_call`` in computation ``comp``."""
+    shapes = [comp.by_name[o].shape for o in instr.operands]
+    return kernel_cost(instr, shapes)
+
+
+def pallas_traffic(instr: Instruction, comp, module: Module):
+    """The traffic rule of ``tpu_custom_call`` (passes/traffic.py's custom-call rule)."""
+    from .traffic import Access, InstrTraffic
+
+    cost = instruction_cost(instr, comp, module)
+    reads = []
+    n_pref = cost.kernel.num_scalar_prefetch if cost.kernel is not None else 0
+    for i in range(n_pref):
+        s = comp.by_name[instr.operands[i]].shape
+        if s.is_array:
+            reads.append(Access(s.byte_size, i, (), s.memory_space, s.logical_byte_size))
+    writes = []
+    for w in cost.windows:
+        if w.operand is not None:
+            reads.append(Access(w.nbytes, w.operand, (), w.memory_space, w.logical_nbytes))
+        else:
+            writes.append(Access(w.nbytes, None, w.result_index, w.memory_space, w.logical_nbytes))
+    notes = cost.notes if cost.kernel is not None else ()
+    return InstrTraffic(tuple(reads), tuple(writes), tuple(notes), cost.unmodeled)
+
+
+def pallas_flops(instr: Instruction, module: Module):
+    """The flop rule of ``tpu_custom_call``: the author's cost_estimate (passes/flops.py)."""
+    from .flops import FlopCount
+
+    ce = cost_estimate_of(instr.backend_config)
+    if ce is None:
+        return FlopCount(flops=0, transcendentals=0,
+                         unmodeled=(f"custom-call '{instr.name}' (tpu_custom_call): no cost_estimate "
+                                    "in backend_config, the Pallas kernel's flops are unknown",))
+    return FlopCount(flops=ce.flops, transcendentals=ce.transcendentals)
+
+
+def pallas_time(cost: PallasCost, spec, dtype: str) -> tuple[float, float, float, list[str], list[str]]:
+    """(time_s, compute_s, dma_s, notes, unmodeled) of one call on ``spec`` (see the module doc).
+
+    ``compute_s`` is the author's work at the spec's peaks; ``dma_s`` the modeled bytes at
+    ``hbm_bytes_per_s``; ``time_s`` the pipelined total with the per-step overhead (without the
+    spec's kernel launch overhead, which the caller adds).
+    """
+    from .timing import matrix_peak
+
+    notes: list[str] = []
+    unmodeled: list[str] = []
+    bw = spec.hbm_bytes_per_s
+    peak, key, how = matrix_peak(spec, dtype if dtype in spec.flops_per_s else "bf16")
+    compute = 0.0
+    if cost.flops:
+        if peak is None:
+            unmodeled.append(f"compute time of the Pallas kernel: {how}")
+        else:
+            compute += cost.flops / peak
+            notes.append(f"the author's flops timed at the {key} peak ({peak:.4g} FLOP/s): the "
+                         "cost estimate does not split MXU and vector work")
+    if cost.transcendentals:
+        vpeak = spec.flops_per_s.get("f32")
+        if vpeak is None:
+            unmodeled.append(f"spec '{spec.name}' has no f32 (vector unit) peak: the Pallas kernel's "
+                             f"{cost.transcendentals} transcendentals untimed")
+        else:
+            compute += cost.transcendentals / vpeak
+    steps = max(1, cost.steps)
+    c = compute / steps
+    dma_total = cost.read_bytes + cost.write_bytes
+    if cost.kernel is None or not cost.step_dma:
+        t = max(dma_total / bw, compute)
+    else:
+        t = cost.first_bytes / bw + sum(cnt * max(b / bw, c) for b, cnt in cost.step_dma)
+    t += steps * PALLAS_TPU_STEP_OVERHEAD_S
+    notes.append(f"pipelined over {steps} grid steps: per step max(DMA, compute) + "
+                 f"{PALLAS_TPU_STEP_OVERHEAD_S * 1e6:.2f} us per-step overhead (the ~0.35 us figure "
+                 "quoted for Pallas TPU; unverified, not found in jax's docs); "
+                 "docs/pallas/pipelining.md 'Analyzing the performance'")
+    return t, compute, dma_total / bw, notes, unmodeled
+
+
+def pallas_instruction_time(row, module: Module, spec):
+    """The timing pass's row for a ``tpu_custom_call`` (passes/timing.py calls it)."""
+    from .timing import InstructionTime
+
+    instr = row.instr
+    comp = module.computations[row.computation]
+    pe = row.per_execution
+    mult = row.multiplicity.count
+    cost = instruction_cost(instr, comp, module)
+    ops = [comp.by_name[o].shape for o in instr.operands]
+    n_pref = cost.kernel.num_scalar_prefetch if cost.kernel is not None else 0
+    dtypes = [s.element_type for s in ops[n_pref:] if s.is_array]
+    dtype = dtypes[0] if dtypes else "bf16"
+    t, comp_t, mem, notes, unmodeled = pallas_time(cost, spec, dtype)
+    unmodeled = list(cost.unmodeled) + unmodeled
+    overhead = spec.kernel_launch_overhead_s + cost.steps * PALLAS_TPU_STEP_OVERHEAD_S
+    per_exec = t + spec.kernel_launch_overhead_s
+    work = per_exec - overhead
+    parts = {"compute": comp_t, "memory": mem}
+    bound = "overhead" if overhead > work else max(parts, key=lambda k: parts[k])
+    hbm = pe.hbm_bytes
+    ai = (pe.flops / hbm) if hbm else None
+    key = None
+    return InstructionTime(
+        row.computation, instr.name, instr.opcode, mult, per_exec * mult, comp_t * mult, mem * mult,
+        0.0, overhead * mult, bound, ai, hbm * mult, pe.flops * mult, per_exec, key,
+        tuple(dict.fromkeys(unmodeled)), tuple(dict.fromkeys(notes)))
