@@ -108,18 +108,17 @@ def key_of(preset: str, size: str, target: str, plan: str) -> str:
     return f"{preset}__{size}__{target}__{plan}"
 
 
-def compile_program(preset: str, size: str, target: str, plan: str) -> tuple[str, float]:
-    """(HLO text, compile s) of one program. Raises what jax/XLA raise on a compile failure."""
+def program_inputs(preset: str, size: str, target: str, plan: str, extra: dict[str, str] | None = None):
+    """(workload, per-argument shardings, out_shardings or None) of one program."""
     import jax
     import numpy as np
     from jax.sharding import Mesh, NamedSharding, PartitionSpec
 
     from jaxmove import zoo
-    from jaxmove._platform import quiet_stderr
     from jaxmove.plans import PRESETS as PLANS
     from jaxmove.plans import workload_shardings
 
-    wl = zoo.build(preset, overrides_for(preset, size) or {})
+    wl = zoo.build(preset, {**(overrides_for(preset, size) or {}), **(extra or {})})
     devs = devices(target)
     out_sh = None
     if plan == "single":
@@ -128,6 +127,28 @@ def compile_program(preset: str, size: str, target: str, plan: str) -> tuple[str
     else:
         mesh = Mesh(np.array(devs[:4]).reshape(tuple(MESH.values())), tuple(MESH))
         shard, out_sh, _specs = workload_shardings(wl, PLANS[plan], mesh, [])
+    return wl, shard, out_sh
+
+
+def program_closed_forms(preset: str, size: str, target: str, plan: str, extra: dict[str, str] | None = None):
+    """The per-device closed forms of one program (``corpus_checks.closed_forms``): from the leaf
+    shapes and shardings, without compiling."""
+    sys.path.insert(0, str(HERE)) if str(HERE) not in sys.path else None
+    import corpus_checks
+
+    wl, shard, _ = program_inputs(preset, size, target, plan, extra)
+    return corpus_checks.closed_forms(wl, shard)
+
+
+def compile_program(preset: str, size: str, target: str, plan: str,
+                    extra: dict[str, str] | None = None) -> tuple[str, float]:
+    """(HLO text, compile s) of one program (``extra``: more ``--set`` values). Raises what
+    jax/XLA raise on a compile failure."""
+    import jax
+
+    from jaxmove._platform import quiet_stderr
+
+    wl, shard, out_sh = program_inputs(preset, size, target, plan, extra)
     args = [a if i in wl.static_argnums else jax.tree_util.tree_map(
         lambda leaf, s: jax.ShapeDtypeStruct(leaf.shape, leaf.dtype, sharding=s), a, shard[i])
         for i, a in enumerate(wl.args)]
@@ -174,14 +195,21 @@ def coverage_of(module) -> dict[str, set[str]]:
     return {"opcodes": ops, "custom_call_targets": targets, "layout_kinds": layouts}
 
 
-def analyse_text(path: Path) -> dict:
-    """Analyse one cached program; the record's analysis fields (rejection on error)."""
+# corpus target -> the hardware spec its programs are costed on (the checks need the excess
+# pass's figures and, on TPU, XLA's estimated cycles at the spec's clock)
+SPECS = {"tpu-v5e": "tpu-v5e", "tpu-v5p": "tpu-v5p", "tpu-v6e": "tpu-v6e", "h100": "h100-sxm", "b200": "b200"}
+
+
+def analyse_text(path: Path, target: str | None = None, closed=None) -> dict:
+    """Analyse one cached program; the record's analysis fields (rejection on error). With
+    ``target`` the program is costed on its spec; with ``closed`` (``corpus_checks.ClosedForms``)
+    the record gets ``checks`` (``corpus_checks.check_report``)."""
     import jaxmove
     from jaxmove.hlo import parse_module
     rec: dict = {}
     t = time.perf_counter()
     try:
-        report = jaxmove.analyze(str(path))
+        report = jaxmove.analyze(str(path), hardware=SPECS.get(target) if target else None)
     except Exception as e:  # noqa: BLE001 - a rejection is the finding this corpus exists for
         rec.update(analysis_s=time.perf_counter() - t, rejection=f"{type(e).__name__}: {e}"[:500])
         module = None
@@ -208,6 +236,11 @@ def analyse_text(path: Path) -> dict:
     rec["padding_fraction"] = tot.hbm_padding_bytes / tot.hbm_bytes if tot.hbm_bytes else 0.0
     rec["unknown_trip_loops"] = sum(1 for n in report.notes if "trip count unknown" in n)
     rec["coverage"] = coverage_of(report.module)
+    if closed is not None:
+        sys.path.insert(0, str(HERE)) if str(HERE) not in sys.path else None
+        import corpus_checks
+        rec["closed_forms"] = closed.to_json()
+        rec["checks"] = [c.to_json() for c in corpus_checks.check_report(report, closed, TARGETS[target][0])]
     return rec
 
 
@@ -229,7 +262,12 @@ def run_one(preset: str, size: str, target: str, plan: str, fresh: bool = False)
         hlo.write_text(text)
         meta.write_text(json.dumps({"compile_s": secs}))
         rec["compile_s"] = secs
-    rec.update(analyse_text(hlo))
+    try:
+        closed = program_closed_forms(preset, size, target, plan)
+    except Exception as e:  # noqa: BLE001 - no closed form: the record says why
+        closed = None
+        rec["closed_forms_error"] = f"{type(e).__name__}: {e}"[:300]
+    rec.update(analyse_text(hlo, target, closed))
     return rec
 
 
@@ -331,6 +369,7 @@ def write_outputs(records: list[dict], args) -> None:
                   f"= {d['ratio']:.4f} x the per-device parameter bytes {d['param_bytes']} "
                   f"(from leaf shapes and shardings; {d['padded_param_bytes']} as stored, tile-padded); "
                   f"layer scan: {d['scan_trips']} trips (derived: the loop carries no known_trip_count)."]
+    lines += _checks_section(records)
     lines += ["", "## Rejections", ""]
     lines += ([f"- {key_of(r['preset'], r['size'], r['target'], r['plan'])}: {r['rejection']}" for r in rej]
               or ["None."])
@@ -345,6 +384,52 @@ def write_outputs(records: list[dict], args) -> None:
                      f"{r.get('instructions', '')} | {r.get('unmodeled', '')} | "
                      f"{100 * r.get('padding_fraction', 0):.1f} | {res} |")
     REPORT.write_text("\n".join(lines) + "\n")
+
+
+def _fmt_bytes(v) -> str:
+    return "" if v is None else f"{v:,.0f}"
+
+
+def _checks_section(records: list[dict]) -> list[str]:
+    """The closed-form checks (benchmarks/corpus_checks.py): per program, per check."""
+    checked = [r for r in records if r.get("checks")]
+    failed = [(r, c) for r in checked for c in r["checks"] if c["ok"] is False]
+    skipped = [(r, c) for r in checked for c in r["checks"] if c["ok"] is None]
+    n = sum(len(r["checks"]) for r in checked)
+    lines = ["", "## Numbers checked against closed forms (issue 23's net)", "",
+             "Per device, from the leaf shapes and shardings (benchmarks/corpus_checks.py, never from the "
+             "passes): the excess pass's compulsory bytes per role within 1% of the closed form; "
+             "compiled = compulsory + causes + unattributed, unattributed <= 1% of compiled; on TPU no "
+             "fusion's memory time above 3x XLA:TPU's own estimated_cycles for it.", "",
+             f"- programs checked: {len(checked)}; checks: {n}; failed: {len(failed)}; "
+             f"not checked (no closed form): {len(skipped)}", ""]
+    if failed:
+        lines += ["### Failed checks", "", "| program | check | expected | got | why |", "|---|---|---:|---:|---|"]
+        lines += [f"| {key_of(r['preset'], r['size'], r['target'], r['plan'])} | {c['name']} | "
+                  f"{_fmt_bytes(c['expected'])} | {_fmt_bytes(c['got'])} | {c['reason'][:200]} |" for r, c in failed]
+        lines.append("")
+    if skipped:
+        why = sorted({c["reason"] for _r, c in skipped})
+        lines += ["Not checked: " + "; ".join(why[:6]), ""]
+    lines += ["| program | weights closed / jaxmove | kv closed / jaxmove | optimizer closed / jaxmove | "
+              "identity | unattributed | TPU vs XLA (worst ratio) |", "|---|---|---|---|---|---|---|"]
+    for r in checked:
+        cs = {c["name"]: c for c in r["checks"]}
+
+        def pair(name):
+            c = cs.get(name)
+            if c is None:
+                return ""
+            mark = {True: "ok", False: "FAIL", None: "n/a"}[c["ok"]]
+            return f"{_fmt_bytes(c['expected'])} / {_fmt_bytes(c['got'])} {mark}"
+        tv = cs.get("tpu_memory_vs_xla")
+        tv_text = "" if tv is None else ("ok" if tv["ok"] else "FAIL") + " ({:.2f}x)".format(tv["got"] or 0.0)
+        lines.append(f"| {key_of(r['preset'], r['size'], r['target'], r['plan'])} | {pair('compulsory_weights')} | "
+                     f"{pair('compulsory_kv_cache')} | {pair('compulsory_optimizer_state')} | "
+                     f"{'ok' if cs.get('identity', {}).get('ok') else 'FAIL'} | "
+                     f"{'ok' if cs.get('unattributed_le_1pct', {}).get('ok') else 'FAIL'} | "
+                     f"{tv_text} |")
+    return lines
 
 
 # issue 18: a 70B-class decode, every parameter and cache leaf sharded 16 ways over v5e:4x4
