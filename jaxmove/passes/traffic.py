@@ -15,11 +15,19 @@ Semantics (DESIGN.md, and where jaxmove deliberately differs from XLA's
   each leaf of its result once.
 * In a fusion, a parameter used only through slice / dynamic-slice / gather (also
   through element-count-preserving ops: elementwise, convert, copy, bitcast, reshape,
-  transpose, and nested fusions) is read only for the elements those users touch.
+  transpose, and nested fusions) is read only for the elements those users touch. A nested
+  fusion's root is demanded as far as its caller's users demand the nested fusion's result,
+  so a footprint carries through any depth of nesting (XLA:TPU's retiling copy fusion of a
+  stacked int8 weight, then a dynamic-slice of one layer; ``hlo_cost_analysis_test.cc``
+  ``NestedCopyFusion``). A parameter used several times is read once, for the sum of its
+  users' footprints (at most whole).
 * A dynamic-update-slice whose buffer operand is (through bitcasts) a fusion parameter
   of the same size as its result, and that is the fusion root or an element of the root
-  tuple, is in place: the buffer is not read, and only the update is written. An
-  unfused dynamic-update-slice is in place too. Anything else rewrites the whole buffer.
+  tuple, is in place: the buffer is not read, and only the update is written. So is one
+  whose buffer reaches the parameter through copies and nested fusions that only copy it
+  (XLA:TPU's aliased retiling copy of an s8 KV cache) when the result has the parameter's
+  own dims and layout (its untouched elements stay where they are). An unfused
+  dynamic-update-slice is in place too. Anything else rewrites the whole buffer.
 * scatter updates its operand in place (unfused, or as a fusion root whose operand is
   a same-size fusion parameter): it reads the updates and indices and reads and writes
   the scattered elements (as many as the updates) of the operand.
@@ -151,14 +159,25 @@ def _full_writes(shape: Shape, skip_index: set[tuple[int, ...]] | None = None) -
 # ---- fusions ---------------------------------------------------------------------------
 
 class _FusionAnalysis:
-    """Footprint and in-place analysis of one fused computation."""
+    """Footprint and in-place analysis of one fused computation.
+
+    A nested fused computation is analysed per call site (``parent``: the analysis of the
+    computation that holds the nested ``fusion`` instruction, and that instruction): what its
+    root leaves to the outside is demanded only as far as the call's users in the parent
+    demand it, so a slice footprint taken of a nested fusion's result (XLA:TPU's retiling
+    ``copy`` fusion, then a dynamic-slice of one layer) carries through to the nested
+    parameter and on to the top-level operand, at any depth of nesting."""
 
     def __init__(self, module: Module, comp: Computation,
-                 nested: dict[str, "_FusionAnalysis"] | None = None):
-        """``nested``: analyses of nested fused computations, by name, shared with the
-        analysis that holds this one (each is built once per top-level fusion)."""
+                 nested: dict | None = None,
+                 parent: "tuple[_FusionAnalysis, Instruction] | None" = None):
+        """``nested``: analyses of nested fused computations, by call site, shared with the
+        analysis that holds this one (each is built once per top-level fusion). ``parent``:
+        (the analysis of the calling computation, the calling ``fusion`` instruction) for a
+        nested computation, None for the top-level fused computation."""
         self.module = module
         self.comp = comp
+        self.parent = parent
         # value name -> [(user, operand number)]; a value without users has no entry
         users: dict[str, list[tuple[Instruction, int]]] = {}
         for instr in comp.instructions:
@@ -171,6 +190,7 @@ class _FusionAnalysis:
                     lst.append((instr, k))
                 k += 1
         self.users = users
+        self._nested = {} if nested is None else nested
         self.inplace: dict[str, Instruction] = {}  # DUS name -> DUS, in place
         self.root_leaves = self._root_leaves()
         self._root_names = {p.name for _i, p in self.root_leaves}
@@ -178,13 +198,15 @@ class _FusionAnalysis:
             if producer.opcode in ("dynamic-update-slice", "scatter") and self._is_inplace(producer):
                 self.inplace[producer.name] = producer
         self._memo: dict[str, int] = {}
-        self._nested = {} if nested is None else nested
 
-    def _nested_analysis(self, cname: str) -> "_FusionAnalysis":
-        fa = self._nested.get(cname)
+    def _nested_analysis(self, call: Instruction) -> "_FusionAnalysis":
+        """The analysis of the computation ``call`` (a ``fusion`` of this computation) runs."""
+        key = (id(self), call.name)
+        fa = self._nested.get(key)
         if fa is None:
-            fa = self._nested[cname] = _FusionAnalysis(self.module, self.module.computations[cname],
-                                                       self._nested)
+            fa = self._nested[key] = _FusionAnalysis(
+                self.module, self.module.computations[call.called_computations[0]],
+                self._nested, (self, call))
         return fa
 
     def _through_bitcast(self, instr: Instruction) -> Instruction:
@@ -198,9 +220,56 @@ class _FusionAnalysis:
             return [((k,), self._through_bitcast(self.comp.by_name[o])) for k, o in enumerate(root.operands)]
         return [((), self._through_bitcast(root))]
 
+    def _buffer_parameter(self, value: Instruction) -> tuple[Instruction | None, bool]:
+        """(the fusion parameter whose elements ``value`` holds in the same places, whether
+        the way there changed the layout), following bitcast, copy and nested fusions whose
+        root is such a chain from one of their parameters (XLA:TPU's retiling copy fusion
+        ``copy(T(32,128) -> T(8,128))`` of an s8 buffer); (None, False) when ``value`` is
+        anything else."""
+        relaid = False
+        fa, v = self, value
+        while True:
+            op = v.opcode
+            if op == "parameter":
+                if fa.parent is None:
+                    return v, relaid
+                pfa, call = fa.parent
+                k = v.parameter_number
+                if k is None or k >= len(call.operands):
+                    return None, False
+                fa, v = pfa, pfa.comp.by_name[call.operands[k]]
+            elif op in ("bitcast", "copy") and v.operands:
+                relaid = relaid or op == "copy"
+                v = fa.comp.by_name[v.operands[0]]
+            elif op == "fusion" and v.called_computations and v.shape.is_array:
+                nfa = fa._nested_analysis(v)
+                fa, v = nfa, nfa.comp.root
+                relaid = True
+            else:
+                return None, False
+            if v.shape.is_array and v.shape.num_elements != value.shape.num_elements:
+                return None, False
+
     def _is_inplace(self, dus: Instruction) -> bool:
-        buf = self._through_bitcast(self.comp.by_name[dus.operands[0]])
-        return buf.opcode == "parameter" and buf.shape.byte_size == dus.shape.byte_size
+        """A root DUS / scatter whose buffer (operand 0) is a fusion parameter of the result's
+        size, through bitcasts; or, through copies and nested fusions (a relayout on chip), one
+        of the result's very layout: its untouched elements stay where they are."""
+        if self.parent is not None:  # nested: its own parameter, through bitcasts
+            buf = self._through_bitcast(self.comp.by_name[dus.operands[0]])
+            return buf.opcode == "parameter" and buf.shape.byte_size == dus.shape.byte_size
+        param, relaid = self._buffer_parameter(self.comp.by_name[dus.operands[0]])
+        if param is None:
+            return False
+        if param.shape.byte_size != dus.shape.byte_size:
+            return False
+        if relaid:
+            a, b = param.shape.layout, dus.shape.layout
+            if a is None or b is None or (a.minor_to_major, a.tiles, a.element_size_bits) != \
+                    (b.minor_to_major, b.tiles, b.element_size_bits) or \
+                    param.shape.dims != dus.shape.dims or \
+                    param.shape.element_type != dus.shape.element_type:
+                return False
+        return True
 
     def has_users(self, name: str) -> bool:
         return bool(self.users.get(name))
@@ -235,8 +304,9 @@ class _FusionAnalysis:
         """Elements of ``value`` that the fusion's kernel actually reads.
 
         Iterative: the demands it depends on (element-preserving users inside the fusion,
-        parameters of nested fusions) are settled first from an explicit stack, deepest
-        first, so chains and nestings of any depth take no Python recursion."""
+        parameters of nested fusions, and for a nested computation's root the demand on the
+        calling fusion's result) are settled first from an explicit stack, deepest first, so
+        chains and nestings of any depth take no Python recursion."""
         hit = self._memo.get(value.name)
         if hit is not None:
             return hit
@@ -254,6 +324,42 @@ class _FusionAnalysis:
             fa._memo[v.name] = fa._demand_one(v)
         return self._memo[value.name]
 
+    # -- the demand on what a nested computation's root leaves to its caller ---------------
+
+    def _outside_values(self, idx: tuple[int, ...]):
+        """(analysis, value) pairs of the parent whose demands make up the demand on root
+        element ``idx`` of this computation, or None when it is read whole: at the top level
+        (a result leaves the kernel whole), or when a user of the calling fusion takes it
+        whole (anything but get-tuple-element of a tuple result)."""
+        if self.parent is None:
+            return None
+        pfa, call = self.parent
+        if idx == ():
+            return [(pfa, call)]
+        if len(idx) != 1 or call.is_root:
+            return None
+        out = []
+        for u, _k in pfa.users.get(call.name, ()):
+            if u.opcode != "get-tuple-element":
+                return None
+            if u.tuple_index == idx[0]:
+                out.append((pfa, u))
+        return out
+
+    def _outside_deps(self, idx: tuple[int, ...], out: list) -> None:
+        vals = self._outside_values(idx)
+        if vals:
+            out.extend((fa, v) for fa, v in vals if v.name not in fa._memo)
+
+    def _outside_demand(self, idx: tuple[int, ...], total: int) -> int:
+        """Elements of root element ``idx`` (of ``total`` elements) that the consumers outside
+        this computation read: all of them at the top level, else what the calling fusion's
+        users in the parent demand of it."""
+        vals = self._outside_values(idx)
+        if vals is None:
+            return total
+        return min(total, sum(fa._memo[v.name] for fa, v in vals))
+
     def _unsettled(self, value: Instruction) -> list[tuple["_FusionAnalysis", Instruction]]:
         """The demands _demand_one(value) reads that are not memoized yet."""
         out: list[tuple[_FusionAnalysis, Instruction]] = []
@@ -261,16 +367,25 @@ class _FusionAnalysis:
         if not vshape.is_array:
             return out
         total = vshape.num_elements
+        nested = self.parent is not None
+        if nested and value.is_root:
+            self._outside_deps((), out)
         for user, k in self.users.get(value.name, ()):
             op = user.opcode
             if k == 0 and op in ("slice", "dynamic-slice", "gather", "pad", "dynamic-update-slice",
                                  "scatter"):
                 continue
             if op in ELEMENT_PRESERVING and user.shape.is_array and user.shape.num_elements == total:
-                if not (user.is_root or user.name in self._root_names) and user.name not in self._memo:
+                if user.is_root:
+                    if nested:
+                        self._outside_deps((), out)
+                elif user.name not in self._memo:
                     out.append((self, user))
+            elif op == "tuple" and user.is_root:
+                if nested:
+                    self._outside_deps((k,), out)
             elif op == "fusion" and user.called_computations:
-                fa = self._nested_analysis(user.called_computations[0])
+                fa = self._nested_analysis(user)
                 p = fa.comp.parameters[k]
                 if p.shape.is_array and p.name not in fa._memo:
                     out.append((fa, p))
@@ -283,7 +398,11 @@ class _FusionAnalysis:
             return 0
         total = vshape.num_elements
         demand = 0
+        if self.parent is not None and value.is_root:
+            demand = self._outside_demand((), total)  # a nested root: as its caller reads it
         for user, k in self.users.get(value.name, ()):
+            if demand >= total:
+                break
             op = user.opcode
             if op in ("slice", "dynamic-slice") and k == 0:
                 d = user.shape.num_elements
@@ -296,20 +415,19 @@ class _FusionAnalysis:
             elif op == "scatter" and k == 0 and user.name in self.inplace:
                 d = min(self.comp.by_name[user.operands[-1]].shape.num_elements, total)
             elif op in ELEMENT_PRESERVING and user.shape.is_array and user.shape.num_elements == total:
-                # a value that leaves the fusion is computed (and its inputs read) in full
-                leaves_fusion = user.is_root or user.name in self._root_names
-                d = total if leaves_fusion else self._memo[user.name]
+                # a result leaves the fusion as far as the consumers outside read it (in full
+                # at the top level); a value inside it, as far as its own users read it
+                d = self._outside_demand((), total) if user.is_root else self._memo[user.name]
+            elif op == "tuple" and user.is_root:
+                d = self._outside_demand((k,), total)
             elif op == "fusion" and user.called_computations:
-                fa = self._nested_analysis(user.called_computations[0])
+                fa = self._nested_analysis(user)
                 p = fa.comp.parameters[k]
                 d = fa._memo[p.name] if p.shape.is_array else total
             else:
                 d = total
             demand += d
-            if demand >= total:
-                demand = total
-                break
-        return demand
+        return min(demand, total)
 
 
 # Fused opcodes that read (or write) less than a whole value: a computation without them
