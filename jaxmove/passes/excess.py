@@ -37,8 +37,11 @@ holds exactly. Causes (``CAUSE_KINDS``; the first that applies):
    host and device memory), ``split_k_partials`` (a Triton gemm fusion with ``split_k`` > 1,
    or whose root dot's ``[S, M, N]`` result every consumer sums over S: its partial sums,
    written and read back), ``dot_as_multiply_reduce`` (a dot with a 1-row operand that XLA
-   compiled as a multiply kernel whose product a reduce kernel reads back), and the copy kernels -- ``copy`` / ``transpose``
-   / ``convert`` / ``reshape``, or a fusion whose root is a chain of them from one parameter:
+   compiled as a multiply kernel whose product a reduce kernel reads back) -- these two are
+   causes of what the kernel writes: its operand reads are compulsory as any kernel's (a
+   split-K gemm reads its weight as the gemm would) --, and the copy kernels -- ``copy`` /
+   ``transpose`` / ``convert`` / ``reshape``, or a fusion whose root (or, multi-output, every
+   root element) is a chain of them from one parameter:
    ``not_donated`` when the copy is of a parameter whose update the program returns (XLA
    copies an argument it may not overwrite), else ``layout_change`` or ``dtype_conversion``;
    a (dynamic-)slice kernel of a parameter or of a copy of one (XLA:TPU copies a scanned
@@ -46,7 +49,8 @@ holds exactly. Causes (``CAUSE_KINDS``; the first that applies):
    read is the parameter's compulsory read, the window's write and read-back are no spill.
    An in-place update of a copy of an updated parameter (copied into another layout or into
    VMEM, updated, copied back) is the compulsory update write; an update made on chip is
-   credited to the kernel that writes the result back to HBM.
+   credited to the kernel that writes the result back to HBM. A result that updates a
+   parameter in a buffer of its own (rebuilt whole) is read from the parameter's read budget.
 3. A read of a copy of a buffer beyond that buffer's footprint: the copy's cause.
 4. The buffer: a parameter read again beyond its footprint, or a spilled intermediate read
    more often than written, is ``re_read`` (the same buffer read by several kernels, or in
@@ -94,6 +98,9 @@ _HBM_READ, _HBM_WRITE = "hbm_to_onchip", "onchip_to_hbm"
 # causes of a kernel's own kind: program-wide, no subject
 _NO_SUBJECT_CAUSES = frozenset({"rematerialization", "split_k_partials", "dot_as_multiply_reduce",
                                 "host_round_trip"})
+# kernel causes of what a kernel writes (its partial sums, its product): its own operand reads are
+# compulsory as any kernel's (a split-K gemm reads its weight as the gemm would)
+_WRITE_ONLY_CAUSES = frozenset({"split_k_partials", "dot_as_multiply_reduce"})
 _COPY_OPS = frozenset({"copy", "transpose", "convert", "reshape", "bitcast-convert"})
 _FUSED_COPY_OPS = _COPY_OPS | {"bitcast"}
 # a window of a buffer copied out (a copy kernel only when the buffer is a parameter or a copy of one)
@@ -450,6 +457,29 @@ def _fused_copy_kind(instr: Instruction, fused: Computation, module: Module) -> 
     return ("dtype_conversion" if dtype else "slice_copy" if sliced else "layout_change"), k, sliced
 
 
+def _tuple_copy_kinds(instr: Instruction, fused: Computation, module: Module) -> list | None:
+    """Copy kinds of a multi-output fusion every root leaf of which is a copy chain from a
+    parameter (``_fused_copy_kind`` per element: XLA:GPU slices a scanned layer's K and V
+    windows out of the stacked caches in one ``(bf16[1,...], bf16[1,...])`` fusion): a list of
+    (leaf position, kind, source operand, takes a window), else None (any element computed)."""
+    root, shape = fused.root, instr.shape
+    if not shape.is_tuple or len(root.operands) != len(shape.tuple_shapes):
+        return None
+    out = []
+    for e, o in enumerate(root.operands):
+        leaf = fused.by_name.get(o)
+        if leaf is None or not leaf.shape.is_array or not shape.tuple_shapes[e].is_array:
+            return None
+        if _through_bitcast(fused, leaf).opcode == "parameter":
+            return None  # a parameter passed through (or bitcast): no copy
+        k, dtype, sliced = _fused_chain(module, fused, leaf, _FUSED_CHAIN_OPS)
+        if k is None or k >= len(instr.operands):
+            return None
+        out.append((shape.leaf_offsets[e],
+                    "dtype_conversion" if dtype else "slice_copy" if sliced else "layout_change", k, sliced))
+    return out or None
+
+
 def _resolve_copy(droot: tuple, copies: dict, param_root: dict) -> tuple | None:
     """(origin root, width num, den, kind, row) of the copy kernel writing ``droot``: its
     source followed through the copies it is one of (``copies``: droot -> (source root,
@@ -726,7 +756,7 @@ def _classify(instr: Instruction, comp: Computation, module: Module, t) -> tuple
         # (_is_dot_as_multiply_reduce asks the op_name for dot_general first: asked here)
         if multiply and "dot_general" in md_text and _is_dot_as_multiply_reduce(instr, comp, module):
             return "dot_as_multiply_reduce", None
-        return None, None  # (a tuple root is no copy)
+        return None, _tuple_copy_kinds(instr, fused, module)
     base = root  # the root through bitcast/convert
     bitcasts = True  # the way has bitcasts only (then _through_bitcast(root) is base)
     while True:
@@ -1095,7 +1125,7 @@ class _Excess:
         # and each such row's kernel cause or copy kind (_classify: of the row alone), in the
         # same pass; the copy kernels' buffers are resolved below, after the unions
         kcause: dict[int, str] = {}
-        copy_rows: list[tuple[int, tuple]] = []  # (row number, _classify's copy kind)
+        copy_rows: list[tuple[int, tuple, int]] = []  # (row number, copy kind, result leaf)
         computations = module.computations
         cname = None
         for k, r in enumerate(rows):
@@ -1114,7 +1144,10 @@ class _Excess:
                 if c is not None:
                     kcause[k] = c
                 elif ck is not None:
-                    copy_rows.append((k, ck))
+                    if isinstance(ck, list):  # a multi-output copy fusion: each element a copy
+                        copy_rows.extend((k, (kind, src_k, sliced), pos) for pos, kind, src_k, sliced in ck)
+                    else:
+                        copy_rows.append((k, ck, 0))
             elif t.inplace_buffer_bytes and r.instr.opcode == "fusion":
                 inplace.add((r.computation, r.instr.name))
             if r.collective is not None:
@@ -1184,7 +1217,7 @@ class _Excess:
         derived: dict[tuple, tuple] = {}
         copies: dict[tuple, tuple] = {}   # copy kernels' buffers: (source root, num, den, kind, row, sliced)
         cname = None
-        for k, (kind, src_k, sliced) in copy_rows:
+        for k, (kind, src_k, sliced), pos in copy_rows:
             r = rows[k]
             instr = r.instr
             if r.computation is not cname:  # (rows come computation by computation)
@@ -1195,13 +1228,14 @@ class _Excess:
             p = parent.get(sroot)
             if p is not None:
                 sroot = p if p not in parent else find(sroot)
-            droot = (cname, instr.name, 0)
+            droot = (cname, instr.name, pos)
             p = parent.get(droot)
             if p is not None:
                 droot = p if p not in parent else find(droot)
             if droot in param_root:
                 continue  # writes into a parameter's own buffer: not a copy of it
-            copies[droot] = (sroot, instr.shape.element_bits, src.shape.element_bits, kind, k, sliced)
+            dshape = instr.shape if not instr.shape.is_tuple else _leaf_shapes(instr.shape)[pos]
+            copies[droot] = (sroot, dshape.element_bits, src.shape.element_bits, kind, k, sliced)
         # chains of copies lead to their origin (in any row order: a layout copy before a loop,
         # a slice of it inside); a window copied out of an intermediate is no copy kernel (the
         # intermediate's own rules decide), one of a parameter or of a copy of one is
@@ -1240,6 +1274,13 @@ class _Excess:
         special.update(out_root)
         special.update(derived)
         special.update(update_of)
+        # a result that updates a parameter in a buffer of its own (XLA:CPU rebuilds a donated
+        # cache: dynamic-update-slice in a fusion that writes it whole): reading it back reads
+        # the parameter (and its update), so it draws on the parameter's read budget
+        leaf_root = {(pnum, j): proot for proot, (pnum, j, _leaf) in param_root.items()}
+        budget_root = {oroot: leaf_root[(pnum, 0)] for oroot, pnum in update_of.items()
+                       if oroot not in param_root and (pnum, 0) in leaf_root}
+        self.budget_root = budget_root
         cap = self.capacity
         ledger = self.ledger
         roles = self.roles
@@ -1280,8 +1321,10 @@ class _Excess:
             operands = instr.operands
             key = (cname, instr.name)
             kc = kc_of[k]
-            # (a dot computed as multiply + reduce reads its operands as the dot would: compulsory)
-            prio = 0 if kc is None or kc == "dot_as_multiply_reduce" else (2 if kc == "rematerialization" else 1)
+            # the cause of the kernel's reads: a split-K gemm, or a dot computed as multiply +
+            # reduce, reads its operands as the dot would (compulsory; only its output is excess)
+            rkc = None if kc in _WRITE_ONLY_CAUSES else kc
+            prio = 0 if rkc is None else (2 if kc == "rematerialization" else 1)
             for a in t_reads:
                 ms = a.memory_space
                 if ms:  # not HBM (0)
@@ -1289,8 +1332,8 @@ class _Excess:
                         continue
                     if ms == HOST_MEMORY_SPACE:
                         phys = a.nbytes * count
-                        add(None, "host_to_device", phys, phys if kc is None else 0, phys,
-                            kc or "host_round_trip", "", k)
+                        add(None, "host_to_device", phys, phys if rkc is None else 0, phys,
+                            rkc or "host_round_trip", "", k)
                         continue
                 oname = operands[a.operand]
                 # the leaf's shape only where a rule asks (a tuple index, no logical size, an
@@ -1329,7 +1372,7 @@ class _Excess:
                     if cap is not None and (leaf if leaf is not None else by_name[oname].shape).logical_byte_size <= cap:
                         # an intermediate that fits on chip: reading it back is excess
                         add(role, _HBM_READ, phys, 0, logical,
-                            kc if kc is not None else produced_cause.get(root, no_cause), "", k)
+                            rkc if rkc is not None else produced_cause.get(root, no_cause), "", k)
                         continue
                     if prio == 0 and (not produced_cause or root not in produced_cause):
                         wt = tally.get(root)
@@ -1351,9 +1394,11 @@ class _Excess:
                 elif root in derived:  # (derived buffers are special)
                     broot, num, den = derived[root][0], derived[root][1], derived[root][2]
                     units = logical * den // num if num else logical
-                    reads[broot].append((prio, units, logical, k, role, phys, root))
+                    reads[budget_root.get(broot, broot) if budget_root else broot].append(
+                        (prio, units, logical, k, role, phys, root))
                 else:
-                    reads[root].append((prio, logical, logical, k, role, phys, root))
+                    reads[budget_root.get(root, root) if budget_root else root].append(
+                        (prio, logical, logical, k, role, phys, root))
             if t_writes:
                 out_roles = roles[key]
                 shape = instr.shape
@@ -1615,6 +1660,8 @@ class _Excess:
                 else:
                     comp_b = 0
                 kind = kcause.get(k)
+                if kind in _WRITE_ONLY_CAUSES:
+                    kind = None  # (its reads are a kernel's like any other: the buffer's cause)
                 subj = subject
                 if kind is None:
                     kind = kcause.get(derived[root][4], derived[root][3]) if root in derived else own
