@@ -124,3 +124,102 @@ def test_a_wrong_compulsory_figure_fails_its_check(cc, tiny_records):
     checks = {c.name: c for c in cc.check_report(_Rep(), cf, "gpu")}
     assert checks["compulsory_weights"].ok is False and "x the closed form" in checks["compulsory_weights"].reason
     assert checks["identity"].ok is True
+
+
+# ---- full size: the programs people run (issue 23: the bugs showed only there) -------------
+
+FULL = [
+    # Llama-3-8B decode at batch 32, cache 8192 on h100-sxm (issue 23.3: compulsory KV was 96 GiB;
+    # the closed form is 32 GiB read + 4 MiB written)
+    ("llama3-8b-decode", "full", "h100", "single", {}),
+    # a full-size scanned int8 decode (int8 weights and KV) under tp on TPU v5e (issue 23.1: the
+    # stacked int8 weights were charged whole in every iteration)
+    ("llama3-8b-decode", "full", "tpu-v5e", "tp", {"scan_layers": "true", "weights_dtype": "int8", "kv_dtype": "int8"}),
+]
+
+
+@pytest.fixture(scope="module")
+def full_records(dc, tmp_path_factory):
+    pytest.importorskip("libtpu", reason="libtpu is not installed (pip install jaxmove[tpu])")
+    tmp = tmp_path_factory.mktemp("corpus_full")
+    out = {}
+    for preset, size, target, plan, extra in FULL:
+        try:
+            text, _ = dc.compile_program(preset, size, target, plan, extra)
+        except Exception as e:  # noqa: BLE001 - a target this machine cannot compile for
+            pytest.skip(f"cannot compile {preset} for {target}: {type(e).__name__}: {e}")
+        p = tmp / f"{target}_{plan}.hlo"
+        p.write_text(text)
+        out[target] = dc.analyse_text(p, target, dc.program_closed_forms(preset, size, target, plan, extra))
+    return out
+
+
+def test_full_llama3_8b_decode_kv_is_the_closed_form(full_records):
+    rec = full_records["h100"]
+    # 32 layers x (k, v) x batch 32 x 8 kv heads x 8192 x head_dim 128 x 2 bytes, + one position
+    kv_read = 32 * 2 * 32 * 8 * 8192 * 128 * 2
+    assert kv_read == 32 * 2**30
+    kv = next(c for c in rec["checks"] if c["name"] == "compulsory_kv_cache")
+    assert kv["expected"] == kv_read + kv_read // 8192 == 32 * 2**30 + 4 * 2**20
+    assert kv["ok"], kv
+    assert not [c for c in rec["checks"] if c["ok"] is False]
+
+
+def test_full_scanned_int8_decode_on_tpu(full_records):
+    rec = full_records["tpu-v5e"]
+    failed = [c for c in rec["checks"] if c["ok"] is False]
+    assert not failed, failed
+    w = next(c for c in rec["checks"] if c["name"] == "compulsory_weights")
+    # int8 weights: about 7.5e9 parameters at one byte, over 4 chips (tp), not charged per
+    # iteration: the per-device read is between a quarter and a half of 8 GB
+    assert 7.0e9 / 4 < w["got"] < 8.1e9 / 2
+
+
+def test_full_size_fp8_weight_gemm_on_h100(tmp_path):
+    # one full-size Llama-3-8B MLP GEMM of a batch-32 decode with fp8 weights, compiled for h100:
+    # the weight is read at 1 byte, and its time is its HBM bytes' (memory-bound), not 2 bytes'
+    import os
+    jax = pytest.importorskip("jax")
+    import jax.numpy as jnp
+    from jax.experimental import topologies
+
+    import jaxmove
+    from jaxmove._platform import quiet_stderr
+    from jaxmove.capture.targets import gpu_target_config
+    from jaxmove.hardware import load_spec
+
+    os.environ.setdefault("JAX_PLATFORMS", "cpu")
+    spec = load_spec("h100-sxm")
+    try:
+        with quiet_stderr():
+            dev = topologies.get_topology_desc("h100", "cuda", target_config=gpu_target_config(spec),
+                                               topology="1x1x1").devices[0]
+    except Exception as e:  # noqa: BLE001
+        pytest.skip(f"deviceless GPU compilation unavailable: {e}")
+    sh = jax.sharding.SingleDeviceSharding(dev)
+    m, k, n = 32, 4096, 14336
+    x = jax.ShapeDtypeStruct((m, k), jnp.bfloat16, sharding=sh)
+    w = jax.ShapeDtypeStruct((k, n), jnp.float8_e4m3fn, sharding=sh)
+    with quiet_stderr():
+        text = jax.jit(lambda x, w: x @ w.astype(jnp.bfloat16)).lower(x, w).compile().as_text()
+    p = tmp_path / "fp8.hlo"
+    p.write_text(text)
+    r = jaxmove.analyze(str(p), hardware="h100-sxm")
+    # compulsory: the fp8 weight at 1 byte, x and y in bf16
+    closed = k * n * 1 + (m * k + m * n) * 2
+    assert r.excess.compulsory_bytes == closed
+    t = r.times
+    gemm = [row for row in t.rows.values() if any(x.startswith("GPU GEMM model") for x in row.notes)]
+    assert len(gemm) == 1
+    # XLA:GPU splits K (its f32 partial sums are written by the gemm and read by a reduction):
+    # the gemm fusion reads x and w at their stored widths and writes s x m x n f32 partials
+    dims = r.module.entry.by_name[gemm[0].name].shape.dims
+    split = dims[0] if len(dims) == 3 else 1
+    gemm_bytes = k * n + m * k * 2 + split * m * n * 4
+    assert gemm[0].hbm_bytes == gemm_bytes
+    assert gemm[0].memory_time_s == pytest.approx(gemm_bytes / spec.hbm_bytes_per_s, rel=0.02)
+    if split > 1:  # the partials are excess and activations, never weights (issue 23.4)
+        # written by the gemm and read back by the reduction
+        assert r.excess.bytes_of("split_k_partials") == 2 * split * m * n * 4
+        cause = r.excess.cause("split_k_partials")
+        assert cause.by_role.get("weights", 0) == 0
