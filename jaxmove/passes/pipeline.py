@@ -18,6 +18,7 @@ from typing import TYPE_CHECKING
 from .._perf import gc_paused, slots_constructor
 from ..errors import Unmodeled
 from ..hlo import Computation, Instruction, Module
+from .analysis import InstructionCost, ModuleAnalysis
 from .callgraph import post_order
 from .collectives import CollectiveError, CollectiveInfo, collective_info, collective_kind
 from .cost import ACCESS_SLOTS, FIELD_INDEX, N_FIELDS, NOT_HBM_MEMORY_SPACES, ZERO_COST, Cost
@@ -42,62 +43,12 @@ if TYPE_CHECKING:
 PASS_FAILURE = "no pass rule could cost this instruction"
 
 
-@dataclass(frozen=True, slots=True)
-class InstructionCost:
-    """One kernel-level instruction: its cost per execution and per program run.
-
-    Attributes:
-      instr: the instruction; computation: its computation's name.
-      multiplicity: executions per program run.
-      per_execution: Cost of one execution; total: per_execution * multiplicity.count.
-      traffic: the traffic pass's accesses; flop_count: the flops pass's result.
-      unmodeled: reasons this instruction's figures are incomplete (empty when modeled).
-      notes: how the figures were derived where it is not obvious (in-place updates...).
-      collective: the collective it runs (groups, wire bytes per execution), or None;
-        its wire bytes are ``per_execution.device_to_device_bytes``.
-    """
-
-    instr: Instruction
-    computation: str
-    multiplicity: Multiplicity
-    per_execution: Cost
-    total: Cost
-    traffic: InstrTraffic
-    flop_count: FlopCount
-    unmodeled: tuple[str, ...]
-    notes: tuple[str, ...]
-    collective: CollectiveInfo | None = None
-
-
 # InstructionCost(*fields), positional, without the frozen __init__ (one per row)
 _new_row = slots_constructor(InstructionCost)
 # Opcodes that move nothing (traffic NO_TRAFFIC), compute nothing (flops ZERO) and run no
 # collective: their cost is ZERO_COST, and analyze_module fills their rows without the passes.
 _NOTHING_TO_COST = frozenset(op for op in FREE_RULE_OPCODES & ZERO_RULE_OPCODES
                              if collective_kind(op) is None)
-
-
-@dataclass
-class ModuleAnalysis:
-    """Everything ``analyze_module`` computed for one module: its rows, the program totals, the
-    multiplicity of each computation, notes, the roles pass's RoleMap (which later passes such as
-    ``passes/excess.py`` read) and the branch of each conditional the totals count."""
-
-    module: Module
-    rows: list[InstructionCost]
-    totals: Cost
-    multiplicity: dict[str, Multiplicity]
-    notes: list[str] = field(default_factory=list)
-    roles: RoleMap | None = None
-    # (computation, conditional instruction name) -> the branch computation the totals count
-    branches: dict[tuple[str, str], str] = field(default_factory=dict)
-    # while loops whose trip count is neither given nor derived (bodies counted once):
-    # {"computation", "while", "why"} each (Report.unknown_trip_loops)
-    unknown_trip_loops: tuple[dict, ...] = ()
-
-    @property
-    def unmodeled(self) -> list[InstructionCost]:
-        return [r for r in self.rows if r.unmodeled]
 
 
 def instruction_cost(instr: Instruction, comp: Computation, roles: RoleMap, traffic: InstrTraffic,

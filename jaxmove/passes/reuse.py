@@ -22,7 +22,7 @@ from .cost import hbm_access_bytes
 from .traffic import FREE_OPCODES, InstrTraffic, instruction_traffic
 
 if TYPE_CHECKING:
-    from .pipeline import ModuleAnalysis
+    from .analysis import ModuleAnalysis
 
 TILING_SOURCE = ("tiled-matmul I/O bound 2·M·N·K/sqrt(S) + M·N (Hong & Kung 1981; Irony, Toledo & "
                  "Tiskin 2004; Kwasniewski et al. SC 2019), output-stationary a×a tiles, "

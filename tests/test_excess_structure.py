@@ -1,0 +1,68 @@
+"""The structure of the passes (issue 28): no pass imports the pipeline (the pipeline imports
+the passes; ModuleAnalysis lives in passes/analysis.py), so pipeline <-> reuse <-> timing <->
+excess is no import circle. Read from the source with ast: every ``from .x import`` counts,
+inside functions and under TYPE_CHECKING too."""
+
+from __future__ import annotations
+
+import ast
+from pathlib import Path
+
+PASSES = Path(__file__).resolve().parents[1] / "jaxmove" / "passes"
+
+
+def _imports(path: Path) -> set[str]:
+    """Modules under jaxmove/passes that ``path`` imports (its relative imports), dotted
+    from jaxmove/passes (``excess.rules`` for passes/excess/rules.py)."""
+    pkg = list(path.parent.relative_to(PASSES).parts)
+    out = set()
+    for node in ast.walk(ast.parse(path.read_text())):
+        if not isinstance(node, ast.ImportFrom) or not node.level or node.level - 1 > len(pkg):
+            continue  # absolute, or above jaxmove/passes
+        base = pkg[:len(pkg) - (node.level - 1)]
+        if node.module:
+            out.add(".".join([*base, *node.module.split(".")]))
+        else:
+            out.update(".".join([*base, a.name]) for a in node.names)
+    return out
+
+
+def _graph() -> dict[str, set[str]]:
+    g = {}
+    for f in PASSES.rglob("*.py"):
+        rel = f.relative_to(PASSES).with_suffix("")
+        name = ".".join(rel.parts[:-1]) if rel.name == "__init__" else ".".join(rel.parts)
+        g[name] = _imports(f) - {name}
+    return g
+
+
+def test_no_pass_imports_the_pipeline():
+    g = _graph()
+    assert "analysis" in g and "pipeline" in g
+    importers = sorted(m for m, deps in g.items() if "pipeline" in deps and m != "pipeline")
+    assert importers == []
+
+
+def test_no_import_circle_through_the_pipeline_or_the_excess_pass():
+    g = _graph()
+    # (passes/analysis.py imports only the passes that build rows; a circle of flops/traffic
+    # -> pallas -> timing -> reuse, through pallas.py's lazy import of timing, is not this one)
+    consumers = {"pipeline", "reuse", "timing", "first_touch"} | {m for m in g if m.split(".")[0] == "excess"}
+    assert not g["analysis"] & consumers
+    watched = {m for m in g if m == "pipeline" or m.split(".")[0] == "excess"}
+
+    def reaches(start: str, goal: str) -> bool:
+        seen, stack = set(), [start]
+        while stack:
+            m = stack.pop()
+            for d in g.get(m, ()):
+                while d not in g and "." in d:  # a name imported from a package
+                    d = d.rsplit(".", 1)[0]
+                if d == goal:
+                    return True
+                if d not in seen and d in g:
+                    seen.add(d)
+                    stack.append(d)
+        return False
+
+    assert sorted(m for m in watched if reaches(m, m)) == []
