@@ -191,6 +191,11 @@ class HardwareSpec:
       hbm_bytes_per_s: peak HBM (device DRAM; host DRAM for CPUs) bandwidth, bytes/s.
       hbm_capacity_bytes: HBM capacity, bytes.
       kernel_launch_overhead_s: fixed cost per kernel (HLO fusion / custom call), s.
+      command_buffer_launch_overhead_s: GPU only: the gap before each kernel that runs inside a
+        command buffer (a CUDA graph XLA:GPU records for a run of at least 5 fusions / library
+        calls), replacing ``kernel_launch_overhead_s`` for it; the command buffer's own launch
+        costs one ``kernel_launch_overhead_s`` (passes/timing.py ``command_buffer_runs``), s.
+        Optional: without it every kernel pays ``kernel_launch_overhead_s``.
       devices_per_node: devices sharing one host / NVLink domain.
       intra_node_bytes_per_s: device-to-device bandwidth inside a node (NVLink, or
         the sum over a TPU chip's ICI links), per device per direction, bytes/s.
@@ -252,6 +257,7 @@ class HardwareSpec:
     first_touch_bytes_per_s: float | None = dataclasses.field(default=None, metadata=_meta("bytes/s"))
     mmap_threshold_bytes: int | None = dataclasses.field(default=None, metadata=_meta("bytes"))
     dispatch_overhead_s: float | None = dataclasses.field(default=None, metadata=_meta("s"))
+    command_buffer_launch_overhead_s: float | None = dataclasses.field(default=None, metadata=_meta("s"))
     target: Mapping[str, str | int] = dataclasses.field(
         default_factory=dict, metadata=_meta("", numeric=False)
     )

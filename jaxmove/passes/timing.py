@@ -57,6 +57,12 @@ class InstructionTime:
       first_touch_s: that time per program run (0 when the spec has no such term).
       gemm_fixed_s: the GPU GEMM model's fixed per-kernel cost per program run, part of
         ``overhead_s`` (0 for kernels that model does not time).
+      launch_gap_s: the launch part of ``overhead_s`` per program run: the spec's
+        ``kernel_launch_overhead_s``, or inside a GPU command buffer its
+        ``command_buffer_launch_overhead_s`` (plus one ``kernel_launch_overhead_s`` for the command
+        buffer's launch on its first kernel). ``est_time_s - launch_gap_s`` is the kernel's
+        duration, what a profiler's kernel table shows.
+      in_command_buffer: the kernel runs inside a command buffer (``command_buffer_runs``).
     """
 
     computation: str
@@ -79,6 +85,13 @@ class InstructionTime:
     first_touch_bytes: int = 0
     first_touch_s: float = 0.0
     gemm_fixed_s: float = 0.0
+    launch_gap_s: float = 0.0
+    in_command_buffer: bool = False
+
+    @property
+    def duration_s(self) -> float:
+        """The kernel's duration per program run: ``est_time_s`` less its launch gaps."""
+        return self.est_time_s - self.launch_gap_s
 
 
 @dataclass
@@ -103,6 +116,12 @@ class TimeEstimate:
       dispatch_overhead_s: the spec's per-call host dispatch, included once in
         ``est_time_s`` (0 when the spec has none); not part of ``serial_time_s``.
       first_touch: the FirstTouch analysis the memory times used.
+      launch_gap_s: the launch part of ``overhead_s`` (sum of the rows' ``launch_gap_s``); the
+        rest of ``overhead_s`` is the GPU GEMM model's fixed per-kernel cost, part of the
+        kernels' durations.
+      kernel_duration_s: ``serial_time_s - launch_gap_s``: the kernels' durations summed.
+      command_buffers: GPU command buffers launched per program run (``command_buffer_runs``).
+      command_buffer_kernels: kernels per program run that run inside them.
     """
 
     spec_name: str
@@ -121,6 +140,10 @@ class TimeEstimate:
     notes: list[str] = field(default_factory=list)
     dispatch_overhead_s: float = 0.0
     first_touch: FirstTouch | None = None
+    launch_gap_s: float = 0.0
+    kernel_duration_s: float = 0.0
+    command_buffers: int = 0
+    command_buffer_kernels: int = 0
 
     def row(self, computation: str, name: str) -> InstructionTime:
         return self.rows[(computation, name)]
@@ -318,7 +341,8 @@ def _launches_kernel(instr: Instruction) -> bool:
 
 
 def instruction_time(row, module: Module, spec, reuse: ReuseAnalysis,
-                     first_touch_bytes: int = 0) -> InstructionTime:
+                     first_touch_bytes: int = 0, launch_s: float | None = None,
+                     in_command_buffer: bool = False) -> InstructionTime:
     """The roofline time of one pipeline row, per execution (then x multiplicity):
 
         compute_time = sum over its dots/convolutions of flops / peak(dtype, precision)
@@ -333,7 +357,9 @@ def instruction_time(row, module: Module, spec, reuse: ReuseAnalysis,
       On GPU specs a tensor-core GEMM is timed by its tiles (hardware/gpu_gemm.py).
     * Vector peak: the spec's ``f32`` figure (NVIDIA: CUDA cores); a transcendental counts one
       operation (a lower bound). Specs without it (TPUs) leave vector work unmodeled.
-    * Launch overhead: once per instruction that launches a kernel (not a free opcode).
+    * Launch overhead: once per instruction that launches a kernel (not a free opcode):
+      ``launch_s`` per execution when given (a kernel inside a GPU command buffer,
+      ``command_buffer_runs``), else the spec's ``kernel_launch_overhead_s``.
     * ``first_touch_bytes``: bytes per program run it writes into freshly mapped pages
       (``passes/first_touch.py``); timed only when the spec has ``first_touch_bytes_per_s``.
     * ``bound``: the largest term, or ``overhead`` when the launch overhead exceeds all three;
@@ -389,7 +415,11 @@ def instruction_time(row, module: Module, spec, reuse: ReuseAnalysis,
         net, why = network_time(row, comp, module, spec)
         if why:
             unmodeled.append(why)
-    overhead = spec.kernel_launch_overhead_s if _launches_kernel(instr) else 0.0
+    if not _launches_kernel(instr):
+        launch = 0.0
+    else:
+        launch = spec.kernel_launch_overhead_s if launch_s is None else launch_s
+    overhead = launch
     if gemm is not None:
         overhead += gemm[1]
     gemm_fixed = gemm[1] if gemm is not None else 0.0
@@ -408,7 +438,121 @@ def instruction_time(row, module: Module, spec, reuse: ReuseAnalysis,
         None if comp_t is None else comp_t * mult, mem * mult,
         None if net is None else net * mult, overhead * mult, bound, ai, hbm * mult,
         pe.flops * mult, per_exec, key, tuple(dict.fromkeys(unmodeled)), tuple(dict.fromkeys(notes)),
-        first_touch_bytes if ft_s else 0, ft_s * mult, gemm_fixed * mult)
+        first_touch_bytes if ft_s else 0, ft_s * mult, gemm_fixed * mult, launch * mult,
+        in_command_buffer and launch > 0.0)
+
+
+# ---- GPU command buffers ----------------------------------------------------------------
+
+#: XLA:GPU's defaults (xla/debug_options_flags.cc): ``xla_gpu_enable_command_buffer`` = FUSION,
+#: CUBLAS, CUBLASLT, CUSTOM_CALL, CUDNN, DYNAMIC_SLICE_FUSION (not COLLECTIVES, WHILE or
+#: CONDITIONAL), and ``xla_gpu_graph_min_graph_size`` = 5: a run of at least 5 such commands
+#: in one computation's schedule is recorded as one command buffer (CUDA graph)
+#: (xla/service/gpu/transforms/command_buffer_scheduling.cc).
+COMMAND_BUFFER_MIN_SIZE = 5
+COMMAND_BUFFER_DEFAULT_TYPES = frozenset({"FUSION", "CUBLAS", "CUBLASLT", "CUSTOM_CALL", "CUDNN",
+                                          "DYNAMIC_SLICE_FUSION"})
+
+
+@dataclass(frozen=True, slots=True)
+class CommandBufferConfig:
+    """What XLA:GPU records into command buffers: the ``xla_gpu_enable_command_buffer`` types
+    and ``xla_gpu_graph_min_graph_size`` (defaults: ``COMMAND_BUFFER_DEFAULT_TYPES``, 5)."""
+
+    types: frozenset = COMMAND_BUFFER_DEFAULT_TYPES
+    min_size: int = COMMAND_BUFFER_MIN_SIZE
+
+    @classmethod
+    def from_xla_flags(cls, xla_flags: str | None = None) -> "CommandBufferConfig":
+        """The config the XLA flags give (``os.environ["XLA_FLAGS"]`` when None): a program
+        compiled with ``--xla_gpu_enable_command_buffer=`` (empty: none) runs every kernel from
+        the stream, as a runtime without CUDA graphs does. Unknown flags are ignored."""
+        import os
+        import shlex
+
+        text = os.environ.get("XLA_FLAGS", "") if xla_flags is None else xla_flags
+        types, size = COMMAND_BUFFER_DEFAULT_TYPES, COMMAND_BUFFER_MIN_SIZE
+        try:
+            words = shlex.split(text)
+        except ValueError:
+            words = text.split()
+        for w in words:
+            key, eq, val = w.partition("=")
+            if not eq:
+                continue
+            if key == "--xla_gpu_enable_command_buffer":
+                items = {v.strip().upper() for v in val.split(",") if v.strip()}
+                if any(v[:1] in "+-" for v in items):  # +TYPE / -TYPE edit the defaults
+                    cur = set(types)
+                    for v in items:
+                        (cur.add if v[0] == "+" else cur.discard)(v[1:])
+                    types = frozenset(cur)
+                else:
+                    types = frozenset(items)
+            elif key == "--xla_gpu_graph_min_graph_size" and val.strip().isascii() and val.strip().isdigit():
+                size = max(1, int(val))
+        return cls(types, size)
+
+    def is_command(self, instr: Instruction) -> bool:
+        """A fusion (FUSION) or a library call (cuBLAS: CUBLAS / CUBLASLT, cuDNN: CUDNN, any
+        other custom call: CUSTOM_CALL) of an enabled type."""
+        if instr.opcode == "fusion":
+            return "FUSION" in self.types
+        if instr.opcode != "custom-call":
+            return False
+        target = (instr.custom_call_target or "").lower()
+        if "cublaslt" in target:
+            return "CUBLASLT" in self.types
+        if "cublas" in target:
+            return "CUBLAS" in self.types
+        if "cudnn" in target:
+            return "CUDNN" in self.types
+        return "CUSTOM_CALL" in self.types
+
+
+def command_buffer_runs(comp: Computation, module: Module,
+                        config: CommandBufferConfig | None = None) -> list[list[str]]:
+    """The runs of ``comp``'s schedule XLA:GPU records as command buffers: maximal runs of
+    consecutive fusions / custom calls (instructions that move nothing, such as bitcast,
+    tuple, get-tuple-element, parameter, constant, neither join nor break a run; anything else
+    ends it: collectives, while, conditional, copies, async pairs), kept when at least
+    ``COMMAND_BUFFER_MIN_SIZE`` long. Fusion computations have none (their instructions are
+    the fusion's kernel). ``config``: the enabled types and minimum size (default: XLA's
+    defaults as changed by ``XLA_FLAGS``, ``CommandBufferConfig.from_xla_flags``). Returns the
+    instruction names of each run, in schedule order."""
+    config = config if config is not None else CommandBufferConfig.from_xla_flags()
+    runs: list[list[str]] = []
+    cur: list[str] = []
+    for instr in schedule_order(comp, module):
+        if config.is_command(instr):
+            cur.append(instr.name)
+        elif instr.opcode in FREE_OPCODES:
+            continue
+        else:
+            if len(cur) >= config.min_size:
+                runs.append(cur)
+            cur = []
+    if len(cur) >= config.min_size:
+        runs.append(cur)
+    return runs
+
+
+def _command_buffer_launches(module: Module, spec, computations) -> dict[tuple[str, str], float]:
+    """(computation, instruction) -> launch overhead per execution of each kernel that runs in
+    a command buffer: the spec's ``command_buffer_launch_overhead_s``, and for a run's first
+    kernel also one ``kernel_launch_overhead_s`` (the command buffer's launch). Empty unless
+    the spec is a GPU's with ``command_buffer_launch_overhead_s``."""
+    gap = getattr(spec, "command_buffer_launch_overhead_s", None)
+    if spec.kind != "gpu" or not gap:
+        return {}
+    out: dict[tuple[str, str], float] = {}
+    config = CommandBufferConfig.from_xla_flags()
+    for cname in computations:
+        comp = module.computations[cname]
+        for run in command_buffer_runs(comp, module, config):
+            for k, name in enumerate(run):
+                out[(cname, name)] = gap + (spec.kernel_launch_overhead_s if k == 0 else 0.0)
+    return out
 
 
 # ---- schedule ---------------------------------------------------------------------------
@@ -551,17 +695,19 @@ def estimate_times(analysis, spec, reuse: ReuseAnalysis | None = None,
     unmodeled: list[str] = []
     ft = first_touch if first_touch is not None else first_touch_pass(
         analysis, spec, schedule_order(module.entry, module))
+    sequential = list(post_order(module, [module.entry.name],
+                                 lambda i: i.opcode in ("while", "call", "conditional", "async-start")))
+    cb = _command_buffer_launches(module, spec, sequential)
     for row in analysis.rows:
-        it = instruction_time(row, module, spec, reuse,
-                              ft.rows.get((row.computation, row.instr.name), 0))
+        key = (row.computation, row.instr.name)
+        it = instruction_time(row, module, spec, reuse, ft.rows.get(key, 0), cb.get(key), key in cb)
         rows[(row.computation, row.instr.name)] = it
         for why in it.unmodeled:
             unmodeled.append(f"{row.instr.name}: {why}")
     walker = _Walker(module, rows, analysis.branches)
     dispatch = getattr(spec, "dispatch_overhead_s", None) or 0.0
     # callees first (iterative), so comp_time finds every callee memoized and never recurses
-    for cname in post_order(module, [module.entry.name],
-                            lambda i: i.opcode in ("while", "call", "conditional", "async-start")):
+    for cname in sequential:
         walker.comp_time(cname)
     total = walker.comp_time(module.entry.name, record=True) + dispatch
     vals = rows.values()
@@ -570,6 +716,12 @@ def estimate_times(analysis, spec, reuse: ReuseAnalysis | None = None,
     net_s = sum(r.network_time_s or 0.0 for r in vals)
     over_s = sum(r.overhead_s for r in vals)
     kernels = sum(r.multiplicity for r in vals if r.overhead_s > 0)
+    gaps_s = sum(r.launch_gap_s for r in vals)
+    cb_kernels = sum(r.multiplicity for r in vals if r.in_command_buffer)
+    cb_runs = 0
+    if cb:
+        firsts = {k for k, v in cb.items() if v > spec.command_buffer_launch_overhead_s}
+        cb_runs = sum(rows[k].multiplicity for k in firsts if k in rows)
     parts = {"compute": comp_s, "memory": mem_s, "network": net_s}
     # the program's bound is its largest component, launch + dispatch overhead included
     overall = {**parts, "overhead": over_s + dispatch}
@@ -591,9 +743,19 @@ def estimate_times(analysis, spec, reuse: ReuseAnalysis | None = None,
                  "of them that are GEMMs") if gemm_fixed else ""
         overlap = (f"; the program's time, {total:.3g} s, is less than this sum because the async "
                    "operations' launches run beside the stream (timeline)") if total < over_s else ""
-        notes.append(f"kernel launch overhead {over_s:.3g} s ({kernels} kernels x "
-                     f"{spec.kernel_launch_overhead_s:g} s{fixed}) "
+        launches = (f"{kernels - cb_kernels} kernels x {spec.kernel_launch_overhead_s:g} s"
+                    + (f", {cb_kernels} in {cb_runs} command buffers x "
+                       f"{spec.command_buffer_launch_overhead_s:g} s + one launch each" if cb_kernels else ""))
+        notes.append(f"kernel launch overhead {over_s:.3g} s ({launches}{fixed}) "
                      f"exceeds the compute, memory and network time of the work{overlap}")
-    return TimeEstimate(spec.name, rows, total, sum(r.est_time_s for r in vals), comp_s, mem_s, net_s,
-                        over_s, kernels, bound, walker.timeline, reuse, unmodeled, notes, dispatch, ft)
+    if cb_kernels:
+        notes.append(f"{cb_kernels} of {kernels} kernels run in {cb_runs} GPU command buffers (CUDA "
+                     f"graphs; XLA:GPU's default for runs of >= {COMMAND_BUFFER_MIN_SIZE} fusions / library "
+                     f"calls; XLA_FLAGS=--xla_gpu_enable_command_buffer= turns them off): {spec.command_buffer_launch_overhead_s:g} s of gap each instead of "
+                     f"{spec.kernel_launch_overhead_s:g} s; launch gaps {gaps_s:.3g} s of the program's "
+                     "serial time, kernel durations the rest")
+    serial = sum(r.est_time_s for r in vals)
+    return TimeEstimate(spec.name, rows, total, serial, comp_s, mem_s, net_s,
+                        over_s, kernels, bound, walker.timeline, reuse, unmodeled, notes, dispatch, ft,
+                        gaps_s, serial - gaps_s, cb_runs, cb_kernels)
 

@@ -279,6 +279,9 @@ def _timing_json(report: Report) -> dict:
                        "compute_time_s": tm.compute_time_s, "memory_time_s": tm.memory_time_s,
                        "network_time_s": tm.network_time_s, "overhead_s": tm.overhead_s,
                        "kernels": tm.kernels, "bound": tm.bound,
+                       "launch_gap_s": tm.launch_gap_s, "kernel_duration_s": tm.kernel_duration_s,
+                       "command_buffers": tm.command_buffers,
+                       "command_buffer_kernels": tm.command_buffer_kernels,
                        "dispatch_overhead_s": tm.dispatch_overhead_s,
                        "first_touch_bytes": tm.first_touch.total_bytes if tm.first_touch else 0,
                        "timeline": [list(t) for t in tm.timeline],
@@ -319,6 +322,8 @@ def _row_timing_json(report: Report, r: InstructionCost) -> dict:
                 "arithmetic_intensity": tm.arithmetic_intensity,
                 "compute_time_s": tm.compute_time_s, "memory_time_s": tm.memory_time_s,
                 "network_time_s": tm.network_time_s, "overhead_s": tm.overhead_s,
+                "launch_gap_s": tm.launch_gap_s, "duration_s": tm.duration_s,
+                "in_command_buffer": tm.in_command_buffer,
                 "modeled_hbm_bytes": tm.hbm_bytes, "time_unmodeled": list(tm.unmodeled),
                 "first_touch_bytes": tm.first_touch_bytes, "first_touch_s": tm.first_touch_s})
     return out
