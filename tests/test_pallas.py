@@ -221,3 +221,147 @@ def test_the_decoder_reads_grid_blocks_and_index_maps():
     qi = np.full(4, 1)
     out = evaluate_index_map(k.windows[1].index_map, [np.zeros(4, int), np.zeros(4, int), qi, np.arange(4)])
     assert list(out[2]) == [0, 1, 0, 0]
+
+
+# ---- kernels with scalar prefetch, manual DMA and dynamic grids --------------------------------
+
+def _cost(text: str):
+    """(analysis, the kernel's row, its PallasCost)."""
+    from jaxmove.passes.pallas import instruction_cost
+    an, row = _kernel_row(text)
+    module = parse_module(text, "pallas.hlo")
+    comp = module.computations[row.computation]
+    return an, row, instruction_cost(comp.by_name[row.instr.name], comp, module)
+
+
+SPLASH_H, SPLASH_S, SPLASH_D, SPLASH_B = 2, 1024, 128, 256
+
+
+@functools.lru_cache(maxsize=None)
+def _splash() -> tuple[str, tuple]:
+    import jax.numpy as jnp
+    from jax.experimental.pallas.ops.tpu import splash_attention as sa
+    from jax.experimental.pallas.ops.tpu.splash_attention import splash_attention_mask_info as mi
+
+    H, S, D, B = SPLASH_H, SPLASH_S, SPLASH_D, SPLASH_B
+    mask = sa.MultiHeadMask([sa.CausalMask((S, S)) for _ in range(H)])
+    bs = sa.BlockSizes(block_q=B, block_kv=B, block_kv_compute=B)
+    kern = sa.make_splash_mha(mask, block_sizes=bs, head_shards=1, q_seq_shards=1)
+    mesh = tpu_mesh(1)
+    q = abstract(mesh, (H, S, D), jnp.bfloat16)
+    text = compile_tpu(lambda q, k, v: kern(q, k, v), q, q, q).as_text()
+    info, _ = mi.process_mask(mask, (B, B), downcast_smem_data=True, head_shards=1, q_seq_shards=1)
+    prefetch = tuple(x for x in (info.data_next, info.mask_next, info.block_mask) if x is not None)
+    return text, prefetch
+
+
+def test_splash_attention_with_its_mask_info_matches_the_closed_form():
+    # grid (heads, q blocks, kv steps) = (2, 4, 4); the k/v index map is (h, data_next[0, i, j], 0).
+    # For a causal mask data_next[i, j] = j for j <= i and 0 over the masked tail (checked below),
+    # as flash attention's: n(n+1)/2 - 1 fetches per head (see the flash attention closed form).
+    from jaxmove.passes.pallas import set_prefetch_values
+
+    text, prefetch = _splash()
+    n = SPLASH_S // SPLASH_B
+    assert prefetch[0].tolist() == [[[j if j <= i else 0 for j in range(n)] for i in range(n)]]
+    blk = SPLASH_B * SPLASH_D * BF16
+    name = "splash_mha_fwd_no_residuals"
+    # without the contents (elided constants): distinct entries assumed distinct: every step
+    an, row, cost = _cost(text)
+    k_win = [w for w in cost.windows if w.operand is not None and w.assumption == "data-dependent blocks"]
+    assert len(k_win) == 2 and all(w.transfers == SPLASH_H * n * n for w in k_win)
+    assert any("assumed distinct entries" in x for x in row.notes)
+    try:
+        set_prefetch_values(name, prefetch)
+        an, row, cost = _cost(text)
+    finally:
+        set_prefetch_values(name, None)
+    k_win = [w for w in cost.windows if w.operand is not None and w.assumption == "data-dependent blocks"]
+    per_head = n * (n + 1) // 2 - 1
+    assert [w.transfers for w in k_win] == [SPLASH_H * per_head] * 2
+    assert [w.nbytes for w in k_win] == [SPLASH_H * per_head * blk] * 2
+    # k and v live in HBM: the row's HBM reads are those blocks plus the two s8 tables
+    assert row.per_execution.hbm_read_bytes >= 2 * SPLASH_H * per_head * blk
+    assert row.per_execution.flops == 0 and row.unmodeled  # splash gives no cost estimate
+
+
+@functools.lru_cache(maxsize=None)
+def _paged() -> str:
+    import jax.numpy as jnp
+    from jax.experimental.pallas.ops.tpu.paged_attention import paged_attention
+
+    B, Hq, Hkv, D, page, pps = 4, 8, 2, 128, 16, 8
+    mesh = tpu_mesh(1)
+    q = abstract(mesh, (B, Hq, D), jnp.bfloat16)
+    kp = abstract(mesh, (Hkv, B * pps, page, D), jnp.bfloat16)
+    return compile_tpu(lambda q, k, v, l, p: paged_attention(q, k, v, l, p, pages_per_compute_block=4),
+                       q, kp, kp, abstract(mesh, (B,), jnp.int32),
+                       abstract(mesh, (B, pps), jnp.int32)).as_text()
+
+
+def test_paged_attention_pages_moved_by_manual_dma_are_costed_once_under_a_stated_assumption():
+    # k/v pages are in ANY memory space (the kernel DMAs the pages of each sequence itself): each
+    # pool is costed as read once whole, which is exact when every page of the pool belongs to one
+    # sequence at full length (here: 4 sequences x 8 pages = the 32 pages of the pool).
+    an, row, cost = _cost(_paged())
+    pool = 2 * 32 * 16 * 128 * BF16  # kv heads x pages x page size x head dim
+    manual = [w for w in cost.windows if w.assumption == "manual DMA"]
+    assert [w.nbytes for w in manual] == [pool, pool]
+    assert any("ANY/HBM memory space" in x and "assumed moved once whole" in x for x in row.notes)
+    assert row.per_execution.hbm_read_bytes >= 2 * pool
+    # the kernel carries no cost estimate: its traffic is modeled, its flops are not
+    assert len(row.unmodeled) == 1 and "no cost_estimate" in row.unmodeled[0]
+
+
+@functools.lru_cache(maxsize=None)
+def _gmm(M=512, K=128, N=256, G=4) -> str:
+    import jax.numpy as jnp
+    from jax.experimental.pallas.ops.tpu.megablox import gmm
+
+    mesh = tpu_mesh(1)
+    return compile_tpu(lambda l, r, g: gmm(l, r, g, preferred_element_type=jnp.bfloat16,
+                                           tiling=(128, 128, 128)),
+                       abstract(mesh, (M, K), jnp.bfloat16), abstract(mesh, (G, K, N), jnp.bfloat16),
+                       abstract(mesh, (G,), jnp.int32)).as_text()
+
+
+def test_megablox_gmm_dynamic_grid_is_a_lower_bound_until_given_then_the_closed_form():
+    # gmm's grid is (N/tn, active m tiles, K/tk) = (2, dynamic, 1); lhs block (m_tile_ids[t], 0),
+    # rhs (group_ids[t], 0, n), out (m_tile_ids[t], n). Groups [256, 128, 128, 0] over M = 512 in
+    # tiles of 128: m tiles 0,1 -> group 0, 2 -> 1, 3 -> 2: 4 active tiles. lhs and out change at
+    # every step: 2 x 4 = 8 blocks; rhs changes with the group: 3 per n, 6 in all.
+    from jaxmove.passes.pallas import set_prefetch_values
+
+    text = _gmm()
+    an, row, cost = _cost(text)
+    assert row.unmodeled and "dynamic" in row.unmodeled[0] and "lower bound" in row.unmodeled[0]
+    # megablox's group metadata (gmm.py make_group_metadata), written out by hand: group offsets
+    # in rows, each active m tile's group and row tile; arrays of tiles_m + G - 1 = 7 entries
+    offsets = [0, 256, 384, 512, 512]
+    gids = [0, 0, 1, 2, 0, 0, 0]
+    mtiles = [0, 1, 2, 3, 0, 0, 0]
+    try:
+        set_prefetch_values("kernel", [offsets, gids, mtiles, [0]], dynamic_grid=(4,))
+        an, row, cost = _cost(text)
+    finally:
+        set_prefetch_values("kernel", None)
+    assert not row.unmodeled
+    blk = 128 * 128 * BF16
+    lhs, rhs, out = cost.windows
+    assert (lhs.transfers, rhs.transfers, out.transfers) == (8, 6, 8)
+    assert (lhs.nbytes, rhs.nbytes, out.nbytes) == (8 * blk, 6 * blk, 8 * blk)
+    assert row.per_execution.flops == 2 * 512 * 128 * 256  # the author's estimate: 2*M*K*N
+
+
+def test_ragged_paged_attention_does_not_compile_without_the_device():
+    # jax 0.10.2's ragged_paged_attention asks the local TPU's version at trace time
+    import jax.numpy as jnp
+    from jax.experimental.pallas.ops.tpu.ragged_paged_attention import ragged_paged_attention
+
+    mesh = tpu_mesh(1)
+    i32 = jnp.int32
+    with pytest.raises(NotImplementedError, match="TPU version"):
+        compile_tpu(lambda q, kv, a, b, c, n: ragged_paged_attention(q, kv, a, b, c, n, sm_scale=1.0),
+                    abstract(mesh, (64, 8, 128), jnp.bfloat16),
+                    abstract(mesh, (32, 16, 4, 128), jnp.bfloat16), abstract(mesh, (4,), i32),
+                    abstract(mesh, (4, 8), i32), abstract(mesh, (5,), i32), abstract(mesh, (1,), i32))

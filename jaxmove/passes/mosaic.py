@@ -104,7 +104,8 @@ class MosaicKernel:
 
     Attributes:
       name: the kernel function's symbol.
-      grid: ``iteration_bounds`` (empty for a grid-free kernel: one invocation).
+      grid: ``iteration_bounds`` (empty for a grid-free kernel: one invocation); -1 marks a
+        dynamic dimension, whose value is a leading operand known only at run time.
       dimension_semantics: per grid dimension.
       num_scalar_prefetch: leading HLO operands that are scalar-prefetch operands.
       num_scratch: trailing scratch operands of the kernel function.
@@ -127,7 +128,16 @@ class MosaicKernel:
 
     @property
     def num_steps(self) -> int:
+        """Grid steps (-1 when a grid dimension is dynamic)."""
+        if any(g < 0 for g in self.grid):
+            return -1
         return math.prod(self.grid) if self.grid else 1
+
+    @property
+    def num_dynamic_grid_dims(self) -> int:
+        """Dynamic grid dimensions: each is a leading s32[] operand of the custom call (before
+        the scalar-prefetch operands)."""
+        return sum(1 for g in self.grid if g < 0)
 
 
 def cost_estimate_of(backend_config: dict | None) -> CostEstimate | None:
@@ -291,8 +301,7 @@ def decode_body(body_b64: str) -> MosaicKernel:
         grid: tuple[int, ...] = ()
         if "iteration_bounds" in attrs:
             grid = tuple(int(x) for x in ir.DenseI64ArrayAttr(attrs["iteration_bounds"]))
-            if any(g < 0 for g in grid):
-                raise MosaicDecodeError(f"kernel {name}: dynamic grid {grid}")
+            grid = tuple(-1 if g < 0 else g for g in grid)  # -1: a dynamic grid dimension
         sems: tuple[str, ...] = ()
         if "dimension_semantics" in attrs:
             sems = tuple(re.sub(r"^#tpu\.dimension_semantics<(\w+)>$", r"\1", str(a))

@@ -36,6 +36,7 @@ the MXU peak of the kernel's input dtype, and transcendentals at the vector (``f
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 import math
 from dataclasses import dataclass
@@ -59,21 +60,47 @@ _CHUNK = 1 << 20
 #: the mean bytes per step (said in the notes).
 _MAX_STEP_PROFILE = 1 << 22
 
-# Scalar-prefetch contents given by the user: kernel name -> one array (or None) per prefetch ref.
-_PREFETCH_VALUES: dict[str, tuple] = {}
+# Run-time values given by the user: kernel name -> (prefetch contents, dynamic grid dimensions).
+_PREFETCH_VALUES: dict[str, tuple[tuple, tuple[int, ...] | None]] = {}
 
 
-def set_prefetch_values(kernel_name: str, values: list | tuple | None) -> None:
-    """Give the contents of a kernel's scalar-prefetch operands (page tables, lengths, group
-    metadata), so its data-dependent index maps are evaluated exactly rather than under the
-    distinct-entries assumption. ``kernel_name`` is the Mosaic kernel function's name (the
-    notes print it); ``values`` one array-like (or None) per scalar-prefetch operand, in order;
-    None removes them. Applies to every later analysis in this process."""
-    if values is None:
+def set_prefetch_values(kernel_name: str, values: list | tuple | None,
+                        dynamic_grid: tuple[int, ...] | None = None) -> None:
+    """Give the run-time values of a kernel's scalar-prefetch operands (page tables, lengths,
+    group metadata) and of its dynamic grid dimensions, so its data-dependent index maps are
+    evaluated exactly rather than under the distinct-entries assumption.
+
+    Args:
+      kernel_name: the Mosaic kernel function's name (the row's notes print it).
+      values: one array-like (or None: unknown) per scalar-prefetch operand, in order; None
+        (with ``dynamic_grid`` None) removes what was given.
+      dynamic_grid: the value of each dynamic grid dimension (``iteration_bounds`` entries
+        that are dynamic, in order), e.g. megablox gmm's number of active tiles.
+
+    Applies to every later analysis in this process.
+    """
+    if values is None and dynamic_grid is None:
         _PREFETCH_VALUES.pop(kernel_name, None)
     else:
-        _PREFETCH_VALUES[kernel_name] = tuple(None if v is None else np.asarray(v) for v in values)
-    _kernel_cost_cached.cache_clear()
+        vals = tuple(None if v is None else np.asarray(v) for v in (values or ()))
+        _PREFETCH_VALUES[kernel_name] = (vals, None if dynamic_grid is None
+                                         else tuple(int(g) for g in dynamic_grid))
+    _COST_CACHE.clear()
+
+
+def _literal_values(instr: Instruction | None) -> np.ndarray | None:
+    """The contents of an HLO ``constant`` printed in full (not ``{...}``), else None."""
+    if instr is None or instr.opcode != "constant" or not instr.literal or "..." in instr.literal:
+        return None
+    if not instr.shape.is_array or instr.shape.element_type not in (
+            "s8", "s16", "s32", "s64", "u8", "u16", "u32", "u64", "pred"):
+        return None
+    import re
+    nums = [int(x) for x in re.findall(r"-?\d+", instr.literal.replace("true", "1").replace("false", "0"))]
+    dims = instr.shape.dims
+    if len(nums) != math.prod(dims):
+        return None
+    return np.asarray(nums, dtype=np.int64).reshape(dims)
 
 
 @dataclass(frozen=True, slots=True)
@@ -113,6 +140,8 @@ class PallasCost:
       step_dma: (bytes issued during a step, number of such steps) pairs for the pipelined time.
       notes: assumptions and comparisons.
       unmodeled: non-empty when the traffic is a lower bound.
+      leading_operands: the HLO operands before the windows' inputs: dynamic grid bounds and
+        scalar-prefetch operands.
     """
 
     kernel: MosaicKernel | None
@@ -126,6 +155,7 @@ class PallasCost:
     step_dma: tuple[tuple[int, int], ...]
     notes: tuple[str, ...]
     unmodeled: tuple[str, ...] = ()
+    leading_operands: int = 0  # dynamic grid bounds + scalar-prefetch operands (read once whole)
 
     @property
     def read_bytes(self) -> int:
@@ -251,8 +281,10 @@ def _fmt(n: int) -> str:
     return f"{n:,}"
 
 
-def kernel_cost(instr: Instruction, operand_shapes: list[Shape]) -> PallasCost:
-    """The :class:`PallasCost` of one ``tpu_custom_call`` given its operands' shapes.
+def kernel_cost(instr: Instruction, operand_shapes: list[Shape],
+                operand_instrs: list[Instruction | None] | None = None) -> PallasCost:
+    """The :class:`PallasCost` of one ``tpu_custom_call`` given its operands' shapes (and the
+    operand instructions, whose printed constants give scalar-prefetch contents).
 
     Never raises for an unreadable kernel: it returns the operand + result bytes as a lower
     bound with an ``unmodeled`` reason.
@@ -262,9 +294,11 @@ def kernel_cost(instr: Instruction, operand_shapes: list[Shape]) -> PallasCost:
     ce = cost_estimate_of(instr.backend_config)
     if not isinstance(body, str) or not body:
         return _lower_bound(instr, operand_shapes, "no custom_call_config.body", ce)
-    key = (body, tuple(str(s) for s in operand_shapes), str(instr.shape), instr.name)
+    consts = tuple(_literal_values(i) for i in (operand_instrs or [None] * len(operand_shapes)))
+    key = (body, tuple(str(s) for s in operand_shapes), str(instr.shape), instr.name,
+           tuple(None if c is None else c.tobytes() for c in consts))
     try:
-        return _kernel_cost_cached(key, instr, tuple(operand_shapes), ce)
+        return _kernel_cost_cached(key, instr, tuple(operand_shapes), ce, consts)
     except MosaicDecodeError as e:
         return _lower_bound(instr, operand_shapes, str(e), ce)
     except (ValueError, IndexError, KeyError, TypeError, OverflowError, MemoryError) as e:
@@ -276,23 +310,34 @@ def _decode_cached(body: str) -> MosaicKernel:
     return decode_body(body)
 
 
-def _kernel_cost_cached(key, instr, operand_shapes, ce) -> PallasCost:
+def _kernel_cost_cached(key, instr, operand_shapes, ce, consts) -> PallasCost:
     hit = _COST_CACHE.get(key)
     if hit is None:
-        hit = _COST_CACHE[key] = _kernel_cost(instr, list(operand_shapes), ce)
+        hit = _COST_CACHE[key] = _kernel_cost(instr, list(operand_shapes), ce, consts)
         if len(_COST_CACHE) > 512:
             _COST_CACHE.pop(next(iter(_COST_CACHE)))
     return hit
 
 
 _COST_CACHE: dict = {}
-_kernel_cost_cached.cache_clear = _COST_CACHE.clear  # type: ignore[attr-defined]
 
 
-def _kernel_cost(instr: Instruction, operand_shapes: list[Shape], ce: CostEstimate | None) -> PallasCost:
+def _kernel_cost(instr: Instruction, operand_shapes: list[Shape], ce: CostEstimate | None,
+                 consts: tuple = ()) -> PallasCost:
     k = _decode_cached(key_body(instr))
     notes: list[str] = []
-    n_pref = k.num_scalar_prefetch
+    given, given_grid = _PREFETCH_VALUES.get(k.name, ((), None))
+    n_dyn = k.num_dynamic_grid_dims
+    if n_dyn:
+        if given_grid is None or len(given_grid) != n_dyn:
+            raise MosaicDecodeError(f"grid {tuple('?' if g < 0 else g for g in k.grid)} has {n_dyn} dynamic "
+                                    "dimension(s), known only at run time: give them with "
+                                    f"jaxmove.passes.pallas.set_prefetch_values({k.name!r}, [...], "
+                                    "dynamic_grid=(...))")
+        it = iter(given_grid)
+        k = dataclasses.replace(k, grid=tuple(next(it) if g < 0 else g for g in k.grid))
+        notes.append(f"dynamic grid dimension(s) given: {given_grid}")
+    n_pref = n_dyn + k.num_scalar_prefetch  # dynamic grid bounds, then the prefetch operands
     n_in = len(operand_shapes) - n_pref
     outs = _result_leaves(instr.shape)
     if n_in < 0 or n_in + len(outs) != len(k.windows):
@@ -300,8 +345,17 @@ def _kernel_cost(instr: Instruction, operand_shapes: list[Shape], ce: CostEstima
     if k.num_steps > MAX_GRID_STEPS:
         raise MosaicDecodeError(f"grid {k.grid} has {k.num_steps} steps, over {MAX_GRID_STEPS}")
     shapes: list[Shape | None] = list(operand_shapes[n_pref:]) + [s for _, s in outs]
-    prefetch = _PREFETCH_VALUES.get(k.name)
-    transfers, nbytes, lbytes, profile = _walk(k, shapes, n_in, prefetch)
+    # prefetch contents: the user's, else a constant printed in the HLO, else unknown
+    prefetch = []
+    sources = []
+    for j in range(k.num_scalar_prefetch):
+        v = given[j] if j < len(given) else None
+        src = "given" if v is not None else None
+        if v is None and n_dyn + j < len(consts) and consts[n_dyn + j] is not None:
+            v, src = consts[n_dyn + j], "HLO constant"
+        prefetch.append(v)
+        sources.append(src)
+    transfers, nbytes, lbytes, profile = _walk(k, shapes, n_in, tuple(prefetch))
     windows: list[WindowTraffic] = []
     data_dep = []
     manual = []
@@ -340,9 +394,9 @@ def _kernel_cost(instr: Instruction, operand_shapes: list[Shape], ce: CostEstima
         notes.append(f"{', '.join(manual)} in ANY/HBM memory space, moved by the kernel's own DMAs "
                      f"({k.manual_dma_ops} DMA ops in its body): assumed moved once whole")
     if data_dep:
-        if prefetch is not None:
+        if all(src is not None for src in sources):
             notes.append(f"{', '.join(data_dep)}: index maps read scalar-prefetch values, evaluated "
-                         "with the contents given (set_prefetch_values)")
+                         f"with their contents ({', '.join(sorted(set(sources)))})")
         else:
             notes.append(f"{', '.join(data_dep)}: index maps read scalar-prefetch values (data-dependent): "
                          "assumed distinct entries hold distinct values; give the contents with "
@@ -379,7 +433,8 @@ def _kernel_cost(instr: Instruction, operand_shapes: list[Shape], ce: CostEstima
         step_dma = ((moved // max(1, k.num_steps), k.num_steps),)
         notes.append("grid too long for a per-step DMA profile: the time uses the mean bytes per step")
     return PallasCost(k, tuple(windows), pref_bytes, ce.flops if ce else 0, ce.transcendentals if ce else 0,
-                      ce.bytes_accessed if ce else None, k.num_steps, first, step_dma, tuple(notes), ())
+                      ce.bytes_accessed if ce else None, k.num_steps, first, step_dma, tuple(notes), (),
+                      n_pref)
 
 
 def key_body(instr: Instruction) -> str:
@@ -390,8 +445,8 @@ def key_body(instr: Instruction) -> str:
 
 def instruction_cost(instr: Instruction, comp, module: Module) -> PallasCost:
     """The :class:`PallasCost` of a ``tpu_custom_call`` in computation ``comp``."""
-    shapes = [comp.by_name[o].shape for o in instr.operands]
-    return kernel_cost(instr, shapes)
+    ops = [comp.by_name[o] for o in instr.operands]
+    return kernel_cost(instr, [o.shape for o in ops], ops)
 
 
 def pallas_traffic(instr: Instruction, comp, module: Module):
@@ -400,8 +455,7 @@ def pallas_traffic(instr: Instruction, comp, module: Module):
 
     cost = instruction_cost(instr, comp, module)
     reads = []
-    n_pref = cost.kernel.num_scalar_prefetch if cost.kernel is not None else 0
-    for i in range(n_pref):
+    for i in range(cost.leading_operands):
         s = comp.by_name[instr.operands[i]].shape
         if s.is_array:
             reads.append(Access(s.byte_size, i, (), s.memory_space, s.logical_byte_size))
@@ -480,8 +534,7 @@ def pallas_instruction_time(row, module: Module, spec):
     mult = row.multiplicity.count
     cost = instruction_cost(instr, comp, module)
     ops = [comp.by_name[o].shape for o in instr.operands]
-    n_pref = cost.kernel.num_scalar_prefetch if cost.kernel is not None else 0
-    dtypes = [s.element_type for s in ops[n_pref:] if s.is_array]
+    dtypes = [s.element_type for s in ops[cost.leading_operands:] if s.is_array]
     dtype = dtypes[0] if dtypes else "bf16"
     t, comp_t, mem, notes, unmodeled = pallas_time(cost, spec, dtype)
     unmodeled = list(cost.unmodeled) + unmodeled
