@@ -44,6 +44,20 @@ def preset_choices(limit: int = SHOWN_PRESETS) -> str:
     return shown if len(names) <= limit else f"{shown} ... and {len(names) - limit} more; see `jaxmove models`"
 
 
+def did_you_mean(name: str, choices=None) -> str:
+    """`` (did you mean 'llama3-8b-decode'?)`` for a mistyped name, "" when nothing is close.
+
+    ``choices`` default to the zoo's presets; the closest (at most 3) are those of
+    ``difflib.get_close_matches`` (ratio >= 0.6, its default cutoff)."""
+    import difflib
+
+    if choices is None:
+        from jaxmove import zoo
+        choices = list(zoo.PRESETS)
+    close = difflib.get_close_matches(str(name), list(choices), n=3)
+    return f" (did you mean {' or '.join(repr(c) for c in close)}?)" if close else ""
+
+
 def check_plan_target(spec: str) -> None:
     """``--mesh``/``--plan`` (and ``jaxmove plans``) partition a Workload: ``spec`` must be a
     zoo preset or ``module:function``, not an HLO file (already compiled) nor an unknown name.
@@ -60,7 +74,7 @@ def check_plan_target(spec: str) -> None:
     if p.exists() or s.endswith(HLO_SUFFIXES) or os.sep in s:
         raise TargetError("--mesh/--plan need a zoo preset or a module:function returning a Workload "
                           f"with logical axes, not an HLO file ({s})")
-    raise TargetError(f"unknown preset {s!r}; presets: {preset_choices()} (or package.module:function "
+    raise TargetError(f"unknown preset {s!r}{did_you_mean(s)}; presets: {preset_choices()} (or package.module:function "
                       "returning a Workload with logical axes)")
 
 
@@ -312,6 +326,6 @@ def resolve_program(obj, /, *args, overrides: dict[str, str] | None = None, **ca
                                       f"(for {program.backend}); --target applies to zoo presets and "
                                       "module:function targets")
             return with_name_backend(program, p)
-        raise TargetError(f"'{s}' is not a zoo preset ({preset_choices()}), an HLO file, or "
+        raise TargetError(f"'{s}' is not a zoo preset{did_you_mean(s)} ({preset_choices()}), an HLO file, or "
                           "module:function")
     return cap.capture(target, *args, **capture_kwargs)

@@ -136,8 +136,9 @@ class Target:
         try:
             spec = load_spec(spec_name)
         except HardwareSpecError:
-            raise TargetNameError(f"--target {name!r}: unknown target; expected one of "
-                                  f"{', '.join(compile_target_names())}") from None
+            from .resolve import did_you_mean
+            raise TargetNameError(f"--target {name!r}: unknown target{did_you_mean(spec_name, [n.split('[')[0] for n in compile_target_names()])}"
+                                  f"; expected one of {', '.join(compile_target_names())}") from None
         if not spec.target:
             raise TargetNameError(f"--target {name!r}: the spec {spec.name} has no [target] table (it "
                                   f"is not a compile target); targets: {', '.join(compile_target_names())}")

@@ -174,8 +174,8 @@ def prepare(target, *args, overrides: dict[str, str] | None = None, seed: int = 
             raise TargetError(f"{s}: an HLO text dump cannot be run (its inputs and executable "
                               "are not in it); measure a preset or module:function instead")
         else:
-            from ..capture.resolve import preset_choices
-            raise TargetError(f"'{s}' is not a zoo preset ({preset_choices()}) "
+            from ..capture.resolve import did_you_mean, preset_choices
+            raise TargetError(f"'{s}' is not a zoo preset{did_you_mean(s)} ({preset_choices()}) "
                               "or module:function")
     if isinstance(target, Workload):
         return _from_workload(target, seed, None)

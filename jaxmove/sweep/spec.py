@@ -420,13 +420,13 @@ def _make_point(w: _Where, d: dict, table: str, index: int | None, base: Path, c
                       "module:function or file.py:function)")
     is_preset = model in zoo.PRESETS
     if not is_preset and ":" not in model:
-        from ..capture.resolve import HLO_SUFFIXES, preset_choices
+        from ..capture.resolve import HLO_SUFFIXES, did_you_mean, preset_choices
         if model.endswith(HLO_SUFFIXES) or Path(_resolve_file(model, base)).exists():
             raise err("model", f"{model!r} is a path, not a workload: a sweep compiles each point "
                                "(an HLO file or dump is already compiled; analyse it with `jaxmove "
                                "analyze`); "
                                "expected a zoo preset, module:function or file.py:function")
-        raise err("model", f"unknown preset {model!r}; presets: {preset_choices()} "
+        raise err("model", f"unknown preset {model!r}{did_you_mean(model)}; presets: {preset_choices()} "
                            "(or module:function)")
     if not is_preset:
         mod, _, fn = model.rpartition(":")
