@@ -55,10 +55,9 @@ KV cache layout (``[B, H_kv, S, D]``, heads before positions as ``jaxmove.zoo.gp
     MLA:      "c_kv_cache" [B,S,r], "k_rope_cache" [B,S,dr] (+ "c_kv_scale", "k_rope_scale" [B,S])
 
 A model with ``dense_layers`` has a second stack ``dense_layers`` beside ``layers`` in the
-parameters and the cache. Decode reads the cache written so far (positions < pos) and the
-new token's own key and value, then writes only the new entries with
-``dynamic_update_slice`` (scanned layers: into the stacked cache carried by the loop), so
-the donated cache is updated in place.
+parameters and the cache. Decode writes only the new entries with ``dynamic_update_slice``
+(scanned layers: into the stacked cache carried by the loop) and attends over the updated
+cache (positions <= pos), so the donated cache is updated in place.
 
 Name scopes (HLO ``op_name``): ``embed``, ``layers_<i>/{attn_norm,attn,mlp_norm,mlp|moe}``
 (``layers/...`` when scanned), ``norm``, ``lm_head``. Parameters (``nnx.to_pure_dict``):
@@ -275,6 +274,9 @@ class TransformerConfig:
 # Logical axes of activations.
 HIDDEN = ("batch", "length", "embed")
 Q_AXES = ("batch", "length", "heads", "kv")
+#: queries grouped by the kv head they attend with, [B, T, H_kv, H / H_kv, D]: laid out as the
+#: cache is (under ``tp`` with more model devices than kv heads, split over batch like it)
+GROUPED_Q_AXES = ("batch", "length", "kv_heads", None, "kv")
 CACHE_AXES = ("batch", "kv_heads", "length", "kv")
 MLP_AXES = ("batch", "length", "mlp")
 LOGITS_AXES = ("batch", "length", "vocab")
@@ -447,7 +449,11 @@ class Attention(nnx.Module):
     def decode(self, x, write, pos, local) -> jax.Array:
         """One step. x [B, 1, d]; ``write(entries) -> cache``: stores this step's entries
         ([B, Hkv, 1, D], in ``kv_dtype``) at ``pos`` and returns this layer's updated cache
-        ([B, Hkv, S, D]); pos int32 scalar. Returns y [B, 1, d]."""
+        ([B, Hkv, S, D]); pos int32 scalar. Returns y [B, 1, d].
+
+        Attention reads the updated cache (the form XLA:CPU, XLA:GPU and XLA:TPU update in
+        place: reading the old cache beside the update makes XLA:CPU copy each donated
+        cache first). The queries are grouped by kv head and laid out as the cache is."""
         c = self.cfg
         positions = jnp.reshape(pos, (1,)).astype(jnp.int32)
         q, k, v = self._qkv(x, positions)
@@ -456,7 +462,7 @@ class Attention(nnx.Module):
         hkv = k.shape[1]
         kc = constrain(dequantize_kv(cache["k_cache"], cache.get("k_scale"), k.dtype), CACHE_AXES)
         vc = constrain(dequantize_kv(cache["v_cache"], cache.get("v_scale"), v.dtype), CACHE_AXES)
-        qg = q.reshape(b, t, hkv, h // hkv, d)
+        qg = constrain(q.reshape(b, t, hkv, h // hkv, d), GROUPED_Q_AXES)
         s = jnp.einsum("btkgd,bksd->bkgts", qg, kc, preferred_element_type=jnp.float32)
         s = _softcap(s * self._scale, c.attn_softcap)
         k_pos = jnp.arange(kc.shape[2])

@@ -11,7 +11,15 @@ Resolution of one tensor (``Plan.partition_spec``), dimension by dimension:
   1. the rule's mesh axes, in order, keeping those the mesh has (size > 1) and that no
      earlier dimension of the same tensor already uses (a mesh axis shards one dim);
   2. while the product of their sizes does not divide the dimension, the last one is
-     dropped (and a note says so): the dimension stays replicated over it.
+     dropped (and a note says so): the dimension stays replicated over it;
+  3. (activations only) a dropped mesh axis goes to the first dimension named in the plan's
+     ``fallbacks`` for that logical axis that it divides and that does not use it yet
+     (``tp``: ``kv_heads`` -> ``batch``, ``length``), so a KV cache with fewer kv heads than
+     the model axis is split over batch (or sequence) instead of replicated (the serving
+     layout: jax-ml/scaling-book, "applied inference", splits a 70B model's cache over
+     batch when 16 chips exceed its 8 KV heads). The note names the dimension that took it.
+     Parameters keep step 2: the k/v projection kernels stay replicated over the axis (split
+     over their embed or head dim, XLA:TPU all-gathers them whole in every layer).
 
 Presets (mesh axes ``data``, ``model`` and ``expert``; axes a mesh lacks are skipped):
 
@@ -20,8 +28,8 @@ dp         batch over every mesh axis; parameters replicated
 fsdp       batch over every mesh axis; parameters' ``embed`` dim over every mesh axis
            (ZeRO-3 / FSDP: weights are all-gathered where used)
 tp         Megatron tensor parallelism: ``mlp``, ``heads``, ``kv_heads``, ``vocab`` over
-           ``model``; batch over ``data``
-fsdp_tp    2-D: tp's rules plus parameters' ``embed`` over ``data``
+           ``model``; batch over ``data``; ``kv_heads`` falls back to batch, length
+fsdp_tp    2-D: tp's rules plus parameters' ``embed`` over ``data``; tp's fallbacks
 ep         experts over ``expert``/``model``; batch over every mesh axis (tokens move to
            their experts by all-to-all); other parameters replicated
 =========  ==============================================================================
@@ -36,6 +44,8 @@ TOML plan file::
     embed = ["data"]
     mlp = "model"
     [activations]      # everything that is not a parameter (overrides [rules])
+    [fallbacks]        # where a logical axis's mesh axes go when they do not divide it
+    kv_heads = ["batch", "length"]
 """
 
 from __future__ import annotations
@@ -65,6 +75,8 @@ class Plan:
       params: rules for parameters (role ``weights``): logical name -> mesh axes.
       activations: rules for every other tensor.
       source: ``preset`` or the TOML path.
+      fallbacks: logical name -> logical names (in order) whose dimension takes the mesh
+        axes the name's own dimension cannot (step 3 of the module docstring; activations).
     """
 
     name: str
@@ -72,6 +84,7 @@ class Plan:
     params: Rules = field(default_factory=dict)
     activations: Rules = field(default_factory=dict)
     source: str = "preset"
+    fallbacks: Rules = field(default_factory=dict)
 
     def rules(self, is_param: bool) -> Rules:
         return self.params if is_param else self.activations
@@ -94,23 +107,44 @@ class Plan:
             raise PlanError(f"{what or 'tensor'}: {len(axes)} logical axes {axes} for shape {tuple(shape)}")
         rules = self.rules(is_param)
         used: set[str] = set()
-        out = []
+        taken: list[list[str]] = []
+        lost: list[tuple[str, int, list[str], list[str]]] = []   # (name, size, kept, dropped)
         for name, size in zip(axes, shape):
             cands = [a for a in rules.get(name, ()) if mesh_shape.get(a, 1) > 1 and a not in used]
             dropped = []
             while cands and size % math.prod(mesh_shape[a] for a in cands):
                 dropped.insert(0, cands.pop())
-            if dropped and notes is not None:
-                notes.append(f"{name} ({size}) is not divisible by "
-                             f"{'x'.join(f'{a}={mesh_shape[a]}' for a in cands + dropped)}: "
-                             f"kept replicated over {', '.join(dropped)}")
+            if dropped:
+                lost.append((name, size, cands, dropped))
             used.update(cands)
-            out.append(None if not cands else cands[0] if len(cands) == 1 else tuple(cands))
-        return tuple(out)
+            taken.append(cands)
+        for name, size, cands, dropped in lost:
+            moved: dict[str, str] = {}
+            for a in dropped:
+                if a in used or is_param:
+                    continue
+                for fb in self.fallbacks.get(name, ()):
+                    j = next((j for j, n in enumerate(axes) if n == fb
+                              and not shape[j] % math.prod(mesh_shape[x] for x in taken[j] + [a])), None)
+                    if j is not None:
+                        taken[j].append(a)
+                        used.add(a)
+                        moved[a] = fb
+                        break
+            if notes is not None:
+                kept = [a for a in dropped if a not in moved]
+                how = "; ".join(([f"kept replicated over {', '.join(kept)}"] if kept else [])
+                                + [f"{fb} takes {a} instead" for a, fb in moved.items()])
+                notes.append(f"{name} ({size}) is not divisible by "
+                             f"{'x'.join(f'{a}={mesh_shape[a]}' for a in cands + dropped)}: {how}")
+        return tuple(None if not c else c[0] if len(c) == 1 else tuple(c) for c in taken)
 
 
 _ALL = ("data", "expert", "model")
 _TP = {"mlp": ("model",), "heads": ("model",), "kv_heads": ("model",), "vocab": ("model",)}
+#: tp's fallbacks: a cache (and the k/v activations) with fewer kv heads than the model axis
+#: is split over batch, else sequence.
+_TP_FALLBACKS = {"kv_heads": ("batch", "length")}
 
 PRESETS: dict[str, Plan] = {
     "dp": Plan("dp", "data parallel: batch over every mesh axis, parameters replicated",
@@ -118,9 +152,10 @@ PRESETS: dict[str, Plan] = {
     "fsdp": Plan("fsdp", "fully sharded data parallel: batch and parameters' embed over every mesh axis",
                  params={"embed": _ALL}, activations={"batch": _ALL}),
     "tp": Plan("tp", "Megatron tensor parallel: mlp/heads/vocab over model, batch over data",
-               params=dict(_TP), activations={"batch": ("data",), **_TP}),
+               params=dict(_TP), activations={"batch": ("data",), **_TP}, fallbacks=_TP_FALLBACKS),
     "fsdp_tp": Plan("fsdp_tp", "2-D: tp over model, parameters' embed and batch over data",
-                    params={**_TP, "embed": ("data",)}, activations={"batch": ("data",), **_TP}),
+                    params={**_TP, "embed": ("data",)}, activations={"batch": ("data",), **_TP},
+                    fallbacks=_TP_FALLBACKS),
     "ep": Plan("ep", "expert parallel: experts over expert/model, batch over every mesh axis",
                params={"expert": ("expert", "model")},
                activations={"batch": ("data", "expert", "model"), "expert": ("expert", "model")}),
@@ -274,7 +309,7 @@ def parse_plan(text: str, path: str = "<string>") -> Plan:
         data = tomllib.loads(text)
     except tomllib.TOMLDecodeError as e:
         raise _toml_error(path, e, text) from None
-    known = {"name", "description", "rules", "params", "activations"}
+    known = {"name", "description", "rules", "params", "activations", "fallbacks"}
     for k in data:
         if k not in known:
             raise PlanError(f"{_at(path, _line_of(text, k))}: unknown key {k!r}; expected "
@@ -284,8 +319,14 @@ def parse_plan(text: str, path: str = "<string>") -> Plan:
     acts = {**both, **_rules(data.get("activations", {}), "activations", path, text)}
     if not (params or acts):
         raise PlanError(f"{path}: no [rules], [params] or [activations] table")
+    fallbacks = _rules(data.get("fallbacks", {}), "fallbacks", path, text)
+    for k, names in fallbacks.items():
+        bad = next((n for n in names if n not in LOGICAL_AXES), None)
+        if bad is not None:
+            raise PlanError(f"{_at(path, _line_of(text, k, 'fallbacks'))}: [fallbacks] {k}: unknown "
+                            f"logical axis {bad!r}; expected one of {', '.join(LOGICAL_AXES)}")
     name = data.get("name", Path(path).stem)
-    return Plan(str(name), str(data.get("description", "")), params, acts, path)
+    return Plan(str(name), str(data.get("description", "")), params, acts, path, fallbacks)
 
 
 def load_plan(name_or_path: str | os.PathLike) -> Plan:

@@ -1,0 +1,94 @@
+"""Serving-grade zoo (issue 24): plan fallbacks that split a KV cache over batch when the
+model axis exceeds the kv heads, checked by rule resolution and on a partitioned program
+compiled on 4 simulated CPU devices (in a subprocess: the device count is fixed when jax
+starts).
+
+Closed forms (reduced Llama, f32, b = 4 bytes): cache per layer 2 x B x Hkv x S x D x b; with
+kv_heads=2 over model=4 under ``tp`` each device holds B/4 of the batch, so 1/4 of it.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
+import pytest
+
+from jaxmove.plans import PRESETS, PlanError, parse_plan
+
+ROOT = Path(__file__).resolve().parents[1]
+V, D_MODEL, H, HKV, F, B, S, L = 512, 64, 4, 2, 128, 8, 32, 2
+D = D_MODEL // H
+
+
+def test_tp_kv_heads_fall_back_to_batch_then_length():
+    tp = PRESETS["tp"]
+    cache = ("batch", "kv_heads", "length", "kv")
+    notes: list[str] = []
+    # 8 kv heads over model=16: the batch takes model (the cache is split 16 ways, not replicated)
+    assert tp.partition_spec(cache, (32, 8, 8192, 128), {"model": 16}, False, notes) == \
+        ("model", None, None, None)
+    assert notes == ["kv_heads (8) is not divisible by model=16: batch takes model instead"]
+    # batch 1 (prefill) does not divide: the sequence takes it
+    assert tp.partition_spec(cache, (1, 8, 8192, 128), {"model": 16}, False) == (None, None, "model", None)
+    # batch already over data: model joins it when the product divides
+    assert tp.partition_spec(cache, (32, 8, 8192, 128), {"data": 2, "model": 16}, False) == \
+        (("data", "model"), None, None, None)
+    # kv heads that divide keep the rule; nothing falls back
+    assert tp.partition_spec(cache, (32, 8, 8192, 128), {"model": 4}, False) == (None, "model", None, None)
+    # parameters keep step 2: the k/v kernels stay replicated over the axis
+    notes = []
+    assert tp.partition_spec(("embed", "kv_heads", "kv"), (8192, 8, 128), {"model": 16}, True, notes) == \
+        (None, None, None)
+    assert "kept replicated over model" in notes[0]
+    # dp has no fallbacks: a dimension that does not divide stays replicated
+    assert PRESETS["dp"].partition_spec(("batch",), (3,), {"data": 2}, False) == (None,)
+
+
+def test_toml_fallbacks(tmp_path):
+    p = parse_plan('[rules]\nkv_heads = "model"\n[fallbacks]\nkv_heads = ["length"]\n', "f.toml")
+    assert p.fallbacks == {"kv_heads": ("length",)}
+    assert p.partition_spec(("batch", "kv_heads", "length"), (32, 8, 64), {"model": 16}, False) == \
+        (None, None, "model")
+    with pytest.raises(PlanError, match=r"f.toml:4: \[fallbacks\] kv_heads: unknown logical axis 'seq'"):
+        parse_plan('[rules]\nkv_heads = "model"\n[fallbacks]\nkv_heads = ["seq"]\n', "f.toml")
+
+
+_WORKER = textwrap.dedent("""
+    import json, sys
+    from jaxmove.plans import PRESETS, capture_with_plan, ensure_cpu_devices
+    from jaxmove.api import analyze
+    assert ensure_cpu_devices(4)
+    sets = dict(vocab="512", d_model="64", heads="4", kv_heads="2", d_ff="128", batch="8",
+                seq_len="32", dtype="f32", layers="2")
+    program = capture_with_plan("llama3-8b-decode", sets, PRESETS["tp"], {"model": 4})
+    rep = analyze(program)
+    by_role = {}
+    for p in program.parameters:
+        by_role[p.role] = by_role.get(p.role, 0) + p.byte_size
+    json.dump({"by_role": by_role, "kv": rep.totals.role_bytes("kv_cache"),
+               "colls": [[r.collective.kind, r.collective.buffer_bytes] for r in rep.rows
+                         if r.collective is not None]}, sys.stdout)
+""")
+
+
+@pytest.fixture(scope="module")
+def tp_decode():
+    env = dict(os.environ, XLA_FLAGS="--xla_force_host_platform_device_count=4", JAX_PLATFORMS="cpu")
+    proc = subprocess.run([sys.executable, "-c", _WORKER], cwd=ROOT, env=env, capture_output=True,
+                          text=True, timeout=600)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    return json.loads(proc.stdout)
+
+
+def test_tp_cache_with_fewer_kv_heads_than_devices_is_split_over_batch(tp_decode):
+    cache = 2 * L * B * HKV * S * D * 4
+    assert tp_decode["by_role"]["kv_cache"] == cache // 4          # was replicated: cache
+    read, written = tp_decode["kv"]
+    assert read == cache // 4 and written == 2 * L * (B // 4) * HKV * D * 4   # one position
+    # no collective moves the cache (or a layer of it)
+    assert max(b for _, b in tp_decode["colls"]) < 2 * (B // 4) * HKV * S * D * 4 // 2
