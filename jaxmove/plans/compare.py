@@ -52,6 +52,16 @@ class PlanResult:
     upper bound; XLA:CPU's ``peak_memory_in_bytes`` leaves temporaries out, so it is not used).
     ``collective_time_s`` sums ``collective_time_s`` of every collective (no overlap with
     compute assumed); None when the spec lacks interconnect numbers.
+
+    Step time (passes/timing.py ``estimate_times`` on the spec, the per-device program's
+    schedule with its async overlap): ``step_time_s``, and the summed components over its
+    kernels ``step_compute_s``, ``step_memory_s``, ``step_network_s`` (collectives; on GPU
+    specs NCCL's model, hardware/nccl.py), ``step_launch_s`` (launch gaps + the GPU GEMM
+    model's fixed cost), ``step_bound`` (the largest); ``step_time_complete`` False when some
+    instruction's time is unmodeled (the step time is then a lower bound). None without a
+    time estimate.
+    ``collectives_note``: what the partitioner did when the program's collectives are not
+    those the plan implies (``plan_collective_note``), else None.
     """
 
     plan: str
@@ -80,6 +90,15 @@ class PlanResult:
     does_not_fit: str | None = None
     needs_bytes: int | None = None
     has_bytes: int | None = None
+    # estimated step time on the spec (passes/timing.py) and its components, seconds
+    step_time_s: float | None = None
+    step_compute_s: float | None = None
+    step_memory_s: float | None = None
+    step_network_s: float | None = None
+    step_launch_s: float | None = None
+    step_bound: str | None = None
+    step_time_complete: bool | None = None
+    collectives_note: str | None = None
 
     @classmethod
     def from_json(cls, d: dict) -> "PlanResult":
@@ -339,7 +358,7 @@ def _source(report, row) -> str | None:
 
 
 def summarize(report, plan: Plan, spec, num_devices: int, memory_stats: dict[str, int],
-              platform: str = "cpu") -> PlanResult:
+              platform: str = "cpu", mesh_shape: dict[str, int] | None = None) -> PlanResult:
     """A PlanResult from the analysis of a plan's partitioned program.
 
     ``fits``: on a TPU target the compiler's verdict (it compiled, so it fits; a refusal is
@@ -382,9 +401,35 @@ def summarize(report, plan: Plan, spec, num_devices: int, memory_stats: dict[str
     res.top_collectives = colls[:3]
     from ..passes.excess import excess_pass
     from ..passes.reuse import reuse_pass
-    ex = excess_pass(report.analysis, report.parameters, spec, reuse_pass(report.analysis, spec))
+    from ..passes.timing import estimate_times
+    reuse = reuse_pass(report.analysis, spec)
+    ex = excess_pass(report.analysis, report.parameters, spec, reuse)
     res.excess_bytes, res.excess_fraction = ex.excess_bytes, ex.excess_fraction
+    te = estimate_times(report.analysis, spec, reuse)
+    res.step_time_s, res.step_bound = te.est_time_s, te.bound
+    res.step_compute_s, res.step_memory_s = te.compute_time_s, te.memory_time_s
+    res.step_network_s, res.step_launch_s = te.network_time_s, te.overhead_s + te.dispatch_overhead_s
+    res.step_time_complete = not te.unmodeled and not any(
+        m.unknown_trip_count for m in report.analysis.multiplicity.values())
+    if mesh_shape is not None:
+        from .explain import plan_collective_note
+        res.collectives_note = plan_collective_note(plan, report, mesh_shape)
+        if res.collectives_note:
+            res.notes.append(res.collectives_note)
+    if te.unmodeled:
+        res.notes.append(f"step time is a lower bound: {len(te.unmodeled)} instruction time(s) unmodeled, "
+                         f"e.g. {te.unmodeled[0]}")
     return res
+
+
+def step_time_order(results: list[PlanResult]) -> list[PlanResult]:
+    """``results`` ranked for the table: plans that fit (or may fit) by estimated step time,
+    fastest first (those without one after them), then plans that do not fit, then failures;
+    ties keep their order."""
+    def key(r: PlanResult):
+        group = 2 if r.error else 1 if r.fits is False else 0
+        return (group, r.step_time_s is None, r.step_time_s or 0.0)
+    return sorted(results, key=key)
 
 
 def run_plan(preset, overrides: dict[str, str] | None, plan: Plan, mesh_shape: dict[str, int],
@@ -415,7 +460,8 @@ def run_plan(preset, overrides: dict[str, str] | None, plan: Plan, mesh_shape: d
         res = PlanResult(plan.name, plan.description, n, error=f"{type(e).__name__}: {e}")
         res.compile_s = time.perf_counter() - t0
         return res
-    res = summarize(report, plan, spec, n, dict(program.memory_stats), Target.parse(target).platform)
+    res = summarize(report, plan, spec, n, dict(program.memory_stats), Target.parse(target).platform,
+                    mesh_shape)
     res.notes = _count_notes(notes) + res.notes
     res.shardings = specs
     res.compile_s = time.perf_counter() - t0
@@ -451,8 +497,9 @@ def compare_plans(model, mesh_shape: dict[str, int] | None, plans: list[str | Pl
       target: compile target (capture/targets.py): None / ``cpu`` (simulated CPU devices),
         ``tpu-v5e:2x4``, ``h100-sxm:1x1x8``...: the mesh is made of its devices.
     Returns:
-      A PlanComparison; a plan that fails to compile has ``error`` set (never dropped); a
-      plan the target compiler refuses for lack of memory has ``fits`` False.
+      A PlanComparison, its plans ranked by estimated step time (``step_time_order``: those
+      that fit first, fastest first); a plan that fails to compile has ``error`` set (never
+      dropped); a plan the target compiler refuses for lack of memory has ``fits`` False.
       On the cpu target, when this process's jax already has fewer CPU devices than the mesh
       needs, the work runs in a child process with
       ``XLA_FLAGS=--xla_force_host_platform_device_count=N``.
@@ -536,7 +583,7 @@ def compare_plans(model, mesh_shape: dict[str, int] | None, plans: list[str | Pl
     else:
         results = [run_plan(source, overrides, p, mesh_shape, spec, tgt.name) for p in loaded]
     cmp = PlanComparison(label, dict(overrides or {}), dict(mesh_shape), spec.name,
-                         spec.hbm_capacity_bytes, results, tgt.name)
+                         spec.hbm_capacity_bytes, step_time_order(results), tgt.name)
     cmp.notes = target_notes(tgt)
     return cmp
 

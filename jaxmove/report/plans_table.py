@@ -23,6 +23,16 @@ def _excess(r) -> str:
     return "n/a" if n is None else f"{human_bytes(n)} ({100 * (f or 0.0):.0f}%)"
 
 
+def _step(r) -> str:
+    """Estimated step time (passes/timing.py), its bound, and its summed components:
+    compute / memory / network / launch (a lower bound marked '>=')."""
+    if r.step_time_s is None:
+        return "n/a"
+    low = "" if r.step_time_complete is not False else ">="
+    parts = " / ".join(_time(x) for x in (r.step_compute_s, r.step_memory_s, r.step_network_s, r.step_launch_s))
+    return f"[bold]{low}{_time(r.step_time_s)}[/bold] {r.step_bound or ''}\n{parts}"
+
+
 def render_plans(cmp, console: Console | None = None) -> None:
     """One row per plan: per-device memory, HBM bytes, wire bytes by kind, collective time,
     the three costliest collectives; then each plan's notes and errors."""
@@ -37,14 +47,15 @@ def render_plans(cmp, console: Console | None = None) -> None:
     console.print(f"[bold]{escape(cmp.model)}[/bold] {sets}  mesh {mesh} ({n} {where})  "
                   f"hardware [bold]{cmp.hardware}[/bold] (HBM {human_bytes(cmp.hbm_capacity_bytes)} "
                   f"per device; collective time on its links)")
-    table = Table(title="Sharding plans, per device, one program run")
-    for col, just in (("plan", "left"), ("args", "right"), ("temp", "right"), ("peak", "right"),
-                      ("fits", "left"), ("HBM bytes", "right"), ("excess", "right"), ("wire bytes by kind", "left"),
+    table = Table(title="Sharding plans, per device, one program run, fastest estimated step first")
+    for col, just in (("plan", "left"), ("step time", "right"), ("args", "right"), ("temp", "right"),
+                      ("peak", "right"), ("fits", "left"), ("HBM bytes", "right"), ("excess", "right"), ("wire bytes by kind", "left"),
                       ("coll. time", "right"), ("costliest collectives", "left")):
         table.add_column(col, justify=just, no_wrap=col in ("plan", "costliest collectives"))
     for r in cmp.results:
         if r.error:
-            table.add_row(escape(r.plan), "", "", "", "", "", "", f"[red]failed: {escape(str(r.error))}[/red]", "", "")
+            table.add_row(escape(r.plan), "", "", "", "", "", "", "", f"[red]failed: {escape(str(r.error))}[/red]",
+                          "", "")
             continue
         fits = ("?" if r.fits is None else "yes" if r.fits else
                 f"[bold red]NO[/bold red] (needs {_b(r.needs_bytes)}, has {_b(r.has_bytes)})"
@@ -58,13 +69,15 @@ def render_plans(cmp, console: Console | None = None) -> None:
             f"{c.kind} n={c.group_size} x{c.executions} {human_bytes(c.wire_bytes)} {_time(c.time_s)}"
             + (f" @{c.source.rsplit('/', 1)[-1]}" if c.source else f" {c.name}")
             for c in r.top_collectives) or "-"
-        table.add_row(escape(r.plan), _b(r.argument_bytes), _b(r.temp_bytes), _b(r.peak_bytes), fits,
+        table.add_row(escape(r.plan), _step(r), _b(r.argument_bytes), _b(r.temp_bytes), _b(r.peak_bytes), fits,
                       human_bytes(r.hbm_bytes), _excess(r), kinds, _time(r.collective_time_s), top)
     console.print(table)
     compiler = "XLA:CPU" if target == "cpu" else "XLA:TPU" if target.startswith("tpu") else "XLA:GPU"
     console.print(f"peak = XLA's arguments + outputs - aliased + temporaries of the partitioned "
-                  f"program ({compiler} buffer assignment); coll. time sums the collectives without "
-                  "overlap.")
+                  f"program ({compiler} buffer assignment); step time = the estimated time of one run on "
+                  f"{cmp.hardware} along the schedule (async collectives overlap), below it the summed "
+                  "compute / memory / network / launch time of its kernels; coll. time sums the "
+                  "collectives without overlap.")
     for note in cmp.notes:
         console.print(f"[yellow]note[/yellow]: {escape(note)}")
     for r in cmp.results:

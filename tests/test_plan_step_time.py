@@ -1,0 +1,94 @@
+"""plans ranked by estimated step time (issue 26) and what the partitioner did (issue 29 item 6)."""
+
+from __future__ import annotations
+
+import pytest
+
+import jaxmove
+from jaxmove.plans import load_plan
+from jaxmove.plans.compare import PlanResult, step_time_order
+from jaxmove.plans.explain import plan_collective_note, weight_gathers_implied
+
+_SUM = """%sum (a: f32[], b: f32[]) -> f32[] {
+  %a = f32[] parameter(0)
+  %b = f32[] parameter(1)
+  ROOT %s = f32[] add(%a, %b)
+}
+"""
+
+# fsdp over data=2: x [8,16] (batch-sharded), w's embed dim 16 sharded to 8 per device; the
+# partitioner computed on the shard (a partial sum) and all-reduced it, gathering no weight
+PARTIAL_SUM = """HloModule m, is_scheduled=true
+
+""" + _SUM + """
+ENTRY %e (x: f32[8,8], w: f32[8,32]) -> f32[8,32] {
+  %x = f32[8,8] parameter(0)
+  %w = f32[8,32] parameter(1)
+  %d = f32[8,32] dot(%x, %w), lhs_contracting_dims={1}, rhs_contracting_dims={0}
+  ROOT %ar = f32[8,32] all-reduce(%d), replica_groups={{0,1}}, to_apply=%sum
+}
+"""
+
+# the textbook fsdp program: the weight shard all-gathered, then used whole
+GATHERED = """HloModule m, is_scheduled=true
+
+ENTRY %e (x: f32[4,16], w: f32[8,32]) -> f32[4,32] {
+  %x = f32[4,16] parameter(0)
+  %w = f32[8,32] parameter(1)
+  %ag = f32[16,32] all-gather(%w), replica_groups={{0,1}}, dimensions={0}
+  ROOT %d = f32[4,32] dot(%x, %ag), lhs_contracting_dims={1}, rhs_contracting_dims={0}
+}
+"""
+
+
+def _report(tmp_path, text):
+    p = tmp_path / "m.hlo"
+    p.write_text(text)
+    return jaxmove.analyze(str(p), role_globs={"w": "weights", "x": "activations"})
+
+
+def test_fsdp_without_weight_gathers_says_what_the_partitioner_did(tmp_path):
+    rep = _report(tmp_path, PARTIAL_SUM)
+    fsdp = load_plan("fsdp")
+    assert weight_gathers_implied(fsdp, {"data": 2}) == ["data"]
+    note = plan_collective_note(fsdp, rep, {"data": 2})
+    assert note is not None and "gathered no weights" in note
+    # one all-reduce of f32[8,32] = 1 KiB over 2 devices: 2 (n-1)/n x 1 KiB = 1 KiB on the wire
+    assert "1 all-reduce (1.00 KiB on the wire)" in note
+    # gathering would move (n - 1) x the 1 KiB weight shard read per step
+    assert "about 1.00 KiB per device per step" in note
+    assert plan_collective_note(fsdp, rep, {"data": 1}) is None  # nothing sharded: nothing implied
+    assert plan_collective_note(load_plan("dp"), rep, {"data": 2}) is None
+
+
+def test_textbook_fsdp_needs_no_note_and_tp_gathering_weights_gets_one(tmp_path):
+    rep = _report(tmp_path, GATHERED)
+    assert plan_collective_note(load_plan("fsdp"), rep, {"data": 2}) is None
+    note = plan_collective_note(load_plan("tp"), rep, {"model": 2})
+    # all-gather of f32[16,32]: (n-1)/n x 2 KiB = 1 KiB on the wire
+    assert note is not None and "all-gathered 1.00 KiB of them" in note and "ag -> f32[16,32]" in note
+
+
+def test_step_time_order():
+    def r(name, t, fits=True, error=None):
+        return PlanResult(name, "", 2, fits=fits, step_time_s=t, error=error)
+    got = step_time_order([r("slow", 3.0), r("broken", None, error="x"), r("fast", 1.0),
+                           r("big", 0.5, fits=False), r("unknown", None), r("mid", 2.0, fits=None)])
+    assert [x.plan for x in got] == ["fast", "mid", "slow", "unknown", "big", "broken"]
+
+
+def test_cli_plans_ranks_by_step_time(capsys):
+    from jaxmove.plans import compare_plans
+    cmp = compare_plans("mlp-tiny", {"data": 2}, ["tp", "dp", "fsdp"], {"batch": "64"}, "h100-sxm")
+    ts = [r.step_time_s for r in cmp.results]
+    assert None not in ts and ts == sorted(ts)
+    for r in cmp.results:
+        # a kernel costs launch + max(compute, memory, network) in schedule order: the step is at
+        # least the summed compute and memory and at most the sum of all four (overlap only helps)
+        assert r.step_time_s <= r.step_compute_s + r.step_memory_s + r.step_network_s + r.step_launch_s + 1e-12
+        assert r.step_time_s >= r.step_memory_s and r.step_time_s >= r.step_compute_s
+        assert r.step_bound in ("compute", "memory", "network", "overhead")
+    from jaxmove.report.plans_table import render_plans
+    render_plans(cmp)
+    out = capsys.readouterr().out
+    assert "step time" in out and "fastest estimated step first" in out
