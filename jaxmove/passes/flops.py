@@ -300,13 +300,15 @@ def convolution_flops(instr: Instruction, lhs: Shape, rhs: Shape, result: Shape)
     HloCostAnalysis::GetConvolutionFlops (xla/service/hlo_cost_analysis.cc). Used for
     ``convolution`` and for cuDNN/oneDNN convolution custom calls, which carry the same
     ``window`` and ``dim_labels`` attributes (GpuHloCostAnalysis::HandleCustomCall).
+    C_in and C_out include the vector dimension of cuDNN's vectorized int8 layouts (a
+    dimension no label names, ``?`` in ``b01f?_01i?o->b01f?``), which XLA leaves out.
 
     Raises ValueError when ``window`` or ``dim_labels`` is malformed or missing.
     """
     labels = instr.attrs.get("dim_labels")
     if labels is None:
         raise ValueError("no dim_labels")
-    (in_b, in_f, in_sp, _k_in, _k_out, k_sp, _out_b, out_f, out_sp) = parse_dim_labels(labels)
+    (in_b, in_f, in_sp, _k_in, _k_out, k_sp, out_b, out_f, out_sp) = parse_dim_labels(labels)
     window = parse_window(instr.attrs.get("window"))
     if window:
         if not (len(window) == len(in_sp) == len(k_sp) == len(out_sp)):
@@ -319,8 +321,22 @@ def convolution_flops(instr: Instruction, lhs: Shape, rhs: Shape, result: Shape)
     bgc = int(instr.attrs.get("batch_group_count", "1"))
     if fgc < 1 or bgc < 1:
         raise ValueError(f"feature_group_count={fgc}, batch_group_count={bgc}: must be >= 1")
-    fma = (lhs.dims[in_f] // fgc) * result.dims[out_f] * (lhs.dims[in_b] // bgc) * valid
+    # cuDNN's vectorized int8 layouts (NCHW_VECT_C, int8x4 / int8x32; XLA's
+    # cudnn_vectorize_convolutions prints the vector dimension as '?' in dim_labels, e.g.
+    # b01f?_01i?o->b01f?, or leaves it out): a dimension no label names is a vector of
+    # features, so the input features are C x 4 and the output features F x 4. XLA's
+    # GetConvolutionFlops reads only the labelled feature dimension (16x too few flops for
+    # int8x4; gpu_hlo_cost_analysis_test.cc ConvCustomCall).
+    c_in = lhs.dims[in_f] * _vector_elements(lhs, (in_b, in_f, *in_sp))
+    c_out = result.dims[out_f] * _vector_elements(result, (out_b, out_f, *out_sp))
+    fma = (c_in // fgc) * c_out * (lhs.dims[in_b] // bgc) * valid
     return KFMA_FLOPS * fma
+
+
+def _vector_elements(shape: Shape, labelled: tuple[int, ...]) -> int:
+    """Product of the dimensions of ``shape`` that no dim_labels letter names (1 if none)."""
+    named = set(labelled)
+    return math.prod(d for i, d in enumerate(shape.dims) if i not in named)
 
 
 def _convolution(instr: Instruction, module: Module) -> FlopCount:
@@ -349,7 +365,12 @@ def _reduce_window(instr: Instruction, module: Module) -> FlopCount:
     """flops(to_apply) * (window elements - 1) * output elements.
 
     Includes XLA's special case for a reduce-window that is a reduce followed by a
-    broadcast along one padded dimension (HloCostAnalysis::HandleReduceWindow).
+    broadcast along one padded dimension (HloCostAnalysis::HandleReduceWindow: window size
+    2s-1 padded s-1 on both sides of a dimension of size s, so every output element of a row
+    reduces the whole row): each of the output/s rows is reduced once, (s - 1) applications,
+    then broadcast. XLA adds the two factors (output/s + (s - 1)); jaxmove multiplies them
+    (hlo_cost_analysis_test.cc ReduceWindowSingleDimReduceBroadcast: 6,144 rows of 1,024,
+    XLA 7,167 applications, jaxmove 6,144 x 1,023).
     """
     try:
         window = parse_window(instr.attrs.get("window"))
@@ -367,7 +388,7 @@ def _reduce_window(instr: Instruction, module: Module) -> FlopCount:
                     and w.padding_low == w.padding_high and w.size == 2 * w.padding_low + 1):
                 if w.padding_low == out.dims[d] - 1:
                     span = out.dims[d]
-                    count = out_elements // span + (span - 1)
+                    count = (out_elements // span) * (span - 1)  # rows x (s - 1)
                 break
     return _per_call(instr, module, "to_apply") * count
 
