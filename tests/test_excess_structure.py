@@ -66,3 +66,35 @@ def test_no_import_circle_through_the_pipeline_or_the_excess_pass():
         return False
 
     assert sorted(m for m in watched if reaches(m, m)) == []
+
+
+# ---- the excess pass's rule table ------------------------------------------------------------
+
+def test_cause_table_keeps_the_json_kinds_and_refuses_a_duplicate():
+    import pytest
+
+    from jaxmove.passes.excess import CAUSE_KINDS, CAUSES
+    from jaxmove.passes.excess.causes import CauseRule, FixContext, register
+    # the JSON's stable keys, in the order they always had (may be added to, never removed)
+    assert CAUSE_KINDS[:16] == (
+        "not_donated", "donated_but_copied", "materialized_intermediate", "layout_change",
+        "dtype_conversion", "re_read", "tiling_re_read", "whole_rewrite", "tile_padding",
+        "split_k_partials", "rematerialization", "all_gather_partly_used",
+        "collective_wider_than_data", "host_round_trip", "dot_as_multiply_reduce", "slice_copy")
+    for kind, rule in CAUSES.items():
+        assert rule.kind == kind and rule.matches and rule.bytes
+        text = rule.fix(FixContext(kind, "params/w", 3 * 2**20, "fusion.1", argnum=0))
+        assert "saves 3.00 MiB per step" in text, (kind, text)
+        assert rule.matcher is None or rule.kernel, kind  # only kernel causes have matchers
+    with pytest.raises(ValueError, match="slice_copy"):
+        register(CauseRule("slice_copy", "", "", lambda c: ""))
+    with pytest.raises(ValueError, match="unattributed"):
+        register(CauseRule("unattributed", "", "", lambda c: ""))
+
+
+def test_excess_package_keeps_its_public_names():
+    import jaxmove.passes.excess as ex
+    for name in ("CAUSE_KINDS", "UNATTRIBUTED", "MAX_LISTED", "ExcessAnalysis", "ExcessCause",
+                 "ExcessLine", "CauseInstruction", "excess_pass"):
+        assert hasattr(ex, name), name
+    assert ex.UNATTRIBUTED == "unattributed" and ex.MAX_LISTED == 10

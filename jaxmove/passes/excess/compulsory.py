@@ -1,0 +1,859 @@
+"""The compulsory-traffic model of the excess pass, and the accounting that applies it to every
+access of every kernel (``Accounting.run``); the causes are the rules of ``causes.py``, the sums
+the ``ledger.py``'s, tiling and collectives the rules of ``wire.py``.
+
+*Compulsory* traffic of one program run (per device) is what the program's semantics need
+(DESIGN.md, "Compulsory and excess"):
+
+* each ENTRY parameter is read once, for the footprint the program needs of it: the sum over
+  the kernels that read it (directly, or through a copy of it) of the bytes each touches,
+  at most the parameter's data bytes (a gathered row, a sliced window, a whole weight);
+* each result leaf is written once (its data bytes); a result that updates a parameter (the
+  output aliased to it, or built on a copy of it) writes only the update: the bytes of its
+  in-place dynamic-update-slice / scatter writes (in a fusion that rebuilds the buffer, the
+  update operand of its dynamic-update-slice);
+* an intermediate (a value written by one kernel and read by others) that fits on chip
+  (its data bytes at most the on-chip capacity of ``reuse.onchip_capacity_bytes(spec)``)
+  costs nothing; one that does not fit is written once and read once per time it is written;
+  without a hardware spec the capacity is unknown and every intermediate is such a spill;
+* a collective sends its wire bytes (``passes/collectives.py``) at the width of the data
+  (a bf16 value converted to f32 to be sent counts at bf16) and only the part of an
+  all-gather's result that the program reads;
+* the program's own host I/O (infeed, outfeed, host send/recv) is compulsory; a host
+  offload and its return are not.
+
+*Compiled* traffic is what the traffic pass counts (``passes/traffic.py``, the report's
+totals; a conditional counts its costliest branch, as the totals do) plus, with a spec, the
+operand re-reads of the tiling model of dots (``passes/reuse.py``), the bytes the time model
+charges. Every access of every kernel is split into a compulsory part and *excess*, and each
+excess byte gets one cause, so per role and per path
+
+    compiled = compulsory + sum of causes + unattributed
+
+holds exactly (``ledger.py``). Causes (``causes.CAUSES``; the first that applies):
+
+1. ``tile_padding``: physical minus data bytes of tiled layouts (TPU ``T(8,128)``).
+2. The kernel's own kind: ``rematerialization`` (an instruction XLA's rematerialization
+   cloned, named ``*.remat*``, or one from a ``jax.checkpoint``'s recomputation, op_name
+   ``rematted_computation``), ``host_round_trip`` (MoveToHost / MoveToDevice, copies between
+   host and device memory), ``split_k_partials`` (a Triton gemm fusion with ``split_k`` > 1,
+   or whose root dot's ``[S, M, N]`` result every consumer sums over S: its partial sums,
+   written and read back), ``dot_as_multiply_reduce`` (a dot with a 1-row operand that XLA
+   compiled as a multiply kernel whose product a reduce kernel reads back) -- these two are
+   causes of what the kernel writes: its operand reads are compulsory as any kernel's (a
+   split-K gemm reads its weight as the gemm would) --, and the copy kernels -- ``copy`` /
+   ``transpose`` / ``convert`` / ``reshape``, or a fusion whose root (or, multi-output, every
+   root element) is a chain of them from one parameter:
+   ``not_donated`` when the copy is of a parameter whose update the program returns (XLA
+   copies an argument it may not overwrite), else ``layout_change`` or ``dtype_conversion``;
+   a (dynamic-)slice kernel of a parameter or of a copy of one (XLA:TPU copies a scanned
+   layer's window of a stacked KV cache out before attention) is ``slice_copy``: its reader's
+   read is the parameter's compulsory read, the window's write and read-back are no spill.
+   An in-place update of a copy of an updated parameter (copied into another layout or into
+   VMEM, updated, copied back) is the compulsory update write; an update made on chip is
+   credited to the kernel that writes the result back to HBM. A result that updates a
+   parameter in a buffer of its own (rebuilt whole) is read from the parameter's read budget.
+3. A read of a copy of a buffer beyond that buffer's footprint: the copy's cause.
+4. The buffer: a parameter read again beyond its footprint, or a spilled intermediate read
+   more often than written, is ``re_read`` (the same buffer read by several kernels, or in
+   every loop iteration); an intermediate that fits on chip is
+   ``materialized_intermediate`` (a fusion boundary); an update of a parameter written
+   beyond its update bytes is ``whole_rewrite``.
+5. Tiling: ``tiling_re_read``; collectives: ``collective_wider_than_data``,
+   ``all_gather_partly_used``.
+6. Anything else: ``unattributed`` (reported, never dropped).
+
+Time: a cause's HBM bytes at the spec's ``hbm_bytes_per_s`` plus its wire bytes at the link
+bandwidth of the collective (``collectives.link_bandwidth_bytes_per_s``): the memory time the
+bytes add (the saving is that much where the kernel is memory-bound). Host bytes have no
+bandwidth in the specs: their time is unmodeled (``untimed_bytes``).
+
+The pass is a pure function of (analysis, entry parameters, spec, reuse); passes never print.
+"""
+
+from __future__ import annotations
+
+from collections import defaultdict
+from operator import itemgetter
+
+from ...hlo import Instruction, Module
+from ...hlo.shape import HOST_MEMORY_SPACE
+from ..roles import entry_parameter_name, leaf_position, roles_pass
+from ..traffic import NO_TRAFFIC, ON_CHIP_MEMORY_SPACES
+from .buffers import NATIVE_STARTS, Buffers, resolve_copy, union_all, write_key
+from .causes import (KERNEL_WRITES, PROGRAM_WIDE, READ_PRIORITY, READS_COMPULSORY, UNATTRIBUTED,
+                     FixContext, fix_text)
+from .kernels import classify
+from .ledger import HBM_READ, HBM_WRITE, Ledger, build_result
+from .records import ExcessAnalysis
+from .wire import collective_excess, tiling_excess
+
+_ZERO = (0,)  # range(1)
+_NONE = object()  # no value yet
+
+
+def _inner_update_bytes(instr: Instruction, module: Module) -> int:
+    """Update bytes of a fusion that rebuilds a buffer around a dynamic-update-slice (root,
+    through bitcasts and converts: XLA:CPU updates a bf16 cache as convert(dynamic-update-slice
+    (convert(cache) to f32, ...)) to bf16) instead of updating it in place, in the root's
+    element width; 0 for anything else."""
+    if instr.opcode != "fusion" or not instr.called_computations:
+        return 0
+    fused = module.computations.get(instr.called_computations[0])
+    if fused is None:
+        return 0
+    root = fused.root
+    while root.opcode in ("bitcast", "convert") and root.operands and root.operands[0] in fused.by_name:
+        root = fused.by_name[root.operands[0]]
+    if root.opcode == "dynamic-update-slice" and len(root.operands) > 1:
+        upd = fused.by_name.get(root.operands[1])
+        if upd is None or not upd.shape.is_array:
+            return 0
+        out_bits, upd_bits = fused.root.shape.element_bits, upd.shape.element_bits
+        if not out_bits or not upd_bits or not fused.root.shape.is_array:
+            return upd.shape.logical_byte_size
+        return upd.shape.logical_byte_size * out_bits // upd_bits
+    return 0
+
+
+def _update_bytes(r, logical: int, module: Module) -> int:
+    """The update bytes among the ``logical`` bytes a write of row ``r`` puts into a buffer:
+    all of them for an in-place update, a rebuilding fusion's update (``_inner_update_bytes``),
+    else 0."""
+    if r.traffic.inplace_buffer_bytes:
+        return logical
+    inner = _inner_update_bytes(r.instr, module)
+    return min(logical, inner * r.multiplicity.count) if inner else 0
+
+
+def _leaf_shapes(shape) -> list:
+    """The leaves of ``shape`` in tuple order (``Shape.leaves``, without a call per array)."""
+    if not shape.is_tuple:
+        return [shape]
+    out = []
+    for s in shape.tuple_shapes:
+        if s.is_tuple:
+            out.extend(_leaf_shapes(s))
+        else:
+            out.append(s)
+    return out
+
+
+def _leaves(shape) -> list:
+    if not shape.is_tuple:
+        return [((), shape)]
+    return list(shape.leaves_with_index())
+
+
+def _logical(a, leaf) -> int:
+    """Data bytes of an access (``Access.logical_nbytes``, else the leaf's share)."""
+    lg = a.logical_nbytes
+    if lg is not None:
+        return lg
+    if leaf is None or not leaf.byte_size or leaf.byte_size == leaf.logical_byte_size:
+        return a.nbytes
+    return a.nbytes * leaf.logical_byte_size // leaf.byte_size
+
+
+class Accounting:
+    """One run of the excess pass over a ModuleAnalysis: the compulsory-traffic model (module
+    docstring) applied to every access of every kernel, each byte put into the ledger with its
+    compulsory part and its cause (``run``)."""
+
+    def __init__(self, analysis, parameters, spec, reuse, roles):
+        self.analysis = analysis
+        self.module: Module = analysis.module
+        self.params = {p.number: p for p in parameters}
+        self.spec = spec
+        self.reuse = reuse
+        if roles is None:
+            roles = getattr(analysis, "roles", None)
+        if roles is None:
+            entry_roles = {p.number: p.role for p in parameters} if parameters else None
+            roles = roles_pass(self.module, entry_roles)
+        self.roles = roles
+        self.capacity: int | None = None
+        if spec is not None:
+            from ..reuse import onchip_capacity_bytes
+            cap = onchip_capacity_bytes(spec)
+            self.capacity = cap[0] if cap else None
+        self.notes: list[str] = []
+        self._entry_names: dict | None = None
+        self._subjects: dict[int, str] = {}  # entry parameter number -> _param_subject
+        self.ledger = Ledger(1.0 / spec.hbm_bytes_per_s if spec is not None else None)
+
+    # -- buffers ---------------------------------------------------------------------------
+
+    def _kernel_computations(self) -> list[str]:
+        """Kernel-level computations whose rows count, as the totals count them: of a
+        conditional, the branch the totals take (its costliest)."""
+        mult = self.analysis.multiplicity
+        module = self.module
+        skip: set[str] = set()
+        chosen = self.analysis.branches  # the one branch choice of the pipeline's totals
+        if not chosen:  # (the pipeline chooses for every conditional of these computations)
+            return list(mult)
+        conds = [(c, i) for c in mult for i in module.computations[c].instructions
+                 if i.opcode == "conditional"]
+        if conds:
+            keep: set[str] = set()
+            for cname, ci in conds:
+                best = chosen[(cname, ci.name)]
+                keep |= module.reachable_computations([best], through_fusions=False)
+                for b in ci.called_computations:
+                    if b != best:
+                        skip |= module.reachable_computations([b], through_fusions=False)
+            skip -= keep
+            if skip:
+                self.notes.append("conditionals: the branch the totals take (the costliest) is "
+                                  "counted, as in the report's totals")
+        return [c for c in mult if c not in skip]
+
+
+
+    # -- naming ----------------------------------------------------------------------------
+
+    def _param_subject(self, number: int) -> str:
+        got = self._subjects.get(number)
+        if got is not None:
+            return got
+        p = self.params.get(number)
+        if p is not None:
+            got = p.path
+        else:
+            names = self._entry_names
+            if names is None:
+                names = self._entry_names = {i.parameter_number: i for i in self.module.entry.parameters}
+            instr = names.get(number)
+            got = entry_parameter_name(instr) if instr is not None else f"parameter {number}"
+        self._subjects[number] = got
+        return got
+
+    def _argument(self, number: int) -> tuple[str, int | None, bool]:
+        """(argument name, argnum or None, donated) of an entry parameter."""
+        p = self.params.get(number)
+        if p is None:
+            return self._param_subject(number), None, number in self.module.input_output_alias
+        arg = p.path.split("/", 1)[0]
+        if arg == "args" and "/" in p.path:
+            arg = "/".join(p.path.split("/")[:2])
+        return arg, getattr(p, "argnum", None), p.donated
+
+    # -- run -------------------------------------------------------------------------------
+
+    def run(self) -> ExcessAnalysis:
+        module = self.module
+        self.buffers = Buffers()
+        comps = self._kernel_computations()
+        self.comps = comps_set = set(comps)
+        # the rows counted; those that move bytes (most rows of a module are parameters, tuples,
+        # constants...), the collectives, and the fusions that update a buffer in place
+        active: list[int] = []  # (row numbers)
+        collective_rows: list[tuple[int, object]] = []
+        inplace: set[tuple[str, str]] = set()
+        unmodeled = False
+        if len(comps_set) == len(self.analysis.multiplicity):  # no branch left out: every row
+            rows = self.analysis.rows
+        else:
+            rows = [r for r in self.analysis.rows if r.computation in comps_set]
+        # and each such row's kernel cause or copy kind (_classify: of the row alone), in the
+        # same pass; the copy kernels' buffers are resolved below, after the unions
+        kcause: dict[int, str] = {}
+        copy_rows: list[tuple[int, tuple, int]] = []  # (row number, copy kind, result leaf)
+        computations = module.computations
+        cname = None
+        for k, r in enumerate(rows):
+            t = r.traffic
+            if t is NO_TRAFFIC:  # (the one record of every instruction that moves nothing)
+                pass
+            elif t.reads or t.writes:
+                active.append(k)
+                instr = r.instr
+                if r.computation is not cname:  # (rows come computation by computation)
+                    cname = r.computation
+                    comp = computations[cname]
+                if t.inplace_buffer_bytes and instr.opcode == "fusion":
+                    inplace.add((cname, instr.name))
+                c, ck = classify(instr, comp, module, t)
+                if c is not None:
+                    kcause[k] = c
+                elif ck is not None:
+                    if isinstance(ck, list):  # a multi-output copy fusion: each element a copy
+                        copy_rows.extend((k, (kind, src_k, sliced), pos) for pos, kind, src_k, sliced in ck)
+                    else:
+                        copy_rows.append((k, ck, 0))
+            elif t.inplace_buffer_bytes and r.instr.opcode == "fusion":
+                inplace.add((r.computation, r.instr.name))
+            if r.collective is not None:
+                collective_rows.append((k, r))
+            if r.unmodeled:
+                unmodeled = True
+        self.rows = rows
+        self.inplace_fusions = inplace
+        self.any_unmodeled = unmodeled
+        self.root_tuple_skipped = union_all(module, self.buffers, comps, inplace)
+        B = self.buffers
+        find = B.find
+        parent = B.parent
+        entry = module.entry
+        ename = entry.name
+        # entry parameter leaves
+        param_root: dict[tuple, tuple[int, int, object]] = {}
+        for p in entry.parameters:
+            if p.shape.is_tuple:
+                for j, (_idx, leaf) in enumerate(_leaves(p.shape)):
+                    param_root.setdefault(find((ename, p.name, j)), (p.parameter_number, j, leaf))
+            else:
+                key = (ename, p.name, 0)
+                param_root.setdefault(find(key) if key in parent else key, (p.parameter_number, 0, p.shape))
+        # result leaves
+        out_root: dict[tuple, tuple[int, object]] = {}
+        rname = entry.root.name
+        leaves = _leaf_shapes(entry.root.shape)
+        if self.root_tuple_skipped:
+            # leaf j of the root tuple is leaf i of its operand o (the union union_all skipped)
+            j, n_leaves, eby = 0, len(leaves), entry.by_name
+            for o in entry.root.operands:
+                n = eby[o].shape.num_leaves
+                for i in (_ZERO if n == 1 else range(n)):
+                    if j >= n_leaves:
+                        break
+                    key = (ename, o, i)
+                    pk = parent.get(key)
+                    if pk is not None:
+                        key = pk if pk not in parent else find(key)
+                    if key not in out_root:
+                        out_root[key] = (j, leaves[j])
+                    j += 1
+            for j in range(j, n_leaves):  # (leaves no operand fills: their own buffers)
+                key = (ename, rname, j)
+                if key not in out_root:
+                    out_root[key] = (j, leaves[j])
+        else:
+            for j, leaf in enumerate(leaves):
+                key = (ename, rname, j)
+                pk = parent.get(key)
+                if pk is not None:
+                    key = pk if pk not in parent else find(key)
+                if key not in out_root:
+                    out_root[key] = (j, leaf)
+        alias_of_out: dict[int, int] = {}
+        for pnum, pairs in module.input_output_alias.items():
+            for out_idx, _pidx in pairs:
+                try:
+                    alias_of_out[leaf_position(entry.root.shape, tuple(out_idx))
+                                 if entry.root.shape.is_tuple else 0] = pnum
+                except (IndexError, AttributeError):
+                    continue
+        self.param_root, self.out_root, self.alias_of_out = param_root, out_root, alias_of_out
+
+        # cause kernels, and copy kernels: derived buffers (origin root, width num, den, kind, row)
+        derived: dict[tuple, tuple] = {}
+        copies: dict[tuple, tuple] = {}   # copy kernels' buffers: (source root, num, den, kind, row, sliced)
+        cname = None
+        for k, (kind, src_k, sliced), pos in copy_rows:
+            r = rows[k]
+            instr = r.instr
+            if r.computation is not cname:  # (rows come computation by computation)
+                cname = r.computation
+                comp = computations[cname]
+            src = comp.by_name[instr.operands[src_k]]
+            sroot = (cname, src.name, 0)
+            p = parent.get(sroot)
+            if p is not None:
+                sroot = p if p not in parent else find(sroot)
+            droot = (cname, instr.name, pos)
+            p = parent.get(droot)
+            if p is not None:
+                droot = p if p not in parent else find(droot)
+            if droot in param_root:
+                continue  # writes into a parameter's own buffer: not a copy of it
+            dshape = instr.shape if not instr.shape.is_tuple else _leaf_shapes(instr.shape)[pos]
+            copies[droot] = (sroot, dshape.element_bits, src.shape.element_bits, kind, k, sliced)
+        # chains of copies lead to their origin (in any row order: a layout copy before a loop,
+        # a slice of it inside); a window copied out of an intermediate is no copy kernel (the
+        # intermediate's own rules decide), one of a parameter or of a copy of one is
+        for droot in copies:
+            got = resolve_copy(droot, copies, param_root)
+            if got is not None:
+                derived[droot] = got
+                kcause[got[4]] = got[3]
+        # a copy of a parameter that becomes (the buffer of) an update result: not donated
+        update_of: dict[tuple, int] = {}
+        for oroot, (j, _leaf) in out_root.items():
+            if oroot in param_root:
+                update_of[oroot] = param_root[oroot][0]
+            elif oroot in derived and derived[oroot][0] in param_root:
+                pnum = update_of[oroot] = param_root[derived[oroot][0]][0]
+                donated = self._argument(pnum)[2]
+                kcause[derived[oroot][4]] = "donated_but_copied" if donated else "not_donated"
+            elif j in alias_of_out:
+                update_of[oroot] = alias_of_out[j]
+        for oroot in [o for o in derived if o in out_root and o not in update_of]:
+            del derived[oroot]  # a result written by a copy kernel: the result itself
+        self.derived, self.kcause, self.update_of = derived, kcause, update_of
+        self.update_root = {pnum: oroot for oroot, pnum in update_of.items()}
+        self.onchip_update = self._onchip_updates([rows[k] for k in active] if self.update_of else ())
+        self.copy_origin = {v[4]: v[0] for v in derived.values()}
+        # split-K partial sums exist only to be reduced: reading them back is split-K's too
+        produced_cause: dict[tuple, str] = {}
+        for k, c in kcause.items():
+            if c not in ("split_k_partials", "dot_as_multiply_reduce"):
+                continue
+            r = rows[k]
+            for j in range(r.instr.shape.num_leaves):
+                produced_cause.setdefault(B.find((r.computation, r.instr.name, j)), c)
+        self.produced_cause = produced_cause
+        special = set(param_root)
+        special.update(out_root)
+        special.update(derived)
+        special.update(update_of)
+        # a result that updates a parameter in a buffer of its own (XLA:CPU rebuilds a donated
+        # cache: dynamic-update-slice in a fusion that writes it whole): reading it back reads
+        # the parameter (and its update), so it draws on the parameter's read budget
+        leaf_root = {(pnum, j): proot for proot, (pnum, j, _leaf) in param_root.items()}
+        budget_root = {oroot: leaf_root[(pnum, 0)] for oroot, pnum in update_of.items()
+                       if oroot not in param_root and (pnum, 0) in leaf_root}
+        self.budget_root = budget_root
+        cap = self.capacity
+        ledger = self.ledger
+        roles = self.roles
+        update_root = self.update_root
+        # budget root -> [(prio, units, logical, k, role, phys, root)] in schedule order
+        reads: dict[tuple, list] = defaultdict(list)
+        # buffer root -> [data bytes written into it, of those granted to reads so far]
+        tally: dict[tuple, list[int]] = {}
+        read_units: dict[tuple, int] = {}  # buffer root -> data bytes its readers touch
+        update_left: dict[tuple, int] = {}
+        tilings = []
+        gathered = set()  # buffers all-gathers write: how much of them is read decides their excess
+        for _k, r in collective_rows:
+            if r.collective.kind == "all-gather":
+                wkey, _leaf = write_key(r.instr, module.computations[r.computation], ())
+                gathered.add(find(wkey))
+        reuse_rows = self.reuse.rows if self.reuse is not None else None
+        add = ledger.add
+        read_both, write_both = ledger.read_both, ledger.write_both
+        computations = module.computations
+        no_cause = "materialized_intermediate"
+        kernel_write_causes = KERNEL_WRITES  # (causes.py: the kernel causes' writes are theirs)
+        kc_of = [None] * len(rows)  # kcause as a list: row number -> cause kind or None
+        for k, c in kcause.items():
+            kc_of[k] = c
+        cname = None
+        for k in active:
+            r = rows[k]
+            t = r.traffic
+            t_reads, t_writes = t.reads, t.writes
+            instr = r.instr
+            if r.computation is not cname:  # (rows come computation by computation)
+                cname = r.computation
+                comp = computations[cname]
+                by_name = comp.by_name
+                count = r.multiplicity.count  # (one Multiplicity per computation)
+            operands = instr.operands
+            key = (cname, instr.name)
+            kc = kc_of[k]
+            # the cause of the kernel's reads: a split-K gemm, or a dot computed as multiply +
+            # reduce, reads its operands as the dot would (compulsory; only its output is excess)
+            rkc = None if kc in READS_COMPULSORY else kc
+            prio = 0 if rkc is None else READ_PRIORITY[rkc]
+            for a in t_reads:
+                ms = a.memory_space
+                if ms:  # not HBM (0)
+                    if ms in ON_CHIP_MEMORY_SPACES:
+                        continue
+                    if ms == HOST_MEMORY_SPACE:
+                        phys = a.nbytes * count
+                        add(None, "host_to_device", phys, phys if rkc is None else 0, phys,
+                            rkc or "host_round_trip", "", k)
+                        continue
+                if a.operand is None:  # a constant inside a fusion (traffic.py): read once is needed
+                    phys = a.nbytes * count
+                    lg = a.logical_nbytes if a.logical_nbytes is not None else a.nbytes
+                    add("activations", HBM_READ, phys, lg if rkc is None else 0, lg * count,
+                        rkc or "re_read", "", k)
+                    continue
+                oname = operands[a.operand]
+                # the leaf's shape only where a rule asks (a tuple index, no logical size, an
+                # all-gather's buffer, an on-chip capacity): reading it touches the operand
+                idx = a.index
+                if idx:
+                    leaf = by_name[oname].shape
+                    if leaf.is_tuple:
+                        pos = leaf_position(leaf, idx)
+                        leaf = leaf.subshape(idx)
+                        rl = roles[(cname, oname)]
+                        role = rl[pos] if pos < len(rl) else rl[0]
+                        root = (cname, oname, pos)
+                    else:
+                        role = roles[(cname, oname)][0]
+                        root = (cname, oname, 0)
+                else:
+                    leaf = None
+                    role = roles[(cname, oname)][0]
+                    root = (cname, oname, 0)
+                phys = a.nbytes * count
+                lg = a.logical_nbytes
+                if lg is None:
+                    if leaf is None:
+                        leaf = by_name[oname].shape
+                    lg = _logical(a, leaf)
+                logical = lg * count
+                p = parent.get(root)
+                if p is not None:
+                    root = p if p not in parent else find(root)
+                if gathered and root in gathered:
+                    if leaf is None:
+                        leaf = by_name[oname].shape
+                    read_units[root] = read_units.get(root, 0) + min(logical, leaf.logical_byte_size * count)
+                if root not in special:
+                    if cap is not None and (leaf if leaf is not None else by_name[oname].shape).logical_byte_size <= cap:
+                        # an intermediate that fits on chip: reading it back is excess
+                        add(role, HBM_READ, phys, 0, logical,
+                            rkc if rkc is not None else produced_cause.get(root, no_cause), "", k)
+                        continue
+                    if prio == 0 and (not produced_cause or root not in produced_cause):
+                        wt = tally.get(root)
+                        if wt is not None:  # a spilled intermediate already written: read it back once
+                            g = wt[1]
+                            give = wt[0] - g
+                            if logical < give:
+                                give = logical  # (min(logical, written - granted))
+                            if give > 0:
+                                wt[1] = g + give
+                            else:
+                                give = 0
+                            if give == logical == phys:  # all compulsory: only the two sums move
+                                read_both[role] += phys
+                            else:
+                                add(role, HBM_READ, phys, give, logical, "re_read", "", k)
+                            continue
+                    reads[root].append((prio, logical, logical, k, role, phys, root))
+                elif root in derived:  # (derived buffers are special)
+                    broot, num, den = derived[root][0], derived[root][1], derived[root][2]
+                    units = logical * den // num if num else logical
+                    reads[budget_root.get(broot, broot) if budget_root else broot].append(
+                        (prio, units, logical, k, role, phys, root))
+                else:
+                    reads[budget_root.get(root, root) if budget_root else root].append(
+                        (prio, logical, logical, k, role, phys, root))
+            if t_writes:
+                out_roles = roles[key]
+                shape = instr.shape
+                start = instr.opcode in NATIVE_STARTS
+                elements = None  # (the tuple elements, read at the first write with an index)
+                iname = instr.name
+            for a in t_writes:
+                ms = a.memory_space
+                if ms:  # not HBM (0)
+                    if ms in ON_CHIP_MEMORY_SPACES:
+                        continue
+                    if ms == HOST_MEMORY_SPACE:
+                        phys = a.nbytes * count
+                        add(None, "device_to_host", phys, phys if kc is None else 0, phys,
+                            kc or "host_round_trip", "", k)
+                        continue
+                idx = a.index
+                if start or idx:
+                    if elements is None:
+                        elements = shape.tuple_shapes if shape.is_tuple else ()  # (non-tuple: _write_key)
+                        n_elements = len(elements)
+                        n_roles = len(out_roles) if out_roles else 0
+                    if not start and len(idx) == 1 and 0 <= idx[0] < n_elements:
+                        # one element of a tuple result (``_write_key``'s answer, without the call)
+                        e = idx[0]
+                        pos = shape.leaf_offsets[e]
+                        wkey, leaf = (cname, iname, pos), elements[e]
+                        role = out_roles[pos] if pos < n_roles else "activations"
+                    else:
+                        wkey, leaf = write_key(instr, comp, idx)
+                        rl = roles.get((wkey[0], wkey[1]))
+                        role = rl[wkey[2]] if rl and wkey[2] < len(rl) else "activations"
+                else:
+                    wkey, leaf = (cname, iname, 0), shape
+                    role = out_roles[0]
+                phys = a.nbytes * count
+                lg = a.logical_nbytes
+                logical = (lg if lg is not None else _logical(a, leaf)) * count
+                p = parent.get(wkey)
+                root = wkey if p is None else p if p not in parent else find(wkey)
+                wt = tally.setdefault(root, [0, 0])
+                wt[0] += logical
+                if root not in special:  # an intermediate
+                    if kc is not None and kc in kernel_write_causes:
+                        add(role, HBM_WRITE, phys, 0, logical, kc, "", k)
+                    elif cap is not None and (leaf.logical_byte_size if leaf is not None else logical) <= cap:
+                        add(role, HBM_WRITE, phys, 0, logical, no_cause, "", k)
+                    elif logical == phys:  # a spilled intermediate written once: compulsory
+                        write_both[role] += phys
+                    else:
+                        add(role, HBM_WRITE, phys, logical, logical, UNATTRIBUTED, "", k)
+                    continue
+                # (wt[0] - logical: the data bytes written into the buffer before this write)
+                o = out_root.get(root) if kc is None else None
+                if o is not None and root not in update_of:
+                    # a result leaf that updates no parameter (_special_write's rule, inline):
+                    # its data bytes are written once
+                    left = o[1].logical_byte_size - (wt[0] - logical)
+                    comp_b = 0 if left <= 0 else logical if logical < left else left
+                    if comp_b == logical == phys:
+                        write_both[role] += phys
+                    else:
+                        add(role, HBM_WRITE, phys, comp_b, logical, UNATTRIBUTED, "", k)
+                    continue
+                d = derived.get(root)
+                if d is not None and root not in update_of:
+                    # a copy kernel's write into a copy of a parameter or intermediate
+                    # (_special_write's last rule, inline) when the program returns no update of
+                    # that parameter: no compulsory bytes
+                    pr = param_root.get(d[0])
+                    if pr is None or not update_root or update_root.get(pr[0]) is None:
+                        kind = kc if kc is not None else d[3]
+                        if kind in ("not_donated", "donated_but_copied"):
+                            subject = self._not_donated_subject(k)
+                        elif kind in PROGRAM_WIDE:
+                            subject = ""
+                        else:
+                            subject = self._param_subject(pr[0]) if pr is not None else ""
+                        add(role, HBM_WRITE, phys, 0, logical, kind, subject, k)
+                        continue
+                self._special_write(root, k, role, phys, logical, r, wt[0] - logical, update_left)
+            if reuse_rows is not None:
+                ru = reuse_rows.get(key)
+                if ru is not None and ru.tilings:
+                    tilings.append((k, r, ru))
+        self.settle_reads(reads, tally)
+        for k, r, ru in tilings:
+            tiling_excess(self, k, r, ru)
+        for k, r in collective_rows:
+            collective_excess(self, k, r, read_units)
+        return build_result(self.ledger, module, rows, self.notes, self.capacity, self.any_unmodeled,
+                            self.spec.name if self.spec is not None else None, self.fix)
+
+    # -- accesses ------------------------------------------------------------------------
+
+
+    def _special_write(self, root, k, role, phys, logical, r, before, update_left) -> None:
+        """A write into a result, a parameter or a copy of one (see the module docstring) by
+        row ``r`` (number ``k``), after ``before`` data bytes were written into it."""
+        kc = self.kcause.get(k)
+        subject = ""
+        if root in self.update_of or (root in self.param_root and root not in self.out_root):
+            update = _update_bytes(r, logical, self.module)
+            pnum = self.update_of.get(root)
+            if pnum is None:
+                pnum = self.param_root[root][0]
+            left = update_left.get(root)
+            if left is None:
+                left = self._out_size(root)
+            if not update and root in self.onchip_update:
+                # a whole write of the result after its updates ran on chip: it carries them
+                update = min(logical, self.onchip_update.pop(root))
+            comp_b = min(update, left)
+            update_left[root] = left - comp_b
+            own, subject = "whole_rewrite", self._param_subject(pnum)
+        elif root in self.out_root:  # written once: the first bytes written are compulsory
+            left = self.out_root[root][1].logical_byte_size - before
+            comp_b = 0 if left <= 0 else min(logical, left)
+            if kc is None and comp_b == logical == phys:  # the result written once: compulsory
+                self.ledger.write_both[role] += phys
+                return
+            own = UNATTRIBUTED
+        else:  # a copy of a parameter or intermediate
+            comp_b, own = 0, self.derived[root][3]
+            o = self.derived[root][0]
+            subject = self._param_subject(self.param_root[o][0]) if o in self.param_root else ""
+            uroot = self.update_root.get(self.param_root[o][0]) if o in self.param_root else None
+            update = _update_bytes(r, logical, self.module) if uroot is not None else 0
+            if update:
+                # an in-place update of a copy of a parameter whose update the program returns
+                # (copied into another layout, updated, copied back): the update is compulsory
+                left = update_left.get(uroot)
+                if left is None:
+                    left = self._out_size(uroot)
+                comp_b = min(update, left)
+                update_left[uroot] = left - comp_b
+        kind = kc if kc is not None else own
+        if kind in ("not_donated", "donated_but_copied"):
+            subject = self._not_donated_subject(k)
+        elif kind in PROGRAM_WIDE:
+            subject = ""
+        self.ledger.add(role, HBM_WRITE, phys, comp_b, logical, kind, subject, k)
+
+    def _onchip_updates(self, rows) -> dict[tuple, int]:
+        """Update result root -> bytes of in-place updates made to it (or to a copy of its
+        parameter) in on-chip memory (XLA:TPU: a cache copied into VMEM, updated there, and
+        copied back whole): the kernel that writes the result to HBM carries them, and they
+        are its compulsory part."""
+        out: dict[tuple, int] = {}
+        if not self.update_of:
+            return out
+        B, module = self.buffers, self.module
+        for r in rows:
+            t = r.traffic
+            if not t.writes:
+                continue
+            instr = r.instr
+            if not any(a.memory_space in ON_CHIP_MEMORY_SPACES for a in t.writes):
+                continue
+            if not t.inplace_buffer_bytes:
+                inner = _inner_update_bytes(instr, module)
+                if not inner:
+                    continue
+            else:
+                inner = 0
+            comp = module.computations[r.computation]
+            for a in t.writes:
+                if a.memory_space not in ON_CHIP_MEMORY_SPACES:
+                    continue
+                wkey = write_key(instr, comp, a.index)[0] if a.index else (r.computation, instr.name, 0)
+                root = B.find(wkey)
+                uroot = root if root in self.update_of else None
+                if uroot is None and root in self.derived and self.derived[root][0] in self.param_root:
+                    uroot = self.update_root.get(self.param_root[self.derived[root][0]][0])
+                if uroot is None:
+                    continue
+                lg = a.logical_nbytes if a.logical_nbytes is not None else a.nbytes
+                nbytes = (min(lg, inner) if inner else lg) * r.multiplicity.count
+                out[uroot] = out.get(uroot, 0) + nbytes
+        return out
+
+    def settle_reads(self, reads: dict, tally: dict) -> None:
+        """Grant each buffer's compulsory read budget: kernels that are no copies first, in
+        schedule order, then copies, then recomputation; the rest is excess."""
+        derived, kcause, ledger = self.derived, self.kcause, self.ledger
+        cap = self.capacity
+        add, param_root = ledger.add, self.param_root
+        read_both, read_compiled, read_compulsory = ledger.read_both, ledger.read_compiled, ledger.read_compulsory
+        l_kind = l_subj = l_role = _NONE  # the cause of the last claim charged, its keys and bytes per row
+        l_crp = l_g = None
+        cause_rp, cause_instr, by_row = ledger.cause_rp, ledger.cause_instr, ledger.by_row
+        for broot, claims in reads.items():
+            if len(claims) == 1:
+                c0 = claims[0]
+                pr = param_root.get(broot) if not c0[0] and c0[6] is broot else None
+                if pr is not None:
+                    # the common case: one kernel reads a parameter, no copy in between
+                    _p, units, logical, k, role, phys, _root = c0
+                    if phys == logical == units <= pr[2].logical_byte_size:  # read once, all needed
+                        read_both[role] += phys
+                        continue
+                    comp_b = min(units, logical, pr[2].logical_byte_size)
+                    if comp_b < logical:
+                        add(role, HBM_READ, phys, comp_b, logical, "re_read", self._param_subject(pr[0]), k)
+                    elif phys == logical:  # read once, all of it needed
+                        read_both[role] += phys
+                    else:
+                        add(role, HBM_READ, phys, comp_b, logical, "re_read", "", k)
+                    continue
+            mixed = any(c[0] for c in claims)
+            if mixed:
+                claims.sort(key=itemgetter(0))  # by priority, then schedule order (stable)
+            if broot in self.param_root:
+                pnum, _j, leaf = self.param_root[broot]
+                size = leaf.logical_byte_size
+                normal = [c for c in claims if c[0] <= 0] or claims
+                budget = min(size, sum(min(size, c[1]) for c in normal))
+                subject = self._param_subject(pnum)
+                own = "re_read"
+            else:
+                size = self._logical_size(broot)
+                fits = cap is not None and size is not None and size <= cap
+                wt = tally.get(broot)
+                budget = 0 if fits or wt is None else wt[0] - wt[1]
+                own = "materialized_intermediate" if fits else "re_read"
+                if broot in self.produced_cause:
+                    budget, own = 0, self.produced_cause[broot]
+                subject = ""
+            acc_role, acc = _NONE, 0  # compulsory bytes of a run of claims of one role, added once
+            for prio, units, logical, k, role, phys, root in claims:
+                if budget > 0:
+                    g = units if units < budget else budget
+                    budget -= g
+                    # granted in the origin's bytes (a wider copy: the rest is excess)
+                    comp_b = g if g < logical else logical
+                    if comp_b == logical == phys:  # all of it needed: no cause
+                        if role == acc_role:
+                            acc += phys
+                        else:
+                            if acc_role is not _NONE:
+                                read_both[acc_role] += acc
+                            acc_role, acc = role, phys
+                        continue
+                else:
+                    comp_b = 0
+                kind = kcause.get(k)
+                if kind in READS_COMPULSORY:
+                    kind = None  # (its reads are a kernel's like any other: the buffer's cause)
+                subj = subject
+                if kind is None:
+                    kind = kcause.get(derived[root][4], derived[root][3]) if root in derived else own
+                if kind in ("not_donated", "donated_but_copied"):
+                    subj = self._not_donated_subject(k if kcause.get(k) == kind else derived[root][4])
+                elif kind in PROGRAM_WIDE:
+                    subj = ""
+                if phys != logical:
+                    add(role, HBM_READ, phys, comp_b, logical, kind, subj, k)
+                    continue
+                # (ledger.add inline, the same steps: no tile padding here)
+                read_compiled[role] += phys
+                if comp_b:
+                    read_compulsory[role] += comp_b
+                if logical > comp_b:
+                    nbytes = logical - comp_b
+                    if kind is not l_kind or subj is not l_subj or role is not l_role:
+                        l_kind, l_subj, l_role = kind, subj, role
+                        l_crp = (kind, subj, role, HBM_READ)
+                        l_g = cause_instr.get((kind, subj))
+                        if l_g is None:
+                            l_g = cause_instr[(kind, subj)] = defaultdict(int)
+                    cause_rp[l_crp] += nbytes
+                    l_g[k] += nbytes
+                    by_row[k] += nbytes
+            if acc_role is not _NONE:
+                read_both[acc_role] += acc
+
+    def _not_donated_subject(self, k: int) -> str:
+        origin = self.copy_origin.get(k)
+        if origin is not None and origin in self.param_root:
+            return self._argument(self.param_root[origin][0])[0]
+        return ""
+
+    def _logical_size(self, root: tuple) -> int | None:
+        comp = self.module.computations.get(root[0])
+        instr = comp.by_name.get(root[1]) if comp is not None else None
+        if instr is None:
+            return None
+        shape = instr.shape
+        if not shape.is_tuple:
+            return shape.logical_byte_size
+        leaves = _leaves(shape)
+        return leaves[root[2]][1].logical_byte_size if root[2] < len(leaves) else None
+
+    def _out_size(self, root: tuple) -> int:
+        return self.out_root[root][1].logical_byte_size if root in self.out_root else \
+            self.param_root[root][2].logical_byte_size
+
+    # -- fix texts -------------------------------------------------------------------------
+
+    def fix(self, kind: str, subject: str, nbytes: int, items) -> str:
+        """The fix text of a cause (``causes.fix_text``) with what its rule needs of the
+        program: a not-donated argument's number, whether the costliest instruction evicts a
+        buffer from on-chip memory."""
+        argnum = None
+        if kind == "not_donated":
+            p = next((p for p in self.params.values() if self._argument(p.number)[0] == subject), None)
+            argnum = getattr(p, "argnum", None) if p is not None else None
+        evicts = kind == "whole_rewrite" and bool(items) and self._is_vmem_eviction(items[0])
+        return fix_text(FixContext(kind, subject, nbytes, items[0].name if items else "?", argnum, evicts))
+
+    def _is_vmem_eviction(self, item) -> bool:
+        """``item`` (a listed instruction) is a copy-start from on-chip memory to HBM."""
+        comp = self.module.computations.get(item.computation)
+        instr = comp.by_name.get(item.name) if comp is not None else None
+        if instr is None or instr.opcode != "copy-start" or not instr.operands:
+            return False
+        src = comp.by_name[instr.operands[0]].shape
+        dst = instr.shape.tuple_shapes[0] if instr.shape.is_tuple else instr.shape
+        return src.memory_space in ON_CHIP_MEMORY_SPACES and dst.memory_space not in ON_CHIP_MEMORY_SPACES
