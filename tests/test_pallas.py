@@ -365,3 +365,81 @@ def test_ragged_paged_attention_does_not_compile_without_the_device():
                     abstract(mesh, (64, 8, 128), jnp.bfloat16),
                     abstract(mesh, (32, 16, 4, 128), jnp.bfloat16), abstract(mesh, (4,), i32),
                     abstract(mesh, (4, 8), i32), abstract(mesh, (5,), i32), abstract(mesh, (1,), i32))
+
+
+# ---- Pallas Triton on GPU (deviceless, the CUDA plugin's H100 target config) ------------------
+
+@functools.lru_cache(maxsize=None)
+def _gpu_text(which: str, causal: bool = True) -> str:
+    import os
+    jax = pytest.importorskip("jax")
+    import jax.numpy as jnp
+    from jax.experimental import topologies
+
+    from jaxmove._platform import quiet_stderr
+    from jaxmove.capture.targets import gpu_target_config
+    from jaxmove.hardware import load_spec
+
+    os.environ.setdefault("JAX_PLATFORMS", "cpu")
+    try:
+        with quiet_stderr():
+            dev = topologies.get_topology_desc("h100", "cuda", target_config=gpu_target_config(
+                load_spec("h100-sxm")), topology="1x1x1").devices[0]
+    except Exception as e:  # noqa: BLE001
+        pytest.skip(f"deviceless GPU compilation unavailable: {e}")
+    sh = jax.sharding.SingleDeviceSharding(dev)
+    if which == "mha":
+        from jax.experimental.pallas.ops.gpu.attention import BlockSizes, mha
+        q = jax.ShapeDtypeStruct((1, 1024, 4, 64), jnp.float16, sharding=sh)
+        bs = BlockSizes(block_q=128, block_k=128)
+        fn, args = (lambda q, k, v: mha(q, k, v, segment_ids=None, causal=causal, block_sizes=bs)), (q, q, q)
+    else:
+        from jax.experimental.pallas.ops.gpu.layer_norm import layer_norm
+        x = jax.ShapeDtypeStruct((4, 256, 512), jnp.float32, sharding=sh)
+        w = jax.ShapeDtypeStruct((512,), jnp.float32, sharding=sh)
+        fn, args = (lambda x, w, b: layer_norm(x, w, b)), (x, w, w)
+    with quiet_stderr():
+        return jax.jit(fn).lower(*args).compile().as_text()
+
+
+def _triton_row(text: str):
+    an = analyze_module(parse_module(text, "triton.hlo"))
+    rows = [r for r in an.rows if r.instr.opcode == "custom-call"
+            and r.instr.custom_call_target == "__gpu$xla.gpu.triton"]
+    assert len(rows) == 1
+    return an, rows[0]
+
+
+@pytest.mark.parametrize("causal", [True, False])
+def test_pallas_triton_attention_loads_and_dots_match_the_closed_form(causal):
+    # mha f16[1, 1024, 4, 64], blocks 128: grid (1024/128 = 8 q blocks, 1, 4 heads); program
+    # (i, h) loads its q block once, then k and v blocks 0..i (causal) or 0..7, and stores o.
+    # FLOPs: two [128, 64] x [64, 128] / [128, 128] x [128, 64] dots per k block.
+    an, row = _triton_row(_gpu_text("mha", causal))
+    n, H, blk = 8, 4, 128 * 64 * 2
+    kv_blocks = H * (n * (n + 1) // 2 if causal else n * n)
+    assert row.per_execution.hbm_read_bytes == H * n * blk + 2 * kv_blocks * blk
+    assert row.per_execution.hbm_write_bytes == H * n * blk
+    assert row.per_execution.flops == kv_blocks * 2 * (2 * 128 * 128 * 64)
+    assert not row.unmodeled
+
+
+def test_pallas_triton_layer_norm_reads_x_three_times():
+    # layer_norm_forward_kernel: one program per row (4 x 256 rows of 512 f32): a mean pass,
+    # a variance pass and the normalizing pass each load the row; weight and bias once per row.
+    an, row = _triton_row(_gpu_text("ln"))
+    rows, d = 4 * 256, 512
+    assert row.per_execution.hbm_read_bytes == 3 * rows * d * 4 + 2 * rows * d * 4
+    assert row.per_execution.hbm_write_bytes == rows * d * 4
+    assert any("L2 hits" in x for x in row.notes)
+
+
+def test_pallas_triton_unreadable_ir_is_a_marked_lower_bound():
+    text = _gpu_text("ln")
+    i = text.index('ir = "') + len('ir = "')
+    bad = text[:i] + "garbage" + text[text.index('"', i):]
+    an, row = _triton_row(bad)
+    rows, d = 4 * 256, 512
+    assert row.per_execution.hbm_read_bytes == rows * d * 4 + 2 * d * 4
+    assert row.per_execution.hbm_write_bytes == rows * d * 4
+    assert row.unmodeled and "lower bound" in row.unmodeled[0]

@@ -355,6 +355,9 @@ _cc("AsyncCollectiveDone", "tpu", False, False, True,
 _cc("tpu_custom_call", "tpu", True, True, False,
     "a Pallas TPU (Mosaic) kernel: its grid, BlockSpecs and cost estimate are in "
     "backend_config.custom_call_config (passes/pallas.py, passes/mosaic.py)")
+_cc("__gpu$xla.gpu.triton", "gpu", True, True, False,
+    "a Pallas Triton kernel: grid_x/y/z and the Triton module (ir) in backend_config "
+    "(passes/triton.py)")
 # host offload (xla/service/host_offload_utils.h: memory_annotations)
 _cc("MoveToHost", "any", True, False, True,
     "annotation of host offloading: copies operand 0 to host memory S(5)")

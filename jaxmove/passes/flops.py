@@ -624,6 +624,12 @@ def _pallas_flops(instr: Instruction, module: Module) -> FlopCount:
     return pallas_flops(instr, module)
 
 
+def _triton_flops(instr: Instruction, module: Module) -> FlopCount:
+    """Pallas Triton kernels: their tt.dot ops per program x grid (passes/triton.py)."""
+    from .pallas import triton_flops
+    return triton_flops(instr, module)
+
+
 CUSTOM_CALL_RULES: dict[str, Rule] = {
     "__cublas$gemm": _cc_gemm,
     "__cublas$lt$matmul": _cc_gemm,
@@ -639,6 +645,7 @@ CUSTOM_CALL_RULES: dict[str, Rule] = {
     "__cudnn$convForwardGraph": _cc_convolution,
     "__onednn$convolution": _cc_convolution,
     "tpu_custom_call": _pallas_flops,
+    "__gpu$xla.gpu.triton": _triton_flops,
 }
 
 # Targets that do no arithmetic (the opcode table's custom-call records, hlo/opcodes.py).

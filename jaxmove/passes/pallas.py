@@ -550,3 +550,106 @@ def pallas_instruction_time(row, module: Module, spec):
         row.computation, instr.name, instr.opcode, mult, per_exec * mult, comp_t * mult, mem * mult,
         0.0, overhead * mult, bound, ai, hbm * mult, pe.flops * mult, per_exec, key,
         tuple(dict.fromkeys(unmodeled)), tuple(dict.fromkeys(notes)))
+
+
+# ---- Pallas Triton (GPU) ---------------------------------------------------------------------
+
+def triton_traffic(instr: Instruction, comp, module: Module):
+    """The traffic rule of ``__gpu$xla.gpu.triton`` (passes/triton.py's per-program walk); an
+    undecodable kernel: operand + result bytes once, a lower bound, unmodeled."""
+    from .traffic import Access, InstrTraffic
+    from .triton import TritonDecodeError
+
+    ops = [comp.by_name[o].shape for o in instr.operands]
+    outs = _result_leaves(instr.shape)
+    try:
+        tc = _triton_cost(instr, len(ops), len(outs))
+    except (TritonDecodeError, ValueError, KeyError, TypeError, IndexError) as e:
+        lb = _lower_bound(instr, ops, str(e), None)
+        reads = tuple(Access(w.nbytes, w.operand, (), w.memory_space, w.logical_nbytes)
+                      for w in lb.windows if w.operand is not None)
+        writes = tuple(Access(w.nbytes, None, w.result_index, w.memory_space, w.logical_nbytes)
+                       for w in lb.windows if w.operand is None)
+        return InstrTraffic(reads, writes, (), lb.unmodeled)
+    reads = []
+    writes = []
+    for i, s in enumerate(ops):
+        if tc.read_bytes[i] and s.is_array:
+            reads.append(Access(tc.read_bytes[i], i, (), s.memory_space,
+                                tc.read_bytes[i] * s.logical_byte_size // max(1, s.byte_size)))
+    for j, (idx, s) in enumerate(outs):
+        k = len(ops) + j
+        if tc.read_bytes[k]:  # an output the kernel reads back (accumulation)
+            reads.append(Access(tc.read_bytes[k], None, idx, s.memory_space))
+        if tc.write_bytes[k]:
+            writes.append(Access(tc.write_bytes[k], None, idx, s.memory_space))
+    written_inputs = [i for i in range(len(ops)) if tc.write_bytes[i]]
+    notes = list(tc.notes)
+    if written_inputs:
+        notes.append(f"the kernel stores into operand(s) {written_inputs} (aliased outputs): "
+                     "counted with the outputs' writes")
+        extra = sum(tc.write_bytes[i] for i in written_inputs)
+        if outs:
+            idx, s = outs[0]
+            writes.append(Access(extra, None, idx, s.memory_space))
+    return InstrTraffic(tuple(reads), tuple(writes), tuple(notes))
+
+
+def triton_flops(instr: Instruction, module: Module):
+    """The flop rule of ``__gpu$xla.gpu.triton``: its tt.dot ops (passes/triton.py)."""
+    from .flops import FlopCount
+    from .triton import TritonDecodeError
+
+    comp_outs = _result_leaves(instr.shape)
+    try:
+        tc = _triton_cost(instr, len(instr.operands), len(comp_outs))
+    except (TritonDecodeError, ValueError, KeyError, TypeError, IndexError) as e:
+        return FlopCount(flops=0, transcendentals=0,
+                         unmodeled=(f"custom-call '{instr.name}' (Pallas Triton): {e}",))
+    return FlopCount(flops=tc.flops, transcendentals=0)
+
+
+def _triton_cost(instr: Instruction, n_ops: int, n_outs: int):
+    from .triton import decode_and_cost
+
+    text = instr.attrs.get("backend_config", "") or ""
+    key = ("triton", text, n_ops, n_outs)
+    hit = _COST_CACHE.get(key)
+    if hit is None:
+        hit = _COST_CACHE[key] = decode_and_cost(text, n_ops, n_outs)
+    return hit
+
+
+def triton_instruction_time(row, module: Module, spec):
+    """The timing pass's row for a Pallas Triton call: launch overhead + max(its tt.dot flops at
+    the matrix peak of its first operand's dtype, its modeled HBM bytes / hbm_bytes_per_s)
+    (the roofline of passes/timing.py, with the kernel's dots on the tensor cores)."""
+    from .timing import InstructionTime, matrix_peak
+
+    instr = row.instr
+    comp = module.computations[row.computation]
+    pe = row.per_execution
+    mult = row.multiplicity.count
+    ops = [comp.by_name[o].shape for o in instr.operands]
+    dtype = next((s.element_type for s in ops if s.is_array), "f32")
+    unmodeled = list(row.unmodeled)
+    notes: list[str] = []
+    comp_t = 0.0
+    key = None
+    if pe.flops:
+        peak, key, how = matrix_peak(spec, dtype)
+        if peak is None:
+            unmodeled.append(f"compute time of the Pallas Triton kernel: {how}")
+        else:
+            comp_t = pe.flops / peak
+            notes.append(f"its tt.dot flops timed at the {key} matrix peak ({peak:.4g} FLOP/s)")
+    mem = pe.hbm_bytes / spec.hbm_bytes_per_s
+    overhead = spec.kernel_launch_overhead_s
+    work = max(comp_t, mem)
+    per_exec = overhead + work
+    bound = "overhead" if overhead > work else ("compute" if comp_t >= mem else "memory")
+    ai = (pe.flops / pe.hbm_bytes) if pe.hbm_bytes else None
+    return InstructionTime(
+        row.computation, instr.name, instr.opcode, mult, per_exec * mult, comp_t * mult, mem * mult,
+        0.0, overhead * mult, bound, ai, pe.hbm_bytes * mult, pe.flops * mult, per_exec, key,
+        tuple(dict.fromkeys(unmodeled)), tuple(dict.fromkeys(notes)))

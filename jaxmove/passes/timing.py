@@ -370,6 +370,9 @@ def instruction_time(row, module: Module, spec, reuse: ReuseAnalysis,
     if instr.opcode == "custom-call" and instr.custom_call_target == "tpu_custom_call":
         from .pallas import pallas_instruction_time  # Pallas TPU: pipelined over its grid
         return pallas_instruction_time(row, module, spec)
+    if instr.opcode == "custom-call" and instr.custom_call_target == "__gpu$xla.gpu.triton":
+        from .pallas import triton_instruction_time  # Pallas Triton: its dots on the tensor cores
+        return triton_instruction_time(row, module, spec)
     comp = module.computations[row.computation]
     pe = row.per_execution
     mult = row.multiplicity.count

@@ -733,6 +733,9 @@ def _custom_call(instr, comp, module) -> InstrTraffic:
     if target == "tpu_custom_call":  # Pallas TPU kernels: from their grid and BlockSpecs
         from .pallas import pallas_traffic
         return pallas_traffic(instr, comp, module)
+    if target == "__gpu$xla.gpu.triton":  # Pallas Triton kernels: loads/stores x grid
+        from .pallas import triton_traffic
+        return triton_traffic(instr, comp, module)
     rec = custom_call_target(target)
     if rec is not None and not rec.moves_data:  # e.g. XLA:TPU's ConcatBitcast (hlo/opcodes.py)
         return _NO_TRAFFIC
