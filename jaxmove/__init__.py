@@ -9,13 +9,13 @@ from ._platform import import_jax_quietly as _import_jax_quietly
 
 _import_jax_quietly()
 
-from .api import analyze
+from .api import analyze, compare
 from .capture import Program, TargetError, Workload, resolve_program
 from .errors import JaxmoveInputError
 from .hlo import HloParseError, parse_file, parse_module
 from .report.report import Report
 from . import sweep  # callable: jaxmove.sweep("SWEEP.toml", ...) (jaxmove/sweep/__init__.py)
 
-__all__ = ["analyze", "sweep", "resolve_program", "Program", "Workload", "Report", "TargetError",
+__all__ = ["analyze", "compare", "sweep", "resolve_program", "Program", "Workload", "Report", "TargetError",
            "JaxmoveInputError", "HloParseError", "parse_file", "parse_module"]
 __version__ = "0.1.0"

@@ -133,3 +133,39 @@ def _clock_spec(target_name, spec):
         if t is not None and t.platform == "tpu":
             return t.spec()
     return spec if getattr(spec, "kind", None) == "tpu" else None
+
+
+def compare(target=None, /, *args, profile=None, hlo=None, program=None, hardware=None, **kwargs):
+    """Estimated against measured time, per instruction and per program.
+
+    Args:
+      target: what to run here (``jaxmove.measure.compare.compare``: a preset, ``module:function``,
+        Workload, callable + ``args``...); leave it None with ``profile``.
+      profile: a capture made elsewhere instead (an XProf profile directory or ``.xplane.pb``, a
+        ``jax.profiler`` trace JSON(.gz), or an nsys-jax archive / directory): nothing runs; its
+        kernel times are joined to the HLO it carries (``jaxmove.measure.profile_compare``).
+      hlo: with ``profile``: the program's HLO file when the capture carries none.
+      program: with ``profile``: the program id or HloModule name to compare.
+      hardware: the spec for the estimates (default: the device's built-in or calibrated spec).
+      kwargs: ``runs``, ``warmup``, ``profile_runs``, ``fit``... of ``measure.compare.compare``.
+
+    Returns:
+      A ``Comparison`` (run here) or a ``ProfileComparison`` (``profile=``).
+
+    Raises:
+      UsageError: both or neither of ``target`` and ``profile``; ``hlo`` / ``program`` without
+        ``profile``. The errors of ``measure.compare.compare`` / ``profile_compare.compare_profile``.
+    """
+    from .errors import UsageError
+
+    if profile is not None:
+        if target is not None or args or kwargs:
+            raise UsageError("compare(profile=...) reads a capture: no target, arguments or run options")
+        from .measure.profile_compare import compare_profile
+        return compare_profile(profile, hlo=hlo, program=program, hardware=hardware)
+    if target is None:
+        raise UsageError("compare needs a target to run here or profile=PATH")
+    if hlo is not None or program is not None:
+        raise UsageError("hlo= and program= go with profile=")
+    from .measure.compare import compare as _compare
+    return _compare(target, *args, hardware=hardware, **kwargs)

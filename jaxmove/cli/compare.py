@@ -17,6 +17,13 @@ def cmd_compare(args: argparse.Namespace) -> int:
     from ..measure.compare import compare
     from ..measure.profile import ProfileError
 
+    if args.profile is not None:
+        return _cmd_compare_profile(args)
+    if args.target is None:
+        raise UsageError("compare needs TARGET (a preset, module:function or file.py:function to run "
+                         "here) or --profile PATH (a capture made elsewhere)")
+    if args.hlo is not None or args.program is not None:
+        raise UsageError("--hlo and --program go with --profile")
     if args.save_fit and not args.fit:
         raise UsageError("--save-fit needs --fit")
     if args.runs < 1 or args.profile_runs < 1 or args.warmup < 0:
@@ -48,19 +55,51 @@ def cmd_compare(args: argparse.Namespace) -> int:
     return 0
 
 
+def _cmd_compare_profile(args: argparse.Namespace) -> int:
+    """``compare --profile PATH``: a capture made elsewhere against the time model."""
+    from ..measure.profile_compare import compare_profile
+
+    if args.target is not None:
+        raise UsageError(f"--profile compares a capture; TARGET ('{args.target}') runs a program here: "
+                         "give one or the other")
+    if args.fit or args.save_fit or args.set:
+        raise UsageError("--fit, --save-fit and --set do not apply to --profile")
+    c = compare_profile(args.profile, hlo=args.hlo, program=args.program, hardware=args.hardware)
+    if args.json:
+        import json
+        sys.stdout.write(json.dumps(c.to_json(), indent=1, allow_nan=False) + "\n")
+    else:
+        from ..report.profile_table import render_profile_comparison
+        render_profile_comparison(c, top=args.top)
+    return 0
+
+
 def add_compare_command(sub) -> None:
     """Register ``compare`` on the CLI's subparsers."""
     from .common import positive_int
 
     c = sub.add_parser(
-        "compare", help="run TARGET here: per-instruction estimated vs measured time, errors, fit",
+        "compare", help="run TARGET here (or read a --profile captured elsewhere): per-instruction "
+                        "estimated vs measured time, errors, fit",
         description="Run TARGET (a zoo preset, module:function or file.py:function) on the local "
                     "device with random inputs: warm-up, timed runs, then profiled runs whose events "
                     "are joined to the HLO instructions. Prints per instruction the estimated and "
                     "measured time per program run and their ratio, and per program the estimated vs "
                     "measured time, the median absolute percentage error (MdAPE) over instructions "
-                    "taking >= 1% of the run, the time-weighted error and Spearman's rank correlation.")
-    c.add_argument("target")
+                    "taking >= 1% of the run, the time-weighted error and Spearman's rank correlation. "
+                    "With --profile PATH nothing runs: the kernel times of a capture made on a GPU or "
+                    "TPU are joined to the HLO it carries (or --hlo) and compared the same way.")
+    c.add_argument("target", nargs="?", default=None)
+    c.add_argument("--profile", metavar="PATH",
+                   help="compare a capture made elsewhere instead of running TARGET: an XProf profile "
+                        "directory or .xplane.pb, a jax.profiler trace JSON(.gz), or an nsys-jax "
+                        "archive / directory")
+    c.add_argument("--hlo", metavar="FILE",
+                   help="with --profile: the program's optimized HLO (text, or a binary HloProto .pb[.xz]) "
+                        "when the capture carries none (a trace JSON) or to use another")
+    c.add_argument("--program", metavar="NAME|ID",
+                   help="with --profile: the program to compare (HloModule name or program id; default: "
+                        "the one with the most device time, or the --hlo file's module)")
     c.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
                    help="override a preset's config; repeatable")
     c.add_argument("--hardware", metavar="NAME|path.toml|local",

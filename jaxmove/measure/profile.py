@@ -237,7 +237,8 @@ def _union_ns(intervals: list[tuple[float, float]]) -> float:
     return total
 
 
-def join_events(events: list[TraceEvent], module: Module, expected_runs: int | None = None) -> ProfileJoin:
+def join_events(events: list[TraceEvent], module: Module, expected_runs: int | None = None,
+                exclusive: bool = False) -> ProfileJoin:
     """Join one module's events to its instructions by instruction name.
 
     Args:
@@ -245,6 +246,9 @@ def join_events(events: list[TraceEvent], module: Module, expected_runs: int | N
       module: the parsed HLO that ran (instruction names are unique in a module).
       expected_runs: program runs inside the trace; used when events carry no ``run_id``
         (then per-run times are totals divided by it, and every run reads the same).
+      exclusive: the events' durations are already exclusive (a reader that knows the
+        nesting, e.g. nsys-jax's NVTX parent ids, subtracted the children): no container
+        subtraction here.
 
     Returns:
       A ProfileJoin; per-instruction and per-run times in seconds per program run.
@@ -284,7 +288,7 @@ def join_events(events: list[TraceEvent], module: Module, expected_runs: int | N
             dur = e.duration_ns
             if hit is not None:
                 cname, instr = hit
-                if instr.opcode in CONTAINER_OPCODES:
+                if instr.opcode in CONTAINER_OPCODES and not exclusive:
                     if instr.name not in desc_cache:
                         desc_cache[instr.name] = module.reachable_computations(
                             instr.called_computations, through_fusions=False)

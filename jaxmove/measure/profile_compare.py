@@ -1,0 +1,333 @@
+"""Estimate against a profile captured elsewhere (``jaxmove compare --profile PATH``).
+
+``compare_profile(path)`` reads the capture (``profiles.py``), picks one program, takes its HLO
+from the capture (or ``hlo=``), joins the measured kernel time to its instructions
+(``profile.join_events``: per instruction per execution, kernels of one instruction summed,
+nested ranges counted once), costs the same HLO with the time model on a hardware spec and puts
+the two side by side, as ``compare`` does for programs run here.
+
+What is compared:
+
+- per instruction, the estimated **kernel duration** per program execution (``est_time_s`` less
+  its launch gaps, ``InstructionTime.duration_s``) against the measured kernel time per
+  execution (median over the executions in the capture): a profiler's kernel events measure the
+  kernels, not the gaps between them;
+- per program, the estimated program time (launch gaps and overlap included) against the
+  measured **device span** of an execution (first kernel start to last kernel end, median over
+  executions); a capture has no host wall time of its own;
+- per-kernel error ``|est - meas| / meas``; its median and 90th percentile (linear
+  interpolation, numpy's default) overall and per opcode, fusion kind and bound, with the
+  time-weighted error ``sum |est - meas| / sum meas`` of each group.
+
+The joined fraction is the part of the program's device time whose events name an instruction
+of the HLO; what did not join is listed by event name, and device time that belongs to no
+program (argument copies before an execution) separately.
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass, field
+from types import SimpleNamespace
+
+import numpy as np
+
+from .compare import ErrorStats, InstructionComparison, error_stats
+from .profile import ProfileJoin, join_events
+from .profiles import Capture, CaptureProgram, program_hlo_text, read_capture, select_program
+from .run import Measurement
+from .xplane import CaptureFormatError
+
+__all__ = ["GroupError", "ProfileComparison", "compare_profile", "group_errors", "MATCH_MIN"]
+
+#: With ``hlo=``, a capture whose program has less than this fraction of its device time on
+#: events naming instructions of the HLO does not match it (an error, not a comparison).
+MATCH_MIN = 0.5
+
+
+@dataclass(frozen=True)
+class GroupError:
+    """Per-kernel errors of one group of instructions (an opcode, fusion kind or bound).
+
+    Attributes:
+      key: the group's value (``fusion``, ``kLoop``, ``memory``; ``-`` for none).
+      n: instructions with an estimate and a measured time.
+      median_error, p90_error: median and 90th percentile of ``|est - meas| / meas``.
+      est_s, measured_s: summed estimate and measurement, seconds per execution of the program.
+      weighted_error: ``sum |est - meas| / sum meas``.
+    """
+
+    key: str
+    n: int
+    median_error: float | None
+    p90_error: float | None
+    est_s: float
+    measured_s: float
+    weighted_error: float | None
+
+    def to_json(self) -> dict:
+        return {"key": self.key, "n": self.n, "median_error": self.median_error, "p90_error": self.p90_error,
+                "est_s": self.est_s, "measured_s": self.measured_s, "weighted_error": self.weighted_error}
+
+
+def group_errors(rows: list[InstructionComparison], key) -> list[GroupError]:
+    """GroupError per value of ``key(row)`` over the rows with both times, largest measured first."""
+    groups: dict[str, list[tuple[float, float]]] = {}
+    for r in rows:
+        if r.est_time_s is None or not r.measured_time_s:
+            continue
+        groups.setdefault(str(key(r) or "-"), []).append((r.est_time_s, r.measured_time_s))
+    out = []
+    for k, pairs in groups.items():
+        apes = np.array([abs(e - m) / m for e, m in pairs])
+        ms = sum(m for _, m in pairs)
+        out.append(GroupError(k, len(pairs), float(np.median(apes)), float(np.percentile(apes, 90)),
+                              sum(e for e, _ in pairs), ms,
+                              sum(abs(e - m) for e, m in pairs) / ms if ms > 0 else None))
+    out.sort(key=lambda g: (-g.measured_s, g.key))
+    return out
+
+
+@dataclass
+class ProfileComparison:
+    """A program of a capture against the time model.
+
+    Attributes:
+      capture: the Capture read; program: the CaptureProgram compared.
+      measurement: a Measurement built from the capture: ``wall_times_s`` are the device spans
+        of the executions (no host wall time exists in a capture), ``profile`` the join.
+      report: the analysis of the HLO (``report.times`` on ``spec``); report.measurement is set.
+      spec, spec_note: the hardware spec and why it was chosen.
+      hlo_source: where the HLO came from (the capture's HloProto, or the ``--hlo`` file).
+      rows: per instruction, estimated kernel duration vs measured time per execution.
+      stats: ErrorStats over those rows (``compare``'s definitions).
+      overall: GroupError over every row; by_opcode, by_fusion_kind, by_bound: per group.
+      notes: caveats.
+    """
+
+    capture: Capture
+    program: CaptureProgram
+    measurement: Measurement
+    report: object
+    spec: object
+    spec_note: str
+    hlo_source: str
+    rows: list[InstructionComparison]
+    stats: ErrorStats
+    overall: GroupError | None
+    by_opcode: list[GroupError]
+    by_fusion_kind: list[GroupError]
+    by_bound: list[GroupError]
+    notes: list[str] = field(default_factory=list)
+
+    @property
+    def join(self) -> ProfileJoin:
+        return self.measurement.profile
+
+    def worst(self, n: int = 10) -> list[InstructionComparison]:
+        """The n rows with the largest |est - meas| (seconds per execution), both times known."""
+        both = [r for r in self.rows if r.est_time_s is not None and r.measured_time_s]
+        return sorted(both, key=lambda r: -abs(r.est_time_s - r.measured_time_s))[:n]
+
+    def to_json(self) -> dict:
+        m, j, c, p = self.measurement, self.join, self.capture, self.program
+        meas = m.to_json()
+        meas["span"] = meas.pop("wall")
+        meas["span"]["note"] = ("device span of each execution in the capture (first kernel start to "
+                                "last kernel end); a capture records no host wall time")
+        total_dev = sum(q.device_time_s for q in c.programs) + sum(c.outside_s.values())
+        return {
+            "program": {"name": m.program.name, "source": m.program.source},
+            "hardware": self.spec.name, "hardware_note": self.spec_note,
+            "measurement": meas,
+            "stats": self.stats.to_json(),
+            "baseline": {"est_time_s": None, "error": None,
+                         "method": "none: a capture carries no XLA cost_analysis()"},
+            "instructions": [
+                {"computation": r.computation, "name": r.name, "opcode": r.opcode,
+                 "est_time_s": r.est_time_s, "measured_time_s": r.measured_time_s,
+                 "ratio": r.ratio, "executions": r.executions, "bound": r.bound, "share": r.share,
+                 "measured_per_execution_s": (r.measured_time_s / r.executions
+                                              if r.measured_time_s is not None and r.executions else None)}
+                for r in self.rows],
+            "capture": {
+                "path": c.path, "format": c.format, "device_kind": c.device_kind,
+                "device_info": dict(c.device_info), "backend": c.backend,
+                "program_id": p.program_id, "module": p.module_name, "device": p.device,
+                "n_devices": p.n_devices, "executions": j.runs, "hlo_source": self.hlo_source,
+                "joined_fraction": j.coverage,
+                "program_share_of_device_time": p.device_time_s / total_dev if total_dev > 0 else None,
+                "unjoined_s": dict(j.unjoined_s),
+                "outside_programs_s": dict(sorted(c.outside_s.items(), key=lambda kv: -kv[1])),
+                "programs": [{"program_id": q.program_id, "module": q.module_name,
+                              "device_time_s": q.device_time_s, "executions": q.runs,
+                              "has_hlo": q.hlo_proto is not None or hasattr(q, "_loader")}
+                             for q in c.programs],
+                "notes": list(c.notes),
+            },
+            "errors": {
+                "definition": "|est - meas| / meas per instruction; est = estimated kernel duration "
+                              "(est_time_s less launch gaps), meas = measured kernel time, both per "
+                              "execution of the program",
+                "overall": self.overall.to_json() if self.overall else None,
+                "by_opcode": [g.to_json() for g in self.by_opcode],
+                "by_fusion_kind": [g.to_json() for g in self.by_fusion_kind],
+                "by_bound": [g.to_json() for g in self.by_bound],
+            },
+            "worst": [{"computation": r.computation, "name": r.name, "opcode": r.opcode,
+                       "est_time_s": r.est_time_s, "measured_time_s": r.measured_time_s, "ratio": r.ratio}
+                      for r in self.worst(10)],
+            "notes": list(self.notes),
+        }
+
+
+def _spec_for(cap: Capture, hardware):
+    from ..hardware import HardwareSpec, load_spec, spec_for_device_kind
+    from ..errors import UsageError
+
+    if isinstance(hardware, HardwareSpec):
+        return hardware, f"spec '{hardware.name}' given"
+    if hardware is not None:
+        spec = load_spec(hardware)
+        note = f"spec '{spec.name}' ({hardware})"
+        if cap.device_kind and cap.device_kind != "cpu" and cap.device_kind.lower() not in (
+                k.lower() for k in spec.device_kinds):
+            note += f"; WARNING: the capture ran on {cap.device_kind}, which this spec does not list"
+        return spec, note
+    if cap.backend == "cpu":
+        from .compare import default_hardware
+        return default_hardware("cpu")
+    spec = spec_for_device_kind(cap.device_kind) if cap.device_kind else None
+    if spec is None:
+        what = f"device '{cap.device_kind}'" if cap.device_kind else "the capture's device (it is not named)"
+        raise UsageError(f"{cap.path}: no built-in hardware spec for {what}; pass --hardware NAME|path.toml "
+                         "(`jaxmove hardware` lists the specs)")
+    return spec, f"built-in spec for the capture's device '{cap.device_kind}'"
+
+
+def _spans_s(events) -> list[float]:
+    by: dict[int, list] = {}
+    for e in events:
+        if e.run_id is not None:
+            by.setdefault(e.run_id, []).append(e)
+    return [(max(e.end_ns for e in es) - min(e.start_ns for e in es)) * 1e-9 for _, es in sorted(by.items())]
+
+
+def compare_profile(path: str | os.PathLike, *, hlo: str | os.PathLike | None = None,
+                    program: str | int | None = None, hardware=None,
+                    capture: Capture | None = None) -> ProfileComparison:
+    """Compare the time model with a capture (module docstring).
+
+    Args:
+      path: an XProf profile directory or ``.xplane.pb``, a ``jax.profiler`` trace JSON(.gz),
+        or an nsys-jax archive / directory.
+      hlo: an HLO text file (or binary HloProto ``.pb``/``.pb.xz``) of the program; default: the
+        HloProto the capture carries.
+      program: program id or HloModule name (``profiles.select_program``).
+      hardware: spec name / path / HardwareSpec; default: the built-in spec of the capture's
+        device (the calibrated or cpu-generic spec for a CPU capture).
+      capture: an already read Capture of ``path``.
+
+    Raises:
+      FileNotFoundError; CaptureFormatError (bad or unknown capture, no such program, an HLO
+      that does not match the capture); UsageError (no HLO in the capture and none given, no
+      spec for the device); HloParseError; HardwareSpecError.
+    """
+    from ..api import analyze
+    from ..capture.program import Program, infer_backend
+    from ..errors import UsageError
+    from ..hlo import parse_module
+
+    cap = capture or read_capture(path)
+    hlo_text, hlo_module_name = None, None
+    if hlo is not None:
+        h = os.fspath(hlo)
+        if h.endswith((".pb", ".pb.xz")):
+            import lzma
+            from .hloproto import hlo_text_from_proto
+            with open(h, "rb") as f:
+                data = f.read()
+            if h.endswith(".xz"):
+                try:
+                    data = lzma.decompress(data)
+                except lzma.LZMAError as e:
+                    raise CaptureFormatError(f"{h}: not a readable .xz file ({e})") from None
+            hlo_text = hlo_text_from_proto(data, h)
+        else:
+            from ..hlo.parser import read_hlo_text
+            hlo_text = read_hlo_text(h)
+        module = parse_module(hlo_text, h)
+        hlo_module_name = module.name
+        hlo_source = h
+    prog = select_program(cap, program, hlo_module_name)
+    if hlo is None:
+        hlo_text = program_hlo_text(prog)
+        if hlo_text is None:
+            why = " (a trace JSON never does)" if cap.format == "trace-json" else ""
+            raise UsageError(f"{cap.path}: the capture carries no HLO of program {prog.label}{why}; "
+                             "pass --hlo FILE (the optimized HLO of the same run)")
+        hlo_source = prog.hlo_where or cap.path
+        module = parse_module(hlo_text, hlo_source)
+    if not prog.events:
+        raise CaptureFormatError(f"{cap.path}: program {prog.label} has no events in the capture")
+    runs = prog.runs
+    join = join_events(prog.events, module, expected_runs=max(runs, 1), exclusive=prog.exclusive)
+    notes = []
+    if hlo is not None and join.coverage < MATCH_MIN:
+        names = {i.name for c in module.computations.values() for i in c.instructions}
+        missing = sorted({e.hlo_op for e in prog.events if e.hlo_op and e.hlo_op not in names})[:5]
+        raise CaptureFormatError(
+            f"{cap.path}: program {prog.label} does not match {hlo_source}: only "
+            f"{join.coverage:.0%} of its device time names instructions of that HLO "
+            f"(module '{module.name}'; the capture names e.g. {', '.join(missing) or 'no instruction'})")
+    if runs == 0:
+        notes.append("the capture does not tell the executions apart: per-execution figures are "
+                     "totals over the whole capture")
+    if prog.n_devices > 1:
+        notes.append(f"the program ran on {prog.n_devices} devices; {prog.device} is compared "
+                     "(the estimate is per device)")
+    spec, spec_note = _spec_for(cap, hardware)
+    backend = infer_backend(hlo_text)
+    if backend == "unknown":
+        backend = cap.backend
+    prg = Program(name=module.name, hlo_text=hlo_text, backend=backend, num_devices=1, memory_stats={},
+                  parameters=(), source=f"hlo:{hlo_source}", xla_cost_analysis=None, config={}, target=None,
+                  notes=(f"measured in the {cap.format} capture {cap.path}",))
+    report = analyze(prg, hardware=spec)
+    spans = _spans_s(prog.events) or [join.busy_s or join.device_time_s]
+    m = Measurement(prg, cap.device_kind or cap.backend, cap.backend, 0, tuple(spans), join,
+                    tuple(notes))
+    report.measurement = m
+    times = report.times
+    dur_rows = {k: SimpleNamespace(est_time_s=r.duration_s) for k, r in times.rows.items()}
+    shim = SimpleNamespace(rows=dur_rows, est_time_s=times.est_time_s,
+                           dispatch_overhead_s=getattr(times, "dispatch_overhead_s", 0.0))
+    stats = error_stats(shim, m)
+    rows = _rows(report, m)
+    fk = {(r.computation, r.instr.name): r.instr.fusion_kind for r in report.rows}
+    overall = group_errors(rows, lambda r: "all")
+    return ProfileComparison(
+        cap, prog, m, report, spec, spec_note, hlo_source, rows, stats,
+        overall[0] if overall else None,
+        group_errors(rows, lambda r: r.opcode),
+        group_errors(rows, lambda r: fk.get((r.computation, r.name))),
+        group_errors(rows, lambda r: r.bound), notes)
+
+
+def _rows(report, m: Measurement) -> list[InstructionComparison]:
+    """compare._rows with the estimated kernel duration (est_time_s less launch gaps)."""
+    times = report.times
+    meas = m.instructions
+    total = sum(t.time_s for t in meas.values()) or 0.0
+    opcode = {(r.computation, r.instr.name): r.instr.opcode for r in report.rows}
+    keys = set(meas) | {k for k, r in times.rows.items() if r.est_time_s > 0}
+    out = []
+    for key in keys:
+        t, e = meas.get(key), times.rows.get(key)
+        out.append(InstructionComparison(
+            key[0], key[1], t.opcode if t else opcode.get(key, e.opcode if e else "?"),
+            e.duration_s if e else None, t.time_s if t else None, t.executions if t else None,
+            e.bound if e else None, (t.time_s / total) if (t and total) else None))
+    out.sort(key=lambda r: (-(r.measured_time_s or 0.0), -(r.est_time_s or 0.0), r.name))
+    return out
+

@@ -1,0 +1,67 @@
+"""Rendering of ``jaxmove compare --profile``: a capture's kernel times against the estimates."""
+
+from __future__ import annotations
+
+from rich.console import Console
+from rich.markup import escape
+from rich.table import Table
+
+from .compare_table import fmt_num, fmt_pct, fmt_s
+from .table import make_console
+
+
+def _group_table(title: str, groups, top: int) -> Table:
+    t = Table(title=title)
+    for col, just in (("group", "left"), ("n", "right"), ("measured", "right"), ("estimate", "right"),
+                      ("median err", "right"), ("p90 err", "right"), ("weighted err", "right")):
+        t.add_column(col, justify=just, no_wrap=True)
+    for g in groups[:top]:
+        t.add_row(escape(g.key), str(g.n), fmt_s(g.measured_s), fmt_s(g.est_s), fmt_pct(g.median_error),
+                  fmt_pct(g.p90_error), fmt_pct(g.weighted_error))
+    return t
+
+
+def render_profile_comparison(c, top: int = 20, console: Console | None = None) -> None:
+    """Print a ProfileComparison (jaxmove.measure.profile_compare)."""
+    console = console or make_console()
+    cap, p, j, s = c.capture, c.program, c.join, c.stats
+    console.print(f"[bold]{escape(p.label)}[/bold]  capture={escape(cap.format)} {escape(cap.path)}")
+    console.print(f"device={escape(cap.device_kind or '?')} ({escape(p.device)}"
+                  + (f", 1 of {p.n_devices} that ran it" if p.n_devices > 1 else "") + ")  "
+                  f"hardware={escape(c.spec.name)} ({escape(c.spec_note)})")
+    console.print(f"HLO: {escape(c.hlo_source)}")
+    console.print(f"executions in the capture: {j.runs}; device time {fmt_s(j.device_time_s)} per execution, "
+                  f"joined to instructions {fmt_pct(j.coverage)}")
+    if j.unjoined_s:
+        parts = ", ".join(f"{escape(k)} {fmt_s(v)}" for k, v in list(j.unjoined_s.items())[:5])
+        console.print(f"[yellow]not joined (events naming no instruction of the HLO): {parts}[/yellow]")
+    if cap.outside_s:
+        top_out = sorted(cap.outside_s.items(), key=lambda kv: -kv[1])[:3]
+        console.print("device time outside any program (whole capture): "
+                      + ", ".join(f"{escape(k)} {fmt_s(v)}" for k, v in top_out))
+    for n in c.notes + cap.notes:
+        console.print(f"[yellow]note: {escape(n)}[/yellow]")
+
+    scope = f"all {len(c.rows)}" if top >= len(c.rows) else f"top {top} of {len(c.rows)}"
+    t = Table(title=f"instructions by measured time per execution ({scope}); estimate = kernel duration")
+    for col, just in (("instruction", "left"), ("opcode", "left"), ("bound", "left"), ("kernels/exec", "right"),
+                      ("measured", "right"), ("share", "right"), ("estimate", "right"), ("est/meas", "right")):
+        t.add_column(col, justify=just, no_wrap=(col != "instruction"))
+    for r in c.rows[:top]:
+        t.add_row(escape(r.name), r.opcode, r.bound or "-",
+                  "-" if r.executions is None else f"{r.executions:g}",
+                  fmt_s(r.measured_time_s), fmt_pct(r.share), fmt_s(r.est_time_s), fmt_num(r.ratio))
+    console.print(t)
+    console.print(_group_table("per-kernel error by opcode", c.by_opcode, top))
+    if any(g.key != "-" for g in c.by_fusion_kind):
+        console.print(_group_table("per-kernel error by fusion kind", c.by_fusion_kind, top))
+    console.print(_group_table("per-kernel error by bound", c.by_bound, top))
+
+    o = c.overall
+    console.print(f"program: estimated {fmt_s(s.est_program_s)} vs measured device span {fmt_s(s.measured_wall_s)} "
+                  f"({fmt_pct(s.program_error, signed=True)}) per execution")
+    console.print(f"instructions: sum of estimated kernel durations {fmt_s(s.est_sum_s)} vs sum measured "
+                  f"{fmt_s(s.measured_sum_s)}; per-kernel error median {fmt_pct(o.median_error if o else None)}, "
+                  f"p90 {fmt_pct(o.p90_error if o else None)} over {o.n if o else 0}; MdAPE {fmt_pct(s.mdape)} over "
+                  f"the {s.n_significant} taking >= 1%, time-weighted error {fmt_pct(s.weighted_error)}, "
+                  f"Spearman {fmt_num(s.spearman)}")
