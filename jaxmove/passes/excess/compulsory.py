@@ -411,9 +411,12 @@ class Accounting:
         # a result that updates a parameter in a buffer of its own (XLA:CPU rebuilds a donated
         # cache: dynamic-update-slice in a fusion that writes it whole): reading it back reads
         # the parameter (and its update), so it draws on the parameter's read budget
-        leaf_root = {(pnum, j): proot for proot, (pnum, j, _leaf) in param_root.items()}
-        budget_root = {oroot: leaf_root[(pnum, 0)] for oroot, pnum in update_of.items()
-                       if oroot not in param_root and (pnum, 0) in leaf_root}
+        budget_root = {}
+        own_buffer = [(oroot, pnum) for oroot, pnum in update_of.items() if oroot not in param_root]
+        if own_buffer:  # (most programs update in place, or update nothing)
+            leaf_root = {(pnum, j): proot for proot, (pnum, j, _leaf) in param_root.items()}
+            budget_root = {oroot: leaf_root[(pnum, 0)] for oroot, pnum in own_buffer
+                           if (pnum, 0) in leaf_root}
         self.budget_root = budget_root
         cap = self.capacity
         ledger = self.ledger
