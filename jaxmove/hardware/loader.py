@@ -237,6 +237,12 @@ def parse_spec(text: str, origin: str = "<string>") -> HardwareSpec:
             kwargs[key] = _number(ctx, value, key, integer=True)
         elif key in _FLOAT_FIELDS:
             kwargs[key] = _number(ctx, value, key, integer=False)
+        elif key == "ici_topology":
+            if not isinstance(value, list) or not value or not all(
+                    isinstance(v, int) and not isinstance(v, bool) and v > 0 for v in value):
+                raise ctx.error(f"key 'ici_topology' must be a list of positive integers (chips per "
+                                f"torus dimension, e.g. [8, 4]), got {_describe(value)}", None, key)
+            kwargs[key] = tuple(value)
         elif key == "device_kinds":
             if not isinstance(value, list) or not all(isinstance(v, str) for v in value):
                 raise ctx.error(f"key 'device_kinds' must be a list of strings, got {_describe(value)}", None, key)

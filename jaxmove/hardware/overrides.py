@@ -14,7 +14,7 @@ from typing import Mapping
 
 from jaxmove.hardware.spec import FLOPS_DTYPES, HardwareSpec, HardwareSpecError
 
-__all__ = ["overridable_keys", "override_spec", "parse_spec_overrides"]
+__all__ = ["overridable_keys", "override_spec", "parse_spec_overrides", "with_slice_topology"]
 
 
 def _numeric_fields() -> dict[str, bool]:
@@ -101,3 +101,18 @@ def override_spec(spec: HardwareSpec, overrides: Mapping[str, float] | list[str]
     note = f"Overridden by the user: {', '.join(shown)}."
     return dataclasses.replace(spec, **changes, flops_per_s=flops, sources=sources, display_name=label,
                                notes=(spec.notes + "\n" + note) if spec.notes else note)
+
+
+def with_slice_topology(spec: HardwareSpec, topology) -> HardwareSpec:
+    """``spec`` with ``ici_topology`` set to the compile target's chip grid (a TPU slice such as
+    ``(8, 4)``), so collectives know which torus axes have wraparound links; ``spec`` itself
+    when it is not a TPU spec, when ``topology`` is empty, or when the spec already has one.
+
+    Raises HardwareSpecError for a topology that is not positive integers.
+    """
+    if spec.kind != "tpu" or not topology or spec.ici_topology:
+        return spec
+    dims = tuple(topology)
+    if not all(isinstance(d, int) and not isinstance(d, bool) and d > 0 for d in dims):
+        raise HardwareSpecError(f"spec {spec.name!r}: slice topology must be positive integers, got {topology!r}")
+    return dataclasses.replace(spec, ici_topology=dims)

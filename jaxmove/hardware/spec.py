@@ -210,6 +210,10 @@ class HardwareSpec:
       tensor_cores_per_chip: TPU TensorCores per chip.
       torus_dims, ici_links: TPU ICI torus dimensionality and links per chip.
       ici_bytes_per_s_per_link: TPU ICI bandwidth of one link, per direction, bytes/s.
+      ici_topology: TPU only: the slice's chip grid, chips per torus dimension (``(8, 4)`` for
+        ``tpu-v5e:8x4``), set from the compile target (``with_slice_topology``,
+        hardware/overrides.py); it decides which axes of a collective's groups have wraparound
+        links (passes/collectives.py ``ici_links``). Empty when unknown.
 
     Host-runtime terms (optional; measured by ``jaxmove calibrate`` on CPUs, absent from
     every built-in spec, and when absent the time model does not apply them):
@@ -258,6 +262,9 @@ class HardwareSpec:
     mmap_threshold_bytes: int | None = dataclasses.field(default=None, metadata=_meta("bytes"))
     dispatch_overhead_s: float | None = dataclasses.field(default=None, metadata=_meta("s"))
     command_buffer_launch_overhead_s: float | None = dataclasses.field(default=None, metadata=_meta("s"))
+    ici_topology: tuple[int, ...] = dataclasses.field(
+        default=(), metadata=_meta("chips per torus dimension", numeric=False)
+    )
     target: Mapping[str, str | int] = dataclasses.field(
         default_factory=dict, metadata=_meta("", numeric=False)
     )

@@ -45,6 +45,7 @@ _ORDER = (
     "torus_dims",
     "ici_links",
     "ici_bytes_per_s_per_link",
+    "ici_topology",
     "first_touch_bytes_per_s",
     "mmap_threshold_bytes",
     "dispatch_overhead_s",

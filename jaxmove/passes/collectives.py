@@ -464,18 +464,90 @@ def spans_nodes(info: CollectiveInfo, devices_per_node: int, device_to_node=None
                for g in info.device_groups)
 
 
+#: TPU generations whose slices get wraparound links from optical circuit switches: only slices
+#: made of whole 4x4x4 cubes (every dimension a multiple of 4); a 2x2x4 has none. The others
+#: (v5e, v6e: 16x16 pods without OCS) have a wraparound on a dimension only when it is a full
+#: 16. How To Scale Your Model, part 2 ("TPU Networking"; its pop quiz on an AllGather over
+#: Y = 4 of a v5e {X: 8, Y: 4} mesh measures 680 us against 560 us without wraparound).
+_OCS_FAMILIES = frozenset({"v4", "v5p"})
+_FULL_AXIS = 16
+
+
+def has_wraparound(topology: tuple[int, ...], axis: int, family: str | None) -> bool:
+    """Whether dimension ``axis`` of a TPU slice of chip grid ``topology`` is a ring (has its
+    wraparound link) on generation ``family`` (``v4``, ``v5p``, ``v5e``, ``v6e``;
+    ``_OCS_FAMILIES``, ``_FULL_AXIS``)."""
+    fam = (family or "").lower()
+    if fam in _OCS_FAMILIES:
+        return all(d % 4 == 0 for d in topology)
+    return topology[axis] == _FULL_AXIS
+
+
+def _chip_coords(chip: int, topology: tuple[int, ...]) -> tuple[int, ...]:
+    out = []
+    for d in topology:  # the first dimension varies fastest (libtpu's device ids: id = x + X*y ...)
+        out.append(chip % d)
+        chip //= d
+    return tuple(out)
+
+
+def ici_links(info: CollectiveInfo, spec) -> tuple[int, str] | None:
+    """(ICI links each device drives for the collective, how) from the slice topology
+    (``spec.ici_topology``): per torus axis its groups span, 2 links (a bidirectional ring)
+    when the axis has its wraparound and the group covers it (``has_wraparound``), else 1 (a
+    line: data from one end must cross every hop, so only one direction's bandwidth
+    counts); the axes add (an AllGather over several axes gets each one's links). The
+    slowest group decides. Devices map to chips as libtpu numbers them (first dimension
+    fastest; two TensorCore devices per chip on v4), and the groups' ids are taken to be
+    those device ids (a mesh made of the devices in id order). None without a topology or
+    for groups with a device outside it.
+    """
+    topo = tuple(getattr(spec, "ici_topology", ()) or ())
+    if not topo or not info.device_groups:
+        return None
+    target = getattr(spec, "target", None) or {}
+    family = str(target.get("tpu_family", "")).lower() or None
+    per_chip = 2 if family == "v4" else 1
+    chips_total = 1
+    for d in topo:
+        chips_total *= d
+    best: tuple[int, str] | None = None
+    for group in info.device_groups:
+        chips = {d // per_chip for d in group}
+        if any(c < 0 or c >= chips_total for c in chips):
+            return None
+        coords = [_chip_coords(c, topo) for c in chips]
+        links, parts = 0, []
+        for a, size in enumerate(topo):
+            k = len({c[a] for c in coords})
+            if k <= 1:
+                continue
+            wrap = k == size and has_wraparound(topo, a, family)
+            links += 2 if wrap else 1
+            parts.append(f"axis {a} ({k} of {size} chips, {'ring' if wrap else 'no wraparound'})")
+        if not links:
+            continue  # every device on one chip: no ICI link used
+        if best is None or links < best[0]:
+            best = (links, ", ".join(parts))
+    return best
+
+
 def link_bandwidth_bytes_per_s(info: CollectiveInfo, spec, device_to_node=None) -> float | None:
     """Per-device, per-direction bandwidth of the slowest link the collective's groups span.
 
     GPUs/CPUs: ``intra_node_bytes_per_s`` when every group stays inside one node (NVLink),
-    else ``inter_node_bytes_per_s`` (InfiniBand / DCN). TPUs with ICI figures: a group is
-    taken to be one torus axis, a bidirectional ring using 2 links, so
-    ``2 * ici_bytes_per_s_per_link`` (How To Scale Your Model, part 3: an AllGather over
-    one axis costs V / W_ici with W_ici the bidirectional bandwidth); groups that span
-    several torus axes get more bandwidth in reality, which this does not credit. None
+    else ``inter_node_bytes_per_s`` (InfiniBand / DCN). TPUs with ICI figures: with the
+    slice topology (``spec.ici_topology``, set from the compile target) the links each device
+    uses (``ici_links``: 2 per torus axis with its wraparound, 1 per axis without) times
+    ``ici_bytes_per_s_per_link``; without one, a group is taken to be one torus axis with its
+    wraparound, a bidirectional ring using 2 links (How To Scale Your Model, part 3: an
+    AllGather over one axis costs V / W_ici with W_ici the bidirectional bandwidth). None
     when the spec lacks the number needed.
     """
     if spec.kind == "tpu" and spec.ici_bytes_per_s_per_link:
+        got = ici_links(info, spec)
+        if got is not None:
+            return got[0] * spec.ici_bytes_per_s_per_link
         return 2 * spec.ici_bytes_per_s_per_link
     if spans_nodes(info, spec.devices_per_node, device_to_node):
         return spec.inter_node_bytes_per_s
@@ -505,5 +577,6 @@ def collective_time_s(info: CollectiveInfo, spec, device_to_node=None) -> float 
 
 
 __all__ = ["COLLECTIVE_KINDS", "CollectiveError", "CollectiveInfo", "collective_info",
-           "collective_kind", "collective_time_s", "link_bandwidth_bytes_per_s", "node_of",
+           "collective_kind", "collective_time_s", "has_wraparound", "ici_links",
+           "link_bandwidth_bytes_per_s", "node_of",
            "ring_steps", "spans_nodes"]

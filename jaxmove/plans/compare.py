@@ -522,6 +522,9 @@ def compare_plans(model, mesh_shape: dict[str, int] | None, plans: list[str | Pl
     label = model if isinstance(model, str) else workload.name
     hardware = hardware or (tgt.spec_name if tgt.platform != "cpu" else DEFAULT_HARDWARE)
     spec = hardware if isinstance(hardware, HardwareSpec) else load_spec(hardware)
+    if tgt.platform == "tpu":  # the slice's chip grid: which ICI axes have wraparound links
+        from ..hardware.overrides import with_slice_topology
+        spec = with_slice_topology(spec, tgt.topology)
     loaded = [p if isinstance(p, Plan) else load_plan(p) for p in (plans or default_plans(workload))]
     n = math.prod(mesh_shape.values())
     if tgt.platform == "cpu" and n > MAX_SIMULATED_DEVICES:
