@@ -69,6 +69,13 @@ def instruction_cost(instr: Instruction, comp: Computation, roles: RoleMap, traf
     if reads:
         by_name, operands = comp.by_name, instr.operands
         for a in reads:
+            if a.operand is None:  # no operand: a constant inside a fusion, infeed's host side
+                for f in slots[a.memory_space, "activations", True]:
+                    acc[f] += a.nbytes
+                lg = a.logical_nbytes
+                if lg is not None and lg != a.nbytes and a.memory_space not in NOT_HBM_MEMORY_SPACES:
+                    acc[_PAD_READ] += a.nbytes - lg
+                continue
             oname = operands[a.operand]
             r = roles[(cname, oname)]
             if a.index:

@@ -571,9 +571,9 @@ def fusion_traffic(instr: Instruction, comp: Computation, module: Module) -> Ins
             seen.add(name)
         oshape = by_name[name].shape
         if not oshape.is_array:
-            for idx, leaf in oshape.leaves_with_index():
-                if leaf.is_array:
-                    reads.append(_leaf_access(leaf, k, idx))
+            params_k = bound[name] if bound is not None else (
+                [parameters[k]] if k < n_params else [])
+            reads.extend(_tuple_operand_reads(fa, fused, params_k, oshape, k, name, notes))
             continue
         if bound is None:
             demand = fa.demand_elems(parameters[k]) if k < n_params else 0
@@ -595,6 +595,7 @@ def fusion_traffic(instr: Instruction, comp: Computation, module: Module) -> Ins
         if nbytes:
             reads.append(_access(nbytes, k, (), oshape.memory_space,
                                  oshape.logical_footprint_bytes(elems)))
+    reads.extend(_fused_constant_reads(fa, fused, notes))
     writes: list[Access] = []
     inplace_bytes = 0
     inplace = fa.inplace
@@ -620,6 +621,78 @@ def fusion_traffic(instr: Instruction, comp: Computation, module: Module) -> Ins
     if instr.shape.is_tuple and fused.root.opcode != "tuple":
         writes = _full_writes(instr.shape)
     return _traffic(tuple(reads), tuple(writes), tuple(notes), (), inplace_bytes)
+
+
+def _tuple_operand_reads(fa, fused: Computation, params: list[Instruction], oshape: Shape, k: int,
+                         name: str, notes: list[str]) -> list[Access]:
+    """Reads of a tuple-shaped fusion operand ``k`` bound to fusion parameters ``params``: the
+    elements the fusion takes with get-tuple-element, each for its footprint (``demand_elems``
+    of the get-tuple-element); an element no get-tuple-element takes is not read. Any other
+    use of the parameter (or none known) reads every leaf. XLA likewise charges only the used
+    element (hlo_cost_analysis_test.cc IgnoreUnusedParameterShape: 3 of 103 bytes)."""
+    whole = [_leaf_access(leaf, k, idx) for idx, leaf in oshape.leaves_with_index() if leaf.is_array]
+    if not params:
+        return whole
+    gtes: dict[int, list[Instruction]] = {}
+    names = {p.name for p in params}
+    for i in fused.instructions:
+        if not names.intersection(i.operands):
+            continue
+        if i.opcode != "get-tuple-element" or i.tuple_index is None or i is fused.root:
+            return whole
+        gtes.setdefault(i.tuple_index, []).append(i)
+    if any(p is fused.root for p in params):
+        return whole
+    out: list[Access] = []
+    for e, elem in enumerate(oshape.tuple_shapes):
+        users = gtes.get(e)
+        if not users:
+            continue
+        if not elem.is_array:  # a nested tuple: its leaves whole
+            out.extend(_leaf_access(leaf, k, (e,) + idx)
+                       for idx, leaf in elem.leaves_with_index() if leaf.is_array)
+            continue
+        elems = min(elem.num_elements, sum(fa.demand_elems(g) for g in users))
+        if elems:
+            out.append(_access(_elems_to_bytes(elem, elems), k, (e,), elem.memory_space,
+                               elem.logical_footprint_bytes(elems)))
+    unread = sum(a.nbytes for a in whole) - sum(a.nbytes for a in out)
+    if unread:
+        notes.append(f"operand {k} ({name}) is a tuple: only the elements the fusion uses are "
+                     f"read ({unread} of {sum(a.nbytes for a in whole)} bytes not read)")
+    return out
+
+
+def _fused_constant_reads(fa, fused: Computation, notes: list[str]) -> list[Access]:
+    """Reads of the non-scalar constants inside a fusion (and its nested fusions), each once for
+    its footprint: a constant array is a buffer in device memory that the kernel reads, as
+    XLA charges it (HloCostAnalysis::HandleFusion; gpu_hlo_cost_analysis_test.cc LargeConstant:
+    the fusion reads its s8[1000] operand and its s8[1000] constant, 2,000 bytes). A scalar
+    constant is an immediate of the kernel's code. The accesses have no operand (``operand`` is
+    None); their role is ``activations``."""
+    out: list[Access] = []
+    stack = [(fa, fused)]
+    total = 0
+    while stack:
+        a, comp = stack.pop()
+        for i in comp.instructions:
+            op = i.opcode
+            if op == "constant":
+                shape = i.shape
+                if shape.is_array and shape.num_elements > 1:
+                    elems = min(shape.num_elements, a.demand_elems(i))
+                    if elems:
+                        nb = _elems_to_bytes(shape, elems)
+                        out.append(_access(nb, None, (), shape.memory_space,
+                                           shape.logical_footprint_bytes(elems)))
+                        total += nb
+            elif op == "fusion" and i.called_computations and isinstance(a, _FusionAnalysis):
+                n = a._nested_analysis(i)
+                stack.append((n, n.comp))
+    if out:
+        notes.append(f"{len(out)} constant(s) inside the fusion read from device memory "
+                     f"({total} bytes)")
+    return out
 
 
 def _continuation_traffic(instr, comp, fused, free_idx, free_users) -> InstrTraffic:
@@ -794,13 +867,25 @@ def _copy_start(instr, comp, module) -> InstrTraffic:
 
 
 def _infeed(instr, comp, module) -> InstrTraffic:
-    return InstrTraffic((), tuple(Access(a.nbytes, None, a.index, HOST_MEMORY_SPACE)
-                                  for a in _full_writes(instr.shape)))
+    """infeed: reads its data from the host (host_to_device; no operand: its operand is a
+    token) and writes it to device memory, the (data, token) result's element 0. XLA's
+    figure is the device-memory side (hlo_cost_analysis_test.cc InfeedOutfeed: 24 bytes
+    written for ((f32[2,3]), token[]), 0 read)."""
+    writes = _full_writes(instr.shape)
+    reads = tuple(_access(a.nbytes, None, (), HOST_MEMORY_SPACE, a.logical_nbytes) for a in writes)
+    return _traffic(reads, tuple(writes), ("infeed: host_to_device bytes are the written bytes",),
+                    (), 0)
 
 
 def _outfeed(instr, comp, module) -> InstrTraffic:
-    return InstrTraffic(tuple(Access(a.nbytes, a.operand, a.index, HOST_MEMORY_SPACE)
-                              for a in _full_reads(instr, comp)), ())
+    """outfeed: reads its data operand (operand 0; operand 1 is a token) from device memory
+    and writes it to the host (device_to_host). XLA's figure is the device-memory side
+    (InfeedOutfeed: 24 bytes read of (f32[2,3]), 0 written)."""
+    reads = _full_reads(instr, comp, skip=frozenset(range(1, len(instr.operands))))
+    writes = tuple(_access(a.nbytes, None, a.index, HOST_MEMORY_SPACE, a.logical_nbytes)
+                   for a in reads)
+    return _traffic(tuple(reads), writes, ("outfeed: device_to_host bytes are the read bytes",),
+                    (), 0)
 
 
 def _is_host_transfer(instr) -> bool:
