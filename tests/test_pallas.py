@@ -443,3 +443,90 @@ def test_pallas_triton_unreadable_ir_is_a_marked_lower_bound():
     assert row.per_execution.hbm_read_bytes == rows * d * 4 + 2 * d * 4
     assert row.per_execution.hbm_write_bytes == rows * d * 4
     assert row.unmodeled and "lower bound" in row.unmodeled[0]
+
+
+# ---- walking details: chunks, element windows, grid-free kernels -------------------------------
+
+def test_the_grid_walk_in_chunks_equals_the_walk_in_one(monkeypatch):
+    # chunk boundaries inside a q row (7 does not divide the 16 steps of a row): the same copies
+    from jaxmove.passes import pallas
+
+    text = _flash(True, 128)
+    pallas._COST_CACHE.clear()
+    _, _, whole = _cost(text)
+    monkeypatch.setattr(pallas, "_CHUNK", 7)
+    pallas._COST_CACHE.clear()
+    _, _, chunked = _cost(text)
+    pallas._COST_CACHE.clear()
+    assert [(w.transfers, w.nbytes) for w in chunked.windows] == [(w.transfers, w.nbytes) for w in whole.windows]
+    assert chunked.step_dma == whole.step_dma and chunked.first_bytes == whole.first_bytes
+
+
+def _pallas_text(kernel, in_specs, out_spec, grid, shapes, out_shape) -> str:
+    import jax
+    from jax.experimental import pallas as pl
+
+    def f(*xs):
+        return pl.pallas_call(kernel, grid=grid, in_specs=in_specs, out_specs=out_spec,
+                              out_shape=out_shape)(*xs)
+    mesh = tpu_mesh(1)
+    return compile_tpu(f, *[abstract(mesh, s, d) for s, d in shapes]).as_text()
+
+
+def test_element_windows_read_overlapping_blocks_at_element_offsets():
+    # f32[1024, 128] read in windows of 128 rows starting every 64 rows (pl.Element: the index
+    # map returns element offsets): 15 steps (the last window ends at row 1024), each a new
+    # 128-row block; the output's 64-row blocks are written once each.
+    import jax
+    import jax.numpy as jnp
+    from jax.experimental import pallas as pl
+
+    def kernel(x_ref, o_ref):
+        o_ref[...] = x_ref[:64, :] + x_ref[64:, :]
+
+    text = _pallas_text(kernel, [pl.BlockSpec((pl.Element(128), pl.Element(128)), lambda i: (i * 64, 0))],
+                        pl.BlockSpec((64, 128), lambda i: (i, 0)), (15,),
+                        [((1024, 128), jnp.float32)], jax.ShapeDtypeStruct((960, 128), jnp.float32))
+    an, row = _kernel_row(text)
+    assert row.per_execution.hbm_read_bytes == 15 * 128 * 128 * 4
+    assert row.per_execution.hbm_write_bytes == 960 * 128 * 4
+
+
+def test_a_grid_free_kernel_reads_and_writes_its_arrays_once():
+    import jax
+    import jax.numpy as jnp
+    from jax.experimental import pallas as pl
+
+    def kernel(x_ref, o_ref):
+        o_ref[...] = x_ref[...] * 2.0
+
+    def f(x):
+        return pl.pallas_call(kernel, out_shape=jax.ShapeDtypeStruct((256, 128), jnp.float32))(x)
+    mesh = tpu_mesh(1)
+    text = compile_tpu(f, abstract(mesh, (256, 128), jnp.float32)).as_text()
+    an, row = _kernel_row(text)
+    assert row.per_execution.hbm_read_bytes == 256 * 128 * 4
+    assert row.per_execution.hbm_write_bytes == 256 * 128 * 4
+
+
+def test_a_grid_too_long_for_a_step_profile_is_timed_at_its_mean_bytes(monkeypatch):
+    from jaxmove.hardware import load_spec
+    from jaxmove.passes import pallas
+
+    m, k, n, bm, bk, bn = 512, 1024, 768, 128, 256, 256
+    text = _matmul(m, k, n, bm, bk, bn, "bfloat16", True)
+    monkeypatch.setattr(pallas, "_MAX_STEP_PROFILE", 10)
+    pallas._COST_CACHE.clear()
+    try:
+        _, row, cost = _cost(text)
+    finally:
+        pallas._COST_CACHE.clear()
+    assert any("mean bytes per step" in x for x in row.notes)
+    # the same bytes in all: 48 steps of 2 input blocks, 12 output blocks
+    moved = 48 * (bm * bk + bk * bn) * BF16 + 12 * bm * bn * BF16
+    assert cost.step_dma == ((moved // 48, 48),)
+    spec = load_spec("tpu-v5e")
+    t, comp, dma, notes, unm = pallas.pallas_time(cost, spec, "bf16")
+    c = 2 * m * k * n / spec.flops_per_s["bf16"] / 48
+    assert t == pytest.approx(48 * max(moved / 48 / spec.hbm_bytes_per_s, c)
+                              + 48 * pallas.PALLAS_TPU_STEP_OVERHEAD_S, rel=1e-6)
