@@ -305,3 +305,194 @@ def test_old_hloproto_ids_renumbered():
         blocks(xla_client.XlaComputation(raw).as_hlo_text())
     with pytest.raises(JaxmoveInputError, match="not a readable HloProto|holds no computation"):
         hlo_text_from_proto(data[: len(data) // 2], "cut")
+
+
+# ----------------------------------------------------------------------------- nesting, made by hand
+
+_LOOP_HLO = """HloModule jit_loop
+
+body {
+  p = (s32[], f32[1024]) parameter(0)
+  i = s32[] get-tuple-element(p), index=0
+  one = s32[] constant(1)
+  ni = s32[] add(i, one)
+  x = f32[1024] get-tuple-element(p), index=1
+  y = f32[1024] exponential(x)
+  ROOT t = (s32[], f32[1024]) tuple(ni, y)
+}
+
+cond {
+  p = (s32[], f32[1024]) parameter(0)
+  i = s32[] get-tuple-element(p), index=0
+  n = s32[] constant(2)
+  ROOT lt = pred[] compare(i, n), direction=LT
+}
+
+ENTRY main {
+  a = f32[1024] parameter(0)
+  z = s32[] constant(0)
+  t0 = (s32[], f32[1024]) tuple(z, a)
+  w = (s32[], f32[1024]) while(t0), condition=cond, body=body, backend_config={"known_trip_count":{"n":"2"}}
+  r = f32[1024] get-tuple-element(w), index=1
+  ROOT neg = f32[1024] negate(r)
+}
+"""
+
+
+def _write_nsys(dirpath: Path, rows):
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    (dirpath / "nvtx_gpu_proj_trace").mkdir(parents=True)
+    cols = {"Name": [], "Projected Start": [], "Projected Duration": [], "RangeId": [], "ParentId": [],
+            "RangeStack": [], "Rank": []}
+    for name, start, dur, rid, stack in rows:
+        cols["Name"].append(name)
+        cols["Projected Start"].append(start)
+        cols["Projected Duration"].append(dur)
+        cols["RangeId"].append(float(rid))
+        cols["ParentId"].append(float(stack[-2]) if len(stack) > 1 else None)
+        cols["RangeStack"].append("".join(f":{s}" for s in stack))
+        cols["Rank"].append(0)
+    pq.write_table(pa.table(cols), dirpath / "nvtx_gpu_proj_trace" / "trace.parquet")
+
+
+def test_nsys_nested_thunks_count_once(tmp_path):
+    """Two executions of a module whose while thunk encloses its body's thunks (and a command-buffer
+    range enclosing a kernel): every nanosecond is charged once (hand-counted)."""
+    M = "TSL:XlaModule:#hlo_module=jit_loop,program_id=7#"
+    rows = []
+    for run, base in ((0, 0), (1, 10_000)):
+        m = 100 + 50 * run
+        rows += [
+            (M, base, 5000, m, [m]),
+            # while 1000 ns: its body's two exponentials (200 ns each) and the cond's compare (50 ns) inside
+            ("TSL:Thunk:#hlo_op=w#", base + 0, 1000, m + 1, [m, m + 1]),
+            ("TSL:Thunk:#hlo_op=y#", base + 100, 200, m + 2, [m, m + 1, m + 2]),
+            ("TSL:Thunk:#hlo_op=lt#", base + 350, 50, m + 3, [m, m + 1, m + 3]),
+            ("TSL:Thunk:#hlo_op=y#", base + 500, 200, m + 4, [m, m + 1, m + 4]),
+            # a command buffer (a range named after no instruction) enclosing the negate's kernel
+            ("TSL:Thunk:#hlo_op=command_buffer#", base + 2000, 400, m + 5, [m, m + 5]),
+            ("TSL:Thunk:#name=x,y,hlo_op=neg#", base + 2100, 100, m + 6, [m, m + 5, m + 6]),
+            ("NCCL:ncclGroupEnd", base + 2100, 100, m + 7, [m, m + 5, m + 6, m + 7]),  # not a thunk
+        ]
+    _write_nsys(tmp_path / "cap", rows)
+    hlo = tmp_path / "loop.hlo"
+    hlo.write_text(_LOOP_HLO)
+    c = compare_profile(tmp_path / "cap", hlo=hlo, hardware="a100-40gb")
+    j = c.join
+    assert c.capture.format == "nsys-jax" and j.runs == 2
+    t = {name: v for (_, name), v in j.instructions.items()}
+    assert t["y"].time_s == pytest.approx(400e-9) and t["y"].executions == 2   # 2 per execution
+    assert t["lt"].time_s == pytest.approx(50e-9)
+    assert t["w"].time_s == pytest.approx((1000 - 450) * 1e-9)                  # exclusive of its body
+    assert t["neg"].time_s == pytest.approx(100e-9)                               # name with commas parsed
+    assert j.unjoined_s == {"command_buffer": pytest.approx(300e-9)}              # its own 400 - 100 ns
+    assert j.device_time_s == pytest.approx((1000 + 400) * 1e-9)                  # union, counted once
+    assert j.coverage == pytest.approx(1100 / 1400)
+
+
+def _xspace_bytes(planes) -> bytes:
+    """A serialized XSpace: planes = [(name, {line: [(event name, start_ps, dur_ps, {stat: value})]},
+    plane stats)], built with the schema the reader uses (xla/tsl/profiler/protobuf/xplane.proto)."""
+    from jaxmove.measure.xplane import _messages
+
+    space = _messages()()
+    for pid, (pname, lines, pstats) in enumerate(planes):
+        plane = space.planes.add(id=pid, name=pname)
+        stat_ids, ev_ids = {}, {}
+
+        def stat(name):
+            if name not in stat_ids:
+                stat_ids[name] = len(stat_ids) + 1
+                plane.stat_metadata[stat_ids[name]].id = stat_ids[name]
+                plane.stat_metadata[stat_ids[name]].name = name
+            return stat_ids[name]
+
+        def put(dst, k, v):
+            st = dst.add(metadata_id=stat(k))
+            if isinstance(v, bytes):
+                st.bytes_value = v
+            elif isinstance(v, int):
+                st.int64_value = v
+            else:
+                st.str_value = str(v)
+
+        for k, v in pstats.items():
+            put(plane.stats, k, v)
+        for lid, (lname, evs) in enumerate(lines.items()):
+            line = plane.lines.add(id=lid, name=lname, timestamp_ns=1_000)
+            for ename, start_ps, dur_ps, stats in evs:
+                if ename not in ev_ids:
+                    ev_ids[ename] = len(ev_ids) + 1
+                    plane.event_metadata[ev_ids[ename]].id = ev_ids[ename]
+                    plane.event_metadata[ev_ids[ename]].name = ename
+                ev = line.events.add(metadata_id=ev_ids[ename], offset_ps=start_ps, duration_ps=dur_ps)
+                for k, v in stats.items():
+                    put(ev.stats, k, v)
+    return space.SerializeToString()
+
+
+def test_tpu_style_xla_ops_lines(tmp_path):
+    """A device plane with only XProf's 'XLA Modules' / 'XLA Ops' lines (as TPU captures keep them):
+    two executions of jit_loop; the while's event encloses its body's ops (hand-counted)."""
+    mods, ops = [], []
+    for base in (0, 10_000_000):  # ps
+        mods.append(("jit_loop(7)", base, 5_000_000, {"run_id": 1 + base}))
+        ops += [("w", base, 1_000_000, {}), ("y", base + 100_000, 200_000, {}),
+                ("lt", base + 350_000, 50_000, {}), ("y", base + 500_000, 200_000, {}),
+                ("neg", base + 2_000_000, 300_000, {})]
+    ops.append(("neg", 30_000_000, 999_000, {}))  # outside any execution: left out
+    data = _xspace_bytes([("/device:TPU:0", {"XLA Modules": mods, "XLA Ops": ops}, {}),
+                          ("/host:CPU", {"python": [("step", 0, 1_000, {})]}, {})])
+    f = tmp_path / "tpu.xplane.pb"
+    f.write_bytes(data)
+    hlo = tmp_path / "loop.hlo"
+    hlo.write_text(_LOOP_HLO)
+    cap = read_capture(f)
+    assert cap.backend == "tpu" and [(p.module_name, p.program_id, p.runs) for p in cap.programs] == [("jit_loop", 7, 2)]
+    c = compare_profile(f, hlo=hlo, hardware="tpu-v5e")
+    t = {name: v.time_s for (_, name), v in c.join.instructions.items()}
+    assert t == pytest.approx({"w": 550e-9, "y": 400e-9, "lt": 50e-9, "neg": 300e-9})
+    assert c.join.coverage == pytest.approx(1.0)
+    assert c.measurement.wall_times_s == pytest.approx((2.3e-6, 2.3e-6))  # device span per execution
+
+
+def test_gpu_style_executions_by_correlation(tmp_path):
+    """GPU kernels told apart by execution through correlation_id -> host launch -> the
+    '<module>:XLA GPU module' range (on another host line, as ROCm records them); two kernels of
+    one instruction add up; a bare kernel launched inside an execution is the program's unjoined
+    time; one outside every execution is outside any program; a second device is counted, not added."""
+    kern, launch, ranges, kern1 = [], [], [], []
+    corr = 0
+    for base in (0, 50_000_000):  # ps; two executions
+        ranges.append(("jit_loop:XLA GPU module", base, 20_000_000, {}))
+        for k, (name, op, dur) in enumerate((("neg_a", "neg", 300_000), ("neg_b", "neg", 500_000),
+                                            ("memsetish", None, 100_000))):
+            corr += 1
+            stats = {"correlation_id": corr}
+            if op:
+                stats.update(hlo_module="jit_loop", hlo_op=op, program_id=7)
+            kern.append((name, base + 30_000_000 + k * 1_000_000, dur, stats))
+            launch.append(("cuLaunchKernel", base + 1_000_000 + k * 1_000_000, 10_000, dict(stats)))
+            kern1.append((name, base + 30_000_000 + k * 1_000_000, 2 * dur, dict(stats)))
+    kern.append(("copy_args", 200_000_000, 700_000, {"correlation_id": 999}))  # no launch in a range
+    data = _xspace_bytes([
+        ("/device:GPU:0", {"Stream #1(Kernel)": kern}, {"device_vendor": "Nvidia"}),
+        ("/device:GPU:1", {"Stream #2(Kernel)": kern1}, {}),
+        ("/host:CPU", {"py_xla_execute/123": ranges, "Host Threads/77": launch}, {})])
+    f = tmp_path / "gpu.xplane.pb"
+    f.write_bytes(data)
+    hlo = tmp_path / "loop.hlo"
+    hlo.write_text(_LOOP_HLO)
+    cap = read_capture(f)
+    (prog,) = cap.programs
+    assert (prog.runs, prog.n_devices, prog.device) == (2, 2, "/device:GPU:0")
+    assert cap.outside_s == {"copy_args": pytest.approx(700e-9)}
+    with pytest.raises(UsageError, match="no built-in hardware spec"):
+        compare_profile(f, hlo=hlo)  # the capture does not name the GPU
+    c = compare_profile(f, hlo=hlo, hardware="h100-sxm")
+    neg = c.join.instructions[("main", "neg")]
+    assert neg.time_s == pytest.approx(800e-9) and neg.executions == 2
+    assert c.join.unjoined_s == {"memsetish": pytest.approx(100e-9)}
+    assert c.join.coverage == pytest.approx(800 / 900)

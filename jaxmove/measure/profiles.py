@@ -25,6 +25,10 @@ belong to (``run_id``), so that ``join_events`` sums them per instruction per ex
   gemm, split-K gemm and reduction) add up in the join.
 - XLA:CPU thunks (xplane, trace-json): host events with ``hlo_op`` and a ``run_id`` per execution
   (``profile.py``).
+- Device planes without such kernel events but with XProf's ``XLA Modules`` and ``XLA Ops`` lines
+  (TPU captures): each ``XLA Modules`` event is one execution and the ``XLA Ops`` events inside it
+  are its instructions (``XLA Ops`` nest a ``while``'s body inside the ``while``: the join charges
+  control flow exclusive of its body).
 - nsys-jax: each ``TSL:XlaModule:#hlo_module=NAME,program_id=N#`` range is one execution; the
   ``TSL:Thunk:#...hlo_op=OP#`` ranges whose nearest enclosing XlaModule range it is belong to it.
   A thunk range that encloses other thunk ranges (a ``while`` or a command buffer) is charged only
@@ -267,6 +271,13 @@ def _from_events(path: str, fmt: str, events: list[XPlaneEvent], plane_stats: di
                 runs[id(kernels[-1])] = runs[id(e)]
             elif e.duration_ns > 0:
                 cap.outside_s[e.name] = cap.outside_s.get(e.name, 0.0) + e.duration_ns * 1e-9
+    elif _xla_ops_planes(events):
+        kernels, runs = _from_xla_ops_lines(events)
+        first = min({e.plane for e in kernels}, key=lambda n: _int((_DEVICE_ORDINAL.match(n) or [0, 0])[1]) or 0)
+        cap.device_kind, cap.device_info = _device_kind(plane_stats.get(first, {}))
+        cap.backend = "tpu" if first.startswith("/device:TPU") else "gpu"
+        cap.notes.append("device ops read from XProf's 'XLA Ops' / 'XLA Modules' lines (each 'XLA Modules' "
+                         "event is one execution; an op belongs to the one its start lies in)")
     else:
         kernels = [e for e in events if "hlo_module" in e.stats and "hlo_op" in e.stats]
         cap.backend = "cpu" if any(e.plane.startswith("/host:") for e in kernels) else "gpu"
@@ -303,6 +314,57 @@ def _from_events(path: str, fmt: str, events: list[XPlaneEvent], plane_stats: di
             pid, mod, out, len(run_keys), plane if plane.startswith("/device:") else f"{plane} (device {keep})",
             len(devices), False, sum(e.duration_ns for e in mine) * 1e-9))
     return cap
+
+
+_MODULE_EVENT = re.compile(r"^(.*)\((\d+)\)$")  # 'jit_f(12)': HloModule name, then the program id
+
+
+def _xla_ops_planes(events: list[XPlaneEvent]) -> set[str]:
+    """Device planes that hold both an 'XLA Modules' and an 'XLA Ops' line (TPU captures keep a
+    device's executions and HLO ops there)."""
+    lines: dict[str, set[str]] = {}
+    for e in events:
+        if e.plane.startswith("/device:"):
+            lines.setdefault(e.plane, set()).add(e.line)
+    return {p for p, ls in lines.items() if {"XLA Modules", "XLA Ops"} <= ls}
+
+
+def _from_xla_ops_lines(events: list[XPlaneEvent]) -> tuple[list[XPlaneEvent], dict[int, object]]:
+    """Kernels and execution keys from 'XLA Ops' / 'XLA Modules' lines: an 'XLA Modules' event
+    (name ``module(program id)``, or stats ``hlo_module`` / ``program_id``) is one execution; an
+    'XLA Ops' event (the HLO instruction's name, or an ``hlo_op`` stat) belongs to the execution
+    on its plane whose interval holds its start. Ops inside no execution are left out."""
+    planes = _xla_ops_planes(events)
+    mods: dict[str, list[XPlaneEvent]] = {}
+    ops: list[XPlaneEvent] = []
+    for e in events:
+        if e.plane in planes and e.line == "XLA Modules":
+            mods.setdefault(e.plane, []).append(e)
+        elif e.plane in planes and e.line == "XLA Ops":
+            ops.append(e)
+    starts = {}
+    for p, ms in mods.items():
+        ms.sort(key=lambda e: e.start_ns)
+        starts[p] = [e.start_ns for e in ms]
+    kernels, runs = [], {}
+    for e in ops:
+        i = bisect_right(starts[e.plane], e.start_ns) - 1
+        if i < 0:
+            continue
+        m = mods[e.plane][i]
+        if not m.start_ns <= e.start_ns <= m.end_ns:
+            continue
+        hit = _MODULE_EVENT.match(m.name)
+        st = dict(e.stats)
+        st["hlo_module"] = str(m.stats.get("hlo_module") or (hit.group(1) if hit else m.name))
+        pid = m.stats.get("program_id", int(hit.group(2)) if hit else None)
+        if pid is not None:
+            st["program_id"] = pid
+        st.setdefault("hlo_op", e.name)
+        k = XPlaneEvent(e.plane, e.line, e.name, e.start_ns, e.duration_ns, st)
+        kernels.append(k)
+        runs[id(k)] = (e.plane, m.start_ns)
+    return kernels, runs
 
 
 def _annotate_from_launches(on_dev: list[XPlaneEvent], events: list[XPlaneEvent]) -> list[XPlaneEvent]:
