@@ -496,3 +496,20 @@ def test_gpu_style_executions_by_correlation(tmp_path):
     assert neg.time_s == pytest.approx(800e-9) and neg.executions == 2
     assert c.join.unjoined_s == {"memsetish": pytest.approx(100e-9)}
     assert c.join.coverage == pytest.approx(800 / 900)
+
+
+def test_cli_profile_trace_and_html(cpu_capture, tmp_path, jaxmove_cli):
+    tr, html = tmp_path / "t.json", tmp_path / "r.html"
+    r = jaxmove_cli("compare", "--profile", str(cpu_capture["dir"]), "--program", cpu_capture["module"],
+                    "--hardware", "cpu-generic", "--trace", str(tr), "--html", str(html))
+    assert r.returncode == 0, r.stderr
+    doc = json.loads(tr.read_text())
+    procs = {e["pid"]: e["args"]["name"] for e in doc["traceEvents"] if e.get("name") == "process_name"}
+    assert set(procs) == {1, 2, 3} and procs[3].startswith("capture: execution")
+    cap_ev = [e for e in doc["traceEvents"] if e.get("pid") == 3 and e.get("ph") == "X"]
+    ref = _profiledata_times(cpu_capture["xplane"], cpu_capture["module"])
+    assert {e["name"] for e in cap_ev} == set(ref)  # one execution: every instruction recorded
+    assert min(e["ts"] for e in cap_ev) == 0.0
+    assert html.read_text().lstrip().lower().startswith("<!doctype html")
+    r = jaxmove_cli("compare", "mlp-tiny", "--trace", str(tmp_path / "x.json"))
+    assert r.returncode == 2 and "go with --profile" in r.stderr

@@ -22,8 +22,8 @@ def cmd_compare(args: argparse.Namespace) -> int:
     if args.target is None:
         raise UsageError("compare needs TARGET (a preset, module:function or file.py:function to run "
                          "here) or --profile PATH (a capture made elsewhere)")
-    if args.hlo is not None or args.program is not None:
-        raise UsageError("--hlo and --program go with --profile")
+    if args.hlo is not None or args.program is not None or args.trace or args.html:
+        raise UsageError("--hlo, --program, --trace and --html go with --profile")
     if args.save_fit and not args.fit:
         raise UsageError("--save-fit needs --fit")
     if args.runs < 1 or args.profile_runs < 1 or args.warmup < 0:
@@ -64,7 +64,19 @@ def _cmd_compare_profile(args: argparse.Namespace) -> int:
                          "give one or the other")
     if args.fit or args.save_fit or args.set:
         raise UsageError("--fit, --save-fit and --set do not apply to --profile")
+    from ..report.outputs import check_output_path
+    for path, what in ((args.trace, "--trace file"), (args.html, "--html file")):
+        if path:  # before reading: a bad path must not cost the whole join
+            check_output_path(path, what)
     c = compare_profile(args.profile, hlo=args.hlo, program=args.program, hardware=args.hardware)
+    if args.trace:
+        from ..report.profile_trace import write_profile_trace
+        write_profile_trace(c, args.trace)
+        print(f"jaxmove: wrote {args.trace}", file=sys.stderr)
+    if args.html:
+        from ..report.html import write_html
+        write_html(c.report, args.html)
+        print(f"jaxmove: wrote {args.html}", file=sys.stderr)
     if args.json:
         import json
         sys.stdout.write(json.dumps(c.to_json(), indent=1, allow_nan=False) + "\n")
@@ -100,6 +112,11 @@ def add_compare_command(sub) -> None:
     c.add_argument("--program", metavar="NAME|ID",
                    help="with --profile: the program to compare (HloModule name or program id; default: "
                         "the one with the most device time, or the --hlo file's module)")
+    c.add_argument("--trace", metavar="FILE",
+                   help="with --profile: also write a Chrome trace (JSON, opens in Perfetto): the "
+                        "estimated timeline, the measured times, and one execution as captured")
+    c.add_argument("--html", metavar="FILE",
+                   help="with --profile: also write the HTML report with the measured column")
     c.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
                    help="override a preset's config; repeatable")
     c.add_argument("--hardware", metavar="NAME|path.toml|local",
