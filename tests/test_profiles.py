@@ -513,3 +513,14 @@ def test_cli_profile_trace_and_html(cpu_capture, tmp_path, jaxmove_cli):
     assert html.read_text().lstrip().lower().startswith("<!doctype html")
     r = jaxmove_cli("compare", "mlp-tiny", "--trace", str(tmp_path / "x.json"))
     assert r.returncode == 2 and "go with --profile" in r.stderr
+
+
+def test_api_compare_profile(cpu_capture):
+    import jaxmove
+
+    c = jaxmove.compare(profile=cpu_capture["json"], hlo=cpu_capture["hlo"], hardware="cpu-generic")
+    assert c.join.runs == 3 and c.capture.format == "trace-json"
+    with pytest.raises(UsageError, match="no target"):
+        jaxmove.compare("mlp-tiny", profile=cpu_capture["json"])
+    with pytest.raises(UsageError, match="go with profile"):
+        jaxmove.compare("mlp-tiny", hlo=cpu_capture["hlo"])
