@@ -496,6 +496,9 @@ def test_gpu_style_executions_by_correlation(tmp_path):
     assert neg.time_s == pytest.approx(800e-9) and neg.executions == 2
     assert c.join.unjoined_s == {"memsetish": pytest.approx(100e-9)}
     assert c.join.coverage == pytest.approx(800 / 900)
+    row = next(r for r in c.rows if r.name == "neg")
+    t = c.report.times.rows[("main", "neg")]
+    assert c.est_field == "duration_s" and row.est_time_s == pytest.approx(t.est_time_s - t.launch_gap_s)
 
 
 def test_cli_profile_trace_and_html(cpu_capture, tmp_path, jaxmove_cli):
@@ -524,3 +527,12 @@ def test_api_compare_profile(cpu_capture):
         jaxmove.compare("mlp-tiny", profile=cpu_capture["json"])
     with pytest.raises(UsageError, match="go with profile"):
         jaxmove.compare("mlp-tiny", hlo=cpu_capture["hlo"])
+
+
+def test_estimate_field_by_backend(cpu_capture, tmp_path):
+    """XLA:CPU thunk events hold their per-thunk overhead: est_time_s; GPU kernels: the duration."""
+    c = compare_profile(cpu_capture["json"], hlo=cpu_capture["hlo"], hardware="cpu-generic")
+    assert c.est_field == "est_time_s" and c.to_json()["errors"]["estimate"] == "est_time_s"
+    for r in c.rows:
+        if r.est_time_s is not None:
+            assert r.est_time_s == c.report.times.rows[(r.computation, r.name)].est_time_s

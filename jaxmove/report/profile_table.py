@@ -43,7 +43,8 @@ def render_profile_comparison(c, top: int = 20, console: Console | None = None) 
         console.print(f"[yellow]note: {escape(n)}[/yellow]")
 
     scope = f"all {len(c.rows)}" if top >= len(c.rows) else f"top {top} of {len(c.rows)}"
-    t = Table(title=f"instructions by measured time per execution ({scope}); estimate = kernel duration")
+    what = "kernel duration" if c.est_field == "duration_s" else "est_time_s"
+    t = Table(title=f"instructions by measured time per execution ({scope}); estimate = {what}")
     for col, just in (("instruction", "left"), ("opcode", "left"), ("bound", "left"), ("kernels/exec", "right"),
                       ("measured", "right"), ("share", "right"), ("estimate", "right"), ("est/meas", "right")):
         t.add_column(col, justify=just, no_wrap=(col != "instruction"))
@@ -60,7 +61,7 @@ def render_profile_comparison(c, top: int = 20, console: Console | None = None) 
     o = c.overall
     console.print(f"program: estimated {fmt_s(s.est_program_s)} vs measured device span {fmt_s(s.measured_wall_s)} "
                   f"({fmt_pct(s.program_error, signed=True)}) per execution")
-    console.print(f"instructions: sum of estimated kernel durations {fmt_s(s.est_sum_s)} vs sum measured "
+    console.print(f"instructions: sum of estimates ({what}) {fmt_s(s.est_sum_s)} vs sum measured "
                   f"{fmt_s(s.measured_sum_s)}; per-kernel error median {fmt_pct(o.median_error if o else None)}, "
                   f"p90 {fmt_pct(o.p90_error if o else None)} over {o.n if o else 0}; MdAPE {fmt_pct(s.mdape)} over "
                   f"the {s.n_significant} taking >= 1%, time-weighted error {fmt_pct(s.weighted_error)}, "
