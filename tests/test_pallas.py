@@ -85,6 +85,20 @@ def test_flash_attention_flops_are_the_authors_estimate_and_compared_bytes():
     assert row.per_execution.hbm_bytes > 2 * int(bc["bytes_accessed"])
 
 
+@pytest.mark.parametrize("causal,block", [(True, 128), (False, 128), (True, 256)])
+def test_flash_attention_body_walk_counts_the_mxu_work_of_the_blocks_it_computes(causal, block):
+    # the kernel body walked over the grid with its pl.when conditions evaluated per step: the
+    # blocks on/below the diagonal (causal: n(n+1)/2 per head) run q k^T and p v, 2 * block *
+    # block * 128 flops each; the author's estimate counts every block (4 * S * S * D per head)
+    an, row, cost = _cost(_flash(causal, block))
+    n, heads, d = 1024 // block, 2, 128
+    blocks = n * (n + 1) // 2 if causal else n * n
+    assert cost.body_mxu_flops == heads * blocks * 2 * (2 * block * block * d)
+    assert row.per_execution.flops == int(row.instr.backend_config["custom_call_config"]
+                                          ["cost_estimate"]["flops"])  # the author's, still
+    assert any("MXU flops" in x for x in row.notes)
+
+
 # ---- a tiled matmul with known blocks --------------------------------------------------------
 
 def _matmul_text(m, k, n, bm, bk, bn, dtype="float32", estimate=False) -> str:
@@ -282,7 +296,12 @@ def test_splash_attention_with_its_mask_info_matches_the_closed_form():
     assert [w.nbytes for w in k_win] == [SPLASH_H * per_head * blk] * 2
     # k and v live in HBM: the row's HBM reads are those blocks plus the two s8 tables
     assert row.per_execution.hbm_read_bytes >= 2 * SPLASH_H * per_head * blk
-    assert row.per_execution.flops == 0 and row.unmodeled  # splash gives no cost estimate
+    # splash carries no cost estimate: its flops are the kernel body's, walked with the mask
+    # info: the 10 blocks on/below the diagonal of each head run q k^T and p v, each
+    # 2 * 256 * 256 * 128 flops on the MXU; the masked blocks (block_mask 0) are skipped
+    assert cost.body_mxu_flops == SPLASH_H * (n * (n + 1) // 2) * 2 * (2 * SPLASH_B * SPLASH_B * SPLASH_D)
+    assert row.per_execution.flops == cost.body_flops and not row.unmodeled
+    assert any("FLOPs are the kernel body's count" in x for x in row.notes)
 
 
 @functools.lru_cache(maxsize=None)

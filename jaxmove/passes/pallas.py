@@ -142,6 +142,9 @@ class PallasCost:
       unmodeled: non-empty when the traffic is a lower bound.
       leading_operands: the HLO operands before the windows' inputs: dynamic grid bounds and
         scalar-prefetch operands.
+      body_flops, body_mxu_flops, body_transcendentals: the work of the kernel body walked over
+        the grid with its branches evaluated per step (passes/mosaic_body.py), or None when it
+        could not be walked; the flops when the kernel has no cost estimate.
     """
 
     kernel: MosaicKernel | None
@@ -156,6 +159,9 @@ class PallasCost:
     notes: tuple[str, ...]
     unmodeled: tuple[str, ...] = ()
     leading_operands: int = 0  # dynamic grid bounds + scalar-prefetch operands (read once whole)
+    body_flops: int | None = None        # the kernel body walked over the grid (mosaic_body.py)
+    body_mxu_flops: int | None = None
+    body_transcendentals: int | None = None
 
     @property
     def read_bytes(self) -> int:
@@ -413,6 +419,23 @@ def _kernel_cost(instr: Instruction, operand_shapes: list[Shape], ce: CostEstima
             ratio = total / ce.bytes_accessed
             notes.append(f"author's bytes_accessed {_fmt(ce.bytes_accessed)} vs {_fmt(total)} modeled "
                          f"({ratio:.2f}x)")
+    # the kernel body walked over the grid: its MXU / vector work (and a check of the author's)
+    body = None
+    try:
+        from .mosaic_body import BodyWalkError, walk_body
+        try:
+            body = walk_body(key_body(instr), k.grid, k.num_scalar_prefetch, prefetch)
+        except (BodyWalkError, MosaicDecodeError, ValueError, KeyError, IndexError, TypeError) as e:
+            notes.append(f"kernel body not walked ({e}): its work is the author's estimate only")
+    except ImportError:  # pragma: no cover
+        body = None
+    if body is not None:
+        notes.append(f"kernel body over the grid (branches evaluated per step): {_fmt(body.mxu_flops)} "
+                     f"MXU flops, {_fmt(body.flops - body.mxu_flops)} vector flops, "
+                     f"{_fmt(body.transcendentals)} transcendentals"
+                     + (f"; {'; '.join(body.notes)}" if body.notes else ""))
+        if ce is None:
+            notes.append("no cost estimate: FLOPs are the kernel body's count")
     # pipelined DMA profile
     step_dma: tuple[tuple[int, int], ...] = ()
     fixed_in = sum(w.nbytes for w, win in zip(windows, k.windows) if win.index_map is None
@@ -434,7 +457,9 @@ def _kernel_cost(instr: Instruction, operand_shapes: list[Shape], ce: CostEstima
         notes.append("grid too long for a per-step DMA profile: the time uses the mean bytes per step")
     return PallasCost(k, tuple(windows), pref_bytes, ce.flops if ce else 0, ce.transcendentals if ce else 0,
                       ce.bytes_accessed if ce else None, k.num_steps, first, step_dma, tuple(notes), (),
-                      n_pref)
+                      n_pref, None if body is None else body.flops,
+                      None if body is None else body.mxu_flops,
+                      None if body is None else body.transcendentals)
 
 
 def key_body(instr: Instruction) -> str:
@@ -475,9 +500,15 @@ def pallas_flops(instr: Instruction, module: Module):
 
     ce = cost_estimate_of(instr.backend_config)
     if ce is None:
+        comp = module.computations.get(getattr(instr, "computation", None) or "")
+        if comp is not None and instr.name in comp.by_name:
+            cost = instruction_cost(instr, comp, module)
+            if cost.body_flops is not None:
+                return FlopCount(flops=cost.body_flops, transcendentals=cost.body_transcendentals or 0)
         return FlopCount(flops=0, transcendentals=0,
                          unmodeled=(f"custom-call '{instr.name}' (tpu_custom_call): no cost_estimate "
-                                    "in backend_config, the Pallas kernel's flops are unknown",))
+                                    "in backend_config and its body could not be walked: the Pallas "
+                                    "kernel's flops are unknown",))
     return FlopCount(flops=ce.flops, transcendentals=ce.transcendentals)
 
 
