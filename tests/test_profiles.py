@@ -536,3 +536,17 @@ def test_estimate_field_by_backend(cpu_capture, tmp_path):
     for r in c.rows:
         if r.est_time_s is not None:
             assert r.est_time_s == c.report.times.rows[(r.computation, r.name)].est_time_s
+
+
+def test_device_kind_from_plane_stats():
+    from jaxmove.measure.profiles import _device_kind
+
+    def kind(**st):
+        return _device_kind(st)[0]
+    # CUDA reports the memory it can map: a little under the datasheet (A100 40GB: 42.5e9 B)
+    assert kind(device_vendor="Nvidia", core_count=108, memory_size=42_505_273_344) == "NVIDIA A100-SXM4-40GB"
+    assert kind(device_vendor="Nvidia", core_count=108, memory_size=85_100_000_000) == "NVIDIA A100-SXM4-80GB"
+    assert kind(device_vendor="Nvidia", core_count=132, memory_size=85_000_000_000) == "NVIDIA H100 80GB HBM3"
+    assert kind(device_vendor="Nvidia", core_count=132, memory_size=150_000_000_000) == "NVIDIA H200"
+    assert kind(device_vendor="Nvidia", core_count=100, memory_size=85_000_000_000) is None
+    assert kind(device_vendor="AMD", core_count=304, compute_cap_major=9, compute_cap_minor=4) == "AMD Instinct MI300X"

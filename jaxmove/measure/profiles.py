@@ -238,6 +238,21 @@ def _device_kind(stats: dict) -> tuple[str | None, dict]:
         return "AMD Instinct MI300X", info
     if vendor == "amd" and cc == (9, 5) and cores == 256:
         return "AMD Instinct MI355X", info
+    # otherwise the built-in spec of this vendor with as many SMs / CUs and the nearest memory
+    # size (within 25%: drivers report a little less or more than the datasheet's GB), e.g. an
+    # NVIDIA plane with 132 SMs and 85 GB is an H100 80GB, with 150 GB an H200
+    mem = stats.get("memory_size")
+    if vendor and cores and mem:
+        from ..hardware import list_specs
+        best = None
+        for spec in list_specs():
+            cap = getattr(spec, "hbm_capacity_bytes", None)
+            if (spec.kind == "gpu" and spec.vendor.lower() == vendor and getattr(spec, "num_sms", None) == cores
+                    and cap and abs(mem / cap - 1) < 0.25 and spec.device_kinds):
+                if best is None or abs(mem / cap - 1) < abs(mem / best.hbm_capacity_bytes - 1):
+                    best = spec
+        if best is not None:
+            return best.device_kinds[0], info
     return None, info
 
 
