@@ -100,6 +100,13 @@ def test_cpu_xplane_joined_to_its_own_hlo(cpu_capture):
     body = [r for r in measured.values() if r.computation != "main" and r.executions]
     assert any(r.executions == 4 for r in body)  # a body instruction runs once per iteration
     js = c.to_json()
+    rows = {(r["computation"], r["name"]): r for r in js["instructions"]}
+    for r in body:
+        j = rows[(r.computation, r.name)]
+        if r.executions == 4:  # trip count 4: one kernel per iteration
+            assert j["multiplicity"] == 4
+            assert j["measured_per_instruction_execution_s"] == pytest.approx(r.measured_time_s / 4)
+            assert j["measured_per_kernel_s"] == pytest.approx(r.measured_time_s / 4)
     assert js["capture"]["format"] == "xplane" and js["capture"]["executions"] == 3
     assert js["capture"]["joined_fraction"] == pytest.approx(1.0)
     assert {"overall", "by_opcode", "by_fusion_kind", "by_bound"} <= set(js["errors"])
@@ -155,8 +162,19 @@ def test_cli_bad_captures_one_line_exit_2(cpu_capture, tmp_path, jaxmove_cli):
     unknown.write_text("not a profile\n")
     badjson = tmp_path / "t.trace.json.gz"
     badjson.write_bytes(gzip.compress(b'{"traceEvents": [')[:-4])
+    import zipfile
+    good_zip = tmp_path / "nsys.zip"
+    with zipfile.ZipFile(good_zip, "w") as z:
+        z.writestr("nvtx_gpu_proj_trace/trace.parquet", b"x" * 4000)
+    cut_zip = tmp_path / "cut.zip"
+    cut_zip.write_bytes(good_zip.read_bytes()[:2000])
+    empty_space = tmp_path / "empty.xplane.pb"
+    empty_space.write_bytes(b"")
     for path, want in ((trunc, "not a readable XProf XSpace"), (unknown, "not a profile format jaxmove reads"),
-                       (badjson, "not a readable trace JSON"), (tmp_path / "none.xplane.pb", "none.xplane.pb")):
+                       (badjson, "not a readable trace JSON"), (tmp_path / "none.xplane.pb", "none.xplane.pb"),
+                       (cut_zip, "not a readable nsys-jax zip archive"),
+                       (good_zip, "trace.parquet: not a readable parquet file"),
+                       (empty_space, "holds no plane")):
         out = tmp_path / "o.json"
         r = jaxmove_cli("compare", "--profile", str(path), "--json")
         assert r.returncode == 2, (path, r.stderr)
@@ -491,6 +509,11 @@ def test_gpu_style_executions_by_correlation(tmp_path):
     assert cap.outside_s == {"copy_args": pytest.approx(700e-9)}
     with pytest.raises(UsageError, match="no built-in hardware spec"):
         compare_profile(f, hlo=hlo)  # the capture does not name the GPU
+    js = compare_profile(f, hlo=hlo, hardware="h100-sxm").to_json()
+    jneg = next(r for r in js["instructions"] if r["name"] == "neg")
+    # two kernels per execution of one instruction: per kernel 400 ns, per instruction execution 800
+    assert jneg["measured_per_kernel_s"] == pytest.approx(400e-9)
+    assert jneg["measured_per_instruction_execution_s"] == pytest.approx(800e-9)
     c = compare_profile(f, hlo=hlo, hardware="h100-sxm")
     neg = c.join.instructions[("main", "neg")]
     assert neg.time_s == pytest.approx(800e-9) and neg.executions == 2

@@ -141,6 +141,7 @@ class ProfileComparison:
         meas["span"]["note"] = ("device span of each execution in the capture (first kernel start to "
                                 "last kernel end); a capture records no host wall time")
         total_dev = sum(q.device_time_s for q in c.programs) + sum(c.outside_s.values())
+        mult = {k: t.multiplicity for k, t in self.report.times.rows.items()}
         return {
             "program": {"name": m.program.name, "source": m.program.source},
             "hardware": self.spec.name, "hardware_note": self.spec_note,
@@ -152,8 +153,15 @@ class ProfileComparison:
                 {"computation": r.computation, "name": r.name, "opcode": r.opcode,
                  "est_time_s": r.est_time_s, "measured_time_s": r.measured_time_s,
                  "ratio": r.ratio, "executions": r.executions, "bound": r.bound, "share": r.share,
-                 "measured_per_execution_s": (r.measured_time_s / r.executions
-                                              if r.measured_time_s is not None and r.executions else None)}
+                 # executions = measured kernels per program execution (a while body's: per
+                 # iteration; a split instruction's: each of its kernels); multiplicity = the
+                 # instruction's own executions per program execution (trip counts)
+                 "measured_per_kernel_s": (r.measured_time_s / r.executions
+                                           if r.measured_time_s is not None and r.executions else None),
+                 "multiplicity": mult.get((r.computation, r.name)),
+                 "measured_per_instruction_execution_s": (
+                     r.measured_time_s / mult[(r.computation, r.name)]
+                     if r.measured_time_s is not None and mult.get((r.computation, r.name)) else None)}
                 for r in self.rows],
             "capture": {
                 "path": c.path, "format": c.format, "device_kind": c.device_kind,
