@@ -45,3 +45,116 @@ def test_a_mistyped_target_gets_a_did_you_mean(capsys):
     assert main(["analyze", "mlp-tiny", "--target", "h100-sx"]) == 2
     (line,) = _err_lines(capsys.readouterr().err)
     assert "did you mean 'h100-sxm'?" in line, line
+
+
+# ---- adversarial: terminal escape injection, one-line errors -----------------------------------
+
+_ESC_HLO = """HloModule m
+
+ENTRY main {
+  p0 = f32[4,8]{1,0} parameter(0)
+  ROOT a = f32[4,8]{1,0} negate(p0), metadata={op_name="jit(f)/\x1b]0;PWNED\x07blk/neg" source_file="/s/\x1b[2Jb\u202e.py" source_line=3}
+}
+"""
+
+
+@pytest.mark.parametrize("extra", [[], ["--by", "module"], ["--by", "source"], ["--top", "5"]])
+def test_control_characters_of_the_program_never_reach_the_terminal(tmp_path, capsys, extra):
+    f = tmp_path / "esc\x1b[31m.hlo"   # the file name too
+    f.write_text(_ESC_HLO, encoding="utf-8")
+    assert main(["analyze", str(f), *extra]) == 0
+    out = capsys.readouterr().out
+    for bad in ("\x1b", "\x07", "\u202e"):
+        assert bad not in out, (bad, out)
+    assert "\\x1b" in out      # shown, escaped: the user still sees what the program holds
+
+
+def test_an_error_echoing_a_value_with_a_newline_is_one_line(capsys):
+    assert main(["analyze", "no\nsuch\x1b[2J.hlo"]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "\x1b" not in err, repr(err)
+    assert "no\\nsuch\\x1b[2J.hlo" in err
+
+
+# ---- adversarial: `jaxmove analyze X | head` ---------------------------------------------------
+
+@pytest.fixture(scope="module")
+def synth_hlo(tmp_path_factory):
+    import importlib.util
+    from pathlib import Path
+
+    path = Path(__file__).resolve().parents[1] / "benchmarks" / "synth_hlo.py"
+    spec = importlib.util.spec_from_file_location("synth_hlo", path)
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    f = tmp_path_factory.mktemp("synth") / "s.hlo"
+    f.write_text(mod.generate(1000))
+    return f
+
+
+def test_a_closed_pipe_exits_0_quietly(synth_hlo):
+    """rich's console answered a closed pipe with SystemExit(1) (text mode exited 1)."""
+    import os
+    import subprocess
+    import sys
+
+    # more than a pipe's buffer (64 KiB), so the writes meet the closed pipe
+    p = subprocess.Popen([sys.executable, "-P", "-m", "jaxmove.cli", "analyze", str(synth_hlo), "--top", "400"],
+                         stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                         env={**os.environ, "JAX_PLATFORMS": "cpu"})
+    first = p.stdout.readline()
+    p.stdout.close()   # `| head -1`
+    err = p.stderr.read().decode()
+    assert p.wait(timeout=120) == 0, err
+    assert first and err == "", err
+
+
+# ---- adversarial: Infinity in --json / --trace -------------------------------------------------
+
+def _strict(text: str):
+    import json
+
+    def refuse(c):
+        raise AssertionError(f"{c} is not JSON")
+    return json.loads(text, parse_constant=refuse)
+
+
+def test_json_and_trace_never_hold_infinity(tmp_path, capsys):
+    from pathlib import Path
+
+    spec = (Path(__file__).resolve().parents[1] / "jaxmove" / "hardware" / "specs" / "h100-sxm.toml").read_text()
+    # the smallest positive double: 16 B / 5e-324 B/s overflows to an infinite time
+    bad = spec.replace("\nhbm_bytes_per_s = 3.35e12\n", "\nhbm_bytes_per_s = 5e-324\n")
+    assert bad != spec
+    (tmp_path / "slow.toml").write_text(bad)
+    (tmp_path / "t.hlo").write_text("HloModule t\nENTRY e {\n  p = f32[4]{0} parameter(0)\n"
+                                    "  ROOT a = f32[4]{0} add(p, p)\n}\n")
+    rc = main(["analyze", str(tmp_path / "t.hlo"), "--hardware", str(tmp_path / "slow.toml"), "--json",
+               "--trace", str(tmp_path / "tr.json")])
+    cap = capsys.readouterr()
+    if rc == 2:   # refusing such a spec is the other allowed answer: one line naming it
+        assert len(_err_lines(cap.err)) == 1 and "slow.toml" in cap.err
+        return
+    assert rc == 0, cap.err
+    d = _strict(cap.out)
+    assert d["totals"]["est_time_s"] is None
+    assert any("non-finite" in n and "totals.est_time_s" in n for n in d["notes"])
+    tr = _strict((tmp_path / "tr.json").read_text())
+    assert any("non-finite" in n for n in tr["notes"])
+
+
+def test_dumps_json_is_json_dump_up_to_white_space():
+    import json
+
+    from jaxmove.report.json_out import LONG_LIST, dumps_json
+
+    obj = {"a": [{"x": i, "y": [i, "s\n\x1b"]} for i in range(LONG_LIST + 5)], "b": {"c": 1.5, "d": None},
+           "e": {"long": list(range(LONG_LIST * 2)), "short": [1, 2]}, "f": [], "g": {}}
+    text = dumps_json(obj)
+    assert json.loads(text) == obj and text.endswith("}\n")
+    assert len(text.splitlines()) >= 2 * LONG_LIST   # long lists one element per line
+    inf = {"x": [1.0, float("inf")], "notes": ["n"], "y": float("nan")}
+    d = _strict(dumps_json(inf))
+    assert d["x"] == [1.0, None] and d["y"] is None and len(d["notes"]) == 2
+    assert "x[1]" in d["notes"][1] and "y" in d["notes"][1]
+    assert inf["x"][1] == float("inf") and inf["notes"] == ["n"]   # the caller's object unchanged

@@ -25,7 +25,7 @@ import re
 from dataclasses import dataclass
 from pathlib import Path
 
-from .resolve import TargetError
+from .errors import TargetError
 
 AFTER = "after_optimizations.txt"
 _MODULE = re.compile(r"^module_(\d+)\.([^.]+)")

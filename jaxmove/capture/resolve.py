@@ -12,16 +12,9 @@ import sys
 from pathlib import Path
 
 from ..errors import JaxmoveInputError
+from .errors import TargetError, UserCodeError, did_you_mean  # noqa: F401  (re-exported)
 
 HLO_SUFFIXES = (".hlo", ".txt", ".hlo.txt")
-
-
-class TargetError(JaxmoveInputError):
-    """A TARGET that names no preset, HLO file or workload function."""
-
-
-class UserCodeError(TargetError):
-    """User code named by a ``module:function`` TARGET raised while being imported or called."""
 
 
 # No longer raised (every walk is iterative); kept importable for code that catches it.
@@ -42,20 +35,6 @@ def preset_choices(limit: int = SHOWN_PRESETS) -> str:
     names = list(zoo.PRESETS)
     shown = ", ".join(names[:limit])
     return shown if len(names) <= limit else f"{shown} ... and {len(names) - limit} more; see `jaxmove models`"
-
-
-def did_you_mean(name: str, choices=None) -> str:
-    """`` (did you mean 'llama3-8b-decode'?)`` for a mistyped name, "" when nothing is close.
-
-    ``choices`` default to the zoo's presets; the closest (at most 3) are those of
-    ``difflib.get_close_matches`` (ratio >= 0.6, its default cutoff)."""
-    import difflib
-
-    if choices is None:
-        from jaxmove import zoo
-        choices = list(zoo.PRESETS)
-    close = difflib.get_close_matches(str(name), list(choices), n=3)
-    return f" (did you mean {' or '.join(repr(c) for c in close)}?)" if close else ""
 
 
 def check_plan_target(spec: str) -> None:

@@ -136,7 +136,7 @@ class Target:
         try:
             spec = load_spec(spec_name)
         except HardwareSpecError:
-            from .resolve import did_you_mean
+            from .errors import did_you_mean
             raise TargetNameError(f"--target {name!r}: unknown target{did_you_mean(spec_name, [n.split('[')[0] for n in compile_target_names()])}"
                                   f"; expected one of {', '.join(compile_target_names())}") from None
         if not spec.target:

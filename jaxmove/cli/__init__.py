@@ -11,6 +11,7 @@ import os
 import sys
 
 from ..hlo import HloParseError
+from ..report.render_helpers import one_line
 from .common import _Parser, check_outputs, parse_sets, positive_int  # noqa: F401  (re-exported)
 
 
@@ -85,6 +86,23 @@ class _SwallowedInterrupts:
                 _thread.interrupt_main()
 
 
+def _error(message: str) -> None:
+    """``jaxmove: error: MESSAGE`` on stderr as one line: control characters and newlines of
+    echoed values (file names, op_name...) are escaped (report/render_helpers.one_line)."""
+    print("jaxmove: error: " + one_line(message), file=sys.stderr)
+
+
+def _stdout_to_devnull() -> None:
+    """After a closed pipe: point stdout at /dev/null, so the interpreter's last flush of what
+    is still buffered does not fail again ("Exception ignored ... BrokenPipeError", exit 120)."""
+    try:
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())
+        os.close(devnull)
+    except (OSError, ValueError, AttributeError):
+        pass
+
+
 def _interrupted(console: bool) -> int:
     print("jaxmove: interrupted", file=sys.stderr)
     if console:
@@ -121,32 +139,32 @@ def _main(argv: list[str] | None) -> int:
     for attr in ("html", "trace", "output", "save_fit"):  # an empty path would be skipped silently
         value = getattr(args, attr, None)
         if isinstance(value, str) and not value.strip():
-            print(f"jaxmove: error: --{attr.replace('_', '-')} needs a file path, got {value!r}",
-                  file=sys.stderr)
+            _error(f"--{attr.replace('_', '-')} needs a file path, got {value!r}")
             return 2
     from ..errors import JaxmoveInputError
 
     try:  # a KeyboardInterrupt goes up to main()
         return args.func(args)
     except HloParseError as e:
-        print(f"jaxmove: error: {e}", file=sys.stderr)
+        _error(f"{e}")
     except FileNotFoundError as e:
         if e.filename:
             msg = f"{e.filename}: no such file"
         else:  # raised with a message of ours, which already says it (capture/resolve.py)
             msg = str(e) if "no such file" in str(e) else f"{e}: no such file"
-        print(f"jaxmove: error: {msg}", file=sys.stderr)
+        _error(msg)
     except IsADirectoryError as e:
-        print(f"jaxmove: error: {e.filename}: is a directory, expected an HLO text file", file=sys.stderr)
+        _error(f"{e.filename}: is a directory, expected an HLO text file")
     except JaxmoveInputError as e:  # every input error; anything else is a bug (below)
-        print(f"jaxmove: error: {e}", file=sys.stderr)
-    except BrokenPipeError:  # e.g. `jaxmove analyze ... | head`
+        _error(f"{e}")
+    except BrokenPipeError:  # e.g. `jaxmove analyze ... | head`: the reader has what it wanted
+        _stdout_to_devnull()
         return 0
     except Exception as e:  # a bug of ours, not bad input: one line, exit 1, traceback on request
         if os.environ.get("JAXMOVE_DEBUG"):
             raise
-        print(f"jaxmove: internal error: {type(e).__name__}: {e} (set JAXMOVE_DEBUG=1 for the "
-              "traceback, and please report it)", file=sys.stderr)
+        print(one_line(f"jaxmove: internal error: {type(e).__name__}: {e} (set JAXMOVE_DEBUG=1 for "
+                       "the traceback, and please report it)"), file=sys.stderr)
         return 1
     return 2
 

@@ -3,12 +3,12 @@
 from __future__ import annotations
 
 import argparse
-import json
 import sys
 
 from .common import add_compile_target_option, add_target_argument, check_outputs, parse_sets, positive_int
 from .common import add_module_option, module_kwargs, parse_roles
 from .spec_option import add_spec_override_option, hardware_from_args
+from ..report.render_helpers import one_line
 
 
 def _cmd_analyze(args: argparse.Namespace) -> int:
@@ -35,8 +35,8 @@ def _cmd_analyze(args: argparse.Namespace) -> int:
         if args.by:
             from ..report.attribution import by_json
             out.update(by_json(report, args.by, out, rollup=getattr(args, "rollup", False)))
-        json.dump(out, sys.stdout, indent=1)
-        sys.stdout.write("\n")
+        from ..report.json_out import dumps_json
+        sys.stdout.write(dumps_json(out))  # strict JSON: no Infinity
     elif args.by:
         from ..report.table import render_groups
         render_groups(report, args.by, rollup=getattr(args, "rollup", False))
@@ -56,11 +56,11 @@ def _write_outputs(report, args: argparse.Namespace) -> None:
     if getattr(args, "html", None):
         from ..report.html import write_html
         write_html(report, args.html)
-        print(f"jaxmove: wrote {args.html}", file=sys.stderr)
+        print(one_line(f"jaxmove: wrote {args.html}"), file=sys.stderr)
     if getattr(args, "trace", None):
         from ..report.trace import write_trace
         write_trace(report, args.trace)
-        print(f"jaxmove: wrote {args.trace}", file=sys.stderr)
+        print(one_line(f"jaxmove: wrote {args.trace}"), file=sys.stderr)
 
 
 def add_analyze_command(sub) -> None:

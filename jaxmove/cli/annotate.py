@@ -26,7 +26,8 @@ def _cmd_annotate(args: argparse.Namespace) -> int:
     if args.output and args.output != "-":
         from ..report.outputs import write_text_atomic
         write_text_atomic(args.output, text, "-o file")
-        print(f"jaxmove: wrote {args.output}", file=sys.stderr)
+        from ..report.render_helpers import one_line
+        print(one_line(f"jaxmove: wrote {args.output}"), file=sys.stderr)
     else:
         sys.stdout.write(text)
     return 0

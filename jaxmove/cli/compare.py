@@ -6,7 +6,6 @@ Thin, like ``cli.py``: calls ``jaxmove.measure.compare`` and renders with rich.
 from __future__ import annotations
 
 import argparse
-import json
 import sys
 
 from ..errors import UsageError
@@ -35,7 +34,8 @@ def cmd_compare(args: argparse.Namespace) -> int:
         c = compare(args.target, hardware=args.hardware, runs=args.runs, warmup=args.warmup,
                     profile_runs=args.profile_runs, overrides=_parse_sets(args.set), fit=args.fit)
     except ProfileError as e:
-        print(f"jaxmove: error: {e}", file=sys.stderr)
+        from ..report.render_helpers import one_line
+        print(one_line(f"jaxmove: error: {e}"), file=sys.stderr)
         return 2
     if args.save_fit:
         from ..hardware import write_spec
@@ -47,8 +47,8 @@ def cmd_compare(args: argparse.Namespace) -> int:
             raise OutputPathError(f"{args.save_fit}: cannot write --save-fit file ({e.strerror or e})") from None
         print(f"jaxmove: wrote fitted spec {args.save_fit}", file=sys.stderr)
     if args.json:
-        json.dump(c.to_json(), sys.stdout, indent=1)
-        sys.stdout.write("\n")
+        from ..report.json_out import dumps_json
+        sys.stdout.write(dumps_json(c.to_json()))  # strict JSON: no Infinity
     else:
         from ..report.compare_table import render_comparison
         render_comparison(c, top=args.top)
@@ -78,8 +78,8 @@ def _cmd_compare_profile(args: argparse.Namespace) -> int:
         write_html(c.report, args.html)
         print(f"jaxmove: wrote {args.html}", file=sys.stderr)
     if args.json:
-        import json
-        sys.stdout.write(json.dumps(c.to_json(), indent=1, allow_nan=False) + "\n")
+        from ..report.json_out import dumps_json
+        sys.stdout.write(dumps_json(c.to_json()))  # strict JSON: no Infinity
     else:
         from ..report.profile_table import render_profile_comparison
         render_profile_comparison(c, top=args.top)

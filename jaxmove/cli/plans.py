@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import argparse
-import json
 import math
 import sys
 
@@ -24,8 +23,8 @@ def _cmd_plans(args: argparse.Namespace) -> int:
                         args.plan or None, _sets(args.set), hardware_from_args(args),
                         progress=not args.no_progress, target=target)
     if args.json:
-        json.dump(cmp.to_json(), sys.stdout, indent=1)
-        sys.stdout.write("\n")
+        from ..report.json_out import dumps_json
+        sys.stdout.write(dumps_json(cmp.to_json()))  # strict JSON: no Infinity
     else:
         from ..report.plans_table import render_plans
         render_plans(cmp)

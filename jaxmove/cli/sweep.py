@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import argparse
-import json
 import sys
 
 from .common import positive_int
@@ -69,8 +68,8 @@ def _cmd_sweep(args: argparse.Namespace) -> int:
     if args.output:
         print(f"jaxmove: results in {args.output}", file=sys.stderr)
     if args.json:
-        json.dump(result.to_json(), sys.stdout, indent=1)
-        sys.stdout.write("\n")
+        from ..report.json_out import dumps_json
+        sys.stdout.write(dumps_json(result.to_json()))  # strict JSON: no Infinity
     else:
         from ..sweep.render import render_table
         render_table(result, top=args.top)

@@ -7,15 +7,16 @@ import argparse
 
 def _cmd_models(args: argparse.Namespace) -> int:
     from jaxmove import zoo as models
-    from rich.console import Console
     from rich.table import Table
+
+    from ..report.render_helpers import make_console
 
     table = Table(title="jaxmove model zoo (use: jaxmove analyze NAME [--set key=value])")
     table.add_column("preset", style="bold")
     table.add_column("description")
     for name, desc in models.list_presets():
         table.add_row(name, desc)
-    Console().print(table)
+    make_console().print(table)
     print(f"--set keys: {', '.join(models.OVERRIDE_KEYS)}")
     return 0
 

@@ -16,7 +16,7 @@ from ..passes.cost import PATHS
 from ..passes.pipeline import InstructionCost
 from .attribution import attribute, display_path
 from .columns import QUIET_OPCODES, row_collective, row_reuse, row_time
-from .report import dominant_role
+from .columns import dominant_role
 from .shapes import operand_shapes, shape_text
 
 _COMMENT_ONLY = re.compile(r"^\s*(//.*)?$")

@@ -39,6 +39,8 @@ _FUNCTION_WRAPPERS = frozenset({"jit", "pjit", "xla_computation", "pmap", "xmap"
 
 def split_name_stack(op_name: str) -> list[str]:
     """``a/b(c/d)/e`` -> ``['a', 'b(c/d)', 'e']``: split on '/' outside parentheses."""
+    if "(" not in op_name:  # no parentheses: every '/' splits (the common case, one C call)
+        return [c for c in op_name.split("/") if c]
     out, depth, cur = [], 0, []
     for ch in op_name:
         if ch == "(":

@@ -8,10 +8,12 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
+from ..hlo.opcodes import names
 from ..passes.pipeline import InstructionCost
-# Opcodes that never appear as their own rows: they move nothing and compute nothing.
-# (The same set as report._QUIET; kept equal by tests/test_annotate.py.)
-from .report import _QUIET as QUIET_OPCODES  # noqa: F401  (re-exported)
+from ..vocab import ROLES
+
+# Opcodes that never appear as their own rows in tables: they move nothing and compute nothing.
+QUIET_OPCODES = names(quiet=True)  # the opcode table (hlo/opcodes.py)
 
 if TYPE_CHECKING:
     from ..measure.run import Measurement
@@ -57,3 +59,10 @@ def row_measured_s(report: Report, row: InstructionCost,
         return None
     t = m.instructions.get((row.computation, row.instr.name))
     return t.time_s if t is not None else None
+
+
+def dominant_role(c) -> str:
+    """The role that accounts for the most HBM bytes of a cost (a ``passes.cost.Cost``;
+    "-" when it moves none)."""
+    best = max(ROLES, key=lambda r: sum(c.role_bytes(r)))
+    return best if sum(c.role_bytes(best)) else "-"

@@ -6,15 +6,17 @@ Every program-derived string (instruction names, sources, parameter paths, fixes
 from __future__ import annotations
 
 from ..vocab import PATHS, ROLES
-from .table import human_bytes
+from ..units import human_bytes
+from .render_helpers import e as _e
+from .render_helpers import fmt_s as _fmt_s
+from .render_helpers import td_num as _td_num
+from .render_helpers import th as _th
 
 
 def excess_section(report) -> str:
     """``<h2>Excess movement</h2>``: compulsory against compiled bytes per role and path, and a
     sortable table of the causes (bytes, time, instructions with sources, fix); "" when the
     report has no excess analysis."""
-    from .html import _e, _fmt_s, _td_num, _th
-
     ex = report.excess
     if ex is None:
         return ""

@@ -10,7 +10,7 @@ from ..passes.cost import PATHS
 from ..vocab import ROLES
 from .attribution import attribute, report_rows
 from .columns import row_collective, row_measured_s, row_reuse, row_time
-from .report import dominant_role
+from .columns import dominant_role
 
 #: Columns always present, in order. Figures are totals over one program run.
 BASE_COLUMNS = (

@@ -23,14 +23,17 @@ placed inside the script. Figures are totals over one program run.
 
 from __future__ import annotations
 
-import html as _html
 from datetime import datetime, timezone
 
 from ..passes.cost import PATHS
 from ..vocab import ROLES
 from .attribution import BY_KEYS, NO_OP_NAME, NO_SOURCE, aggregate, attribute, report_rows
 from .columns import row_collective, row_measured_s, row_time, times_of
-from .report import dominant_role
+from .columns import dominant_role
+from .render_helpers import e as _e
+from .render_helpers import fmt_s as _fmt_s
+from .render_helpers import td_num as _td_num
+from .render_helpers import th as _th
 from .shapes import operand_shapes, shape_text
 from .table import human_bytes, human_count, human_flops
 
@@ -107,20 +110,6 @@ _JS = r"""
 _PALETTE = ("#3b6fd4", "#e07b39", "#3aa17e", "#b84fb0", "#c9a227", "#6b7a8f", "#d14a4a", "#4fb0c9")
 
 
-def _e(s) -> str:
-    """Escape a string for HTML text and attribute values (quotes included)."""
-    return _html.escape("" if s is None else str(s), quote=True)
-
-
-def _fmt_s(x: float | None) -> str:
-    if x is None:
-        return ""
-    for scale, unit in ((1.0, "s"), (1e-3, "ms"), (1e-6, "\u00b5s")):
-        if abs(x) >= scale:
-            return f"{x / scale:.3g} {unit}"
-    return f"{x * 1e9:.3g} ns"
-
-
 #: Width of one character of the charts' monospace labels at 12 px: 0.6 em (7.2 px, the
 #: advance of DejaVu Sans Mono, Menlo, Consolas) plus a margin for wider fallback faces.
 _LABEL_CHAR_PX = 7.4
@@ -179,21 +168,12 @@ def bar_chart(title: str, items: list[tuple[str, list[float]]], fmt=human_bytes,
     return "".join(out)
 
 
-def _th(label: str, num: bool = False) -> str:
-    attrs = ' class="n" data-type="num"' if num else ""
-    return f"<th{attrs}>{_e(label)}</th>"
-
 
 def _breakable(text: str) -> str:
     """Escaped ``text`` with a line-break opportunity after every ``/`` (paths and name
     stacks wrap between components, never inside one)."""
     return "/<wbr>".join(_e(part) for part in text.split("/"))
 
-
-def _td_num(value, text: str | None = None) -> str:
-    if value is None:
-        return '<td class="n" data-v=""></td>'
-    return f'<td class="n" data-v="{_e(value)}">{_e(text if text is not None else value)}</td>'
 
 
 def _incomplete(report) -> str:

@@ -10,10 +10,10 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
 from ..hlo import Module
-from ..hlo.opcodes import names
 from ..passes.cost import PATHS, Cost
 from ..passes.pipeline import InstructionCost, ModuleAnalysis
 from ..vocab import ROLES
+from .columns import QUIET_OPCODES, dominant_role  # noqa: F401  (dominant_role re-exported)
 
 if TYPE_CHECKING:
     from ..capture.program import EntryParameter
@@ -23,8 +23,7 @@ if TYPE_CHECKING:
     from ..passes.reuse import ReuseAnalysis
     from ..passes.timing import TimeEstimate
 
-# Opcodes that never appear as their own rows in tables: they move nothing and compute nothing.
-_QUIET = names(quiet=True)  # the opcode table (hlo/opcodes.py)
+_QUIET = QUIET_OPCODES
 
 
 @dataclass(frozen=True)
@@ -327,9 +326,3 @@ def _row_timing_json(report: Report, r: InstructionCost) -> dict:
                 "modeled_hbm_bytes": tm.hbm_bytes, "time_unmodeled": list(tm.unmodeled),
                 "first_touch_bytes": tm.first_touch_bytes, "first_touch_s": tm.first_touch_s})
     return out
-
-
-def dominant_role(c: Cost) -> str:
-    """The role that accounts for the most HBM bytes of a cost ("-" when it moves none)."""
-    best = max(ROLES, key=lambda r: sum(c.role_bytes(r)))
-    return best if sum(c.role_bytes(best)) else "-"

@@ -8,9 +8,12 @@ bytes (tile padding; the report's figures include it), not what the tensor is.
 
 from __future__ import annotations
 
+import functools
+
 from ..hlo import Instruction, Module, Shape
 
 
+@functools.lru_cache(maxsize=1 << 16)  # shapes repeat (every layer's); Shape is frozen, hashable
 def shape_text(shape: Shape) -> str:
     """``bf16[1,768]`` / ``(f32[8], s32[])``: dtype and dimensions, no layout."""
     if shape.is_tuple:

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 from rich.console import Console
 from rich.markup import escape
 from rich.table import Table
@@ -9,7 +11,11 @@ from rich.table import Table
 from ..units import human_bytes  # noqa: F401  (re-exported)
 from ..passes.cost import PATHS
 from ..vocab import ROLES
-from .report import Report, dominant_role
+from .columns import dominant_role
+from .render_helpers import make_console  # noqa: F401  (re-exported: the renderers' console)
+
+if TYPE_CHECKING:
+    from .report import Report
 
 
 
@@ -27,11 +33,6 @@ def human_flops(n: float) -> str:
     return f"{c}FLOP" if c[-1].isalpha() else f"{c} FLOP"
 
 
-def make_console() -> Console:
-    """A console for tables: the terminal's width, or 200 columns when output is not a
-    terminal (the instruction table with time columns, shapes and whole source paths)."""
-    c = Console(emoji=False)  # program-derived strings (names, paths) are no emoji codes
-    return c if c.is_terminal else Console(width=200, emoji=False)
 
 
 def render_report(report: Report, top: int = 15, console: Console | None = None) -> None:

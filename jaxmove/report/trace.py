@@ -10,7 +10,6 @@ Trace Event Format (https://docs.google.com/document/d/1CvAClvFfyA5R-PhYUmn5OOQt
 
 from __future__ import annotations
 
-import json
 
 from ..hlo.opcodes import names
 from ..passes.multiplicity import callee_counts
@@ -65,7 +64,7 @@ class _SubTimelines:
 
 
 def chrome_trace(report, measurement=None) -> dict:
-    """The trace as a dict (``json.dump`` it).
+    """The trace as a dict (``json_out.dumps_json`` it).
 
     Args:
       report: a Report with ``times`` (analysed with a hardware spec).
@@ -183,5 +182,6 @@ def write_trace(report, path, measurement=None) -> None:
       ValueError: the report has no time estimates (``chrome_trace``).
       jaxmove.report.outputs.OutputPathError: ``path`` cannot be written.
     """
+    from .json_out import dumps_json
     from .outputs import write_text_atomic
-    write_text_atomic(path, json.dumps(chrome_trace(report, measurement)), "--trace file")
+    write_text_atomic(path, dumps_json(chrome_trace(report, measurement)), "--trace file")

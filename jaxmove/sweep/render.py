@@ -206,7 +206,7 @@ def _plot_svg(result) -> str | None:
 
 def table_html(result, top: int | None = None) -> str:
     """The ranked table as an escaped, sortable HTML table."""
-    from ..report.html import _e
+    from ..report.render_helpers import e as _e
 
     has_excess = any(r.get("excess_bytes") is not None for r in result.rows)
     heads = [("#", True), ("point", False), ("status", False), ("fits", False), ("memory / device", True),
@@ -240,7 +240,8 @@ def table_html(result, top: int | None = None) -> str:
 def render_html(result) -> str:
     """One self-contained page (inline CSS, script and SVG; no network): the counts, the best
     point, the Pareto plot, the sortable and filterable ranked table, and every point's notes."""
-    from ..report.html import _CSS, _JS, _e
+    from ..report.html import _CSS, _JS
+    from ..report.render_helpers import e as _e
 
     c = result.counts()
     best = result.best
