@@ -573,3 +573,14 @@ def test_device_kind_from_plane_stats():
     assert kind(device_vendor="Nvidia", core_count=132, memory_size=150_000_000_000) == "NVIDIA H200"
     assert kind(device_vendor="Nvidia", core_count=100, memory_size=85_000_000_000) is None
     assert kind(device_vendor="AMD", core_count=304, compute_cap_major=9, compute_cap_minor=4) == "AMD Instinct MI300X"
+
+
+def test_profile_dir_with_several_hosts_says_so(cpu_capture, tmp_path):
+    import shutil
+
+    run = tmp_path / "plugins" / "profile" / "2026_01_01"
+    run.mkdir(parents=True)
+    shutil.copy(cpu_capture["xplane"], run / "host0.xplane.pb")
+    shutil.copy(cpu_capture["xplane"], run / "host1.xplane.pb")
+    cap = read_capture(tmp_path)
+    assert any("2 .xplane.pb files (hosts)" in n for n in cap.notes)

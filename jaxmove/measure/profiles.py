@@ -197,6 +197,10 @@ def read_capture(path: str | os.PathLike) -> Capture:
             data = f.read()
         space = parse_xspace(data, where)
         cap = _from_events(where, "xplane", space.events, space.plane_stats)
+        siblings = sorted(glob.glob(os.path.join(os.path.dirname(where), "*.xplane.pb")))
+        if os.path.isdir(os.fspath(path)) and len(siblings) > 1:
+            cap.notes.append(f"{len(siblings)} .xplane.pb files (hosts) in {os.path.dirname(where)}; only "
+                             f"{os.path.basename(where)} is read (pass another file to read its host)")
         for pid, (name, proto) in space.programs.items():
             prog = next((q for q in cap.programs if q.program_id == pid), None)
             if prog is None:
