@@ -716,3 +716,60 @@ def test_split_k_gemm_of_a_weight_window_charges_partials_to_activations(spec):
     control, _ = excess_of(_split_k_window_module(1), spec)
     assert control.cause("split_k_partials") is None
     assert control.by_role["weights"].compulsory_bytes == window
+
+
+def _rebuilt_twice_module() -> str:
+    """XLA:CPU's unrolled decode over a stacked bf16 cache, by hand: each layer's fusion
+    rebuilds the whole cache around its update (convert to f32, dynamic-update-slice, convert
+    back), and the layer reads its window of the rebuilt cache."""
+    def up(name, layer):
+        return f"""%{name} (c: bf16[2,16,64], u: f32[1,1,64], i: s32[]) -> bf16[2,16,64] {{
+  %c = bf16[2,16,64] parameter(0)
+  %u = f32[1,1,64] parameter(1)
+  %i = s32[] parameter(2)
+  %z = s32[] constant(0)
+  %l = s32[] constant({layer})
+  %cf = f32[2,16,64] convert(%c)
+  %d = f32[2,16,64] dynamic-update-slice(%cf, %u, %l, %i, %z)
+  ROOT %r = bf16[2,16,64] convert(%d)
+}}
+"""
+
+    def red(name, layer):
+        return f"""%{name} (c: bf16[2,16,64]) -> f32[64] {{
+  %c = bf16[2,16,64] parameter(0)
+  %s = bf16[1,16,64] slice(%c), slice={{[{layer}:{layer + 1}], [0:16], [0:64]}}
+  %f = f32[1,16,64] convert(%s)
+  %z = f32[] constant(0)
+  ROOT %r = f32[64] reduce(%f, %z), dimensions={{0,1}}, to_apply=%add
+}}
+"""
+    return ("HloModule rebuilt, input_output_alias={ {1}: (0, {}, may-alias) }\n"
+            "%add (x: f32[], y: f32[]) -> f32[] {\n  %x = f32[] parameter(0)\n  %y = f32[] parameter(1)\n"
+            "  ROOT %r = f32[] add(%x, %y)\n}\n" + up("up0", 0) + up("up1", 1) + red("red0", 0) + red("red1", 1)
+            + """ENTRY %main (k_cache: bf16[2,16,64], upd: f32[1,1,64], pos: s32[]) -> (f32[64], bf16[2,16,64]) {
+  %k_cache = bf16[2,16,64] parameter(0)
+  %upd = f32[1,1,64] parameter(1)
+  %pos = s32[] parameter(2)
+  %r0 = bf16[2,16,64] fusion(%k_cache, %upd, %pos), kind=kLoop, calls=%up0
+  %a0 = f32[64] fusion(%r0), kind=kInput, calls=%red0
+  %r1 = bf16[2,16,64] fusion(%r0, %upd, %pos), kind=kLoop, calls=%up1
+  %a1 = f32[64] fusion(%r1), kind=kInput, calls=%red1
+  %s = f32[64] add(%a0, %a1)
+  ROOT %out = (f32[64], bf16[2,16,64]) tuple(%s, %r1)
+}
+""")
+
+
+@pytest.mark.parametrize("spec", [None, H100], ids=["no-spec", "h100"])
+def test_a_cache_rebuilt_per_layer_is_read_once_and_writes_its_updates(spec):
+    # the rebuilt caches are the cache, updated: reading them is the cache's one read, each
+    # rebuild writes one update compulsorily and the rest of the cache as whole_rewrite (before:
+    # the first rebuild was an intermediate, a compulsory spill without a spec: 4x the closed form)
+    ex, _ = excess_of(_rebuilt_twice_module(), spec)
+    cache, update = 2 * 16 * 64 * 2, 64 * 2          # bf16; the update written at bf16
+    kv = ex.by_role["kv_cache"]
+    assert kv.compulsory_bytes == cache + 2 * update
+    c = ex.cause("whole_rewrite", "k_cache")
+    assert c is not None and c.by_path == {"onchip_to_hbm": 2 * (cache - update)}
+    assert {i.name for i in c.instructions} == {"r0", "r1"}

@@ -80,7 +80,7 @@ from ...hlo import Instruction, Module
 from ...hlo.shape import HOST_MEMORY_SPACE
 from ..roles import entry_parameter_name, leaf_position, roles_pass
 from ..traffic import NO_TRAFFIC, ON_CHIP_MEMORY_SPACES
-from .buffers import NATIVE_STARTS, Buffers, resolve_copy, union_all, write_key
+from .buffers import NATIVE_STARTS, Buffers, rebuilt_operand, resolve_copy, union_all, write_key
 from .causes import (KERNEL_WRITES, PROGRAM_WIDE, READ_PRIORITY, READS_COMPULSORY, UNATTRIBUTED,
                      FixContext, fix_text)
 from .kernels import classify
@@ -242,9 +242,26 @@ class Accounting:
     # -- run -------------------------------------------------------------------------------
 
     def run(self) -> ExcessAnalysis:
+        """The pass, in four phases: the rows and their kernel causes (``_scan_rows``), the
+        buffers they share (``buffers.union_all``), the entry's parameter and result leaves
+        (``_entry_leaves``) and the copies of them (``_copy_buffers``), then every access
+        accounted (``_account``) and the ledger's result built."""
         module = self.module
         self.buffers = Buffers()
         comps = self._kernel_computations()
+        active, collective_rows, kcause, copy_rows, inplace, rebuilds = self._scan_rows(comps)
+        self.root_tuple_skipped = union_all(module, self.buffers, comps, inplace, rebuilds)
+        self._entry_leaves()
+        special = self._copy_buffers(copy_rows, kcause, active)
+        self._account(active, collective_rows, special)
+        return build_result(self.ledger, module, self.rows, self.notes, self.capacity, self.any_unmodeled,
+                            self.spec.name if self.spec is not None else None, self.fix)
+
+    def _scan_rows(self, comps: list[str]):
+        """(rows that move bytes, collective rows, row -> kernel cause, copy kernels' (row,
+        kind, result leaf), in-place fusions, rebuilding fusions) of the rows of ``comps``; sets
+        ``self.rows``."""
+        module = self.module
         self.comps = comps_set = set(comps)
         # the rows counted; those that move bytes (most rows of a module are parameters, tuples,
         # constants...), the collectives, and the fusions that update a buffer in place
@@ -260,6 +277,7 @@ class Accounting:
         # same pass; the copy kernels' buffers are resolved below, after the unions
         kcause: dict[int, str] = {}
         copy_rows: list[tuple[int, tuple, int]] = []  # (row number, copy kind, result leaf)
+        rebuilds: dict[tuple[str, str], int] = {}  # fusions that rebuild an operand: its number
         computations = module.computations
         cname = None
         for k, r in enumerate(rows):
@@ -272,8 +290,13 @@ class Accounting:
                 if r.computation is not cname:  # (rows come computation by computation)
                     cname = r.computation
                     comp = computations[cname]
-                if t.inplace_buffer_bytes and instr.opcode == "fusion":
-                    inplace.add((cname, instr.name))
+                if instr.opcode == "fusion":
+                    if t.inplace_buffer_bytes:
+                        inplace.add((cname, instr.name))
+                    elif t.writes:
+                        n = rebuilt_operand(instr, module)
+                        if n is not None:
+                            rebuilds[(cname, instr.name)] = n
                 c, ck = classify(instr, comp, module, t)
                 if c is not None:
                     kcause[k] = c
@@ -291,7 +314,13 @@ class Accounting:
         self.rows = rows
         self.inplace_fusions = inplace
         self.any_unmodeled = unmodeled
-        self.root_tuple_skipped = union_all(module, self.buffers, comps, inplace)
+        return active, collective_rows, kcause, copy_rows, inplace, rebuilds
+
+    def _entry_leaves(self) -> None:
+        """The buffers of the ENTRY parameters' leaves (``param_root``: root -> (number, leaf,
+        shape)) and of the result's leaves (``out_root``: root -> (leaf, shape)), and which
+        result leaf is aliased to which parameter (``alias_of_out``)."""
+        module = self.module
         B = self.buffers
         find = B.find
         parent = B.parent
@@ -347,6 +376,18 @@ class Accounting:
                     continue
         self.param_root, self.out_root, self.alias_of_out = param_root, out_root, alias_of_out
 
+    def _copy_buffers(self, copy_rows, kcause: dict, active: list[int]) -> set:
+        """The copy kernels' buffers traced to their origin (``derived``), the results that
+        update a parameter (``update_of``), the buffers whose readers read a kernel cause's
+        output (``produced_cause``) and those that read a parameter's budget
+        (``budget_root``); each copy kernel's cause into ``kcause``. Returns the special buffers
+        (parameters, results, copies, updates): those the accounting does not treat as
+        intermediates."""
+        module, rows = self.module, self.rows
+        B = self.buffers
+        find, parent = B.find, B.parent
+        param_root, out_root, alias_of_out = self.param_root, self.out_root, self.alias_of_out
+        computations = module.computations
         # cause kernels, and copy kernels: derived buffers (origin root, width num, den, kind, row)
         derived: dict[tuple, tuple] = {}
         copies: dict[tuple, tuple] = {}   # copy kernels' buffers: (source root, num, den, kind, row, sliced)
@@ -418,6 +459,17 @@ class Accounting:
             budget_root = {oroot: leaf_root[(pnum, 0)] for oroot, pnum in own_buffer
                            if (pnum, 0) in leaf_root}
         self.budget_root = budget_root
+        return special
+
+    def _account(self, active: list[int], collective_rows, special: set) -> None:
+        """Every access of every row that moves bytes into the ledger (the module docstring's
+        rules), then the reads' budgets settled, tiling re-reads and collectives."""
+        module, rows = self.module, self.rows
+        B = self.buffers
+        find, parent = B.find, B.parent
+        param_root, out_root = self.param_root, self.out_root
+        derived, kcause, update_of = self.derived, self.kcause, self.update_of
+        produced_cause, budget_root = self.produced_cause, self.budget_root
         cap = self.capacity
         ledger = self.ledger
         roles = self.roles
@@ -631,8 +683,6 @@ class Accounting:
             tiling_excess(self, k, r, ru)
         for k, r in collective_rows:
             collective_excess(self, k, r, read_units)
-        return build_result(self.ledger, module, rows, self.notes, self.capacity, self.any_unmodeled,
-                            self.spec.name if self.spec is not None else None, self.fix)
 
     # -- accesses ------------------------------------------------------------------------
 
