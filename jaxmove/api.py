@@ -115,6 +115,11 @@ def analyze(obj, /, *args, overrides: dict[str, str] | None = None, hardware=Non
     xla = xla_figures(analysis, program.xla_cost_analysis, program.backend,
                       _clock_spec(getattr(program, "target", None), spec), program.source,
                       program.hlo_text)
+    if results.times is not None and xla is not None:  # ours vs XLA:TPU's own estimate (> 2x: say where)
+        from .passes.timing import xla_comparison_note
+        note = xla_comparison_note(results.times, xla)
+        if note:
+            results.times.notes.append(note)
     return Report(ProgramInfo(program.name, program.backend, program.num_devices, program.source,
                               getattr(program, "target", None)),
                   analysis, program.parameters, dict(program.memory_stats), program.xla_cost_analysis,

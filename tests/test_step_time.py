@@ -87,3 +87,55 @@ def test_tpu_and_cpu_specs_have_no_command_buffers(monkeypatch):
     t = estimate_times(analyze_module(m), load_spec("tpu-v5e"))
     assert t.command_buffers == 0
     assert t.launch_gap_s == pytest.approx(7 * load_spec("tpu-v5e").kernel_launch_overhead_s)
+
+
+# ---- TPU: which instructions are kernels, and XLA:TPU's own estimate ----------------------
+
+def _tpu_module(cycles: int) -> str:
+    """A weight prefetched by copy-start/done (a DMA), a scalar add, and one fusion of 4 KiB in
+    and out that XLA:TPU estimates at ``cycles``."""
+    return f"""HloModule m, is_scheduled=true
+
+%fc (p: f32[1024]) -> f32[1024] {{
+  %p = f32[1024] parameter(0)
+  ROOT %n = f32[1024] negate(%p)
+}}
+
+ENTRY %e (x: f32[1024], w: f32[1024], i: s32[]) -> (f32[1024], f32[1024], s32[]) {{
+  %x = f32[1024] parameter(0)
+  %w = f32[1024] parameter(1)
+  %i = s32[] parameter(2)
+  %cs = (f32[1024], f32[1024], u32[]) copy-start(%w)
+  %one = s32[] constant(1)
+  %i1 = s32[] add(%i, %one)
+  %f = f32[1024] fusion(%x), kind=kLoop, calls=%fc, backend_config={{"window_config":{{"estimated_cycles":"{cycles}"}}}}
+  %cd = f32[1024] copy-done(%cs)
+  ROOT %t = (f32[1024], f32[1024], s32[]) tuple(%f, %cd, %i1)
+}}
+"""
+
+
+def test_tpu_dma_starts_and_scalar_ops_are_not_kernels(tmp_path):
+    import jaxmove
+    p = tmp_path / "tpu.hlo"
+    p.write_text(_tpu_module(1900))
+    rep = jaxmove.analyze(str(p), hardware="tpu-v5e")
+    t = rep.times
+    # tpu-v5e.toml: 1825 cycles / 1.5e9 Hz (XLA:TPU's least estimate for a kernel touching HBM)
+    assert load_spec("tpu-v5e").kernel_launch_overhead_s == 1.22e-6
+    assert t.row("e", "f").launch_gap_s == pytest.approx(1.22e-6)
+    assert t.row("e", "cs").launch_gap_s == 0.0  # the DMA engine runs it
+    assert t.row("e", "i1").launch_gap_s == 0.0  # the scalar unit
+    assert t.kernels == 1
+    # 1900 cycles at 1.5 GHz = 1.27 us; ours 1.22 us + 8 KiB / 819 GB/s = 1.23 us: no note
+    assert not any("XLA:TPU estimates" in n for n in t.notes)
+
+
+def test_a_2x_disagreement_with_xla_tpu_says_where(tmp_path):
+    import jaxmove
+    p = tmp_path / "tpu.hlo"
+    p.write_text(_tpu_module(30000))  # XLA: 20 us; ours 1.23 us
+    t = jaxmove.analyze(str(p), hardware="tpu-v5e").times
+    (note,) = [n for n in t.notes if "XLA:TPU estimates" in n]
+    assert "0.062x" in note and "largest difference is f (fusion" in note
+    assert "XLA 2e-05 s" in note
