@@ -111,6 +111,19 @@ def paged(B=8, Hq=32, Hkv=8, D=128, page=16, pps=64):
     return c, closed_pools, None
 
 
+PAGED_LENGTHS = [1024, 512, 256, 1000, 16, 64, 700, 1024]
+
+
+def paged_given(B=8, Hq=32, Hkv=8, D=128, page=16, pps=64, ppcb=8):
+    """Lengths and page table given: each sequence fetches whole compute blocks of ``ppcb``
+    pages, per kv head, for k and for v (paged_attention_kernel.py: pages_to_load)."""
+    c, _, _ = paged(B, Hq, Hkv, D, page, pps)
+    pages = sum(-(-n // (page * ppcb)) * ppcb for n in PAGED_LENGTHS)
+    closed = 2 * Hkv * pages * page * D * BF16
+    return c, closed, ("paged_flash_attention_kernel_inline_seq_dim",
+                       [PAGED_LENGTHS, list(range(B * pps)), None, None], None)
+
+
 def gmm(M=4096, K=2048, N=4096, G=8, tile=512):
     """Uniform groups of M/G rows, aligned to the m tile: each m tile is one group. Grid
     (N/tn, M/tm, K/tk): lhs (tile, k) and rhs (group, k, n) change at every step (K/tk > 1): each
@@ -175,6 +188,7 @@ CASES = [
     ("flash_attention non-causal, blocks 256", lambda: flash(False, 256), "windows"),
     ("splash_attention causal, bf16[8,2048,128], blocks 512, mask info given", lambda: splash(512), "windows"),
     ("paged_attention, 8 seqs x 64 pages of 16, 8 kv heads (k/v pools)", lambda: paged(), "manual"),
+    ("paged_attention, the same, lengths 16..1024 given: its DMAs walked", lambda: paged_given(), "walked"),
     ("megablox gmm, bf16[4096,2048] x 8 x [2048,4096], tiles 512, metadata given", lambda: gmm(), "windows"),
     ("tiled matmul bf16 4096^3, blocks (512,1024)x(1024,1024)", lambda: matmul(), "windows"),
 ]
@@ -260,6 +274,8 @@ def main() -> None:
                 set_prefetch_values(given[0], None)
         if what == "manual":
             ours = sum(w.nbytes for w in cost.windows if w.assumption == "manual DMA")
+        elif what == "walked":
+            ours = sum(w.nbytes for w in cost.windows if w.assumption == "manual DMA walked")
         else:
             ours = cost.read_bytes + cost.write_bytes - cost.prefetch_read_bytes
         xla = compiled.cost_analysis().get("bytes accessed")
@@ -307,8 +323,10 @@ def main() -> None:
                      f"{bound} | {'yes' if unm else 'no'} |")
     lines += ["", "Notes:", "",
               "* 'ours' for paged attention is the two k/v page pools (ANY memory space, moved by the "
-              "kernel's own DMAs): costed once whole, exact when every page of the pool belongs to one "
-              "sequence at full length, as here; shorter lengths make it an upper bound.",
+              "kernel's own DMAs): without the lengths, costed once whole (exact when every page of "
+              "the pool belongs to one sequence at full length, as in the first row; shorter lengths "
+              "make it an upper bound); with the lengths and page table given "
+              "(set_prefetch_values), the kernel body's DMAs are walked over the grid (second row).",
               "* 'body MXU GFLOP': the kernel body walked over the grid with its branches evaluated "
               "per step (jaxmove/passes/mosaic_body.py): causal kernels skip the blocks above the "
               "diagonal, which the author's estimate counts. Splash attention carries no cost "

@@ -332,6 +332,30 @@ def test_paged_attention_pages_moved_by_manual_dma_are_costed_once_under_a_state
     assert len(row.unmodeled) == 1 and "no cost_estimate" in row.unmodeled[0]
 
 
+def test_paged_attention_with_given_lengths_counts_the_pages_its_dmas_fetch():
+    # With the lengths and page table given (and the kernel's init flag, an HLO constant {1}),
+    # the body's DMAs are walked: each sequence fetches whole compute blocks of 4 pages (64
+    # tokens; paged_attention_kernel.py: pages_to_load = pages_per_compute_block), per kv head.
+    # Lengths 128, 64, 16, 100 tokens -> 2, 1, 1, 2 blocks -> 24 pages of 16 x 128 bf16.
+    from jaxmove.passes.pallas import set_prefetch_values
+
+    text = _paged()
+    lengths = [128, 64, 16, 100]
+    try:
+        set_prefetch_values("paged_flash_attention_kernel_inline_seq_dim",
+                            [lengths, list(range(32)), None, None])
+        an, row, cost = _cost(text)
+    finally:
+        set_prefetch_values("paged_flash_attention_kernel_inline_seq_dim", None)
+    pages = sum(-(-n // 64) * 4 for n in lengths)
+    walked = [w for w in cost.windows if w.assumption == "manual DMA walked"]
+    assert [w.nbytes for w in walked] == [2 * pages * 16 * 128 * BF16] * 2
+    assert any("the bytes of the kernel's own DMAs" in x for x in row.notes)
+    # and its flops are the body's: q (4 heads of a group) x k^T and p x v per block, per kv head
+    assert not row.unmodeled and row.per_execution.flops == cost.body_flops
+    assert cost.body_mxu_flops == 2 * sum(-(-n // 64) for n in lengths) * 2 * (2 * 4 * 64 * 128)
+
+
 @functools.lru_cache(maxsize=None)
 def _gmm(M=512, K=128, N=256, G=4) -> str:
     import jax.numpy as jnp

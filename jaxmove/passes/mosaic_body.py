@@ -29,7 +29,7 @@ from dataclasses import dataclass
 from .mosaic import _int_attr, _short
 
 #: Interpreted ops per kernel call above which the walk gives up (the grid is too long).
-MAX_INTERPRETED_OPS = 20_000_000
+MAX_INTERPRETED_OPS = 3_000_000
 
 _ELEM_BYTES = {"f32": 4, "bf16": 2, "f16": 2, "f64": 8, "i32": 4, "i16": 2, "i8": 1, "i1": 1,
                "i64": 8, "si32": 4, "ui32": 4, "f8E4M3FN": 1, "f8E5M2": 1, "i4": 0.5}

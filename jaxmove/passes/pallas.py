@@ -301,7 +301,7 @@ def kernel_cost(instr: Instruction, operand_shapes: list[Shape],
     if not isinstance(body, str) or not body:
         return _lower_bound(instr, operand_shapes, "no custom_call_config.body", ce)
     consts = tuple(_literal_values(i) for i in (operand_instrs or [None] * len(operand_shapes)))
-    key = (body, tuple(str(s) for s in operand_shapes), str(instr.shape), instr.name,
+    key = (body, tuple(str(s) for s in operand_shapes), str(instr.shape),
            tuple(None if c is None else c.tobytes() for c in consts))
     try:
         return _kernel_cost_cached(key, instr, tuple(operand_shapes), ce, consts)
@@ -362,14 +362,39 @@ def _kernel_cost(instr: Instruction, operand_shapes: list[Shape], ce: CostEstima
         prefetch.append(v)
         sources.append(src)
     transfers, nbytes, lbytes, profile = _walk(k, shapes, n_in, tuple(prefetch))
+    # the kernel body walked over the grid: its MXU / vector work (and a check of the author's)
+    body = None
+    try:
+        from .mosaic_body import BodyWalkError, walk_body
+        try:
+            body = walk_body(key_body(instr), k.grid, k.num_scalar_prefetch, prefetch)
+        except (BodyWalkError, MosaicDecodeError, ValueError, KeyError, IndexError, TypeError) as e:
+            notes.append(f"kernel body not walked ({e}): its work is the author's estimate only")
+    except ImportError:  # pragma: no cover
+        body = None
+    if body is not None:
+        notes.append(f"kernel body over the grid (branches evaluated per step): {_fmt(body.mxu_flops)} "
+                     f"MXU flops, {_fmt(body.flops - body.mxu_flops)} vector flops, "
+                     f"{_fmt(body.transcendentals)} transcendentals"
+                     + (f"; {'; '.join(body.notes)}" if body.notes else ""))
+        if ce is None:
+            notes.append("no cost estimate: FLOPs are the kernel body's count")
     windows: list[WindowTraffic] = []
     data_dep = []
     manual = []
+    walked = []
     for w, win in enumerate(k.windows):
         shape = shapes[w]
         is_in = w < n_in
         operand = n_pref + w if is_in else None
         ridx = () if is_in else outs[w - n_in][0]
+        if win.block_shape is None and body is not None:
+            # manual DMA (ANY / HBM): the bytes of the kernel's own DMAs, walked over the grid
+            nb = (body.dma_read_bytes if is_in else body.dma_write_bytes).get(w, 0)
+            walked.append(f"{'input' if is_in else 'output'} {w if is_in else w - n_in}")
+            windows.append(WindowTraffic(operand, ridx, 1, nb, nb * shape.logical_byte_size
+                                         // max(1, shape.byte_size), shape.memory_space, "manual DMA walked"))
+            continue
         if win.block_shape is None or win.index_map is None:
             # manual DMA (ANY / HBM) or a grid-free whole-array window: once whole
             assumption = None
@@ -399,6 +424,10 @@ def _kernel_cost(instr: Instruction, operand_shapes: list[Shape], ce: CostEstima
     if manual:
         notes.append(f"{', '.join(manual)} in ANY/HBM memory space, moved by the kernel's own DMAs "
                      f"({k.manual_dma_ops} DMA ops in its body): assumed moved once whole")
+    if walked:
+        notes.append(f"{', '.join(walked)} in ANY/HBM memory space: the bytes of the kernel's own DMAs "
+                     f"({body.dma_ops} DMAs over the grid, the body walked with its scalar-prefetch "
+                     "contents)")
     if data_dep:
         if all(src is not None for src in sources):
             notes.append(f"{', '.join(data_dep)}: index maps read scalar-prefetch values, evaluated "
@@ -419,23 +448,6 @@ def _kernel_cost(instr: Instruction, operand_shapes: list[Shape], ce: CostEstima
             ratio = total / ce.bytes_accessed
             notes.append(f"author's bytes_accessed {_fmt(ce.bytes_accessed)} vs {_fmt(total)} modeled "
                          f"({ratio:.2f}x)")
-    # the kernel body walked over the grid: its MXU / vector work (and a check of the author's)
-    body = None
-    try:
-        from .mosaic_body import BodyWalkError, walk_body
-        try:
-            body = walk_body(key_body(instr), k.grid, k.num_scalar_prefetch, prefetch)
-        except (BodyWalkError, MosaicDecodeError, ValueError, KeyError, IndexError, TypeError) as e:
-            notes.append(f"kernel body not walked ({e}): its work is the author's estimate only")
-    except ImportError:  # pragma: no cover
-        body = None
-    if body is not None:
-        notes.append(f"kernel body over the grid (branches evaluated per step): {_fmt(body.mxu_flops)} "
-                     f"MXU flops, {_fmt(body.flops - body.mxu_flops)} vector flops, "
-                     f"{_fmt(body.transcendentals)} transcendentals"
-                     + (f"; {'; '.join(body.notes)}" if body.notes else ""))
-        if ce is None:
-            notes.append("no cost estimate: FLOPs are the kernel body's count")
     # pipelined DMA profile
     step_dma: tuple[tuple[int, int], ...] = ()
     fixed_in = sum(w.nbytes for w, win in zip(windows, k.windows) if win.index_map is None
@@ -455,6 +467,7 @@ def _kernel_cost(instr: Instruction, operand_shapes: list[Shape], ce: CostEstima
         first = fixed_in + fixed_out
         step_dma = ((moved // max(1, k.num_steps), k.num_steps),)
         notes.append("grid too long for a per-step DMA profile: the time uses the mean bytes per step")
+    notes.sort(key=lambda x: not x.startswith("Pallas TPU kernel"))  # the kernel's line first
     return PallasCost(k, tuple(windows), pref_bytes, ce.flops if ce else 0, ce.transcendentals if ce else 0,
                       ce.bytes_accessed if ce else None, k.num_steps, first, step_dma, tuple(notes), (),
                       n_pref, None if body is None else body.flops,
