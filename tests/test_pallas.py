@@ -4,9 +4,7 @@ without the device (libtpu topology). Compiles are small and shared per module."
 
 from __future__ import annotations
 
-import base64
 import functools
-import json
 import math
 
 import pytest
@@ -219,6 +217,15 @@ def test_an_unreadable_kernel_body_is_a_marked_lower_bound_not_a_crash(body):
     assert row.per_execution.hbm_read_bytes == (512 * 1024 + 1024 * 768) * 4
     assert row.per_execution.hbm_write_bytes == 512 * 768 * 4
     assert row.unmodeled and "lower bound" in row.unmodeled[0]
+
+
+def test_a_truncated_kernel_body_is_a_marked_lower_bound():
+    text = _matmul(512, 1024, 768, 128, 256, 256)
+    i = text.index('"body":"') + len('"body":"')
+    body = text[i:text.index('"', i)]
+    an, row = _kernel_row(_with_body(text, body[: len(body) // 2 // 4 * 4]))
+    assert row.per_execution.hbm_read_bytes == (512 * 1024 + 1024 * 768) * 4
+    assert row.unmodeled and "not decoded" in row.unmodeled[0]
 
 
 def test_the_decoder_reads_grid_blocks_and_index_maps():

@@ -12,14 +12,22 @@ iteration"; docs/pallas/pipelining.md, "Reductions and accumulation", jax-ml/jax
 * a block's bytes are the tiles it covers in the operand's HBM layout (``Shape.sliced_byte_size``:
   padding to the ``T(8,128)`` tiles counts), clipped at the array's edge for a partial last block;
 * scalar-prefetch operands are read once whole (into SMEM); scratch operands are on chip;
-* operands in ``ANY`` / HBM memory space are moved by the kernel's own DMAs: they are costed as
-  read (input) / written (output) once whole, an assumption stated in the row's notes;
+* operands in ``ANY`` / HBM memory space are moved by the kernel's own DMAs: when the kernel
+  body can be walked over the grid (passes/mosaic_body.py: its loops' bounds known, e.g. paged
+  attention with its lengths given) they cost the bytes of its ``tpu.enqueue_dma`` ops; else
+  they are costed as read (input) / written (output) once whole, an assumption stated in the
+  row's notes;
 * an index map that reads scalar-prefetch values (page tables, group offsets) is data-dependent:
   unless their contents are given (:func:`set_prefetch_values`), distinct entries are assumed to
   hold distinct values (every looked-up page a different page), stated in the notes.
 
 FLOPs and transcendentals are the kernel author's ``pl.CostEstimate`` (XLA's ``cost_analysis()``
-repeats it); the notes compare the author's ``bytes_accessed`` with the modeled bytes.
+repeats it); the notes compare the author's ``bytes_accessed`` with the modeled bytes, and give
+the MXU / vector work of the kernel body walked over the grid (its ``pl.when`` branches evaluated
+per step), which a kernel without an estimate takes as its flops.
+
+Pallas Triton kernels on GPU (``__gpu$xla.gpu.triton``) are costed by passes/triton.py; the
+traffic / flop / time rules for both targets are the hooks at the end of this module.
 
 Time (:func:`pallas_time`): Pallas TPU double-buffers every block, so the DMAs of step t+1's
 inputs and step t-1's outputs overlap step t's compute; after docs/pallas/pipelining.md
