@@ -309,12 +309,16 @@ def _from_events(path: str, fmt: str, events: list[XPlaneEvent], plane_stats: di
     for e in kernels:
         key = (_int(e.stats.get("program_id")), str(e.stats["hlo_module"]))
         groups.setdefault(key, []).append(e)
-    for (pid, mod), evs in groups.items():
-        def ordinal(e):
+    plane_ordinal: dict[str, int | None] = {}
+
+    def ordinal(e):
+        o = plane_ordinal.get(e.plane, -1)
+        if o == -1:
             m = _DEVICE_ORDINAL.match(e.plane)
-            if m:
-                return int(m.group(1))
-            return _int(e.stats.get("device_ordinal")) or 0
+            o = plane_ordinal[e.plane] = int(m.group(1)) if m else None
+        return o if o is not None else (_int(e.stats.get("device_ordinal")) or 0)
+
+    for (pid, mod), evs in groups.items():
         devices = sorted({ordinal(e) for e in evs})
         keep = devices[0]
         mine = [e for e in evs if ordinal(e) == keep]

@@ -178,12 +178,21 @@ def parse_xspace(data: bytes, path: str = "<bytes>") -> XSpaceData:
         stat_md = dict(plane.stat_metadata)
         ev_md = dict(plane.event_metadata)
 
-        def stats_of(stats):
+        names = {k: v.name for k, v in stat_md.items()}
+
+        def stats_of(stats, names=names):  # _stat_value inlined: this runs once per event
             d = {}
             for st in stats:
-                md = stat_md.get(st.metadata_id)
-                if md is not None:
-                    d[md.name] = _stat_value(st, stat_md)
+                name = names.get(st.metadata_id)
+                if name is None:
+                    continue
+                kind = st.WhichOneof("value")
+                if kind is None:
+                    d[name] = None
+                elif kind == "ref_value":
+                    d[name] = names.get(st.ref_value)
+                else:
+                    d[name] = getattr(st, kind)
             return d
 
         out.plane_stats[plane.name] = stats_of(plane.stats)
