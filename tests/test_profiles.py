@@ -536,7 +536,8 @@ def test_cli_profile_trace_and_html(cpu_capture, tmp_path, jaxmove_cli):
     ref = _profiledata_times(cpu_capture["xplane"], cpu_capture["module"])
     assert {e["name"] for e in cap_ev} == set(ref)  # one execution: every instruction recorded
     assert min(e["ts"] for e in cap_ev) == 0.0
-    assert html.read_text().lstrip().lower().startswith("<!doctype html")
+    page = html.read_text()
+    assert page.lstrip().lower().startswith("<!doctype html") and "measured" in page.lower()
     r = jaxmove_cli("compare", "mlp-tiny", "--trace", str(tmp_path / "x.json"))
     assert r.returncode == 2 and "go with --profile" in r.stderr
 

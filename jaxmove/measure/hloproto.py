@@ -150,4 +150,5 @@ def hlo_text_from_proto(data: bytes, where: str) -> str:
         return xla_client.XlaComputation(module_bytes).as_hlo_text()
     except Exception as e:  # jaxlib raises JaxRuntimeError (a RuntimeError) on a bad module
         first = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
-        raise CaptureFormatError(f"{where}: jaxlib cannot read the HloModuleProto ({first})") from None
+        raise CaptureFormatError(f"{where}: jaxlib cannot read the HloModuleProto ({first}); pass the "
+                                 "program's HLO text with --hlo FILE") from None

@@ -145,17 +145,6 @@ def _messages():
     return message_factory.GetMessageClass(pool.FindMessageTypeByName("jaxmove.xplane.XSpace"))
 
 
-def _stat_value(st, stat_md):
-    kind = st.WhichOneof("value")
-    if kind is None:
-        return None
-    v = getattr(st, kind)
-    if kind == "ref_value":
-        ref = stat_md.get(v)
-        return ref.name if ref is not None else None
-    return v
-
-
 def parse_xspace(data: bytes, path: str = "<bytes>") -> XSpaceData:
     """Decode a serialized XSpace.
 
@@ -180,7 +169,7 @@ def parse_xspace(data: bytes, path: str = "<bytes>") -> XSpaceData:
 
         names = {k: v.name for k, v in stat_md.items()}
 
-        def stats_of(stats, names=names):  # _stat_value inlined: this runs once per event
+        def stats_of(stats, names=names):  # runs once per event: kept flat
             d = {}
             for st in stats:
                 name = names.get(st.metadata_id)
