@@ -580,3 +580,24 @@ def test_a_grid_too_long_for_a_step_profile_is_timed_at_its_mean_bytes(monkeypat
     c = 2 * m * k * n / spec.flops_per_s["bf16"] / 48
     assert t == pytest.approx(48 * max(moved / 48 / spec.hbm_bytes_per_s, c)
                               + 48 * pallas.PALLAS_TPU_STEP_OVERHEAD_S, rel=1e-6)
+
+
+def test_a_mosaic_gpu_kernel_is_its_operands_and_results_once_a_marked_lower_bound():
+    text = """HloModule m
+ENTRY e {
+  a = f16[1024,256]{1,0} parameter(0)
+  b = f16[256,512]{1,0} parameter(1)
+  ROOT k = f16[1024,512]{1,0} custom-call(a, b), custom_call_target="mosaic_gpu_v2"
+}"""
+    an = analyze_module(parse_module(text, "mgpu.hlo"))
+    row = next(r for r in an.rows if r.instr.name == "k")
+    assert row.per_execution.hbm_read_bytes == (1024 * 256 + 256 * 512) * 2
+    assert row.per_execution.hbm_write_bytes == 1024 * 512 * 2
+    assert any("lower bound" in u for u in row.unmodeled)
+    assert any("flops are unknown" in u for u in row.unmodeled)
+
+
+def test_the_traffic_pass_sends_every_pallas_target_here():
+    from jaxmove.passes import traffic
+    from jaxmove.passes.pallas import KERNEL_TARGETS
+    assert traffic._PALLAS_TARGETS == KERNEL_TARGETS

@@ -358,6 +358,9 @@ _cc("tpu_custom_call", "tpu", True, True, False,
 _cc("__gpu$xla.gpu.triton", "gpu", True, True, False,
     "a Pallas Triton kernel: grid_x/y/z and the Triton module (ir) in backend_config "
     "(passes/triton.py)")
+_cc("mosaic_gpu_v2", "gpu", True, True, False,
+    "a Pallas Mosaic GPU kernel (jax/experimental/mosaic/gpu/core.py): not decoded, its "
+    "operand + result bytes a lower bound (passes/pallas.py)")
 # host offload (xla/service/host_offload_utils.h: memory_annotations)
 _cc("MoveToHost", "any", True, False, True,
     "annotation of host offloading: copies operand 0 to host memory S(5)")

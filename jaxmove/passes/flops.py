@@ -630,6 +630,12 @@ def _triton_flops(instr: Instruction, module: Module) -> FlopCount:
     return triton_flops(instr, module)
 
 
+def _mosaic_gpu_flops(instr: Instruction, module: Module) -> FlopCount:
+    """Pallas Mosaic GPU kernels: not decoded, unmodeled (passes/pallas.py)."""
+    from .pallas import mosaic_gpu_flops
+    return mosaic_gpu_flops(instr, module)
+
+
 CUSTOM_CALL_RULES: dict[str, Rule] = {
     "__cublas$gemm": _cc_gemm,
     "__cublas$lt$matmul": _cc_gemm,
@@ -646,6 +652,7 @@ CUSTOM_CALL_RULES: dict[str, Rule] = {
     "__onednn$convolution": _cc_convolution,
     "tpu_custom_call": _pallas_flops,
     "__gpu$xla.gpu.triton": _triton_flops,
+    "mosaic_gpu_v2": _mosaic_gpu_flops,
 }
 
 # Targets that do no arithmetic (the opcode table's custom-call records, hlo/opcodes.py).

@@ -705,3 +705,38 @@ def triton_instruction_time(row, module: Module, spec):
         row.computation, instr.name, instr.opcode, mult, per_exec * mult, comp_t * mult, mem * mult,
         0.0, overhead * mult, bound, ai, pe.hbm_bytes * mult, pe.flops * mult, per_exec, key,
         tuple(dict.fromkeys(unmodeled)), tuple(dict.fromkeys(notes)))
+
+
+# ---- one entry for the traffic pass ------------------------------------------------------------
+
+MOSAIC_GPU_TARGET = "mosaic_gpu_v2"
+#: The custom-call targets of Pallas kernels this module costs (passes/traffic.py dispatches them).
+KERNEL_TARGETS = frozenset({TPU_CUSTOM_CALL_TARGET, "__gpu$xla.gpu.triton", MOSAIC_GPU_TARGET})
+
+
+def kernel_traffic(instr: Instruction, comp, module: Module):
+    """The traffic rule of a Pallas kernel's custom call, by target: Mosaic TPU (grid and
+    BlockSpecs), Triton (loads and stores per program), Mosaic GPU (not decoded: operand +
+    result bytes once, a lower bound, unmodeled)."""
+    from .traffic import Access, InstrTraffic
+
+    target = instr.custom_call_target
+    if target == TPU_CUSTOM_CALL_TARGET:
+        return pallas_traffic(instr, comp, module)
+    if target == "__gpu$xla.gpu.triton":
+        return triton_traffic(instr, comp, module)
+    ops = [comp.by_name[o].shape for o in instr.operands]
+    lb = _lower_bound(instr, ops, "Mosaic GPU kernels are not decoded", None)
+    reads = tuple(Access(w.nbytes, w.operand, (), w.memory_space, w.logical_nbytes)
+                  for w in lb.windows if w.operand is not None)
+    writes = tuple(Access(w.nbytes, None, w.result_index, w.memory_space, w.logical_nbytes)
+                   for w in lb.windows if w.operand is None)
+    return InstrTraffic(reads, writes, (), lb.unmodeled)
+
+
+def mosaic_gpu_flops(instr: Instruction, module: Module):
+    """The flop rule of a Mosaic GPU kernel: unmodeled (its module is not decoded)."""
+    from .flops import FlopCount
+    return FlopCount(flops=0, transcendentals=0,
+                     unmodeled=(f"custom-call '{instr.name}' ({MOSAIC_GPU_TARGET}): a Pallas Mosaic GPU "
+                                "kernel, not decoded: its flops are unknown",))

@@ -65,6 +65,8 @@ KNOWN_OPCODES = frozenset(OPCODES)
 ELEMENT_PRESERVING = names(element_preserving=True)
 
 LIBRARY_PREFIXES = ("__cublas", "__cudnn", "__onednn", "__ynn", "__op$")
+# Pallas kernels: costed from their kernel (passes/pallas.py KERNEL_TARGETS, checked equal in tests)
+_PALLAS_TARGETS = frozenset({"tpu_custom_call", "__gpu$xla.gpu.triton", "mosaic_gpu_v2"})
 
 
 @dataclass(frozen=True, slots=True)
@@ -803,12 +805,9 @@ def _scatter(instr, comp, module) -> InstrTraffic:
 
 def _custom_call(instr, comp, module) -> InstrTraffic:
     target = instr.custom_call_target or ""
-    if target == "tpu_custom_call":  # Pallas TPU kernels: from their grid and BlockSpecs
-        from .pallas import pallas_traffic
-        return pallas_traffic(instr, comp, module)
-    if target == "__gpu$xla.gpu.triton":  # Pallas Triton kernels: loads/stores x grid
-        from .pallas import triton_traffic
-        return triton_traffic(instr, comp, module)
+    if target in _PALLAS_TARGETS:  # Pallas kernels (Mosaic TPU, Triton, Mosaic GPU): passes/pallas.py
+        from .pallas import kernel_traffic
+        return kernel_traffic(instr, comp, module)
     rec = custom_call_target(target)
     if rec is not None and not rec.moves_data:  # e.g. XLA:TPU's ConcatBitcast (hlo/opcodes.py)
         return _NO_TRAFFIC
