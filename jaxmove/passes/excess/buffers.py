@@ -69,7 +69,7 @@ def union_all(module: Module, B: Buffers, comps: list[str], inplace: set, rebuil
     conditional branches, in-place updates (dynamic-update-slice, scatter; the fusions of
     ``inplace``, (computation, name) pairs, that update an operand in place; those of
     ``rebuilds``, (computation, name) -> operand number, that rebuild an operand around its
-    update, ``rebuilt_operand``) and async ``*-done`` results. Returns whether the ENTRY root tuple was skipped (its leaves are then
+    update, ``kernels.classify``'s REBUILD) and async ``*-done`` results. Returns whether the ENTRY root tuple was skipped (its leaves are then
     found from its operands)."""
     parent, find = B.parent, B.find
     # The ENTRY root tuple, when it is the last instruction, is no operand of anything, and
@@ -252,30 +252,3 @@ def resolve_copy(droot: tuple, copies: dict, param_root: dict) -> tuple | None:
         return None
     _d, _s, _n, _dd, kind, row, _sl = chain[0]
     return origin, num, den, kind, row
-
-
-def rebuilt_operand(instr: Instruction, module: Module) -> int | None:
-    """The operand a fusion rebuilds whole around a dynamic-update-slice of it: its root
-    (through bitcast / convert) a dynamic-update-slice whose buffer operand is (through bitcast /
-    convert) a fusion parameter of the root's dimensions (XLA:CPU updates a bf16 cache as
-    convert(dynamic-update-slice(convert(cache) to f32, ...)) to bf16, writing it whole; with
-    unrolled layers over a stacked cache, once per layer). The result holds the operand's
-    elements, updated: the same buffer for the accounting. None for any other instruction."""
-    if instr.opcode != "fusion" or not instr.shape.is_array:
-        return None
-    called = instr.called_computations
-    fused = module.computations.get(called[0]) if called else None
-    if fused is None:
-        return None
-    by_name, root = fused.by_name, fused.root
-    while root.opcode in ("bitcast", "convert") and root.operands:
-        root = by_name[root.operands[0]]
-    if root.opcode != "dynamic-update-slice" or not root.operands:
-        return None
-    buf = by_name[root.operands[0]]
-    while buf.opcode in ("bitcast", "convert") and buf.operands:
-        buf = by_name[buf.operands[0]]
-    n = buf.parameter_number if buf.opcode == "parameter" else None
-    if n is None or n >= len(instr.operands) or buf.shape.dims != instr.shape.dims:
-        return None
-    return n

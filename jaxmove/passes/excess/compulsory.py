@@ -80,10 +80,10 @@ from ...hlo import Instruction, Module
 from ...hlo.shape import HOST_MEMORY_SPACE
 from ..roles import entry_parameter_name, leaf_position, roles_pass
 from ..traffic import NO_TRAFFIC, ON_CHIP_MEMORY_SPACES
-from .buffers import NATIVE_STARTS, Buffers, rebuilt_operand, resolve_copy, union_all, write_key
+from .buffers import NATIVE_STARTS, Buffers, resolve_copy, union_all, write_key
 from .causes import (KERNEL_WRITES, PROGRAM_WIDE, READ_PRIORITY, READS_COMPULSORY, UNATTRIBUTED,
                      FixContext, fix_text)
-from .kernels import classify
+from .kernels import REBUILD, classify
 from .ledger import HBM_READ, HBM_WRITE, Ledger, build_result
 from .records import ExcessAnalysis
 from .wire import collective_excess, tiling_excess
@@ -290,19 +290,17 @@ class Accounting:
                 if r.computation is not cname:  # (rows come computation by computation)
                     cname = r.computation
                     comp = computations[cname]
-                if instr.opcode == "fusion":
-                    if t.inplace_buffer_bytes:
-                        inplace.add((cname, instr.name))
-                    elif t.writes:
-                        n = rebuilt_operand(instr, module)
-                        if n is not None:
-                            rebuilds[(cname, instr.name)] = n
+                if t.inplace_buffer_bytes and instr.opcode == "fusion":
+                    inplace.add((cname, instr.name))
                 c, ck = classify(instr, comp, module, t)
                 if c is not None:
                     kcause[k] = c
                 elif ck is not None:
                     if isinstance(ck, list):  # a multi-output copy fusion: each element a copy
                         copy_rows.extend((k, (kind, src_k, sliced), pos) for pos, kind, src_k, sliced in ck)
+                    elif ck[0] == REBUILD:  # rebuilds an operand around its update: that buffer
+                        if not t.inplace_buffer_bytes:
+                            rebuilds[(cname, instr.name)] = ck[1]
                     else:
                         copy_rows.append((k, ck, 0))
             elif t.inplace_buffer_bytes and r.instr.opcode == "fusion":

@@ -25,6 +25,9 @@ _COPY_OR_SLICE_OPS = COPY_OPS | SLICE_OPS
 # what a fused copy's root is through bitcasts and converts (``_fused_chain``'s ops, or its parameter)
 _FUSED_CHAIN_OPS = _FUSED_COPY_OPS | SLICE_OPS
 _COPY_CHAIN_OPS = _FUSED_CHAIN_OPS | {"parameter"}
+#: ``classify``'s copy kind of a fusion that rebuilds an operand whole around its update:
+#: (REBUILD, operand number)
+REBUILD = "rebuild"
 
 
 def _fused_chain(module: Module, fused: Computation, instr: Instruction, ops) -> tuple[int | None, bool, bool]:
@@ -277,7 +280,8 @@ def is_remat(instr: Instruction) -> bool:
 def classify(instr: Instruction, comp: Computation, module: Module, t) -> tuple[str | None, tuple | None]:
     """(kernel cause, copy kind) of a kernel with traffic ``t``: the cause of the kernel's own
     kind (module docstring, rule 2: rematerialization, host round trip, split-K partials, a dot
-    as multiply + reduce), else None and ``copy_kind``'s answer for a copy kernel (else None).
+    as multiply + reduce), else None and ``copy_kind``'s answer for a copy kernel, or
+    (``REBUILD``, operand) for a fusion that rebuilds an operand around its update (else None).
 
     One walk from a fusion's root decides which rules can apply: split-K by shape needs a dot
     root, a dot as multiply + reduce multiply roots (each rule's own function then checks the
@@ -335,6 +339,9 @@ def classify(instr: Instruction, comp: Computation, module: Module, t) -> tuple[
             bitcasts = False
         base = by_name[base.operands[0]]
     bop = base.opcode
+    if bop == "dynamic-update-slice":  # a rebuild of a buffer around its update?
+        n = _rebuilt_operand(instr, by_name, base)
+        return None, (REBUILD, n) if n is not None else None
     if bop == "dot":
         if not split_field and _split_k_by_shape(instr, comp, module) > 1:
             return "split_k_partials", None
@@ -360,6 +367,24 @@ def classify(instr: Instruction, comp: Computation, module: Module, t) -> tuple[
                 break
             node = src
     return None, (("dtype_conversion" if dtype else "slice_copy" if sliced else "layout_change"), k, sliced)
+
+
+def _rebuilt_operand(instr: Instruction, by_name: dict, dus: Instruction) -> int | None:
+    """The operand a fusion rebuilds whole around ``dus``, its root's dynamic-update-slice
+    (through bitcast / convert), when the update's buffer operand is (through bitcast /
+    convert) a fusion parameter of the result's dimensions (XLA:CPU updates a bf16 cache as
+    convert(dynamic-update-slice(convert(cache) to f32, ...)) to bf16, writing it whole; with
+    unrolled layers over a stacked cache, once per layer). The result holds the operand's
+    elements, updated: the same buffer for the accounting. None otherwise."""
+    if not dus.operands or not instr.shape.is_array:
+        return None
+    buf = by_name[dus.operands[0]]
+    while buf.opcode in ("bitcast", "convert") and buf.operands:
+        buf = by_name[buf.operands[0]]
+    n = buf.parameter_number if buf.opcode == "parameter" else None
+    if n is None or n >= len(instr.operands) or buf.shape.dims != instr.shape.dims:
+        return None
+    return n
 
 
 def _touches_host(t) -> bool:
