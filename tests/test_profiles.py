@@ -258,6 +258,10 @@ def test_mi300x_captures_every_op_joins_and_devices():
     assert (conv.module_name, conv.n_devices, conv.runs) == ("jit_forward_3d_conv", 8, 5)
     with pytest.raises(CaptureFormatError, match="5 programs are named 'jit_matmul'"):
         compare_profile(MI300 / "jax08_attention.tw003.xplane.pb", program="jit_matmul")
+    att = read_capture(MI300 / "jax08_attention.tw003.xplane.pb")
+    with pytest.raises(CaptureFormatError, match="5 programs of the capture are of HLO module 'jit_matmul'"):
+        select_program(att, hlo_module="jit_matmul")
+    assert select_program(att, "19", hlo_module="jit_matmul").program_id == 19
     with pytest.raises(UsageError, match="no built-in hardware spec for device 'AMD Instinct MI355X'"):
         compare_profile(MI300 / "te_fused_attn.934987a2fc2f.xplane.pb")
 

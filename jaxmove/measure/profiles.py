@@ -713,7 +713,11 @@ def select_program(cap: Capture, program: str | int | None = None, hlo_module: s
             raise CaptureFormatError(f"{cap.path}: the capture has no program of HLO module '{hlo_module}' "
                                      f"(the --hlo file's); programs with events: {listing(with_events)}; "
                                      "--program NAME|ID picks one regardless")
-        return hits[0]  # most device time first
+        if len(hits) > 1:
+            raise CaptureFormatError(f"{cap.path}: {len(hits)} programs of the capture are of HLO module "
+                                     f"'{hlo_module}' ({', '.join(str(q.program_id) for q in hits)}); "
+                                     "pick the one the --hlo file is with --program ID")
+        return hits[0]
     return with_events[0]
 
 
