@@ -10,6 +10,7 @@ import argparse
 import os
 import sys
 
+from .._cli_start import Terminated, install_sigterm_handler  # noqa: F401  (re-exported)
 from ..hlo import HloParseError
 from ..report.render_helpers import one_line
 from .common import _Parser, check_outputs, parse_sets, positive_int  # noqa: F401  (re-exported)
@@ -59,13 +60,29 @@ class _SwallowedInterrupts:
         self._previous = sys.unraisablehook
 
     def __enter__(self) -> _SwallowedInterrupts:
+        from ..report import outputs
+
         sys.unraisablehook = self._hook
+        outputs.BEFORE_COMMIT.append(self.check)
         return self
 
     def __exit__(self, *exc) -> None:
+        from ..report import outputs
+
         with self._lock:  # no re-delivery once the command is over
             self.active = False
         sys.unraisablehook = self._previous
+        if self.check in outputs.BEFORE_COMMIT:
+            outputs.BEFORE_COMMIT.remove(self.check)
+
+    def check(self) -> None:
+        """Raise the swallowed interrupt now, if there is one (called before an output file is
+        renamed into place and before "wrote" is said: an interrupted command writes nothing,
+        whichever of the re-delivery and the write comes first)."""
+        if self.swallowed:
+            with self._lock:
+                self.active = False  # raised here: the re-delivering thread must not raise it again
+            raise KeyboardInterrupt
 
     def _hook(self, unraisable) -> None:
         if not isinstance(unraisable.exc_value, KeyboardInterrupt):
@@ -103,31 +120,32 @@ def _stdout_to_devnull() -> None:
         pass
 
 
-def _interrupted(console: bool) -> int:
-    print("jaxmove: interrupted", file=sys.stderr)
+def _interrupted(console: bool, exc: BaseException | None = None) -> int:
+    """One line, and status 130 (Ctrl-C) or 143 (SIGTERM, ``Terminated``). The console command
+    leaves at once without interpreter finalization (after a Ctrl-C in the middle of a compile,
+    finalizing with XLA's state half torn down crashed: SIGSEGV, exit -11); output files are
+    never half-written (report/outputs.py renames complete files)."""
+    terminated = isinstance(exc, Terminated)
     if console:
-        # Leave without interpreter finalization: after a Ctrl-C in the middle of a compile or
-        # an analysis, finalizing with XLA's state half torn down crashed (SIGSEGV, exit -11).
-        # Output files are never half-written (report/outputs.py renames complete files).
-        for stream in (sys.stdout, sys.stderr):
-            try:
-                stream.flush()
-            except (OSError, ValueError):
-                pass
-        os._exit(130)
-    return 130
+        from .._cli_start import exit_interrupted
+        exit_interrupted(terminated)
+    print("jaxmove: terminated" if terminated else "jaxmove: interrupted", file=sys.stderr)
+    return 143 if terminated else 130
 
 
 def main(argv: list[str] | None = None) -> int:
     """Run the ``jaxmove`` command; returns its exit status (0, 1 internal error, 2 bad input,
-    130 interrupted). With ``argv`` None (the console script: the process's own arguments) a
-    Ctrl-C ends the process at once with status 130 (``_interrupted``)."""
+    130 interrupted, 143 terminated). With ``argv`` None (the console script: the process's own
+    arguments) a Ctrl-C ends the process at once with status 130 and SIGTERM with 143
+    (``_interrupted``), leaving no temporary file and no worker process."""
     interrupts = _SwallowedInterrupts()
+    if argv is None:
+        install_sigterm_handler()
     try:
         with interrupts:
             rc = _main(argv)
-    except KeyboardInterrupt:
-        return _interrupted(argv is None)
+    except KeyboardInterrupt as e:
+        return _interrupted(argv is None, e)
     if interrupts.swallowed:  # re-delivered too late to stop the command: still interrupted
         return _interrupted(argv is None)
     return rc

@@ -8,6 +8,7 @@ import sys
 from .common import add_compile_target_option, add_target_argument, check_outputs, parse_sets, positive_int
 from .common import add_module_option, module_kwargs, parse_roles
 from .spec_option import add_spec_override_option, hardware_from_args
+from ..report.outputs import before_commit
 from ..report.render_helpers import one_line
 
 
@@ -56,10 +57,12 @@ def _write_outputs(report, args: argparse.Namespace) -> None:
     if getattr(args, "html", None):
         from ..report.html import write_html
         write_html(report, args.html)
+        before_commit()  # a pending interrupt is said, not "wrote"
         print(one_line(f"jaxmove: wrote {args.html}"), file=sys.stderr)
     if getattr(args, "trace", None):
         from ..report.trace import write_trace
         write_trace(report, args.trace)
+        before_commit()
         print(one_line(f"jaxmove: wrote {args.trace}"), file=sys.stderr)
 
 

@@ -52,6 +52,10 @@ def subprocess_env(n: int) -> dict[str, str]:
     flags = _COUNT_FLAG.sub("", env.get("XLA_FLAGS", ""))
     env["XLA_FLAGS"] = (flags + f" --xla_force_host_platform_device_count={n}").strip()
     env["JAX_PLATFORMS"] = "cpu"
+    # No current directory on the child's sys.path (python -P): a ./json.py must not run in
+    # place of the standard library's; user targets are imported from it explicitly
+    # (capture/resolve.py's _cwd_on_path).
+    env["PYTHONSAFEPATH"] = "1"
     return env
 
 
@@ -61,7 +65,7 @@ def run_cli_with_devices(n: int, argv: list[str], capture_stdout: bool = False) 
     stderr (progress, errors) passes through; stdout is captured when asked. The child's
     environment has ``CHILD_ENV`` set (it does not repeat the parent's "compiling ..." line).
     """
-    cmd = [sys.executable, "-c", "import sys; from jaxmove.cli import main; sys.exit(main(sys.argv[1:]))",
+    cmd = [sys.executable, "-P", "-c", "import sys; from jaxmove.cli import main; sys.exit(main(sys.argv[1:]))",
            *argv]
     env = {**subprocess_env(n), CHILD_ENV: "1"}
     return subprocess.run(cmd, env=env, text=True,

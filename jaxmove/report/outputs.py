@@ -8,8 +8,8 @@ Every file jaxmove writes (``--html``, ``--trace``, ``annotate -o``, ``calibrate
   ``jaxmove calibrate`` is created) and must accept a new file (probed by creating and
   removing an empty temporary file there);
 * ``write_text_atomic`` writes to a temporary file in the destination directory and
-  renames it over the path (``os.replace``, atomic on POSIX), so a failure never leaves a
-  half-written or empty file behind. A path that exists and is not a regular file
+  renames it over the path (``os.replace``, atomic on POSIX), so a failure, a Ctrl-C or a
+  SIGTERM never leaves a half-written or empty file, nor the temporary file, behind. A path that exists and is not a regular file
   (``/dev/null``, a FIFO) is written in place instead of being replaced.
 
 Errors are ``OutputPathError`` naming the user's path, never a temporary file.
@@ -27,6 +27,18 @@ from typing import IO
 from ..errors import JaxmoveInputError
 
 __all__ = ["OutputPathError", "check_output_path", "write_atomic", "write_text_atomic"]
+
+
+#: Called just before a complete output file is renamed into place (and by the CLI before it
+#: says "wrote"): the CLI registers a check that raises a pending interrupt here, so an
+#: interrupted command never leaves a new file behind (cli/__init__.py).
+BEFORE_COMMIT: list[Callable[[], None]] = []
+
+
+def before_commit() -> None:
+    """Run the ``BEFORE_COMMIT`` checks (each may raise KeyboardInterrupt)."""
+    for check in list(BEFORE_COMMIT):
+        check()
 
 
 class OutputPathError(JaxmoveInputError):
@@ -127,6 +139,7 @@ def write_atomic(path, write: Callable[[IO], None], what: str = "output file", *
             f.flush()
             os.fsync(f.fileno())
         os.chmod(tmp, mode)
+        before_commit()
         os.replace(tmp, p)
         tmp = None
     except OSError as e:

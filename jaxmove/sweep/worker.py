@@ -55,7 +55,7 @@ def run_point_process(point_json: dict, timeout_s: float | None = None) -> dict:
     env = subprocess_env(max(point.num_devices, 1))
     env.setdefault("PYTHONUNBUFFERED", "1")
     t0 = time.perf_counter()
-    proc = subprocess.Popen([sys.executable, "-m", "jaxmove.sweep.worker"], stdin=subprocess.PIPE,
+    proc = subprocess.Popen([sys.executable, "-P", "-m", "jaxmove.sweep.worker"], stdin=subprocess.PIPE,
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env)
     with _LIVE_LOCK:
         _LIVE.add(proc)
