@@ -201,6 +201,31 @@ def test_tiled_matmul_time_is_pipelined_with_a_per_step_overhead():
     assert not t.unmodeled
 
 
+def test_each_steps_compute_is_its_work_in_the_kernel_body():
+    # bf16 [1024, 1024] @ [1024, 1024], blocks (512, 1024) x (1024, 512): grid (2, 2, 1), one k
+    # step. Per step the body runs one 512x1024x512 MXU matmul (2*512*1024*512 flops) and adds it
+    # into the f32 accumulator (512*512 vector adds). x (i, 0) is fetched when i changes (steps 0,
+    # 2), y (0, j) at every step, z written back after every step. Pipelined: step t overlaps the
+    # next step's fetches and the previous step's write-back.
+    from jaxmove.hardware import load_spec
+    from jaxmove.passes.pallas import PALLAS_TPU_STEP_OVERHEAD_S
+    from jaxmove.passes.timing import estimate_times
+
+    an, row, cost = _cost(_matmul(1024, 1024, 1024, 512, 1024, 512, "bfloat16", True))
+    assert sorted({(p[1], p[2]) for p in cost.step_profile}) == [(2 * 512 * 1024 * 512, 512 * 512)]
+    spec = load_spec("tpu-v5e")
+    bw = spec.hbm_bytes_per_s
+    x = y = 512 * 1024 * BF16
+    z = 512 * 512 * BF16
+    c = 2 * 512 * 1024 * 512 / spec.flops_per_s["bf16"] + 512 * 512 / spec.flops_per_s["f32"]
+    d = [y, x + y + z, y + z, z]
+    expected = (x + y + z) / bw + sum(max(b / bw, c) for b in d) + 4 * PALLAS_TPU_STEP_OVERHEAD_S \
+        + spec.kernel_launch_overhead_s
+    t = estimate_times(an, spec).row(row.computation, row.instr.name)
+    assert t.per_execution_s == pytest.approx(expected, rel=0.01)
+    assert any("each step's compute is its work in the kernel body" in x for x in t.notes)
+
+
 # ---- unreadable bodies ------------------------------------------------------------------------
 
 def _with_body(text: str, body: str) -> str:

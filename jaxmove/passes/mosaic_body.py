@@ -175,6 +175,7 @@ class BodyCount:
     dma_write_bytes: dict         # kernel argument number -> bytes copied VMEM -> HBM
     dma_ops: int
     notes: tuple[str, ...]
+    per_step: tuple | None = None  # (mxu flops, vector flops, transcendentals) int64 arrays per step
 
 
 class _Walker:
@@ -383,11 +384,19 @@ def walk_body(body_b64: str, grid: tuple[int, ...], n_prefetch: int,
     steps = math.prod(grid) if grid else 1
     if steps * max(1, len(body[1])) > MAX_INTERPRETED_OPS:
         raise BodyWalkError(f"{steps} grid steps x {len(body[1])} ops: too long to walk")
+    mxu = np.zeros(steps, dtype=np.int64)
+    vec = np.zeros(steps, dtype=np.int64)
+    trans = np.zeros(steps, dtype=np.int64)
     for flat in range(steps):
         idx = np.unravel_index(flat, grid) if grid else ()
+        m0, f0, t0 = w.mxu, w.flops, w.trans
         w.step(tuple(int(i) for i in idx))
+        mxu[flat] = w.mxu - m0
+        vec[flat] = (w.flops - f0) - (w.mxu - m0)
+        trans[flat] = w.trans - t0
     # kernel argument number -> window position (after the grid indices and prefetch refs)
     first = n_grid + n_prefetch
     reads = {a - first: b for a, b in w.reads.items() if a >= first}
     writes = {a - first: b for a, b in w.writes.items() if a >= first}
-    return BodyCount(w.flops, w.mxu, w.trans, reads, writes, w.dmas, tuple(sorted(w.notes)))
+    return BodyCount(w.flops, w.mxu, w.trans, reads, writes, w.dmas, tuple(sorted(w.notes)),
+                     (mxu, vec, trans))

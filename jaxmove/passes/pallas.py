@@ -38,8 +38,10 @@ bound, ``alpha + N * X/beta`` memory bound):
            + sum over steps t of max(DMA bytes issued during t / hbm_bytes_per_s, compute_t)
            + steps * PALLAS_TPU_STEP_OVERHEAD_S + kernel_launch_overhead_s
 
-``compute_t`` spreads the author's flops evenly over the steps (the estimate is per call), at
-the MXU peak of the kernel's input dtype, and transcendentals at the vector (``f32``) peak.
+``compute_t`` is the step's own work in the kernel body walked over the grid (its MXU flops at
+the MXU peak of the kernel's input dtype, vector flops and transcendentals at the vector
+(``f32``) peak; passes/mosaic_body.py); where the body cannot be walked, the author's flops spread
+evenly over the steps (the estimate is per call).
 """
 
 from __future__ import annotations
@@ -170,6 +172,9 @@ class PallasCost:
     body_flops: int | None = None        # the kernel body walked over the grid (mosaic_body.py)
     body_mxu_flops: int | None = None
     body_transcendentals: int | None = None
+    # (DMA bytes issued during a step, its MXU flops, vector flops, transcendentals, steps): the
+    # pipelined time's per-step profile when the body was walked (else step_dma, uniform work)
+    step_profile: tuple[tuple[int, int, int, int, int], ...] = ()
 
     @property
     def read_bytes(self) -> int:
@@ -458,6 +463,7 @@ def _kernel_cost(instr: Instruction, operand_shapes: list[Shape], ce: CostEstima
                          f"({ratio:.2f}x)")
     # pipelined DMA profile
     step_dma: tuple[tuple[int, int], ...] = ()
+    step_profile: tuple = ()
     fixed_in = sum(w.nbytes for w, win in zip(windows, k.windows) if win.index_map is None
                    and w.operand is not None) + pref_bytes
     fixed_out = sum(w.nbytes for w, win in zip(windows, k.windows) if win.index_map is None
@@ -470,6 +476,11 @@ def _kernel_cost(instr: Instruction, operand_shapes: list[Shape], ce: CostEstima
         first = int(ins[0]) + int(outs_b[-1]) + fixed_in + fixed_out
         u, c = np.unique(d, return_counts=True)
         step_dma = tuple((int(a), int(b)) for a, b in zip(u, c))
+        if body is not None and body.per_step is not None and len(body.per_step[0]) == k.num_steps:
+            rows = np.stack([d, *body.per_step], axis=1)
+            ur, cr = np.unique(rows, axis=0, return_counts=True)
+            step_profile = tuple((int(r[0]), int(r[1]), int(r[2]), int(r[3]), int(n))
+                                 for r, n in zip(ur, cr))
     else:
         moved = sum(w.nbytes for w, win in zip(windows, k.windows) if win.index_map is not None)
         first = fixed_in + fixed_out
@@ -480,7 +491,7 @@ def _kernel_cost(instr: Instruction, operand_shapes: list[Shape], ce: CostEstima
                       ce.bytes_accessed if ce else None, k.num_steps, first, step_dma, tuple(notes), (),
                       n_pref, None if body is None else body.flops,
                       None if body is None else body.mxu_flops,
-                      None if body is None else body.transcendentals)
+                      None if body is None else body.transcendentals, step_profile)
 
 
 def key_body(instr: Instruction) -> str:
@@ -564,7 +575,17 @@ def pallas_time(cost: PallasCost, spec, dtype: str) -> tuple[float, float, float
     steps = max(1, cost.steps)
     c = compute / steps
     dma_total = cost.read_bytes + cost.write_bytes
-    if cost.kernel is None or not cost.step_dma:
+    vpeak = spec.flops_per_s.get("f32")
+    if cost.step_profile and peak is not None and vpeak is not None:
+        # each step's own work, from the kernel body walked over the grid
+        per = [(b, mx / peak + (vf + tr) / vpeak, n) for b, mx, vf, tr, n in cost.step_profile]
+        compute = sum(ct * n for _, ct, n in per)
+        t = cost.first_bytes / bw + sum(n * max(b / bw, ct) for b, ct, n in per)
+        notes[:] = [x for x in notes if not x.startswith("the author's flops timed")]
+        notes.append(f"each step's compute is its work in the kernel body (MXU flops at the {key} "
+                     f"peak, vector flops and transcendentals at the f32 vector peak), not the "
+                     "author's estimate spread evenly")
+    elif cost.kernel is None or not cost.step_dma:
         t = max(dma_total / bw, compute)
     else:
         t = cost.first_bytes / bw + sum(cnt * max(b / bw, c) for b, cnt in cost.step_dma)
