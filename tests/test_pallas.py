@@ -317,6 +317,10 @@ def test_splash_attention_with_its_mask_info_matches_the_closed_form():
     k_win = [w for w in cost.windows if w.operand is not None and w.assumption == "data-dependent blocks"]
     assert len(k_win) == 2 and all(w.transfers == SPLASH_H * n * n for w in k_win)
     assert any("assumed distinct entries" in x for x in row.notes)
+    # and its flops, without a cost estimate and with the block mask unknown, are the body's with
+    # every masked block counted: an upper bound, so the row is incomplete
+    assert cost.body_mxu_flops == SPLASH_H * n * n * 2 * (2 * SPLASH_B * SPLASH_B * SPLASH_D)
+    assert row.unmodeled and "upper bound" in row.unmodeled[0]
     try:
         set_prefetch_values(name, prefetch)
         an, row, cost = _cost(text)

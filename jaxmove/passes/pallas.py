@@ -175,6 +175,7 @@ class PallasCost:
     # (DMA bytes issued during a step, its MXU flops, vector flops, transcendentals, steps): the
     # pipelined time's per-step profile when the body was walked (else step_dma, uniform work)
     step_profile: tuple[tuple[int, int, int, int, int], ...] = ()
+    body_exact: bool = True  # False: the walk took the larger side of a branch it could not decide
 
     @property
     def read_bytes(self) -> int:
@@ -491,7 +492,8 @@ def _kernel_cost(instr: Instruction, operand_shapes: list[Shape], ce: CostEstima
                       ce.bytes_accessed if ce else None, k.num_steps, first, step_dma, tuple(notes), (),
                       n_pref, None if body is None else body.flops,
                       None if body is None else body.mxu_flops,
-                      None if body is None else body.transcendentals, step_profile)
+                      None if body is None else body.transcendentals, step_profile,
+                      body is None or not any("larger side" in x for x in body.notes))
 
 
 def key_body(instr: Instruction) -> str:
@@ -536,7 +538,12 @@ def pallas_flops(instr: Instruction, module: Module):
         if comp is not None and instr.name in comp.by_name:
             cost = instruction_cost(instr, comp, module)
             if cost.body_flops is not None:
-                return FlopCount(flops=cost.body_flops, transcendentals=cost.body_transcendentals or 0)
+                unm = () if cost.body_exact else (
+                    f"custom-call '{instr.name}' (tpu_custom_call): no cost_estimate; the kernel body's "
+                    f"{cost.body_flops} flops count the larger side of branches on values not known "
+                    "here (give them with set_prefetch_values): an upper bound",)
+                return FlopCount(flops=cost.body_flops, transcendentals=cost.body_transcendentals or 0,
+                                 unmodeled=unm)
         return FlopCount(flops=0, transcendentals=0,
                          unmodeled=(f"custom-call '{instr.name}' (tpu_custom_call): no cost_estimate "
                                     "in backend_config and its body could not be walked: the Pallas "
