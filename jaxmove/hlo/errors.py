@@ -20,3 +20,16 @@ class HloParseError(JaxmoveInputError):
         self.column = column
         self.expected = expected
         super().__init__(f"{filename}:{line}:{column}: {expected}")
+
+
+class HloFileError(JaxmoveInputError):
+    """An HLO input that cannot be read as a text file: not a regular file (a directory, a
+    device such as /dev/zero, a FIFO), or larger than the size jaxmove reads.
+
+    Attributes:
+      filename: the path given.
+    """
+
+    def __init__(self, filename: str, problem: str):
+        self.filename = filename
+        super().__init__(f"{filename}: {problem}")

@@ -12,6 +12,7 @@ from dataclasses import dataclass, field
 from functools import cached_property
 
 from .fastpath import parse_attr_text
+from .ints import ascii_int
 from .shape import Shape
 
 # Attributes whose value names one or more computations.
@@ -142,7 +143,7 @@ class Instruction:
         if v is None:
             return None
         v = v.strip().strip("{}").strip()
-        return tuple(int(x) for x in v.split(",") if x.strip()) if v else ()
+        return tuple(ascii_int(x) for x in v.split(",") if x.strip()) if v else ()
 
     @property
     def metadata(self) -> Metadata | None:

@@ -21,24 +21,33 @@ Every error is an :class:`HloParseError` with file, line, column and what was ex
 from __future__ import annotations
 
 import bisect
+import os
 import re
+import stat
 import sys
 from math import prod
 from pathlib import Path
 
 from .._perf import gc_paused
-from .errors import HloParseError
+from .errors import HloFileError, HloParseError
 from .fastpath import _F_NAME, _F_SHAPE, _FAST_ATTR, _FAST_LINE
+from .ints import ascii_int, is_uint
 from .ir import Computation, Instruction, Module
 from .opcodes import names
-from .replica_groups import ReplicaGroupsError, parse_replica_groups
+from .replica_groups import MAX_DEVICES, ReplicaGroupsError, parse_replica_groups
 from .validate import validate_module
 from .shape import PRIMITIVE_BIT_WIDTHS, Layout, Shape
 
-_WS = re.compile(r"(?:\s+|//[^\n]*|/\*.*?\*/)*", re.S)
+# Possessive quantifiers (Python >= 3.11) throughout: a repeated group keeps no backtracking
+# state per repetition, so memory stays bounded by the input's size (a backtracking
+# ``(?:...)*`` over 2M comment lines took 670 MB; over a 10M-character string 1.1 GB).
+_WS = re.compile(r"(?:\s++|//[^\n]*+|/\*.*?\*/)*+", re.S)
 # Deepest tuple-in-tuple shape accepted: shapes are walked recursively (Shape.leaves,
 # byte sizes, roles); XLA programs nest tuples a few levels at most.
 MAX_TUPLE_DEPTH = 256
+# Deepest nest of unnamed instructions written as operands (``negate(f32[4] exp(%a))``),
+# read recursively, a few Python frames a level; XLA never prints them nested.
+MAX_NESTED_OPERAND_DEPTH = 64
 _NAME = re.compile(r"%?([A-Za-z_][A-Za-z0-9_.\-$]*|[0-9][A-Za-z0-9_.\-$]*)")
 _OPCODE = re.compile(r"[a-z][a-z0-9\-]*")
 _ATTR_KEY = re.compile(r"[A-Za-z_][A-Za-z0-9_\-.]*")
@@ -46,9 +55,10 @@ _ARRAY_SHAPE = re.compile(r"([a-z][a-z0-9]*)\[([^\]\[\n]*)\](\{[^{}\n]*\})?")
 _TYPE_AT = re.compile(r"([a-z][a-z0-9]*)\[")
 _BRACKETS = re.compile(r'[(){}\[\]"]')
 _STOP0 = re.compile(r'[(){}\[\]"\s,]')
-_STRING = re.compile(r'"(?:[^"\\]|\\.)*"')
+_STRING = re.compile(r'"(?:[^"\\]++|\\.)*+"')
 _TILE = re.compile(r"\(([^()]*)\)")
-_INT = re.compile(r"-?\d+")
+_INT = re.compile(r"-?[0-9]+")
+_UINT = re.compile(r"[0-9]+")
 _MAX_DIM = 1 << 62
 _MAX_BITS = 1 << 66  # 2^63 bytes
 _WORD = re.compile(r"[A-Za-z]+")
@@ -75,11 +85,16 @@ _SIGNATURE = re.compile(_S_PARENS)
 _HEADER = re.compile(rf"(ENTRY[ \t]++)?+({_F_NAME})[ \t]*+{_S_PARENS}[ \t]*+->[ \t]*+({_F_SHAPE})"
                      rf"[ \t]++\{{")  # a blank before '{': 'f32[]{' is a broken layout
 
-# Device groups are expanded into explicit lists; a count above this (no real system has
-# 16M devices) is refused rather than allocated.
-MAX_DEVICES = 1 << 24
+# Device groups are expanded into explicit lists; a count above MAX_DEVICES
+# (replica_groups.py: 2^20, more than any real system has) is refused rather than allocated.
+_COUNT_KEYS = ("replica_count", "num_partitions")
+# Keys whose value is one computation (XLA's attribute type kHloComputation): a '{' there
+# starts a computation written in place (hlo_parser.cc, ParseHloComputation's nested case).
+_INLINE_KEYS = frozenset({"calls", "to_apply", "condition", "body", "true_computation",
+                          "false_computation", "select", "scatter"})
+_INLINE_AT = re.compile(r",[ \t]*+(?:%s)[ \t]*+=[ \t]*+\{" % "|".join(sorted(_INLINE_KEYS)))  # the module header's device counts
 _IOTA_DIMS = re.compile(r"<=\[([0-9,\s]*)\]")
-_MESH_SIZES = re.compile(r"=\s*(\d+)")
+_MESH_SIZES = re.compile(r"=\s*([0-9]+)")
 
 
 def _device_count_bound(value: str) -> int:
@@ -88,7 +103,7 @@ def _device_count_bound(value: str) -> int:
     m = _IOTA_DIMS.search(value)
     if m:
         try:
-            return prod(int(x) for x in m.group(1).split(",") if x.strip())
+            return prod(ascii_int(x) for x in m.group(1).split(",") if x.strip())
         except ValueError:
             return 0
     if value.lstrip().startswith("mesh["):
@@ -107,7 +122,13 @@ class _Parser:
         self._lc = (0, 1, 0)  # (position, its line, start of that line) of the last linecol
         self._shape_cache: dict[str, Shape] = {}
         self._anon = 0
+        self._nest = 0  # depth of nested unnamed operand instructions being read
+        self._instr_pos = self._comp_pos = 0
+        self.inline: list[Computation] = []  # computations written in place, not yet added
+        self._taken: set[str] = set()  # computation names used so far
         self._checked_groups: set[str] = set()
+        self.pos_in_header = False  # attrs() is reading the HloModule header
+        self.header_counts: dict[str, int] = {}
         # XLA:GPU's memory-space colours are HBM allocations, not TPU on-chip memories;
         # whether the text is XLA:GPU's is looked up at the first S(1) / S(2) (None: not yet)
         self._gpu: bool | None = None
@@ -229,8 +250,11 @@ class _Parser:
             raise self.error(f"expected a value for {what}, found {self.found()}")
         return text[start:self.pos]
 
-    def attrs(self, what: str, into: dict[str, str]) -> None:
-        """``(',' key '=' value)*``."""
+    def attrs(self, what: str, into: dict[str, str], owner: str | None = None) -> None:
+        """``(',' key '=' value)*``. For an instruction (``owner``, its name), a computation
+        written in place as the value of a key that names one computation (``calls={ ... }``,
+        ``to_apply={ ... }``: XLA's parser reads a '{' there as a nested instruction list)
+        is parsed as a computation of its own, named ``OWNER.KEY``, and the value is that name."""
         while True:
             save = self.pos
             self.ws()
@@ -247,10 +271,38 @@ class _Parser:
             self.expect("=", f"after attribute '{key}' of {what}")
             self.ws()
             vpos = self.pos
+            if owner is not None and key in _INLINE_KEYS and self.peek("{"):
+                into[key] = self.inline_computation(f"{owner}.{key}", what)
+                continue
             into[key] = self.value(f"attribute '{key}' of {what}")
             if into[key].startswith("mesh["):
                 into[key] = self._mesh_axes_tail(into[key], f"attribute '{key}' of {what}")
             self.check_attr(key, into[key], vpos)
+
+    def inline_computation(self, name: str, what: str) -> str:
+        """A computation written in place (``{`` at ``pos``): parsed, queued for the module
+        (``self.inline``, added before the computation that holds it) under ``name`` (made
+        unique with ``.1``, ``.2`` ...); returns the name given."""
+        if self._nest >= MAX_NESTED_OPERAND_DEPTH:
+            raise self.error(f"computations written in place nested deeper than "
+                             f"{MAX_NESTED_OPERAND_DEPTH} levels are not supported (in {what})")
+        base, k = name, 0
+        while name in self._taken:
+            k += 1
+            name = f"{base}.{k}"
+        self._taken.add(name)
+        line, _ = self.linecol(self.pos)
+        saved = self._comp_pos, self._instr_pos
+        self._comp_pos = self.pos
+        self.pos += 1  # '{'
+        self._nest += 1
+        try:
+            comp = self._body(name, line, False)
+        finally:
+            self._nest -= 1
+            self._comp_pos, self._instr_pos = saved
+        self.inline.append(comp)
+        return name
 
     def _mesh_axes_tail(self, head: str, what: str) -> str:
         """The rest of a mesh-axes replica group list, ``mesh[a=2,b=4][, device_ids=(...)] {a}``
@@ -332,7 +384,7 @@ class _Parser:
                     dims.append(0)
                     dyn.append(True)
                     continue
-                if not p.isdigit():
+                if not is_uint(p):
                     raise self.error(f"expected a dimension size (integer or <=integer) in "
                                      f"{key}, found {part.strip()!r}", m.start(2))
                 dims.append(int(p))
@@ -344,6 +396,10 @@ class _Parser:
         if m.group(3):
             layout = self.layout(m.group(3)[1:-1], m.start(3))
         shape = Shape(etype, tuple(dims), tuple(dyn), layout)
+        if layout is not None and max(shape.byte_size, shape.logical_byte_size) >= _MAX_BITS // 8:
+            raise self.error(f"shape {key} is too large: its layout's tiles or element size make "
+                             f"it {max(shape.byte_size, shape.logical_byte_size)} bytes, and XLA sizes "
+                             f"arrays in int64 (below 2^63)", m.start(3))
         self._shape_cache[key] = shape
         self.pos = m.end()
         return shape
@@ -355,13 +411,15 @@ class _Parser:
     def layout(self, text: str, pos: int) -> Layout:
         try:
             return self._layout(text, pos)
+        except HloParseError:
+            raise
         except ValueError:
             raise self.error(f"expected integers in layout {{{text}}}", pos) from None
 
     def _layout(self, text: str, pos: int) -> Layout:
         head, _, tail = text.partition(":")
         try:
-            m2m = tuple(int(x) for x in head.split(",") if x.strip())
+            m2m = tuple(ascii_int(x) for x in head.split(",") if x.strip())
         except ValueError:
             raise self.error(f"expected integers in layout {{{text}}}", pos) from None
         tiles: list[tuple[int, ...]] = []
@@ -377,23 +435,31 @@ class _Parser:
                     m = _TILE.match(tail, i)
                     if m is None:
                         raise self.error(f"expected ')' closing tile in layout {{{text}}}", pos)
-                    tiles.append(tuple(-1 if x.strip() == "*" else int(x) for x in m.group(1).split(",")
-                                       if x.strip()))
+                    tile = tuple(-1 if x.strip() == "*" else ascii_int(x)
+                                 for x in m.group(1).split(",") if x.strip())
+                    if any(t < 1 and t != -1 for t in tile) or -1 in tile and "-" in m.group(1):
+                        raise self.error(f"tile ({m.group(1)}) in layout {{{text}}}: expected "
+                                         "positive tile dimensions (or '*')", pos)
+                    tiles.append(tile)
                     i = m.end()
             elif c in "ESLDP#M" and i + 1 < len(tail) and tail[i + 1] == "(":
                 m = _TILE.match(tail, i + 1)
                 if m is None:
                     raise self.error(f"expected ')' in layout {{{text}}}", pos)
+                if c in "ES" and ascii_int(m.group(1)) < 0:
+                    raise self.error(f"{c}({m.group(1)}) in layout {{{text}}}: expected a "
+                                     f"non-negative {'element size' if c == 'E' else 'memory space'}",
+                                     pos)
                 if c == "E":
-                    esize = int(m.group(1))
+                    esize = ascii_int(m.group(1))
                 elif c == "S":
-                    mspace = int(m.group(1))
+                    mspace = ascii_int(m.group(1))
                     if mspace in XLA_GPU_HBM_COLORS and self._gpu is not False and (
                             self._gpu or self._is_gpu()):
                         self.gpu_colors.add(mspace)
                         mspace = 0
                 elif c == "L":  # tail padding alignment in elements (shape.py sizes)
-                    align = max(1, int(m.group(1)))
+                    align = max(1, ascii_int(m.group(1)))
                 i = m.end()
             else:
                 i += 1  # D(...) dim level types, '*' etc.: kept in text only
@@ -407,7 +473,9 @@ class _Parser:
         if self.peek("HloModule"):
             self.pos += len("HloModule")
             name = self.name("module name after 'HloModule'")
+            self.pos_in_header = True
             self.attrs("HloModule header", header)
+            self.pos_in_header = False
         tables: dict[str, dict] = {k: {} for k in _PREAMBLE}
         computations: dict[str, Computation] = {}
         entry: Computation | None = None
@@ -420,6 +488,12 @@ class _Parser:
                 self.preamble(word.group(0), tables[word.group(0)])
                 continue
             comp = self.computation()
+            for c in self.inline:  # computations written in place, before their user
+                if c.name in computations:
+                    raise self.error(f"duplicate computation name '{c.name}' (first defined at "
+                                     f"line {computations[c.name].line})", self._comp_pos)
+                computations[c.name] = c
+            self.inline.clear()
             if comp.name in computations:
                 raise self.error(f"duplicate computation name '{comp.name}' (first defined at line "
                                  f"{computations[comp.name].line})", self._comp_pos)
@@ -481,13 +555,13 @@ class _Parser:
     def _preamble_here(self, word: str) -> bool:
         after = self.pos + len(word)
         rest = _WS.match(self.text, after).end()
-        return rest >= self.n or self.text[rest].isdigit() or self.text[after] == "\n"
+        return rest >= self.n or "0" <= self.text[rest] <= "9" or self.text[after] == "\n"
 
     def preamble(self, word: str, table: dict) -> None:
         self.pos += len(word)
         while True:
             self.ws()
-            m = re.compile(r"\d+").match(self.text, self.pos)
+            m = _UINT.match(self.text, self.pos)
             if not m:
                 return
             key = int(m.group(0))
@@ -510,7 +584,7 @@ class _Parser:
                 for kv in body[1:-1].split():
                     k, _, v = kv.partition("=")
                     try:
-                        vals[k] = int(v)
+                        vals[k] = ascii_int(v)
                     except ValueError:
                         raise self.error(f"expected integer value for '{k}' in {word} entry {key}") from None
                 table[key] = vals
@@ -548,6 +622,10 @@ class _Parser:
             line, _ = self.linecol(self._comp_pos)
         else:
             is_entry, name, line = self._header()
+        return self._body(name, line, is_entry)
+
+    def _body(self, name: str, line: int, is_entry: bool) -> Computation:
+        """The instructions of computation ``name`` after its '{', through its '}'."""
         instrs: list[Instruction] = []
         by_name: dict[str, Instruction] = {}
         root: Instruction | None = None
@@ -570,6 +648,7 @@ class _Parser:
                 root = instr
         if not instrs:
             raise self.error(f"computation '{name}' has no instructions", self._comp_pos)
+        self._taken.add(name)
         if root is None:
             root = instrs[-1]
             root.is_root = True
@@ -639,7 +718,7 @@ class _Parser:
                 operands: tuple[str, ...] = ()
                 literal = (optext if literal is None else literal).strip()
                 if opcode == "parameter":
-                    if not literal.isdigit():
+                    if not is_uint(literal):
                         break
                     param_no = int(literal)
                     literal = None
@@ -651,15 +730,19 @@ class _Parser:
                 operands = tuple(optext.split(",")) if optext else ()
             attrs = None  # split from atext on first use (Instruction.attrs)
             if atext:
-                if "mesh[" in atext:
-                    break
-                if "replica_groups" in atext:
+                if "mesh[" in atext or ("={" in atext and _INLINE_AT.search(atext)):
+                    break  # read by the general code (mesh axes; computations in place)
+                if "replica_groups" in atext or "source_target_pairs" in atext:
+                    # the checks the general parser's attrs() makes (check_attr), on the
+                    # value each key keeps, so both paths accept the same lines
                     attrs = dict(_FAST_ATTR.findall(atext))
-                    groups = attrs.get("replica_groups")
-                    if groups is not None and groups not in self._checked_groups:
+                    for key in ("replica_groups", "source_target_pairs"):
+                        groups = attrs.get(key)
+                        if groups is None or groups in self._checked_groups:
+                            continue
                         for am in _FAST_ATTR.finditer(atext):
-                            if am.group(1) == "replica_groups" and am.group(2) == groups:
-                                self.check_attr("replica_groups", groups, m.start(7) + am.start(2))
+                            if am.group(1) == key and am.group(2) == groups:
+                                self.check_attr(key, groups, m.start(7) + am.start(2))
             else:
                 atext = None
             instr = Instruction(name, intern(opcode), shape, operands, attrs, literal,
@@ -718,14 +801,14 @@ class _Parser:
             body = self.balanced(f"operands of '{name}'")
             literal = body[1:-1].strip()
             if opcode == "parameter":
-                if not literal.isdigit():
+                if not is_uint(literal):
                     raise self.error(f"expected a parameter number in parameter(...) of '{name}'", opos)
                 param_no = int(literal)
                 literal = None
         else:
             self.operands(name, comp, instrs, by_name, operands)
         attrs: dict[str, str] = {}
-        self.attrs(f"instruction '{name}'", attrs)
+        self.attrs(f"instruction '{name}'", attrs, owner=name)
         line, col = self.linecol(npos)
         if shape is None:
             shape = self.infer_shape(name, opcode, operands, attrs, by_name, opos)
@@ -753,8 +836,16 @@ class _Parser:
                 # A nested unnamed instruction, e.g. convert(f16[4] multiply(%a, %b)).
                 self._anon += 1
                 self.pos = ostart
-                sub = self.instruction_body(f"{m.group(0)}.anon{self._anon}", comp, instrs,
-                                            by_name, ostart)
+                if self._nest >= MAX_NESTED_OPERAND_DEPTH:
+                    raise self.error(f"unnamed instructions nested as operands deeper than "
+                                     f"{MAX_NESTED_OPERAND_DEPTH} levels are not supported (in "
+                                     f"operands of '{name}'); name them on lines of their own")
+                self._nest += 1
+                try:
+                    sub = self.instruction_body(f"{m.group(0)}.anon{self._anon}", comp, instrs,
+                                                by_name, ostart)
+                finally:
+                    self._nest -= 1
                 self._add(sub, instrs, by_name, ostart)
                 out.append(sub.name)
             else:
@@ -776,11 +867,16 @@ class _Parser:
                                  "defined before it, so its shape cannot be inferred", pos)
             return by_name[operands[i]].shape
         if opcode == "tuple":
-            return Shape("tuple", tuple_shapes=tuple(op(i) for i in range(len(operands))))
+            shape = Shape("tuple", tuple_shapes=tuple(op(i) for i in range(len(operands))))
+            if shape.tuple_depth > MAX_TUPLE_DEPTH:
+                raise self.error(f"tuple '{name}' has no shape and its operands' shapes make "
+                                 f"one nested {shape.tuple_depth} levels deep; tuple shapes "
+                                 f"nested deeper than {MAX_TUPLE_DEPTH} are not supported", pos)
+            return shape
         if opcode == "get-tuple-element":
             t = op(0)
             try:
-                return t.subshape((int(attrs.get("index", "x")),))
+                return t.subshape((ascii_int(attrs.get("index", "x")),))
             except (ValueError, IndexError):
                 raise self.error(f"get-tuple-element '{name}': index={attrs.get('index')} is not an "
                                  f"element of {t}", pos) from None
@@ -794,7 +890,24 @@ class _Parser:
 
     def check_attr(self, key: str, value: str, pos: int) -> None:
         """Attribute values checked at parse time: ``replica_groups`` must expand (an iota
-        list's sizes must multiply out). Raises HloParseError at the value's position."""
+        list's sizes must multiply out, and span at most ``MAX_DEVICES``); the module
+        header's ``replica_count`` / ``num_partitions`` must be integers in [1, MAX_DEVICES].
+        Raises HloParseError at the value's position."""
+        if key in _COUNT_KEYS and self.pos_in_header:
+            try:
+                n = ascii_int(value)
+            except ValueError:
+                raise self.error(f"{key}={value}: expected an integer", pos) from None
+            if not 1 <= n <= MAX_DEVICES:
+                raise self.error(f"{key}={value}: expected a device count in [1, {MAX_DEVICES}] "
+                                 f"(jaxmove expands device groups into lists; no system has more "
+                                 f"than {MAX_DEVICES} devices)", pos)
+            self.header_counts[key] = n
+            if prod(self.header_counts.values()) > MAX_DEVICES:
+                raise self.error(f"replica_count x num_partitions = "
+                                 f"{prod(self.header_counts.values())} devices, more than the "
+                                 f"{MAX_DEVICES} jaxmove expands", pos)
+            return
         if key in ("replica_groups", "source_target_pairs") and value not in self._checked_groups:
             n = _device_count_bound(value)
             if n > MAX_DEVICES:
@@ -848,16 +961,52 @@ def parse_module(text: str, filename: str = "<string>") -> Module:
     return _Parser(text, filename).module()
 
 
+#: Largest HLO file read (bytes): 2 GiB, ~18M instructions of XLA's one-line form (a
+#: 100k-instruction module is 11.4 MB), which take ~15 GB of memory to parse
+#: (benchmarks/parse_speed.md: 849 MB at 1M). The environment variable
+#: ``JAXMOVE_MAX_HLO_BYTES`` raises (or lowers) it.
+MAX_HLO_FILE_BYTES = 2 << 30
+
+
+def max_hlo_file_bytes() -> int:
+    """``MAX_HLO_FILE_BYTES``, or ``JAXMOVE_MAX_HLO_BYTES`` when set to an integer."""
+    v = os.environ.get("JAXMOVE_MAX_HLO_BYTES", "").strip()
+    return int(v) if v.isascii() and v.isdigit() else MAX_HLO_FILE_BYTES
+
+
 def read_hlo_text(path: str | Path) -> str:
     """The text of an HLO file, decoded as UTF-8 (a leading byte-order mark is dropped).
 
     Raises:
       FileNotFoundError: the file does not exist.
+      HloFileError: the path is not a regular file (a directory, /dev/zero, a FIFO: read
+        until memory ran out before), or it is larger than ``max_hlo_file_bytes()``.
       HloParseError: the bytes are not UTF-8 (names the file, line and column of the first
         bad byte).
     """
     p = Path(path)
-    data = p.read_bytes()
+    limit = max_hlo_file_bytes()
+    # O_NONBLOCK: opening a FIFO with no writer would block; regular files ignore it
+    try:
+        fd = os.open(p, os.O_RDONLY | getattr(os, "O_NONBLOCK", 0))
+    except IsADirectoryError:
+        raise HloFileError(str(p), "is a directory, not an HLO text file") from None
+    with os.fdopen(fd, "rb") as f:
+        st = os.fstat(f.fileno())
+        if not stat.S_ISREG(st.st_mode):
+            kind = ("a directory" if stat.S_ISDIR(st.st_mode) else "a FIFO" if
+                    stat.S_ISFIFO(st.st_mode) else "a device" if stat.S_ISCHR(st.st_mode)
+                    or stat.S_ISBLK(st.st_mode) else "a socket" if stat.S_ISSOCK(st.st_mode)
+                    else "not a regular file")
+            raise HloFileError(str(p), f"is {kind}, not a regular file: jaxmove reads HLO text "
+                               "from regular files only")
+        if st.st_size > limit:
+            raise HloFileError(str(p), f"is {st.st_size} bytes, more than the {limit} jaxmove "
+                               "reads (set JAXMOVE_MAX_HLO_BYTES to raise the limit)")
+        data = f.read(limit + 1)
+    if len(data) > limit:  # the file grew while being read
+        raise HloFileError(str(p), f"is more than the {limit} bytes jaxmove reads (set "
+                           "JAXMOVE_MAX_HLO_BYTES to raise the limit)")
     try:
         text = data.decode("utf-8")
     except UnicodeDecodeError as e:

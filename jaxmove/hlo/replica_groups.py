@@ -19,7 +19,15 @@ import re
 
 import numpy as np
 
-_IOTA = re.compile(r"^\[(\d+(?:,\d+)*)\]<=\[(\d+(?:,\d+)*)\](?:T\((\d+(?:,\d+)*)\))?$")
+from .ints import ascii_int
+
+#: The most devices a group list may name: device ids lie in [0, MAX_DEVICES). No system
+#: has near 2^20 = 1,048,576 accelerators (the largest TPU pods and GPU clusters hold
+#: tens to a few hundred thousand), and every group list is expanded into Python lists
+#: (~60 bytes per id), so a larger count is refused rather than allocated.
+MAX_DEVICES = 1 << 20
+
+_IOTA = re.compile(r"^\[([0-9]++(?:,[0-9]++)*+)\]<=\[([0-9]++(?:,[0-9]++)*+)\](?:T\(([0-9]++(?:,[0-9]++)*+)\))?$")
 
 
 class ReplicaGroupsError(ValueError):
@@ -27,7 +35,7 @@ class ReplicaGroupsError(ValueError):
 
 
 def _ints(s: str) -> list[int]:
-    return [int(x) for x in s.split(",")]
+    return [ascii_int(x) for x in s.split(",")]
 
 
 # text -> its groups, for texts already expanded: a program repeats the same few values on
@@ -71,7 +79,7 @@ def _parse_replica_groups(text: str) -> list[list[int]]:
         perm = _ints(m.group(3)) if m.group(3) else list(range(len(dims)))
         if len(shape) != 2:
             raise ReplicaGroupsError(f"iota replica groups {text}: expected [groups,size], got {shape}")
-        n = int(np.prod(dims))
+        n = _device_count(dims, text)
         if shape[0] * shape[1] != n:
             raise ReplicaGroupsError(
                 f"iota replica groups {text}: {shape[0]}x{shape[1]} = {shape[0] * shape[1]} devices "
@@ -90,31 +98,54 @@ def _parse_replica_groups(text: str) -> list[list[int]]:
     if re.sub(r"\{[^{}]*\}", "", inner).strip(",") != "":
         raise ReplicaGroupsError(f"replica groups {text}: expected a list of {{...}} groups")
     try:
-        return [_ints(g) if g else [] for g in groups]
+        out = [_ints(g) if g else [] for g in groups]
     except ValueError:
         raise ReplicaGroupsError(f"replica groups {text}: expected integers") from None
+    _check_ids(text, (d for g in out for d in g))
+    return out
+
+
+def _check_ids(text: str, ids) -> None:
+    """Device ids must lie in [0, MAX_DEVICES) (XLA's ids are non-negative int64)."""
+    for d in ids:
+        if not 0 <= d < MAX_DEVICES:
+            raise ReplicaGroupsError(f"replica groups {text}: device id {d} is not in "
+                                     f"[0, {MAX_DEVICES}) (ids are non-negative; jaxmove "
+                                     f"expands groups of at most {MAX_DEVICES} devices)")
 
 
 _MESH = re.compile(r"^mesh\[(?P<axes>[^\]]*)\](?:,device_ids=\((?P<ids>.*)\))?\{(?P<refs>[^{}]*)\}$")
-_MESH_AXIS = re.compile(r"^'?([^'=]+)'?=(\d+)$")
-_AXIS_REF = re.compile(r"^'?([^':]+)'?(?::\((\d+)\)(\d+))?$")
-_IOTA_IDS = re.compile(r"^\[(\d+(?:,\d+)*)\](?:T\((\d+(?:,\d+)*)\))?$")
+_MESH_AXIS = re.compile(r"^'?([^'=]+)'?=([0-9]+)$")
+_AXIS_REF = re.compile(r"^'?([^':]+)'?(?::\(([0-9]+)\)([0-9]+))?$")
+_IOTA_IDS = re.compile(r"^\[([0-9]++(?:,[0-9]++)*+)\](?:T\(([0-9]++(?:,[0-9]++)*+)\))?$")
+
+
+def _device_count(dims: list[int], text: str) -> int:
+    """prod(dims), refused (ReplicaGroupsError) above MAX_DEVICES before anything is allocated."""
+    n = 1
+    for d in dims:
+        n *= d
+    if n > MAX_DEVICES:
+        raise ReplicaGroupsError(f"replica groups {text} span {n} devices, more than the "
+                                 f"{MAX_DEVICES} jaxmove expands")
+    return n
 
 
 def _mesh_device_array(ids: str | None, sizes: list[int], text: str) -> np.ndarray:
-    n = int(np.prod(sizes))
+    n = _device_count(sizes, text)
     if ids is None:
         return np.arange(n).reshape(sizes)
     m = _IOTA_IDS.match(ids)
     if m:
         dims = _ints(m.group(1))
         perm = _ints(m.group(2)) if m.group(2) else list(range(len(dims)))
-        if int(np.prod(dims)) != n or sorted(perm) != list(range(len(dims))):
+        if _device_count(dims, text) != n or sorted(perm) != list(range(len(dims))):
             raise ReplicaGroupsError(f"replica groups {text}: device_ids [{m.group(1)}] do not "
                                      f"fill a mesh of {n} devices (or T is not a permutation)")
         return np.arange(n).reshape(dims).transpose(perm).reshape(sizes)
     try:
         flat = _ints(ids.strip("{}[]"))
+        _check_ids(text, flat)
     except ValueError:
         raise ReplicaGroupsError(f"replica groups {text}: device_ids=({ids}) is neither "
                                  f"[dims]T(perm) nor a list of integers") from None
@@ -150,6 +181,9 @@ def parse_mesh_axes_groups(text: str) -> list[list[int]]:
         dim = names.index(rm.group(1))
         full = sizes[dim]
         pre, size = (int(rm.group(2)), int(rm.group(3))) if rm.group(2) else (1, full)
+        if pre < 1 or size < 1:
+            raise ReplicaGroupsError(f"replica groups {text}: sub-axis {part}: the sizes in "
+                                     f"'name':(pre)size must be at least 1")
         if full % (pre * size):
             raise ReplicaGroupsError(f"replica groups {text}: sub-axis {part} does not divide "
                                      f"axis {rm.group(1)} of size {full}")

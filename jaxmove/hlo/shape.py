@@ -147,6 +147,7 @@ class Shape:
     num_leaves: int = field(init=False, repr=False, compare=False)
     leaf_offsets: tuple[int, ...] = field(init=False, repr=False, compare=False)
     memory_space: int = field(init=False, repr=False, compare=False)
+    tuple_depth: int = field(init=False, repr=False, compare=False)
 
     def __post_init__(self) -> None:
         """Sets ``is_tuple``, ``is_array``, ``num_elements`` (elements of an array shape, 1
@@ -155,7 +156,8 @@ class Shape:
         size: tile-padded for a tiled layout, as the module docstring says; the sum over leaves
         for tuples), ``num_leaves`` (1 for a non-tuple), ``leaf_offsets`` (per tuple element,
         the flat number of its first leaf) and ``memory_space`` (the layout's, 0 without a
-        layout). Raises KeyError for an unknown element type."""
+        layout), ``tuple_depth`` (0 for a non-tuple, else 1 + its deepest element's). Raises
+        KeyError for an unknown element type."""
         is_tuple = self.element_type == "tuple"
         n = prod(self.dims)
         layout = self.layout
@@ -183,6 +185,8 @@ class Shape:
         object.__setattr__(self, "leaf_offsets", tuple(offsets))
         object.__setattr__(self, "memory_space",
                            self.layout.memory_space if self.layout is not None else 0)
+        object.__setattr__(self, "tuple_depth", 1 + max(
+            (e.tuple_depth for e in self.tuple_shapes), default=0) if is_tuple else 0)
 
     @property
     def bit_width(self) -> int:

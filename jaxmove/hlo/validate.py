@@ -43,6 +43,7 @@ Checks, with their XLA source:
 from __future__ import annotations
 
 from .errors import HloParseError
+from .ints import ascii_int, is_uint
 from .ir import CALLED_COMPUTATION_ATTRS, Computation, Instruction, Module
 from .opcodes import OPCODES, arity_check, names
 from .shape import Shape
@@ -133,13 +134,13 @@ def _dims_attr(filename: str, instr: Instruction, key: str) -> tuple[int, ...]:
     v = instr.attrs.get(key)
     if v is None:
         return ()
-    if len(v) > 2 and v[0] == "{" and v[-1] == "}" and v[1:-1].isdecimal():
+    if len(v) > 2 and v[0] == "{" and v[-1] == "}" and is_uint(v[1:-1]):
         return (int(v[1:-1]),)  # the usual '{1}', without the general split below
     t = v.strip()
     if not (t.startswith("{") and t.endswith("}")):
         raise _err(filename, instr, f"{key}={v} of '{instr.name}': expected {{d0,d1,...}}")
     try:
-        return tuple(int(x) for x in t[1:-1].split(",") if x.strip())
+        return tuple(ascii_int(x) for x in t[1:-1].split(",") if x.strip())
     except ValueError:
         raise _err(filename, instr, f"{key}={v} of '{instr.name}': expected integers") from None
 
@@ -205,7 +206,7 @@ def _check_instruction(filename: str, mod: Module, comp: Computation, instr: Ins
     elif op == "get-tuple-element" and n == 1:
         src = by_name[instr.operands[0]].shape
         idx = instr.attrs.get("index", "").strip()
-        if not idx.isdigit():
+        if not is_uint(idx):
             raise _err(filename, instr, f"get-tuple-element '{instr.name}' needs index=<integer>, "
                        f"got {instr.attrs.get('index')!r}")
         k = int(idx)
@@ -277,7 +278,7 @@ def _check_slice(filename: str, comp: Computation, instr: Instruction, src: Shap
         if not part:
             continue
         try:
-            nums = [int(x) for x in part.strip("[]").split(":")]
+            nums = [ascii_int(x) for x in part.strip("[]").split(":")]
         except ValueError:
             nums = []
         if not (part.startswith("[") and part.endswith("]") and len(nums) in (2, 3)):
@@ -402,7 +403,7 @@ def _check_trip_count(filename: str, instr: Instruction) -> None:
         return
     n = ktc["n"]
     text = str(n).strip()
-    if isinstance(n, bool) or not text.isdigit() or int(text) > MAX_TRIP_COUNT:
+    if isinstance(n, bool) or not is_uint(text) or int(text) > MAX_TRIP_COUNT:
         raise _err(filename, instr, f"while '{instr.name}': known_trip_count n={n!r} is not an "
                    "integer in [0, 2^63)")
 

@@ -1,0 +1,258 @@
+"""Adversarial inputs (issue 29): each ends in a clean, positioned error or in numbers that are
+right, never in an internal error, a blown-up memory or a silently wrong size.
+
+Expected values are XLA's rules written out by hand: its lexer reads integers as
+``[-]?[0-9]+`` (xla/hlo/parser/hlo_lexer.cc), array sizes are int64, tile dimensions are
+positive (``Tile`` in xla/layout.h), device ids are non-negative.
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+
+import pytest
+
+from jaxmove.hlo import HloParseError, parse_module
+from jaxmove.hlo.errors import HloFileError
+from jaxmove.hlo.parser import MAX_NESTED_OPERAND_DEPTH, MAX_TUPLE_DEPTH, read_hlo_text
+from jaxmove.hlo.replica_groups import MAX_DEVICES, ReplicaGroupsError, parse_replica_groups
+
+
+def _entry(body: str, header: str = "") -> str:
+    return f"HloModule m{header}\n\nENTRY e {{\n{body}\n}}\n"
+
+
+def _error(text: str) -> HloParseError:
+    with pytest.raises(HloParseError) as e:
+        parse_module(text, "adv.hlo")
+    assert e.value.filename == "adv.hlo" and e.value.line >= 1 and e.value.column >= 1
+    return e.value
+
+
+# ---- digits: ASCII only, as XLA's lexer -------------------------------------------------
+
+@pytest.mark.parametrize("body, what", [
+    ("  ROOT p = f32[\u00b2] parameter(0)", "dimension size"),          # superscript two
+    ("  ROOT p = f32[\u0663] parameter(0)", "dimension size"),          # Arabic-Indic three
+    ("  ROOT p = f32[2] parameter(\u00b9)", "parameter number"),
+    ("  ROOT p = f32[2] parameter(\u0661)", "parameter number"),
+    ("  p = (f32[2]) parameter(0)\n  ROOT g = f32[2] get-tuple-element(p), index=\u00b9",
+     "index=<integer>"),
+    ("  p = (f32[2]) parameter(0)\n  ROOT g = get-tuple-element(p), index=\u00b9", "not an element"),
+    ("  ROOT p = f32[4,4]{1,0:T(\u00b2,128)} parameter(0)", "integers in layout"),
+    ("  ROOT p = f32[4,4]{\u0661,0} parameter(0)", "integers in layout"),
+])
+def test_non_ascii_digits_are_parse_errors(body, what):
+    # int('²') raises ValueError (was an internal error, exit 1); int('٣') == 3 (was accepted)
+    assert what in _error(_entry(body)).expected
+
+
+def test_non_ascii_trip_count_is_a_parse_error():
+    text = """HloModule m
+cond {
+  t = (s32[]) parameter(0)
+  ROOT c = pred[] constant(true)
+}
+body {
+  t = (s32[]) parameter(0)
+  g = s32[] get-tuple-element(t), index=0
+  ROOT r = (s32[]) tuple(g)
+}
+ENTRY e {
+  z = s32[] constant(0)
+  i = (s32[]) tuple(z)
+  ROOT w = (s32[]) while(i), condition=cond, body=body, backend_config={"known_trip_count":{"n":"\u00b2"}}
+}
+"""
+    e = _error(text)
+    assert "known_trip_count" in e.expected and e.line == 14
+
+
+# ---- layouts: tiles, element sizes -------------------------------------------------------
+
+@pytest.mark.parametrize("layout, what", [
+    ("{1,0:T(-8,128)}", "positive tile dimensions"),
+    ("{1,0:T(0,128)}", "positive tile dimensions"),
+    ("{1,0:T(8,128)E(-4)}", "non-negative element size"),
+    ("{1,0:S(-1)}", "non-negative memory space"),
+])
+def test_bad_tile_and_element_sizes_are_refused(layout, what):
+    assert what in _error(_entry(f"  ROOT p = f32[4,4]{layout} parameter(0)")).expected
+
+
+def test_tile_padding_past_int64_is_refused():
+    # f32[4,4] under T(2^63-1, 128) pads to (2^63-1) x 128 elements x 4 bytes: 4.7e21 bytes,
+    # which XLA's int64 sizes cannot hold (was reported as 3.4e38 bytes, complete: true)
+    e = _error(_entry("  ROOT p = f32[4,4]{1,0:T(9223372036854775807,128)} parameter(0)"))
+    assert "too large" in e.expected and str(((1 << 63) - 1) * 128 * 4) in e.expected
+
+
+def test_tile_padding_within_int64_is_sized():
+    # 8 x 2^40 rows padded, 128 columns, f32: closed form 8 * 2**40 * 128 * 4 bytes
+    m = parse_module(_entry("  ROOT p = f32[4,4]{1,0:T(8796093022208,128)} parameter(0)"))
+    assert m.entry.root.shape.byte_size == 8796093022208 * 128 * 4
+    assert m.entry.root.shape.logical_byte_size == 64
+
+
+# ---- device counts and ids ----------------------------------------------------------------
+
+@pytest.mark.parametrize("header", [", replica_count=300000000", ", num_partitions=300000000",
+                                    f", replica_count={MAX_DEVICES + 1}",
+                                    ", replica_count=2048, num_partitions=1024",
+                                    ", replica_count=0", ", replica_count=\u00b2"])
+def test_header_device_counts_are_capped(header):
+    # a 250-byte file with replica_count=300000000 ran out of memory expanding groups
+    e = _error(_entry("  ROOT p = f32[2] parameter(0)", header))
+    assert e.line == 1 and ("device" in e.expected or "integer" in e.expected)
+
+
+def test_header_device_counts_at_the_cap_parse():
+    m = parse_module(_entry("  ROOT p = f32[2] parameter(0)", ", replica_count=1024, num_partitions=1024"))
+    assert m.replica_count * m.num_partitions == MAX_DEVICES
+
+
+_CP = "  p = f32[2] parameter(0)\n  ROOT c = f32[2] collective-permute(p), {comment}source_target_pairs={pairs}"
+
+
+@pytest.mark.parametrize("comment", ["", "/*x*/ "])
+@pytest.mark.parametrize("pairs, what", [
+    ("{{0,1,2}}", "pairs"),
+    ("{{0,-1}}", "device id -1"),
+    ("[8388608,2]<=[16777216]", "16777216 devices"),
+])
+def test_source_target_pairs_same_error_on_both_paths(comment, pairs, what):
+    # the one-line fast path did not check source_target_pairs (exit 1 in the passes), the
+    # general parser (reached with a comment on the line) did: both now give this error
+    e = _error(_entry(_CP.format(comment=comment, pairs=pairs)))
+    assert what in e.expected and e.line == 5
+
+
+def test_huge_iota_groups_are_refused_before_allocating():
+    # was 24 s and 3.4 GB for 2^24 devices
+    with pytest.raises(ReplicaGroupsError, match="more than the"):
+        parse_replica_groups(f"[{MAX_DEVICES},2]<=[{2 * MAX_DEVICES}]")
+    with pytest.raises(ReplicaGroupsError, match="more than the"):
+        parse_replica_groups(f"mesh['a'={MAX_DEVICES},'b'=2]{{'a'}}")
+
+
+def test_mesh_sub_axis_of_size_zero_is_a_parse_error():
+    # 'a':(1)0 was ZeroDivisionError (full % (pre * size)) in replica_groups.py
+    body = ("  p = f32[8] parameter(0)\n"
+            "  ROOT c = f32[8] all-gather(p), dimensions={0}, replica_groups=mesh['a'=4]{'a':(1)0}")
+    assert "at least 1" in _error(_entry(body)).expected
+    with pytest.raises(ReplicaGroupsError):
+        parse_replica_groups("mesh['a'=4]{'a':(0)2}")
+
+
+def test_negative_device_ids_are_refused():
+    with pytest.raises(ReplicaGroupsError, match="device id -3"):
+        parse_replica_groups("{{0,-3}}")
+    with pytest.raises(ReplicaGroupsError):
+        parse_replica_groups("mesh['a'=2], device_ids=(1,-1) {'a'}")
+
+
+# ---- nesting --------------------------------------------------------------------------------
+
+def _nested_operands(depth: int) -> str:
+    inner = "%p"
+    for _ in range(depth):
+        inner = f"f32[2] negate({inner})"
+    return _entry(f"  p = f32[2] parameter(0)\n  ROOT r = {inner}")
+
+
+def test_nested_unnamed_operands_are_capped():
+    # 500 levels hit RecursionError (exit 1)
+    assert "nested as operands deeper than" in _error(_nested_operands(500)).expected
+    m = parse_module(_nested_operands(MAX_NESTED_OPERAND_DEPTH))
+    assert sum(1 for i in m.entry.instructions if i.opcode == "negate") == MAX_NESTED_OPERAND_DEPTH
+
+
+def _tuple_chain(n: int) -> str:
+    lines = ["  p = f32[2] parameter(0)", "  t0 = tuple(p)"]
+    lines += [f"  t{i} = tuple(t{i - 1})" for i in range(1, n)]
+    return _entry("\n".join(lines))
+
+
+def test_chained_tuples_without_shapes_are_capped():
+    # 10,000 chained tuples inferred a 10,000-deep tuple shape, then RecursionError
+    e = _error(_tuple_chain(10_000))
+    assert f"deeper than {MAX_TUPLE_DEPTH}" in e.expected and e.line == 4 + MAX_TUPLE_DEPTH + 1
+    m = parse_module(_tuple_chain(MAX_TUPLE_DEPTH))
+    assert m.entry.root.shape.tuple_depth == MAX_TUPLE_DEPTH and m.entry.root.shape.byte_size == 8
+
+
+def test_deep_call_chain_walker_does_not_recurse():
+    # the trace builds fresh timing walkers per computation (report/trace.py _SubTimelines);
+    # one on the ENTRY of a 10,000-deep call chain hit Python's recursion limit
+    from jaxmove.passes.timing import _Walker
+    n = 10_000
+    out = ["HloModule m\n", "c0 {\n  p = f32[4]{0} parameter(0)\n  ROOT r = f32[4]{0} negate(p)\n}\n"]
+    out += [f"c{k} {{\n  p = f32[4]{{0}} parameter(0)\n  ROOT r = f32[4]{{0}} call(p), to_apply=c{k - 1}\n}}\n"
+            for k in range(1, n)]
+    out.append(f"ENTRY main {{\n  p = f32[4]{{0}} parameter(0)\n  ROOT r = f32[4]{{0}} call(p), to_apply=c{n - 1}\n}}\n")
+    m = parse_module("\n".join(out))
+    from jaxmove.passes.timing import InstructionTime  # noqa: F401  (rows: none needed)
+    w = _Walker(m, {}, {})
+    assert w.comp_time("main", record=True) == 0.0
+    assert len(w.memo) == n + 1
+
+
+# ---- memory bounded by the input's size ------------------------------------------------------
+
+def test_long_strings_take_memory_proportional_to_their_size():
+    # a 20 MB op_name peaked at 3.66 GB (115-170 bytes a character in the backtracking
+    # string regexes); 3M characters, a third of them escapes, must stay within 20 bytes each (9 here; 121 before)
+    n = 3_000_000
+    script = f"""
+import resource
+from jaxmove.hlo import parse_module
+from jaxmove.hlo.attrs import parse_kv_block
+name = 'a\\\\n' * {n // 3}
+text = ('HloModule m\\n\\nENTRY e {{\\n  ROOT p = f32[2] parameter(0), metadata={{op_type="x" '
+        'op_name="' + name + '" /*c*/}}\\n}}\\n')
+base = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+m = parse_module(text)
+md = parse_kv_block(m.entry.root.attrs['metadata'])
+assert md['op_name'].startswith('a\\n') and len(md['op_name']) == {2 * n // 3}
+print((resource.getrusage(resource.RUSAGE_SELF).ru_maxrss - base) * 1024)
+"""
+    out = subprocess.run([sys.executable, "-P", "-c", script], capture_output=True, text=True,
+                         timeout=120)
+    assert out.returncode == 0, out.stderr
+    assert int(out.stdout.split()[-1]) < 20 * n, int(out.stdout.split()[-1]) / n
+
+
+# ---- files ------------------------------------------------------------------------------------
+
+def test_dev_zero_is_refused_as_not_a_regular_file():
+    if not os.path.exists("/dev/zero"):
+        pytest.skip("no /dev/zero on this system")
+    with pytest.raises(HloFileError, match="device, not a regular file"):
+        read_hlo_text("/dev/zero")
+
+
+def test_fifo_is_refused_without_blocking(tmp_path):
+    fifo = tmp_path / "f.hlo"
+    os.mkfifo(fifo)
+    with pytest.raises(HloFileError, match="FIFO"):
+        read_hlo_text(fifo)
+
+
+def test_file_size_cap(tmp_path, monkeypatch):
+    f = tmp_path / "m.hlo"
+    f.write_text(_entry("  ROOT p = f32[2] parameter(0)"))
+    size = f.stat().st_size
+    monkeypatch.setenv("JAXMOVE_MAX_HLO_BYTES", str(size - 1))
+    with pytest.raises(HloFileError, match=f"{size} bytes, more than the {size - 1}"):
+        read_hlo_text(f)
+    monkeypatch.setenv("JAXMOVE_MAX_HLO_BYTES", str(size))
+    assert read_hlo_text(f).startswith("HloModule m")
+
+
+def test_cli_exit_2_on_dev_zero():
+    if not os.path.exists("/dev/zero"):
+        pytest.skip("no /dev/zero on this system")
+    from jaxmove.cli import main
+    assert main(["analyze", "/dev/zero"]) == 2
