@@ -2,9 +2,23 @@
 
 from __future__ import annotations
 
+import os
+import shutil
+import tempfile
 from pathlib import Path
 
 import pytest
+
+# jaxmove's compile cache (capture/compile_cache.py): one fresh directory per test session, never
+# the user's ~/.cache/jaxmove/xla (no stale entries read, nothing left behind); tests that compile
+# the same TPU/GPU program share its compile
+_COMPILE_CACHE = tempfile.mkdtemp(prefix="jaxmove-test-xla-")
+os.environ["JAXMOVE_COMPILE_CACHE_DIR"] = _COMPILE_CACHE
+os.environ.pop("JAXMOVE_NO_COMPILE_CACHE", None)
+
+
+def pytest_sessionfinish(session, exitstatus):
+    shutil.rmtree(_COMPILE_CACHE, ignore_errors=True)
 
 ROOT = Path(__file__).resolve().parents[1]
 CORPUS = ROOT.parent / "shared" / "corpus" / "hlo"

@@ -421,17 +421,32 @@ def _compiled_info(compiled: jax.stages.Compiled) -> tuple[str, int, dict[str, i
     return backend, num_devices, stats, (dict(cost) if cost is not None else None)
 
 
-def _program(name, source, config, compiled, parameters, target=None) -> Program:
-    from .targets import Target, target_notes
+def _facts(compiled: jax.stages.Compiled, leaves: list | None = None):
+    """The CompiledFacts (capture/compile_cache.py) of a compiled executable; ``leaves``: the
+    argument leaves whose per-device shapes to record (None: none recorded)."""
+    from .compile_cache import CompiledFacts
 
     backend, num_devices, stats, cost = _compiled_info(compiled)
+    shapes = None
+    if leaves is not None:
+        shard = _stage_input_shardings(compiled, len(leaves))
+        if shard is not None:
+            shapes = tuple(_shard_shape(sh, lf.shape) for lf, sh in zip(leaves, shard))
+    return CompiledFacts(compiled.as_text(), backend, num_devices, stats, cost, shapes)
+
+
+def _program(name, source, config, facts, parameters, target=None) -> Program:
+    from .targets import Target, target_notes
+
+    backend, num_devices, stats, cost = (facts.backend, facts.num_devices, facts.memory_stats,
+                                         facts.cost_analysis)
     if target is None:  # a Lowered/Compiled made elsewhere: its devices say what it was built for
         tname = "cpu" if backend == "cpu" else backend
         notes: tuple[str, ...] = ()
     else:
         t = Target.parse(target)
         tname, notes = t.name, tuple(target_notes(t))
-    return Program(name=name, hlo_text=compiled.as_text(), backend=backend, num_devices=num_devices,
+    return Program(name=name, hlo_text=facts.hlo_text, backend=backend, num_devices=num_devices,
                    memory_stats=stats, parameters=parameters, source=source,
                    xla_cost_analysis=cost, config=dict(config), target=tname, notes=notes)
 
@@ -454,21 +469,22 @@ def _target_shardings(shardings, target, args=()) -> dict:
 
 def _capture_fn(fn, args, roles, donate_argnums, static_argnums, name, source, config,
                 shardings=None, target=None) -> Program:
+    from .compile_cache import cached_compile
     from .targets import compile_lowered
 
     shardings = _target_shardings(shardings, target, args)
     lowered, leaves = _trace_leaves(fn, tuple(args), roles, tuple(donate_argnums), tuple(static_argnums),
                                     shardings)
     kept = lowered._lowering.compile_args["kept_var_idx"]
-    compiled = compile_lowered(lowered, target, name)
+    # an accelerator target's compile comes from jaxmove's compile cache when it holds it
+    facts = cached_compile(lowered, target or "cpu",
+                           lambda: _facts(compile_lowered(lowered, target, name), leaves))
     # per-device shapes from the executable's own input shardings (in_shardings, shardings the
     # arguments carry, or what the partitioner chose)
-    shard = _stage_input_shardings(compiled, len(leaves))
-    if shard is not None:
-        leaves = [dataclasses_replace(lf, shard_shape=_shard_shape(sh, lf.shape))
-                  for lf, sh in zip(leaves, shard)]
-    params = _build_parameters(compiled.as_text(), leaves, set(kept))
-    return _program(name, source, config, compiled, params, target or "cpu")
+    if facts.input_shard_shapes is not None:
+        leaves = [dataclasses_replace(lf, shard_shape=s) for lf, s in zip(leaves, facts.input_shard_shapes)]
+    params = _build_parameters(facts.hlo_text, leaves, set(kept))
+    return _program(name, source, config, facts, params, target or "cpu")
 
 
 def _capture_stage(stage, roles, name, target=None) -> Program:
@@ -511,7 +527,7 @@ def _capture_stage(stage, roles, name, target=None) -> Program:
                             shard_shape=_shard_shape(sh, tuple(info.shape)) if sh is not None else None))
     mod = re.match(r"HloModule\s+([^\s,]+)", hlo)
     name = name or (mod.group(1) if mod else kind)
-    return _program(name, f"{kind}:{name}", {}, compiled, _build_parameters(hlo, leaves, set(kept)),
+    return _program(name, f"{kind}:{name}", {}, _facts(compiled), _build_parameters(hlo, leaves, set(kept)),
                     target)
 
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import os
 
 from ..errors import UsageError
 
@@ -86,6 +87,20 @@ def add_compile_target_option(p: argparse.ArgumentParser) -> None:
                         "h100-sxm:1x2x8), tpu-v5e / tpu-v6e (:AxB chips, e.g. tpu-v5e:4x4), tpu-v4 / "
                         "tpu-v5p (:AxBxC, e.g. tpu-v5p:4x4x4); implies --hardware of the same spec. "
                         'TPU targets need pip install "jaxmove[tpu]", GPU targets "jaxmove[gpu]"')
+    p.add_argument("--no-compile-cache", action=_NoCompileCache, nargs=0,
+                   help="compile again even when jaxmove's compile cache holds the program (the "
+                        "cache keeps TPU/GPU compiles in $JAXMOVE_COMPILE_CACHE_DIR, default "
+                        "~/.cache/jaxmove/xla; JAXMOVE_NO_COMPILE_CACHE=1 does the same)")
+
+
+class _NoCompileCache(argparse.Action):
+    """Sets JAXMOVE_NO_COMPILE_CACHE=1 (capture/compile_cache.py) while parsing, so the command
+    and every process it starts compile without the cache."""
+
+    def __call__(self, parser, namespace, values, option_string=None):
+        from ..capture.compile_cache import DISABLE_ENV
+        os.environ[DISABLE_ENV] = "1"
+        setattr(namespace, "no_compile_cache", True)
 
 
 def add_module_option(p: argparse.ArgumentParser) -> None:
