@@ -155,6 +155,27 @@ def test_footprint_carries_through_any_depth_of_nesting(depth):
     assert t.hbm_write_bytes == 256 * 4
 
 
+def test_nested_fusion_that_is_the_fusion_root_reads_its_operand_whole():
+    # the outer fusion's root is the nested fusion itself (negate of x): its result leaves the
+    # kernel whole, so x (f32[64,256], 65,536 B) is read whole and the result written whole.
+    text = """HloModule m
+inner {
+  p = f32[64,256]{1,0} parameter(0)
+  ROOT c = f32[64,256]{1,0} negate(p)
+}
+outer {
+  p = f32[64,256]{1,0} parameter(0)
+  ROOT n = f32[64,256]{1,0} fusion(p), kind=kLoop, calls=inner
+}
+ENTRY e {
+  x = f32[64,256]{1,0} parameter(0)
+  ROOT f = f32[64,256]{1,0} fusion(x), kind=kLoop, calls=outer
+}
+"""
+    t = _row(text, "f").total
+    assert (t.hbm_read_bytes, t.hbm_write_bytes) == (64 * 256 * 4, 64 * 256 * 4)
+
+
 def test_parameter_read_once_through_nested_and_direct_uses():
     # p (f32[64,256], 65,536 B) is used whole by a nested fusion (negate) and by the outer
     # multiply: read once, 65,536 bytes; q (same shape) is used only by a nested fusion whose

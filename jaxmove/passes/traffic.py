@@ -371,7 +371,7 @@ class _FusionAnalysis:
         total = vshape.num_elements
         nested = self.parent is not None
         if nested and value.is_root:
-            self._outside_deps((), out)
+            self._outside_deps((), out)  # (at the top level a root leaves whole: no deps)
         for user, k in self.users.get(value.name, ()):
             op = user.opcode
             if k == 0 and op in ("slice", "dynamic-slice", "gather", "pad", "dynamic-update-slice",
@@ -400,8 +400,11 @@ class _FusionAnalysis:
             return 0
         total = vshape.num_elements
         demand = 0
-        if self.parent is not None and value.is_root:
-            demand = self._outside_demand((), total)  # a nested root: as its caller reads it
+        if value.is_root and (self.parent is not None or value.opcode != "parameter"):
+            # the root: as the caller reads it (a nested computation's), whole at the top level
+            # (a nested fusion that is the fusion's root; a parameter root keeps the old
+            # reading, as _PlainFusion's: not read)
+            demand = self._outside_demand((), total)
         for user, k in self.users.get(value.name, ()):
             if demand >= total:
                 break
