@@ -59,7 +59,9 @@ class CauseRule:
       reads_compulsory: the kernel's operand reads are compulsory as any kernel's (only its
         writes, and reading them back, are this cause's).
       read_priority: the order in which a buffer's compulsory read is granted among kernels
-        that read it (0 first; a copy kernel 1, a recomputation 2).
+        that read it: 0 first; 1 a copy kernel (its reader claims what it reads); 2
+        (``RECOMPUTE_PRIORITY``) a recomputation, granted last (its reads count in a
+        parameter's footprint only for a clone whose original is gone).
       matcher: the function of ``kernels.py`` that recognises a kernel cause, or None.
     """
 
@@ -75,6 +77,7 @@ class CauseRule:
 
 
 CAUSES: dict[str, CauseRule] = {}
+RECOMPUTE_PRIORITY = 2
 
 
 def register(rule: CauseRule) -> CauseRule:
@@ -197,7 +200,7 @@ def _split_k_partials(c: FixContext) -> str:
             f"device the autotuner may pick another tiling) -- {c.saves}")
 
 
-@cause("rematerialization", kernel=True, program_wide=True, read_priority=2,
+@cause("rematerialization", kernel=True, program_wide=True, read_priority=RECOMPUTE_PRIORITY,
        matcher=kernels.is_remat,
        matches="an instruction XLA's rematerialization cloned (*.remat*) or one of a jax.checkpoint's "
                "recomputation (op_name rematted_computation)",

@@ -81,7 +81,7 @@ from ...hlo.shape import HOST_MEMORY_SPACE
 from ..roles import entry_parameter_name, leaf_position, roles_pass
 from ..traffic import NO_TRAFFIC, ON_CHIP_MEMORY_SPACES
 from .buffers import NATIVE_STARTS, Buffers, resolve_copy, union_all, write_key
-from .causes import (KERNEL_WRITES, PROGRAM_WIDE, READ_PRIORITY, READS_COMPULSORY, UNATTRIBUTED,
+from .causes import (RECOMPUTE_PRIORITY, KERNEL_WRITES, PROGRAM_WIDE, READ_PRIORITY, READS_COMPULSORY, UNATTRIBUTED,
                      FixContext, fix_text)
 from .kernels import REBUILD, classify
 from .ledger import HBM_READ, HBM_WRITE, Ledger, build_result
@@ -804,7 +804,15 @@ class Accounting:
             if broot in self.param_root:
                 pnum, _j, leaf = self.param_root[broot]
                 size = leaf.logical_byte_size
-                normal = [c for c in claims if c[0] <= 0] or claims
+                # the footprint its first readers need (a copy's reader claims the window it
+                # reads), and that of XLA's rematerialization clones whose original is gone
+                # (the clone is then the only reader of what it reads: XLA:GPU can leave a
+                # layer's window of a stacked cache to a .remat clone); granted to clones last
+                normal = [c for c in claims if c[0] <= 0]
+                if normal:
+                    normal += [c for c in claims if c[0] == RECOMPUTE_PRIORITY and self._orphan_clone(c[3])]
+                else:
+                    normal = claims
                 budget = min(size, sum(min(size, c[1]) for c in normal))
                 subject = self._param_subject(pnum)
                 own = "re_read"
@@ -864,6 +872,15 @@ class Accounting:
                     by_row[k] += nbytes
             if acc_role is not _NONE:
                 read_both[acc_role] += acc
+
+    def _orphan_clone(self, k: int) -> bool:
+        """Row ``k`` is a clone XLA's rematerialization made (``NAME.remat``, ``NAME.remat2``;
+        xla/service/hlo_rematerialization.cc) whose original ``NAME`` is no longer in its
+        computation."""
+        r = self.rows[k]
+        name = r.instr.name
+        i = name.find(".remat")
+        return i > 0 and name[:i] not in self.module.computations[r.computation].by_name
 
     def _not_donated_subject(self, k: int) -> str:
         origin = self.copy_origin.get(k)
