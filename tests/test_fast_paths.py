@@ -175,6 +175,9 @@ def test_plain_shortcut_agrees_with_footprint_analysis_on_the_corpus(corpus_dir)
             fa = _FusionAnalysis(m, c)
             assert [pf.demand_elems(p) for p in c.parameters] == \
                    [fa.demand_elems(p) for p in c.parameters], (f.name, c.name)
+            consts = [i for i in c.instructions if i.opcode == "constant"]  # (read by the fusion)
+            assert [pf.demand_elems(i) for i in consts] == [fa.demand_elems(i) for i in consts], \
+                (f.name, c.name)
             assert [i for i, _ in pf.root_leaves] == [i for i, _ in fa.root_leaves]
             assert not fa.inplace
     assert plain > 0

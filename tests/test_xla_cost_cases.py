@@ -102,6 +102,21 @@ ENTRY e {
     assert (r.hbm_read_bytes, r.hbm_write_bytes) == (10_001, 8000)
 
 
+def test_constant_that_is_the_fusion_root_is_read():
+    # a fusion that returns its s8[1000] constant copies it: 1,000 B read, 1,000 B written
+    # (the plain-fusion shortcut and the footprint analysis agree on it).
+    text = """HloModule m
+f {
+  ROOT c0 = s8[1000] constant({...})
+}
+ENTRY e {
+  ROOT r = s8[1000] fusion(), kind=kLoop, calls=f
+}
+"""
+    _a, rows = _rows(text)
+    assert (rows["r"].total.hbm_read_bytes, rows["r"].total.hbm_write_bytes) == (1000, 1000)
+
+
 def test_scalar_constant_inside_a_fusion_is_not_read():
     # FusionCostAnalysis.Broadcast (hlo_cost_analysis_test.cc): the s8[] constant is an
     # immediate; the fusion reads its s8[] operand (1 B) and writes s8[10000]: 10,001 in all.

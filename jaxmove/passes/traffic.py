@@ -448,12 +448,15 @@ class _PlainFusion:
     root or an op that reads in full, so an array parameter with a user is demanded in full
     and one without users (unused, or the root itself) not at all; nothing is in place."""
 
-    __slots__ = ("used", "root_leaves", "inplace")
+    __slots__ = ("used", "root_leaves", "inplace", "_root")
 
     def __init__(self, comp: Computation, used: set[str]):
         self.used = used
         self.inplace: dict[str, Instruction] = {}
         root = comp.root
+        # the root leaves whole, so it is demanded whole (a constant root is read; a parameter
+        # root keeps its reading, not read, as _FusionAnalysis's)
+        self._root = root.name if root.opcode != "parameter" else None
         self.root_leaves = ([((k,), None) for k in range(len(root.operands))]
                             if root.opcode == "tuple" else [((), None)])
 
@@ -475,7 +478,8 @@ class _PlainFusion:
 
     def demand_elems(self, value: Instruction) -> int:
         shape = value.shape
-        return shape.num_elements if shape.is_array and value.name in self.used else 0
+        return shape.num_elements if shape.is_array and (
+            value.name in self.used or value.name == self._root) else 0
 
     def has_users(self, name: str) -> bool:
         return name in self.used
