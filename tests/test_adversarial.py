@@ -256,3 +256,147 @@ def test_cli_exit_2_on_dev_zero():
         pytest.skip("no /dev/zero on this system")
     from jaxmove.cli import main
     assert main(["analyze", "/dev/zero"]) == 2
+
+
+# ---- hardware spec files ----------------------------------------------------------------------
+
+_SPEC = """name = "tiny"
+vendor = "test"
+kind = "gpu"
+hbm_bytes_per_s = 1e12
+hbm_capacity_bytes = 1000000
+kernel_launch_overhead_s = 2e-6
+devices_per_node = 1
+
+[flops_per_s]
+bf16 = 1e14
+
+[sources]
+hbm_bytes_per_s = "made up for a test"
+hbm_capacity_bytes = "made up for a test"
+kernel_launch_overhead_s = "made up for a test"
+devices_per_node = "made up for a test"
+"flops_per_s.bf16" = "made up for a test"
+"""
+
+
+def test_spec_toml_syntax_error_is_file_line_col():
+    from jaxmove.hardware import HardwareSpecError
+    from jaxmove.hardware.loader import parse_spec
+    with pytest.raises(HardwareSpecError) as e:
+        parse_spec(_SPEC.replace("hbm_bytes_per_s = 1e12", "hbm_bytes_per_s = = 1e12"), "s.toml")
+    # line 4, column 19: the second '=' (1-based, as tomllib counts)
+    assert str(e.value).startswith("s.toml:4:19: invalid TOML: "), str(e.value)
+    assert "(at line" not in str(e.value)
+
+
+@pytest.mark.parametrize("old, new, line", [
+    ("hbm_bytes_per_s = 1e12", "hbm_bytes_per_s = 1e-300", 4),
+    ("kernel_launch_overhead_s = 2e-6", "kernel_launch_overhead_s = 1e9", 6),
+    ("bf16 = 1e14", "bf16 = 1e-3", 10),
+    ("devices_per_node = 1", "devices_per_node = 100000000", 7),
+])
+def test_non_physical_spec_values_are_refused_with_their_line(old, new, line):
+    # hbm_bytes_per_s = 1e-300 wrote Infinity into --json and --trace
+    from jaxmove.hardware import HardwareSpecError
+    from jaxmove.hardware.loader import parse_spec
+    with pytest.raises(HardwareSpecError, match=rf"^s\.toml:{line}: .*outside the physical range"):
+        parse_spec(_SPEC.replace(old, new), "s.toml")
+
+
+def test_builtin_specs_are_within_the_physical_ranges():
+    from jaxmove.hardware.loader import builtin_spec_names, load_spec
+    assert all(load_spec(n).hbm_bytes_per_s >= 1e3 for n in builtin_spec_names())
+
+
+# ---- sweeps: SWEEP.toml and result files ------------------------------------------------------
+
+def test_sweep_toml_syntax_error_is_file_line_col():
+    from jaxmove.sweep.spec import SweepSpecError, parse_sweep
+    with pytest.raises(SweepSpecError) as e:
+        parse_sweep('model = "mlp-tiny"\n[grid\n', "S.toml")
+    assert str(e.value).startswith("S.toml:2:6: invalid TOML: "), str(e.value)
+
+
+def test_huge_grid_is_refused_before_expanding():
+    # a 10^6-point grid took 1.6 GB and 4 minutes before its first point
+    import time
+    from jaxmove.sweep.spec import MAX_POINTS, SweepSpecError, parse_sweep
+    vals = ",".join(str(i + 1) for i in range(100))
+    text = f'model = "mlp-tiny"\n[grid.set]\nbatch = [{vals}]\nd_model = [{vals}]\nlayers = [{vals}]\n'
+    t0 = time.perf_counter()
+    with pytest.raises(SweepSpecError, match=rf"1000000 points \(100 x 100 x 100 grid.*more than "
+                                             rf"the {MAX_POINTS}.*max_points = 1000000"):
+        parse_sweep(text, "S.toml")
+    assert time.perf_counter() - t0 < 1.0
+    with pytest.raises(SweepSpecError, match="max_points: expected a positive integer"):
+        parse_sweep('model = "mlp-tiny"\nmax_points = 0\n[grid]\nplan = ["dp"]\n', "S.toml")
+
+
+def test_max_points_raises_the_cap():
+    from jaxmove.sweep.spec import SweepSpecError, parse_sweep
+    text = 'model = "mlp-tiny"\nmax_points = {}\n[grid.set]\nbatch = [1, 2, 3]\n'
+    with pytest.raises(SweepSpecError, match="3 points"):
+        parse_sweep(text.format(2), "S.toml")
+    assert len(parse_sweep(text.format(3), "S.toml").points) == 3
+
+
+def _row(key, **kw) -> dict:
+    return {"key": key, "status": "ok", "fits": True, "est_time_s": 1.0, "peak_bytes": 10, **kw}
+
+
+def test_two_sweeps_cannot_write_one_file(tmp_path):
+    from jaxmove.sweep.store import ResultFileError, ResultStore
+    out = tmp_path / "r.jsonl"
+    a = ResultStore(out)
+    with pytest.raises(ResultFileError, match="another sweep is writing"):
+        ResultStore(out, resume=True)
+    a.add(_row("k1"))
+    a.close()
+    assert not (tmp_path / ".r.jsonl.lock").exists()
+    with ResultStore(out, resume=True) as b:
+        assert list(b.rows) == ["k1"]
+
+
+def test_two_sweep_processes_on_one_parquet(tmp_path):
+    pytest.importorskip("pyarrow")
+    from jaxmove.sweep.store import ResultStore
+    out = tmp_path / "r.parquet"
+    store = ResultStore(out)
+    script = ("import sys\nfrom jaxmove.sweep.store import ResultStore, ResultFileError\n"
+              "try:\n    ResultStore(sys.argv[1], resume=True)\nexcept ResultFileError as e:\n"
+              "    print('refused:', e); sys.exit(3)\n")
+    r = subprocess.run([sys.executable, "-P", "-c", script, str(out)], capture_output=True,
+                       text=True, timeout=120)
+    assert r.returncode == 3 and "another sweep is writing" in r.stdout, r.stdout + r.stderr
+    store.close()
+
+
+def test_garbage_last_line_is_dropped_for_good(tmp_path):
+    import json
+    from jaxmove.sweep.store import ResultStore
+    out = tmp_path / "r.jsonl"
+    out.write_text(json.dumps(_row("k1")) + "\n" + "garbage{\n")
+    with ResultStore(out, resume=True) as s:
+        assert list(s.rows) == ["k1"] and any("incomplete last line dropped" in n for n in s.notes)
+        s.add(_row("k2"))
+    # the second --resume used to stop at the garbage line, no longer the last one
+    with ResultStore(out, resume=True) as s:
+        assert list(s.rows) == ["k1", "k2"] and not s.notes
+    assert "garbage" not in out.read_text()
+
+
+@pytest.mark.parametrize("bad", [{"est_time_s": "fast"}, {"peak_bytes": -1}, {"fits": "yes"},
+                                 {"key": 3}, {"hbm_bytes_by_role": {"weights": "x"}}])
+def test_bad_rows_are_skipped_and_reported(tmp_path, bad):
+    # a string est_time_s made the ranking raise TypeError
+    import json
+    from jaxmove.sweep.result import rank_key
+    from jaxmove.sweep.store import ResultStore
+    out = tmp_path / "r.jsonl"
+    out.write_text(json.dumps(_row("k1")) + "\n" + json.dumps({**_row("k2"), **bad}) + "\n"
+                   + json.dumps(_row("k3", est_time_s=0.5)) + "\n")
+    with ResultStore(out, resume=True) as s:
+        assert list(s.rows) == ["k1", "k3"]
+        assert len(s.notes) == 1 and s.notes[0].startswith(f"{out}:2: not a sweep row")
+        assert [r["key"] for r in sorted(s.rows.values(), key=rank_key)] == ["k3", "k1"]

@@ -18,7 +18,8 @@ File format (see ``specs/h100-sxm.toml`` for a complete example)::
     source = "..."
     note = "..."
 
-Every error is a `HardwareSpecError` naming the file, and the key and line when known.
+Every error is a `HardwareSpecError` naming the file, and the key and line when known
+(``file:line: ...``; a TOML syntax error ``file:line:col: invalid TOML: ...``).
 """
 
 from __future__ import annotations
@@ -32,6 +33,7 @@ import tomllib
 from pathlib import Path
 from typing import Any
 
+from jaxmove._toml import toml_error_message
 from jaxmove.hardware.spec import (FLOPS_DTYPES, GPU_TARGET_KEYS, KINDS, TPU_TARGET_KEYS, Alternative,
                                    HardwareSpec, HardwareSpecError)
 
@@ -54,6 +56,24 @@ _INT_FIELDS = {n for n, f in _FIELDS.items() if f.metadata.get("numeric") and st
 _FLOAT_FIELDS = {n for n, f in _FIELDS.items() if f.metadata.get("numeric") and n not in _INT_FIELDS}
 _STR_FIELDS = {"name", "vendor", "kind", "display_name", "notes"}
 _ALTERNATIVE_KEYS = ("key", "value", "source", "note")
+
+# Physical range of a value per unit (the fields' ``unit`` metadata, spec.py): a value outside
+# is a typo (1e-300 bytes/s made every time infinite and the JSON invalid), refused with its
+# line. Each bound is orders of magnitude past any device that exists: HBM3e is ~8e12 B/s and
+# a wafer-scale chip's SRAM ~2e16 B/s (Cerebras WSE-3: 21 PB/s); B200 fp4 peaks near 2e16
+# FLOP/s, WSE-3 at 1.25e17; launch overheads and link latencies are microseconds.
+_PHYSICAL_RANGE: dict[str, tuple[float, float]] = {
+    "bytes/s": (1e3, 1e18),
+    "FLOP/s": (1e3, 1e20),
+    "s": (1e-12, 1e3),
+    "bytes": (1.0, 1e17),
+    "Hz": (1e3, 1e12),
+    "devices": (1.0, float(1 << 20)),
+    "SMs": (1.0, 1e6),
+    "cores": (1.0, 1e6),
+    "dimensions": (1.0, 16.0),
+    "links": (1.0, 1e4),
+}
 
 
 def local_spec_path() -> Path:
@@ -176,7 +196,7 @@ class _Ctx:
         if key is not None:
             line = _line_of(self.text, table, key)
             if line is not None:
-                where += f", line {line}"
+                where += f":{line}"
         return HardwareSpecError(f"{where}: {msg}")
 
 
@@ -184,12 +204,19 @@ def _describe(value: Any) -> str:
     return f"{type(value).__name__} {value!r}"
 
 
-def _number(ctx: _Ctx, value: Any, key: str, *, integer: bool, table: str | None = None) -> float | int:
+def _number(ctx: _Ctx, value: Any, key: str, *, integer: bool, table: str | None = None,
+            unit: str | None = None) -> float | int:
+    """A positive finite number (a whole one when ``integer``), within ``_PHYSICAL_RANGE`` of
+    ``unit`` when given; else the HardwareSpecError naming the key and its line."""
     shown = f"{table}.{key}" if table else key
     if isinstance(value, bool) or not isinstance(value, (int, float)):
         raise ctx.error(f"key {shown!r} must be a number, got {_describe(value)}", table, key)
     if not math.isfinite(value) or value <= 0:
         raise ctx.error(f"key {shown!r} must be a positive finite number, got {value!r}", table, key)
+    lo_hi = _PHYSICAL_RANGE.get(unit or "")
+    if lo_hi is not None and not lo_hi[0] <= value <= lo_hi[1]:
+        raise ctx.error(f"key {shown!r} = {value!r} {unit} is outside the physical range "
+                        f"[{lo_hi[0]:g}, {lo_hi[1]:g}] {unit} of any real device (a typo?)", table, key)
     if integer:
         if isinstance(value, float):
             if not value.is_integer():
@@ -217,7 +244,7 @@ def parse_spec(text: str, origin: str = "<string>") -> HardwareSpec:
     try:
         doc = tomllib.loads(text)
     except tomllib.TOMLDecodeError as e:
-        raise HardwareSpecError(f"{origin}: invalid TOML: {e}") from None
+        raise HardwareSpecError(toml_error_message(origin, e, text)) from None
 
     for key in doc:
         if key not in _TOP_LEVEL_KEYS:
@@ -234,9 +261,11 @@ def parse_spec(text: str, origin: str = "<string>") -> HardwareSpec:
         if key in _STR_FIELDS:
             kwargs[key] = _string(ctx, value, key)
         elif key in _INT_FIELDS:
-            kwargs[key] = _number(ctx, value, key, integer=True)
+            kwargs[key] = _number(ctx, value, key, integer=True,
+                                  unit=_FIELDS[key].metadata.get("unit"))
         elif key in _FLOAT_FIELDS:
-            kwargs[key] = _number(ctx, value, key, integer=False)
+            kwargs[key] = _number(ctx, value, key, integer=False,
+                                  unit=_FIELDS[key].metadata.get("unit"))
         elif key == "ici_topology":
             if not isinstance(value, list) or not value or not all(
                     isinstance(v, int) and not isinstance(v, bool) and v > 0 for v in value):
@@ -303,7 +332,7 @@ def _parse_flops(ctx: _Ctx, value: Any) -> dict[str, float]:
                 "flops_per_s",
                 k,
             )
-        out[k] = float(_number(ctx, v, k, integer=False, table="flops_per_s"))
+        out[k] = float(_number(ctx, v, k, integer=False, table="flops_per_s", unit="FLOP/s"))
     return out
 
 

@@ -135,6 +135,15 @@ def sweep(spec: str | os.PathLike | SweepSpec | list[Point], *, executor: str = 
         except ImportError:
             raise SweepError("--executor ray needs ray: pip install 'jaxmove[ray]'") from None
     store = ResultStore(output, resume=resume, overwrite=overwrite)
+    try:
+        return _run_with_store(spec, store, output, resume, executor, jobs, timeout_s, address,
+                               progress, on_row)
+    finally:
+        store.close()  # the file's lock: another sweep may write it now
+
+
+def _run_with_store(spec, store, output, resume, executor, jobs, timeout_s, address, progress,
+                    on_row) -> SweepResult:
     notes = list(spec.notes) + list(store.notes)
     keys = {p.key: p for p in spec.points}
     kept = {k: r for k, r in store.rows.items() if k in keys and r.get("status") in FINISHED}

@@ -29,7 +29,9 @@ Errors (``SweepSpecError``, a ``JaxmoveInputError``) are one line naming the fil
 when it can be found, and the key: unknown keys, wrong types, an empty grid axis, unknown
 presets / ``--set`` keys / plans / hardware / targets, a bad ``--set`` value of any point
 (``batch = [0, 2]``, ``heads = 3`` not dividing ``d_model``: ``zoo.check_overrides``), a plan naming mesh axes the mesh
-lacks, a mesh larger than the target.
+lacks, a mesh larger than the target, more points than ``max_points`` (default
+``MAX_POINTS``; a top-level ``max_points = N`` raises it), a TOML syntax error
+(``file:line:col: invalid TOML: ...``).
 """
 
 from __future__ import annotations
@@ -45,6 +47,7 @@ from dataclasses import dataclass, field
 from functools import cached_property
 from pathlib import Path
 
+from .._toml import toml_error_message
 from ..errors import JaxmoveInputError
 
 __all__ = ["SweepSpecError", "Point", "SweepSpec", "parse_sweep", "load_sweep", "point_key",
@@ -52,8 +55,12 @@ __all__ = ["SweepSpecError", "Point", "SweepSpec", "parse_sweep", "load_sweep", 
 
 #: Keys a point takes (top level, ``[grid]`` lists, ``[[points]]`` entries).
 POINT_KEYS = ("model", "target", "hardware", "mesh", "plan", "set")
-_TOP_KEYS = POINT_KEYS + ("name", "description", "grid", "points")
+_TOP_KEYS = POINT_KEYS + ("name", "description", "grid", "points", "max_points")
 DEFAULT_TARGET = "cpu"
+#: Most points a sweep expands to unless its file says ``max_points = N``: each point is a
+#: compile of seconds to minutes, and a 10^6-point grid took 1.6 GB and 4 minutes before its
+#: first point ran.
+MAX_POINTS = 10_000
 
 
 class SweepSpecError(JaxmoveInputError):
@@ -323,7 +330,7 @@ def parse_sweep(text: str, path: str = "<string>", base_dir: str | os.PathLike |
     try:
         data = tomllib.loads(text)
     except tomllib.TOMLDecodeError as e:
-        raise SweepSpecError(f"{path}: invalid TOML: {e}") from None
+        raise SweepSpecError(toml_error_message(path, e, text)) from None
     w = _Where(path, text)
     base = Path(base_dir) if base_dir is not None else Path(path).resolve().parent
     for k in data:
@@ -339,6 +346,10 @@ def parse_sweep(text: str, path: str = "<string>", base_dir: str | os.PathLike |
     if grid is None and listed is None:
         raise w.error("", None, "no [grid] or [[points]]: nothing to sweep")
     raw: list[tuple[dict, str, int | None]] = []   # (point dict, table, index) for errors
+    cap = data.get("max_points", MAX_POINTS)
+    if isinstance(cap, bool) or not isinstance(cap, int) or cap < 1:
+        raise w.error("", "max_points", f"expected a positive integer, got {cap!r}")
+    _check_size(w, grid, listed, cap)
     if grid is not None:
         if not isinstance(grid, dict):
             raise w.error("", "grid", "must be a table of key = [values]")
@@ -382,6 +393,27 @@ def parse_sweep(text: str, path: str = "<string>", base_dir: str | os.PathLike |
         notes.append(f"{len(raw) - len(points)} duplicate point(s) dropped")
     return SweepSpec(path, points, str(data.get("name", Path(path).stem)),
                      str(data.get("description", "")), notes)
+
+
+def _check_size(w: "_Where", grid, listed, cap: int) -> None:
+    """Refuse, before expanding anything, a sweep of more than ``cap`` points (grid product
+    plus listed points; duplicates are not yet dropped, so this is an upper bound)."""
+    n_grid = 0
+    sizes: list[int] = []
+    if isinstance(grid, dict) and grid:
+        for k, v in grid.items():
+            if k == "set" and isinstance(v, dict):
+                sizes += [len(sv) for sv in v.values() if isinstance(sv, list)]
+            elif isinstance(v, list):
+                sizes.append(len(v))
+        n_grid = math.prod(sizes)
+    n = n_grid + (len(listed) if isinstance(listed, list) else 0)
+    if n > cap:
+        shape = " x ".join(map(str, sizes)) if sizes else "0"
+        raise w.error("grid" if n_grid else "", None if n_grid else "points",
+                      f"{n} points ({shape} grid + {n - n_grid} listed), more than the "
+                      f"{cap} a sweep runs; set max_points = {n} at the top of the file to run "
+                      "them all")
 
 
 def _resolve_file(value: str, base: Path) -> str:

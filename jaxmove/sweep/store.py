@@ -10,12 +10,21 @@ Two formats, chosen by the file's extension:
   renamed over the path after every point, so the file on disk is always a complete table.
 
 Rows are keyed by ``key`` (``spec.point_key``: the point's inputs and jaxmove's version).
-Reading keeps the last row of each key.
+Reading keeps the last row of each key. A row read back is checked (``row_problem``: a string
+key, numbers where numbers belong, ``fits`` a boolean); a bad one (hand-edited, not JSON) is
+skipped with a note naming its line, and an unreadable last line is dropped from the file, so
+the next ``--resume`` does not trip on it once rows follow it.
+
+One sweep writes a file at a time: the store holds an exclusive ``fcntl.flock`` on a lock
+file beside it (``.NAME.lock``, removed when the store closes); a second sweep on the same
+file is refused (two concurrent sweeps on one .parquet each rewrote it from their own rows,
+and one sweep's rows were lost).
 """
 
 from __future__ import annotations
 
 import json
+import math
 import os
 from pathlib import Path
 
@@ -30,7 +39,44 @@ _JSONL = (".jsonl", ".json", ".ndjson")
 
 
 class ResultFileError(JaxmoveInputError):
-    """A result file that cannot be used (wrong extension, exists without --resume, unreadable)."""
+    """A result file that cannot be used (wrong extension, exists without --resume, unreadable,
+    written by another sweep now)."""
+
+
+_NUMBER_KEYS = ("flops", "num_devices", "unmodeled", "time_unmodeled")
+
+
+def row_problem(row) -> str | None:
+    """What is wrong with a row read back from a result file, or None when it is usable: it
+    must be an object with a string ``key``; ``status`` a string; ``fits`` true, false or
+    null; every ``*_s`` / ``*_bytes`` field, ``flops``, ``num_devices``, ``unmodeled``,
+    ``time_unmodeled`` and each value of ``hbm_bytes_by_role`` / ``wire_bytes_by_kind`` a
+    finite number >= 0 or null (a string ``est_time_s`` made the ranking raise TypeError)."""
+    if not isinstance(row, dict):
+        return f"not a JSON object ({type(row).__name__})"
+    if not isinstance(row.get("key"), str):
+        return "no string 'key'"
+    if "status" in row and not isinstance(row["status"], str):
+        return f"status is {row['status']!r}, expected a string"
+    if row.get("fits") not in (None, True, False):
+        return f"fits is {row['fits']!r}, expected true, false or null"
+
+    def bad(v) -> bool:
+        return v is not None and (isinstance(v, bool) or not isinstance(v, (int, float))
+                                  or not math.isfinite(v) or v < 0)
+    for k, v in row.items():
+        if (k.endswith(("_s", "_bytes")) or k in _NUMBER_KEYS) and bad(v):
+            return f"{k} is {v!r}, expected a number >= 0 or null"
+    for k in ("hbm_bytes_by_role", "wire_bytes_by_kind"):
+        d = row.get(k)
+        if d is None:
+            continue
+        if not isinstance(d, dict):
+            return f"{k} is {d!r}, expected an object of numbers"
+        for sk, v in d.items():
+            if bad(v):
+                return f"{k}.{sk} is {v!r}, expected a number >= 0 or null"
+    return None
 
 
 def flatten_row(row: dict) -> dict:
@@ -97,6 +143,7 @@ class ResultStore:
             raise ResultFileError(f"{path}: unknown result format {suffix or '(no extension)'!r}; "
                                   "expected .parquet or .jsonl")
         check_output_path(self.path, "-o result file")
+        self._lock()
         if self.path.exists() and self.path.stat().st_size > 0:
             if resume:
                 self.rows = self._read()
@@ -106,27 +153,90 @@ class ResultStore:
         if not resume or not self.path.exists():
             self._reset()
 
+    # ---- one writer at a time --------------------------------------------------------------
+
+    _lock_fd: int | None = None
+
+    def _lock(self) -> None:
+        """Take the exclusive lock of this result file (``.NAME.lock`` beside it), or raise
+        ResultFileError when another sweep holds it. The lock file is checked to still be
+        the one at its path after locking (a closing store removes it)."""
+        import fcntl
+        lock = self.path.with_name(f".{self.path.name}.lock")
+        while True:
+            try:
+                fd = os.open(lock, os.O_RDWR | os.O_CREAT, 0o644)
+            except OSError as e:
+                raise ResultFileError(f"{self.path}: cannot create its lock file {lock}: "
+                                      f"{e.strerror or e}") from None
+            try:
+                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            except OSError:
+                os.close(fd)
+                raise ResultFileError(f"{self.path}: another sweep is writing this file (it holds "
+                                      f"{lock}); wait for it, or write to another file") from None
+            try:
+                same = os.fstat(fd).st_ino == os.stat(lock).st_ino
+            except FileNotFoundError:
+                same = False
+            if same:
+                self._lock_fd, self._lock_path = fd, lock
+                return
+            os.close(fd)  # removed by the store that held it: lock the new one
+
+    def close(self) -> None:
+        """Release the lock (removing the lock file); the rows stay readable in memory."""
+        fd = self._lock_fd
+        if fd is None:
+            return
+        self._lock_fd = None
+        try:
+            os.unlink(self._lock_path)
+        except OSError:
+            pass
+        os.close(fd)  # closing releases the flock
+
+    def __enter__(self) -> "ResultStore":
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()
+
+    def __del__(self) -> None:
+        self.close()
+
     # ---- reading ------------------------------------------------------------------------
 
     def _read(self) -> dict[str, dict]:
         rows: dict[str, dict] = {}
         if self.format == "jsonl":
-            lines = self.path.read_text(encoding="utf-8").splitlines()
+            try:
+                text = self.path.read_text(encoding="utf-8")
+            except (OSError, UnicodeDecodeError) as e:
+                raise ResultFileError(f"{self.path}: cannot read the result file ({e})") from None
+            lines = text.splitlines()
+            cut_last = False
             for i, line in enumerate(lines, 1):
                 if not line.strip():
                     continue
                 try:
                     row = json.loads(line)
-                except json.JSONDecodeError:
+                except (json.JSONDecodeError, RecursionError):
                     if i == len(lines):  # the last write was cut short (killed sweep)
-                        self.notes.append(f"{self.path}:{i}: incomplete last line ignored")
-                        continue
-                    raise ResultFileError(f"{self.path}:{i}: not a JSON row") from None
-                if not isinstance(row, dict) or "key" not in row:
-                    raise ResultFileError(f"{self.path}:{i}: not a sweep row (no 'key')")
+                        self.notes.append(f"{self.path}:{i}: incomplete last line dropped")
+                        cut_last = True
+                    else:
+                        self.notes.append(f"{self.path}:{i}: not a JSON row; skipped")
+                    continue
+                problem = row_problem(row)
+                if problem is not None:
+                    self.notes.append(f"{self.path}:{i}: not a sweep row ({problem}); skipped")
+                    continue
                 rows[row["key"]] = row
-            if lines and not self.path.read_text(encoding="utf-8").endswith("\n"):
-                self._rewrite_jsonl(rows)  # appends start on a fresh line
+            if cut_last or (lines and not text.endswith("\n")):
+                # appends start on a fresh line, after no broken last line
+                self._atomic(lambda f: f.write("".join(l + "\n" for l in (lines[:-1] if cut_last
+                                                                          else lines)).encode()))
             return rows
         import pyarrow.parquet as pq
         try:
@@ -135,8 +245,13 @@ class ResultStore:
             raise ResultFileError(f"{self.path}: cannot read the Parquet result file ({e})") from None
         if "key" not in table.column_names:
             raise ResultFileError(f"{self.path}: not a sweep result file (no 'key' column)")
-        for flat in table.to_pylist():
-            rows[flat["key"]] = unflatten_row(flat)
+        for i, flat in enumerate(table.to_pylist()):
+            row = unflatten_row(flat)
+            problem = row_problem(row)
+            if problem is not None:
+                self.notes.append(f"{self.path}: row {i}: not a sweep row ({problem}); skipped")
+                continue
+            rows[row["key"]] = row
         return rows
 
     # ---- writing ------------------------------------------------------------------------
@@ -159,9 +274,6 @@ class ResultStore:
                 os.fsync(f.fileno())
         else:
             self._write_parquet()
-
-    def _rewrite_jsonl(self, rows: dict[str, dict]) -> None:
-        self._atomic(lambda f: f.write("".join(json.dumps(r) + "\n" for r in rows.values()).encode()))
 
     def _write_parquet(self) -> None:
         import pyarrow as pa
