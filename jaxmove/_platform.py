@@ -30,6 +30,12 @@ _NOISE = re.compile(
     r"|cuda_versions|Unable to load CUDA|GPU will not be used"
     # XLA:GPU compiling for a compile-only GPU (--target) logs its scheduler's memory guess
     r"|gpu_hlo_schedule\.cc"
+    # Any INFO or WARNING line of XLA's C++ logging (absl format "W1201 12:00:00.123456  42
+    # file.cc:123] ..."), e.g. hlo_rematerialization.cc's "Can't reduce memory use below ...":
+    # absl writes them before InitializeLog() whatever TF_CPP_MIN_LOG_LEVEL says (checked on
+    # jaxlib 0.10). ERROR and FATAL lines pass; what they say that matters (a program that does
+    # not fit) the report says itself.
+    r"|^[IW]\d{4} \d\d:\d\d:\d\d\.\d+\s+\d+ [\w./-]+:\d+\]"
 )
 
 

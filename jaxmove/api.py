@@ -28,8 +28,18 @@ def does_not_fit_note(module, spec) -> str | None:
         return None
     from .report.table import human_bytes
     return (f"does not fit: the program's arguments take {human_bytes(need)} per device, more than the "
-            f"{human_bytes(cap)} of device memory of {spec.name} ({need / cap:.3g}x); it cannot run there as "
-            "compiled (shard it over more devices, e.g. --mesh/--plan, or shrink it)")
+            f"{human_bytes(cap)} of device memory of {spec.name} ({need / cap:.3g}x; {capacity_source(spec)}); "
+            "it cannot run there as compiled (shard it over more devices, e.g. --mesh/--plan, or shrink it)")
+
+
+def capacity_source(spec) -> str:
+    """Where a spec's device memory comes from, for messages: ``hbm_capacity_bytes =
+    80,000,000,000 B of spec h100-sxm (NVIDIA H100 Tensor Core GPU datasheet)``. It is also
+    the ``device_memory_size`` jaxmove gives XLA:GPU for a GPU ``--target``
+    (capture/targets.py ``gpu_target_config``)."""
+    src = str((getattr(spec, "sources", None) or {}).get("hbm_capacity_bytes", "")).split(",")[0].strip()
+    return (f"hbm_capacity_bytes = {int(spec.hbm_capacity_bytes):,} B of spec {spec.name}"
+            + (f" ({src})" if src else ""))
 
 
 def _apply_role_globs(module, parameters, entry_roles, role_globs):

@@ -269,3 +269,99 @@ def test_child_processes_do_not_import_from_the_current_directory(tmp_path, monk
     monkeypatch.setattr(devices.subprocess, "run", lambda cmd, **kw: seen.setdefault("cmd", cmd))
     devices.run_cli_with_devices(2, ["analyze", "x"])
     assert seen["cmd"][1] == "-P"    # the plans / --mesh re-exec (python -P -c ...)
+
+
+# ---- item 2: XLA's C++ log lines ---------------------------------------------------------------
+
+def test_xla_cpp_info_and_warning_lines_are_filtered_errors_pass():
+    from jaxmove._platform import _filter
+
+    text = ("W1201 10:11:12.345678   4242 hlo_rematerialization.cc:3011] Can't reduce memory use "
+            "below 80.01GiB (85917337027 bytes) by rematerialization; only reduced to 81.34GiB\n"
+            "I0000 00:00:1796182735.722619    8912 cudart_stub.cc:31] Could not find cuda drivers\n"
+            "I1201 10:11:12.000001  77 service.cc:152] XLA service 0x55d initialized\n"
+            "E1201 10:11:12.345678   4242 pjrt_client.cc:99] a real error\n"
+            "a line of the user's own\n")
+    assert _filter(text) == ("E1201 10:11:12.345678   4242 pjrt_client.cc:99] a real error\n"
+                             "a line of the user's own\n")
+
+
+# ---- item 1: one "does not fit" rule for every target --------------------------------------------
+
+# f32[2^17, 2^17] = 2^34 x 4 B = 64 GiB of weights, x f32[8, 2^17]: 68.7e9 B + 4 MiB of arguments;
+# more than a 40 GB A100's 40e9 B (abstract: nothing is allocated). XLA:GPU compiles it without
+# the device (it checks no memory); XLA:CPU compiles it too.
+_BIG = '''
+import jax, jax.numpy as jnp
+from jaxmove.workload import Workload
+
+def make():
+    S = jax.ShapeDtypeStruct
+    return Workload("big", lambda w, x: x @ w, (S((2**17, 2**17), jnp.float32), S((8, 2**17), jnp.float32)),
+                    roles=("weights", "activations"))
+'''
+
+
+def _fit_case(tmp_path, capsys, monkeypatch, *extra):
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "bigwl.py").write_text(_BIG)
+    rc = main(["analyze", "bigwl.py:make", *extra])
+    return rc, capsys.readouterr()
+
+
+def test_does_not_fit_exits_2_after_the_report_on_cpu_with_hardware(tmp_path, capsys, monkeypatch):
+    from jaxmove.hardware import load_spec
+
+    rc, cap = _fit_case(tmp_path, capsys, monkeypatch, "--hardware", "a100-40gb")
+    assert rc == 2                                   # was 0 (TPU exits 2): one rule
+    (line,) = _err_lines(cap.err)
+    cap_bytes = load_spec("a100-40gb").hbm_capacity_bytes
+    assert line.startswith("jaxmove: error: big does not fit:") and "a100-40gb" in line
+    assert f"hbm_capacity_bytes = {cap_bytes:,} B of spec a100-40gb" in line   # one capacity, its source
+    need = 2**34 * 4 + 8 * 2**17 * 4
+    assert f"({need / cap_bytes:.3g}x;" in line
+    assert cap.out.startswith("does not fit:")      # the report is still printed, headline first
+    rc, cap = _fit_case(tmp_path, capsys, monkeypatch, "--hardware", "b200")   # 180 GB: fits
+    assert rc == 0 and "does not fit" not in cap.out + cap.err
+
+
+def test_does_not_fit_exits_2_on_a_gpu_target(tmp_path, capsys, monkeypatch):
+    pytest.importorskip("jax_plugins.xla_cuda12", reason='GPU targets need pip install "jaxmove[gpu]"')
+    rc, cap = _fit_case(tmp_path, capsys, monkeypatch, "--target", "a100-40gb", "--json")
+    assert rc == 2, cap.err
+    (line,) = _err_lines(cap.err)
+    assert "does not fit:" in line and "of spec a100-40gb" in line
+    import json
+    assert any(n.startswith("does not fit:") for n in json.loads(cap.out)["notes"])
+
+
+# ---- item 4: --excess adds its section; the instruction table stays -------------------------------
+
+def test_excess_adds_its_section_after_the_table(tmp_path, capsys):
+    (tmp_path / "t.hlo").write_text("HloModule t\nENTRY e {\n  p = f32[4]{0} parameter(0)\n"
+                                    "  ROOT a = f32[4]{0} add(p, p)\n}\n")
+    assert main(["analyze", str(tmp_path / "t.hlo"), "--excess"]) == 0
+    out = capsys.readouterr().out
+    assert "HBM read 16 B, written 16 B" in out           # the headline of the instruction table
+    assert out.index("HBM read") < out.lower().index("compulsory")   # then the excess section
+
+
+# ---- item 7: sweep output ---------------------------------------------------------------------
+
+def _rows():
+    # two analysed points on the Pareto front, far apart on the log x axis, long labels
+    common = {"status": "ok", "fits": True, "pareto": True, "overrides": {}, "mesh": None,
+              "target": "cpu", "hbm_capacity_bytes": None}
+    return [{**common, "model": "/very/long/absolute/path/to/an/experiment/dir/workload_file.py:make",
+             "peak_bytes": 2**20, "est_time_s": 1e-3},
+            {**common, "model": "/very/long/absolute/path/to/an/experiment/dir/workload_file.py:make_big",
+             "peak_bytes": 2**34, "est_time_s": 1e-5}]
+
+
+def test_point_names_carry_no_absolute_paths():
+    from jaxmove.sweep.render import point_label
+
+    (r, _) = _rows()
+    assert point_label(r) == "workload_file.py:make"   # table, HTML and Pareto labels
+    assert point_label({**r, "model": "llama3-8b-decode"}) == "llama3-8b-decode"   # presets as they are
+    assert point_label({**r, "model": "pkg.mod:make"}) == "pkg.mod:make"

@@ -360,14 +360,17 @@ def test_arguments_larger_than_the_device_memory_are_said_first(tmp_path, capsys
         "    return Workload('huge', lambda w, x: x @ w, (S((2**22, 2**22), jnp.float32),\n"
         "                    S((1, 2**22), jnp.float32)), roles=('weights', 'activations'))\n")
     target = f"{tmp_path / 'huge.py'}:make"
-    assert main(["analyze", target, "--hardware", "h100-sxm"]) == 0
+    assert main(["analyze", target, "--hardware", "h100-sxm"]) == 2   # the rule of every target (#29.1)
     first = capsys.readouterr().out.splitlines()[0]
     assert first.startswith("does not fit:") and "64.00 TiB" in first and "h100-sxm" in first
     from jaxmove.hardware import load_spec
     cap = load_spec("h100-sxm").hbm_capacity_bytes
     ratio = (2**44 * 4 + 2**22 * 4) / cap   # arguments: the weights (2^44 f32) and x (2^22 f32)
-    d = _cli_json("analyze", target, "--hardware", "h100-sxm", "--json")
-    assert any(n.startswith("does not fit:") and f"({ratio:.3g}x)" in n for n in d["notes"])
+    buf = io.StringIO()
+    with redirect_stdout(buf):
+        assert main(["analyze", target, "--hardware", "h100-sxm", "--json"]) == 2
+    d = json.loads(buf.getvalue())
+    assert any(n.startswith("does not fit:") and f"({ratio:.3g}x;" in n for n in d["notes"])
     # no hardware spec, or a program that fits: nothing said
     d = _cli_json("analyze", target, "--json")
     assert not any("does not fit" in n for n in d["notes"])

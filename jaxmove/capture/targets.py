@@ -383,7 +383,8 @@ def compile_lowered(lowered, target: Target | str | None, what: str = "the progr
             needs = int(float(m.group(1)) * _SCALE[m.group(2)])
             has = int(float(m.group(3)) * _SCALE[m.group(4)])
         raise DoesNotFitError(f"{what} does not fit on {where}: needs {_bytes_text(needs)}, has "
-                              f"{_bytes_text(has)} (compiler: {first})",
+                              f"{_bytes_text(has)} (the compiler's figures, its usable device memory; "
+                              f"compiler: {first})",
                               where, needs, has, first) from None
 
 

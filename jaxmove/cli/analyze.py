@@ -41,15 +41,30 @@ def _cmd_analyze(args: argparse.Namespace) -> int:
     elif args.by:
         from ..report.table import render_groups
         render_groups(report, args.by, rollup=getattr(args, "rollup", False))
-    elif getattr(args, "excess", False):
+    elif getattr(args, "excess", False):  # its section after the instruction table and headline
         from ..report.excess_table import render_excess
+        render_report(report, top=args.top)
         render_excess(report)
     elif getattr(args, "xla", False):
         from ..report.xla_table import render_xla
         render_xla(report, top=args.top)
     else:
         render_report(report, top=args.top)
-    return 0
+    return _fit_status(report)
+
+
+def _fit_status(report) -> int:
+    """The one does-not-fit rule of every target (README "Does it fit?"): a program that does
+    not fit the device memory exits 2 with one line on stderr, after the report where the
+    compiler still produced a program (XLA:GPU without the device checks no memory; an
+    XLA:CPU program costed on ``--hardware``). XLA:TPU refuses such a program itself
+    (capture/targets.py ``DoesNotFitError``: the same line, the same status, no report)."""
+    fit = next((n for n in report.notes if n.startswith("does not fit:")), None)
+    if fit is None:
+        return 0
+    sys.stdout.flush()
+    print(one_line(f"jaxmove: error: {report.program.name} {fit}"), file=sys.stderr)
+    return 2
 
 
 def _write_outputs(report, args: argparse.Namespace) -> None:
@@ -93,7 +108,7 @@ def add_analyze_command(sub) -> None:
                         "activations, unknown; repeatable, the first matching glob wins")
     a.add_argument("--html", metavar="FILE", help="also write a self-contained HTML report")
     a.add_argument("--excess", action="store_true",
-                   help="show the excess movement instead of the instruction table: compulsory vs "
+                   help="add the excess movement after the instruction table: compulsory vs "
                         "compiled bytes per role and path, then the causes ranked by time (with "
                         "--hardware) and the change that removes each")
     a.add_argument("--xla", action="store_true",

@@ -46,7 +46,10 @@ def render_plans(cmp, console: Console | None = None) -> None:
     where = "simulated CPU devices" if target == "cpu" else f"devices of {target}"
     console.print(f"[bold]{escape(cmp.model)}[/bold] {sets}  mesh {mesh} ({n} {where})  "
                   f"hardware [bold]{cmp.hardware}[/bold] (HBM {human_bytes(cmp.hbm_capacity_bytes)} "
-                  f"per device; collective time on its links)")
+                  f"per device, the spec's hbm_capacity_bytes; collective time on its links)")
+    if any(r.does_not_fit for r in cmp.results):  # the compiler's own figure differs: say whose
+        console.print("fits NO (needs X, has Y): the target compiler refused the plan; X and Y are "
+                      "its figures (XLA:TPU's usable device memory, not the spec's)")
     table = Table(title="Sharding plans, per device, one program run, fastest estimated step first")
     for col, just in (("plan", "left"), ("step time", "right"), ("args", "right"), ("temp", "right"),
                       ("peak", "right"), ("fits", "left"), ("HBM bytes", "right"), ("excess", "right"), ("wire bytes by kind", "left"),

@@ -29,10 +29,22 @@ def _b(n) -> str:
     return "n/a" if n is None else human_bytes(n)
 
 
+def short_model(model: str) -> str:
+    """A model as a label shows it: ``/home/me/exp/wl.py:make`` -> ``wl.py:make`` (the file's
+    name, not the absolute path the sweep resolved it to); presets and ``module:function`` as
+    they are."""
+    import os
+    path, colon, fn = str(model).rpartition(":")
+    if colon and (os.sep in path or "/" in path):
+        return f"{os.path.basename(path)}:{fn}"
+    return str(model)
+
+
 def point_label(row: dict) -> str:
-    """``mlp-tiny batch=8 data=8 dp`` (+ `` @target`` off cpu) from a row's inputs."""
+    """``mlp-tiny batch=8 data=8 dp`` (+ `` @target`` off cpu) from a row's inputs; a
+    ``file.py:function`` model by its file's name (``short_model``)."""
     from pathlib import Path
-    parts = [row["model"], *(f"{k}={v}" for k, v in (row.get("overrides") or {}).items())]
+    parts = [short_model(row["model"]), *(f"{k}={v}" for k, v in (row.get("overrides") or {}).items())]
     if row.get("mesh"):
         plan = row.get("plan") or "dp"
         parts += [row["mesh"], Path(plan).stem if plan.endswith(".toml") else plan]
@@ -178,7 +190,9 @@ def pareto_plot(result, ax=None, path=None):
         from ..report.outputs import write_atomic
         fmt = Path(path).suffix.lower().lstrip(".") or None   # matplotlib's default without one
         try:  # a temporary file renamed over the path: an error leaves no partial image
-            write_atomic(path, lambda f: fig.savefig(f, format=fmt), "Pareto plot", binary=True)
+            # bbox_inches="tight": the saved image grows to hold every label (none cut at an edge)
+            write_atomic(path, lambda f: fig.savefig(f, format=fmt, bbox_inches="tight"), "Pareto plot",
+                         binary=True)
         finally:
             plt.close(fig)
     return ax
@@ -197,7 +211,7 @@ def _plot_svg(result) -> str | None:
         pareto_plot(result, ax=ax)
         fig.tight_layout()
         buf = io.StringIO()
-        fig.savefig(buf, format="svg", metadata={"Date": None})
+        fig.savefig(buf, format="svg", metadata={"Date": None}, bbox_inches="tight")
         plt.close(fig)
     svg = buf.getvalue()
     svg = svg[svg.index("<svg"):]  # drop the XML prolog and doctype
