@@ -5,7 +5,12 @@
 gpt-fast Llama-2 7B/70B decode, bf16 and int8 weight-only, on A100-80GB power-limited to
 330 W). Each anchor is reproduced with a zoo preset at the anchor's shapes (``--set``),
 compiled for the GPU it ran on (``--target``, deviceless) and timed with the GPU spec;
-where the source states a bandwidth the GPUs reach, it is given with ``--spec``. Per anchor
+where the source states a bandwidth the GPUs reach, it is given with ``--spec``. Where the
+measured runtime differs from XLA's defaults, the command says so, not a factor: FasterTransformer
+launches kernels from a stream (``XLA_FLAGS=--xla_gpu_enable_command_buffer=``, no CUDA graphs),
+gpt-fast runs one CUDA graph with its all-reduces (``+COLLECTIVES``), its int8 wqkv is one int8
+weight (XLA's dot merger off, which would concatenate dequantized bf16 copies), and its tensor
+parallelism leaves the embedding and LM head replicated (``benchmarks/anchors_gptfast_tp.toml``). Per anchor
 the table gives the command, jaxmove's step time and its components (compute, memory,
 network, launch; each the sum over the program's kernels, so they need not add up to the
 overlapped step time), the roofline bound (max of HBM bytes / bandwidth and FLOPs / peak),
@@ -60,13 +65,27 @@ COMMANDS: dict[str, list[str]] = {
     "gptfast_70b_int8_tp1": ["llama3-70b-decode", *_LLAMA2_70B, "--set", "weights_dtype=int8",
                              "--target", "a100-80gb:1x1x1", *_GPTFAST_BW],
     "gptfast_70b_bf16_tp8": ["llama3-70b-decode", *_LLAMA2_70B, "--target", "a100-80gb:1x1x8",
-                             "--mesh", "model=8", "--plan", "tp", *_GPTFAST_BW],
+                             "--mesh", "model=8", "--plan", "benchmarks/anchors_gptfast_tp.toml", *_GPTFAST_BW],
 }
 
 #: environment of an anchor's command: FasterTransformer launches every kernel from its stream
 #: (no CUDA graphs), so its programs are compiled and timed with XLA's command buffers off
 _NO_GRAPHS = {"XLA_FLAGS": "--xla_gpu_enable_command_buffer="}
-ENV: dict[str, dict[str, str]] = {k: _NO_GRAPHS for k in COMMANDS if k.startswith("ft13b")}
+#: gpt-fast's int8 layers hold one int8 wqkv weight that its GEMM dequantizes as it loads it;
+#: XLA's dot merger instead joins the q/k/v dots by concatenating their dequantized bf16
+#: weights in HBM (3.2 GB written and read again per step in the 7B program), which no gpt-fast
+#: kernel does: the int8 anchors are compiled without that pass (the bf16 ones keep it: there the
+#: merged dot is gpt-fast's wqkv)
+_NO_DOT_MERGER = "--xla_disable_hlo_passes=dot-merger"
+#: gpt-fast runs each step as one CUDA graph, its NCCL all-reduces included (torch.compile
+#: mode="reduce-overhead"); XLA:GPU leaves collectives out of its command buffers by default,
+#: so the gpt-fast anchors add them (COLLECTIVES)
+_GRAPH_COLLECTIVES = "--xla_gpu_enable_command_buffer=+COLLECTIVES"
+ENV: dict[str, dict[str, str]] = {
+    **{k: _NO_GRAPHS for k in COMMANDS if k.startswith("ft13b")},
+    **{k: {"XLA_FLAGS": " ".join([_GRAPH_COLLECTIVES] + ([_NO_DOT_MERGER] if "int8" in k else []))}
+       for k in COMMANDS if k.startswith("gptfast")},
+}
 
 TOLERANCE = 0.15
 
@@ -130,13 +149,13 @@ def summary(report: dict) -> dict:
 def roofline_bound_s(anchor_id: str, s: dict) -> tuple[float, str]:
     """max(HBM bytes / bandwidth, FLOPs / peak) on the anchor's spec (its --spec overrides
     applied): the time no schedule beats, and which term it is."""
-    from jaxmove.capture.targets import Target
+    from jaxmove.hardware import load_spec
     from jaxmove.hardware.overrides import override_spec
 
     args = COMMANDS[anchor_id]
-    tgt = Target.parse(args[args.index("--target") + 1])
+    name = args[args.index("--target") + 1].partition(":")[0]  # the target's spec
     items = [args[i + 1] for i, a in enumerate(args) if a == "--spec"]
-    spec = override_spec(tgt.spec(), items)
+    spec = override_spec(load_spec(name), items)
     dtype = "f16" if "dtype=float16" in args else "bf16"
     mem = s["hbm_bytes"] / spec.hbm_bytes_per_s
     comp = s["flops"] / spec.flops_per_s[dtype]

@@ -67,6 +67,11 @@ def test_xla_flags_turn_command_buffers_off(spec, monkeypatch):
     monkeypatch.setenv("XLA_FLAGS", "--xla_gpu_graph_min_graph_size=3")
     three = estimate_times(analyze_module(m), spec)
     assert three.command_buffers == 2 and three.command_buffer_kernels == 9
+    # collectives in command buffers (gpt-fast's CUDA graphs hold its NCCL calls): one run of 10
+    monkeypatch.setenv("XLA_FLAGS", "--xla_gpu_enable_command_buffer=+COLLECTIVES")
+    coll = estimate_times(analyze_module(m), spec)
+    assert (coll.command_buffers, coll.command_buffer_kernels) == (1, 10)
+    assert coll.launch_gap_s == pytest.approx(10 * 5e-7 + 2e-6)
     monkeypatch.delenv("XLA_FLAGS")
     on = estimate_times(analyze_module(m), spec)
     # the kernels' durations do not depend on how they are launched

@@ -512,10 +512,14 @@ class CommandBufferConfig:
         return cls(types, size)
 
     def is_command(self, instr: Instruction) -> bool:
-        """A fusion (FUSION) or a library call (cuBLAS: CUBLAS / CUBLASLT, cuDNN: CUDNN, any
-        other custom call: CUSTOM_CALL) of an enabled type."""
+        """A fusion (FUSION), a library call (cuBLAS: CUBLAS / CUBLASLT, cuDNN: CUDNN, any
+        other custom call: CUSTOM_CALL) or a collective, its start or done (COLLECTIVES) of an
+        enabled type."""
         if instr.opcode == "fusion":
             return "FUSION" in self.types
+        rec = OPCODES.get(instr.opcode)
+        if rec is not None and rec.collective is not None:
+            return "COLLECTIVES" in self.types
         if instr.opcode != "custom-call":
             return False
         target = (instr.custom_call_target or "").lower()
