@@ -400,3 +400,36 @@ def test_bad_rows_are_skipped_and_reported(tmp_path, bad):
         assert list(s.rows) == ["k1", "k3"]
         assert len(s.notes) == 1 and s.notes[0].startswith(f"{out}:2: not a sweep row")
         assert [r["key"] for r in sorted(s.rows.values(), key=rank_key)] == ["k3", "k1"]
+
+
+# ---- cuBLAS gemm custom calls -------------------------------------------------------------------
+
+_GEMM = ('  a = f32[8,8]{{1,0}} parameter(0)\n'
+         '  ROOT g = (f32[8,8]{{1,0}}, s8[1024]{{0}}) custom-call({ops}), custom_call_target="__cublas$gemm", '
+         'backend_config={{"gemm_backend_config":{{"alpha_real":1,"beta":0,"dot_dimension_numbers":'
+         '{{"lhs_contracting_dimensions":{lc},"rhs_contracting_dimensions":["0"],'
+         '"lhs_batch_dimensions":[],"rhs_batch_dimensions":[]}}}}}}')
+
+
+@pytest.mark.parametrize("ops, lc, what", [
+    ("a", '["1"]', "got 1 operand"),
+    ("a, a", '["x"]', "expected a list of dimension numbers"),
+    ("a, a", '[1.5]', "expected a list of dimension numbers"),
+    ("a, a", '["\u00b9"]', "expected a list of dimension numbers"),
+    ("a, a", '["7"]', "has no dimension 7"),
+    ("a, a", '["0","1"]', "differ in number or size"),
+])
+def test_bad_cublas_gemm_is_a_parse_error(ops, lc, what):
+    # under --hardware these were IndexError / ValueError in passes/reuse.py and gpu_kernel_time.py
+    e = _error(_entry(_GEMM.format(ops=ops, lc=lc)))
+    assert what in e.expected and e.line == 5
+
+
+def test_good_cublas_gemm_times_under_hardware(tmp_path):
+    from jaxmove.api import analyze
+    f = tmp_path / "gemm.hlo"
+    f.write_text(_entry(_GEMM.format(ops="a, a", lc='["1"]')))
+    r = analyze(str(f), hardware="h100-sxm")
+    row = [x for x in r.rows if x.instr.name == "g"][0]
+    assert row.total.flops == 2 * 8 * 8 * 8  # 2MNK
+    assert r.times is not None and r.times.est_time_s > 0

@@ -174,6 +174,49 @@ def _check_dot_dims(filename: str, instr: Instruction, lhs: Shape, rhs: Shape) -
                        f"and {list(rs)} of {rhs} differ in number or size")
 
 
+_GEMM_DIM_KEYS = {"lhs": ("lhs_contracting_dimensions", "lhs_batch_dimensions"),
+                  "rhs": ("rhs_contracting_dimensions", "rhs_batch_dimensions")}
+
+
+def _check_cublas_gemm(filename: str, instr: Instruction, by_name: dict) -> None:
+    """A cuBLAS gemm custom call (``__cublas$gemm``, ``__cublas$lt$matmul*``) takes at least
+    two array operands, lhs and rhs (XLA's GemmRewriter creates it so; cuBLASLt adds bias and
+    scales after them), and its ``gemm_backend_config.dot_dimension_numbers`` lists integers
+    (the proto's int64 printed as JSON numbers or digit strings) naming dimensions of those
+    operands, contracted and batch sizes agreeing (as for a ``dot``). A missing or unreadable
+    backend_config is left to the passes (listed as unmodeled there)."""
+    ops = [by_name[o].shape for o in instr.operands]
+    if len(ops) < 2 or not (ops[0].is_array and ops[1].is_array):
+        raise _err(filename, instr, f"cuBLAS gemm '{instr.name}' ({instr.custom_call_target}) takes "
+                   f"lhs and rhs array operands, got {len(ops)} operand(s)")
+    bc = instr.backend_config
+    gemm = bc.get("gemm_backend_config") if isinstance(bc, dict) else None
+    dnums = gemm.get("dot_dimension_numbers") if isinstance(gemm, dict) else None
+    if not isinstance(dnums, dict):
+        return
+    got: dict[str, tuple[int, ...]] = {}
+    for side, shape in (("lhs", ops[0]), ("rhs", ops[1])):
+        for key in _GEMM_DIM_KEYS[side]:
+            v = dnums.get(key, [])
+            ok = isinstance(v, list) and all(
+                (isinstance(d, int) and not isinstance(d, bool)) or (isinstance(d, str) and is_uint(d))
+                for d in v)
+            if not ok:
+                raise _err(filename, instr, f"cuBLAS gemm '{instr.name}': {key}={v!r} in its "
+                           "backend_config: expected a list of dimension numbers")
+            dims = tuple(int(d) for d in v)
+            for d in dims:
+                if not 0 <= d < len(shape.dims):
+                    raise _err(filename, instr, f"cuBLAS gemm '{instr.name}': {key}={list(dims)}: "
+                               f"operand {shape} has no dimension {d}")
+            got[key] = dims
+    for kind in ("contracting", "batch"):
+        ls, rs = got[f"lhs_{kind}_dimensions"], got[f"rhs_{kind}_dimensions"]
+        if len(ls) != len(rs) or any(ops[0].dims[a] != ops[1].dims[b] for a, b in zip(ls, rs)):
+            raise _err(filename, instr, f"cuBLAS gemm '{instr.name}': {kind} dimensions {list(ls)} "
+                       f"of {ops[0]} and {list(rs)} of {ops[1]} differ in number or size")
+
+
 def _check_instruction(filename: str, mod: Module, comp: Computation, instr: Instruction) -> tuple[str, ...]:
     """Check one instruction; returns the computations it calls."""
     op = instr.opcode
@@ -198,6 +241,8 @@ def _check_instruction(filename: str, mod: Module, comp: Computation, instr: Ins
                        f" and one scalar index per dimension), got {n}")
     elif op == "dot" and n != 2 and not ("sparsity" in instr.attrs and 2 < n <= 4):
         raise _err(filename, instr, f"'dot' instruction '{instr.name}' takes 2 operands, got {n}")
+    if op == "custom-call" and (instr.custom_call_target or "").startswith("__cublas$"):
+        _check_cublas_gemm(filename, instr, by_name)
     if op in ("dot", "ragged-dot", "scaled-dot") and n >= 2:
         _check_dot_dims(filename, instr, by_name[instr.operands[0]].shape,
                         by_name[instr.operands[1]].shape)
