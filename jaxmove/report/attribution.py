@@ -260,8 +260,15 @@ def _module_parts(module: Module, instr: Instruction) -> tuple[str, list[str]]:
     fused instructions'), without looking at neighbours."""
     md = metadata_instruction(module, instr).metadata
     op_name = md.op_name if md else ""
-    scopes = split_name_stack(op_name)[:-1]
-    return op_name, [u for u in (_unwrap(p) for p in scopes) if u]
+    return op_name, list(_op_name_parts(op_name)[1])
+
+
+@functools.lru_cache(maxsize=1 << 16)
+def _op_name_parts(op_name: str) -> tuple[tuple[str, ...], tuple[str, ...]]:
+    """(name-stack components, module path components) of an op_name, once per distinct
+    op_name (``split_name_stack``, then ``_unwrap`` of every scope but the primitive)."""
+    parts = tuple(split_name_stack(op_name))
+    return parts, tuple(u for u in (_unwrap(p) for p in parts[:-1]) if u)
 
 
 def _common_prefix(paths: list[list[str]]) -> list[str]:
@@ -309,6 +316,8 @@ def _majority(cands: list[tuple[SourceLocation, str]]) -> tuple[SourceLocation, 
     """The candidate whose (file, line) most candidates share; the first of them on a tie."""
     if not cands:
         return None
+    if len(cands) == 1:   # the common case: one user / one operand
+        return cands[0]
     counts = Counter((loc.file, loc.line) for loc, _ in cands)
     best = max(counts.values())
     return next(c for c in cands if counts[(c[0].file, c[0].line)] == best)
@@ -405,10 +414,9 @@ def attribute(module: Module, instr: Instruction) -> Attribution:
     instr = metadata_instruction(module, instr)
     md = instr.metadata
     op_name = md.op_name if md else ""
-    parts = split_name_stack(op_name)
+    parts, module_parts = _op_name_parts(op_name)
     primitive = parts[-1] if parts else ""
     scopes = parts[:-1]
-    module_parts = [u for u in (_unwrap(p) for p in scopes) if u]
     module_path, inferred = "/".join(module_parts), False
     if not op_name:
         module_path = neighbour_module_path(module, original)
