@@ -60,6 +60,7 @@ def test_override_replaces_the_number_and_says_so():
     ("hbm_bytes_per_s=-1", "positive finite"),
     ("hbm_bytes_per_s=inf", "positive finite"),
     ("num_sms=1.5", "whole number"),
+    ("hbm_bytes_per_s=1e-300", "physical range"),  # would make every time infinite
     ("flops_per_s.f99=1", "unknown key"),
 ])
 def test_bad_override(item, words):

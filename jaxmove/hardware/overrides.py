@@ -17,6 +17,14 @@ from jaxmove.hardware.spec import FLOPS_DTYPES, HardwareSpec, HardwareSpecError
 __all__ = ["overridable_keys", "override_spec", "parse_spec_overrides", "with_slice_topology"]
 
 
+def _units() -> dict[str, str]:
+    """Dotted key -> unit (spec.py metadata; ``flops_per_s.*`` are FLOP/s)."""
+    out = {f.name: f.metadata.get("unit", "") for f in dataclasses.fields(HardwareSpec)
+           if f.metadata.get("numeric")}
+    out.update({f"flops_per_s.{k}": "FLOP/s" for k in FLOPS_DTYPES})
+    return out
+
+
 def _numeric_fields() -> dict[str, bool]:
     """Top-level numeric fields of HardwareSpec -> True when the field is an integer."""
     out = {}
@@ -36,8 +44,9 @@ def parse_spec_overrides(items: list[str]) -> dict[str, float]:
     """``["hbm_bytes_per_s=1.7e12", ...]`` (the ``--spec`` arguments) -> {key: value}.
 
     Raises HardwareSpecError naming the argument: no ``=``, an unknown key (the known ones
-    are listed), a value that is not a positive finite number, or a fractional value for an
-    integer field (``num_sms``, ``hbm_capacity_bytes`` ...).
+    are listed), a value that is not a positive finite number or lies outside the physical
+    range of its unit (the spec files' ranges, loader.py ``_PHYSICAL_RANGE``), or a fractional
+    value for an integer field (``num_sms``, ``hbm_capacity_bytes`` ...).
     """
     ints = _numeric_fields()
     known = overridable_keys()
@@ -56,6 +65,12 @@ def parse_spec_overrides(items: list[str]) -> dict[str, float]:
                                     f"as the key's unit says), got {text!r}") from None
         if not math.isfinite(value) or value <= 0:
             raise HardwareSpecError(f"--spec {item}: {key} must be a positive finite number, got {text!r}")
+        from jaxmove.hardware.loader import _PHYSICAL_RANGE  # the spec files' ranges
+        unit = _units().get(key, "")
+        lo_hi = _PHYSICAL_RANGE.get(unit)
+        if lo_hi is not None and not lo_hi[0] <= value <= lo_hi[1]:
+            raise HardwareSpecError(f"--spec {item}: {value:g} {unit} is outside the physical range "
+                                    f"[{lo_hi[0]:g}, {lo_hi[1]:g}] {unit} of any real device (a typo?)")
         if ints.get(key):
             if not value.is_integer():
                 raise HardwareSpecError(f"--spec {item}: {key} must be a whole number, got {text!r}")
