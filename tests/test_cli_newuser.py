@@ -365,3 +365,18 @@ def test_point_names_carry_no_absolute_paths():
     assert point_label(r) == "workload_file.py:make"   # table, HTML and Pareto labels
     assert point_label({**r, "model": "llama3-8b-decode"}) == "llama3-8b-decode"   # presets as they are
     assert point_label({**r, "model": "pkg.mod:make"}) == "pkg.mod:make"
+
+
+# ---- item 8: calibrate --quick's launch-overhead spread ------------------------------------------
+
+def test_the_overhead_spread_is_robust_to_one_busy_repeat():
+    from jaxmove.hardware.calibrate import SPREAD_LIMITS, _Plan, robust_spread, spread
+
+    # 7 repeats of a per-kernel overhead, one of them on a busy core (x1.8)
+    values = [0.30e-6, 0.31e-6, 0.29e-6, 0.305e-6, 0.295e-6, 0.30e-6, 0.54e-6]
+    assert spread(values) > SPREAD_LIMITS["overhead"]          # (max - min) / median = 0.82: refused
+    q1, q3 = sorted(values)[1] + (sorted(values)[2] - sorted(values)[1]) * 0.5, 0.3075e-6
+    assert robust_spread(values) == pytest.approx((q3 - q1) / 0.30e-6, rel=1e-9)   # IQR / median
+    assert robust_spread(values) < 0.1
+    assert robust_spread([1.0, 1.1, 1.2]) == spread([1.0, 1.1, 1.2])   # too few for quartiles
+    assert _Plan(quick=True).overhead_repeats >= 5                     # was 3

@@ -141,7 +141,9 @@ def cmd_calibrate(args: argparse.Namespace) -> int:
         print(f"jaxmove: warning: {key}: {how}; the machine is probably busy", file=sys.stderr)
     if unstable and not args.force:
         print(f"jaxmove: error: not saved: {len(unstable)} figure(s) unstable ({', '.join(unstable)}); "
-              "calibrate on an idle machine, or pass --force to save them anyway", file=sys.stderr)
+              "calibrate on an idle machine (or without --quick: more repeats), pass --force to save "
+              "them anyway (the file marks them unstable), or use a shipped spec (--hardware "
+              "cpu-generic; see `jaxmove hardware`)", file=sys.stderr)
         return 1
     try:
         path = write_spec(spec, target)
