@@ -8,6 +8,15 @@ those targets' sections and keeps the others as they are in the file.
     python benchmarks/zoo_compile.py                          # cpu + tpu-v5e:4x4 + h100-sxm:1x1x8
     python benchmarks/zoo_compile.py --targets tpu-v5e:4x4,h100-sxm:1x1x8 --modes prefill,decode
     python benchmarks/zoo_compile.py --one llama3-8b-decode --target tpu-v5e:4x4 --set scan_layers=false
+    python benchmarks/zoo_compile.py --serving                # excess of the default decode presets
+
+``--serving`` (issue 24) runs ``jaxmove analyze PRESET --target T --excess --xla --json`` for the
+default decode presets on tpu-v5e, tpu-v5p, h100-sxm and b200 (one device when weights + cache
+fit in 90% of its HBM, else ``--plan tp`` over the smallest power-of-two topology that holds
+them, ``model`` over every device) and the scaling book's Llama 3 70B int8 decode
+(jax-ml/scaling-book, "applied inference"), and writes the ``serving`` section: compulsory
+vs compiled HBM bytes by role (the excess pass), excess %, jaxmove's estimate, the bandwidth
+bound (weights + cache bytes per device / the spec's HBM bandwidth) and fits.
 
 On an accelerator target (deviceless compilation, capture/targets.py) the program is the
 ``fsdp`` plan over every device of the topology, the mesh ``jaxmove plans --target`` uses
@@ -192,6 +201,204 @@ def target_section(target: str, rows: list[tuple[str, dict]], argv_text: str) ->
     return lines + [""]
 
 
+# ---- serving: the excess of the default decode presets (issue 24) -------------------------
+
+#: serving targets: name -> topology text per device count (the topologies libtpu and the
+#: CUDA plugin accept; capture/targets.py)
+SERVING_TARGETS = {
+    "tpu-v5e": {1: "", 4: "2x2", 8: "2x4", 16: "4x4", 32: "4x8", 64: "8x8"},
+    "tpu-v5p": {1: "", 4: "2x2x1", 8: "2x2x2", 16: "2x2x4", 32: "2x4x4", 64: "4x4x4"},
+    "h100-sxm": {1: "", 8: "1x1x8", 16: "1x2x8", 32: "1x4x8", 64: "1x8x8"},
+    "b200": {1: "", 8: "1x1x8", 16: "1x2x8", 32: "1x4x8", 64: "1x8x8"},
+}
+#: the scaling book's check: (label, target, sets, the book's time in seconds):
+#: (70e9 + 32 x 8192 x 160e3) B / (chips x 8.1e11 B/s)
+SCALING_BOOK = [
+    ("llama3-70b-decode int8 weights + int8 KV", "tpu-v5e:4x4",
+     {"weights_dtype": "int8", "kv_dtype": "int8"}, (70e9 + 32 * 8192 * 160e3) / (16 * 8.1e11)),
+    ("llama3-70b-decode int8 weights + int8 KV", "tpu-v5e:4x2",
+     {"weights_dtype": "int8", "kv_dtype": "int8"}, (70e9 + 32 * 8192 * 160e3) / (8 * 8.1e11)),
+]
+
+
+def resident_bytes(name: str, sets: dict[str, str]) -> dict[str, int]:
+    """Bytes of the preset's arguments by role (weights, kv_cache), from its abstract workload."""
+    import jax
+    from jaxmove import zoo
+    wl = zoo.build(name, {**sets, "scan_layers": "true"})   # same arguments' bytes, faster to trace
+    out: dict[str, int] = {}
+    for arg, role in zip(wl.args, wl.roles):
+        leaves = jax.tree.leaves(arg)
+        roles = [role] * len(leaves) if isinstance(role, str) else jax.tree.leaves(role)
+        for leaf, r in zip(leaves, roles):
+            out[r] = out.get(r, 0) + leaf.size * leaf.dtype.itemsize
+    return out
+
+
+def serving_case(name: str, sets: dict[str, str], family: str, n: int | None = None,
+                 timeout_s: float = 1800, topo: str | None = None) -> dict:
+    """``jaxmove analyze`` of one case in a fresh process; n devices (None: the smallest that
+    holds weights + cache in 90% of a device's HBM, ``--plan tp`` when more than one)."""
+    from jaxmove.hardware import load_spec
+    spec = load_spec(family)
+    res = resident_bytes(name, sets)
+    need = res.get("weights", 0) + res.get("kv_cache", 0)
+    if n is None:
+        n = next((k for k in sorted(SERVING_TARGETS[family])
+                  if need / k <= 0.9 * spec.hbm_capacity_bytes), None)
+        if n is None:
+            return {"error": f"needs {need / 2**30:.0f} GiB: more than the largest topology listed"}
+    topo = SERVING_TARGETS[family][n] if topo is None else topo
+    target = f"{family}:{topo}" if topo else family
+    argv = ["analyze", name, "--target", target, "--excess", "--xla", "--json"]
+    for k, v in sets.items():
+        argv += ["--set", f"{k}={v}"]
+    if n > 1:
+        argv += ["--mesh", f"model={n}", "--plan", "tp"]
+    cmd = [sys.executable, "-c", "import sys; from jaxmove.cli import main; sys.exit(main(sys.argv[1:]))",
+           *argv]
+    t = time.perf_counter()
+    load0 = os.getloadavg()[0]
+    try:
+        proc = subprocess.run(cmd, cwd=ROOT, env=dict(os.environ, JAX_PLATFORMS="cpu"),
+                              capture_output=True, text=True, timeout=timeout_s)
+    except subprocess.TimeoutExpired:
+        return {"target": target, "n": n, "error": f"timed out after {timeout_s:.0f} s"}
+    out = {"target": target, "n": n, "cmd": "jaxmove " + " ".join(argv[:-3] if False else argv),
+           "wall_s": time.perf_counter() - t, "load": (load0, os.getloadavg()[0]),
+           "resident_bytes": res, "hbm_bytes_per_s": spec.hbm_bytes_per_s,
+           "capacity_bytes": spec.hbm_capacity_bytes}
+    if proc.returncode != 0:
+        last = proc.stderr.strip().splitlines()[-1] if proc.stderr.strip() else "failed"
+        out.update(error=last, fits=False if "does not fit" in last or "needs" in last else None)
+        return out
+    j = json.loads(proc.stdout)
+    ms = j.get("memory_stats") or {}
+    peak = (ms.get("argument_size_in_bytes", 0) + ms.get("output_size_in_bytes", 0)
+            - ms.get("alias_size_in_bytes", 0) + ms.get("temp_size_in_bytes", 0)) if ms else None
+    ex = j["excess"]
+    out.update(excess_fraction=ex["excess_fraction"], compulsory_bytes=ex["compulsory_bytes"],
+               compiled_bytes=ex["compiled_bytes"],
+               by_role={r: (v["compulsory_bytes"], v["compiled_bytes"]) for r, v in ex["by_role"].items()},
+               causes=[(c["kind"], c.get("subject"), c["bytes"]) for c in ex["causes"][:3]],
+               est_time_s=j["time"]["est_time_s"], bound=j["time"].get("bound"),
+               complete=j.get("complete"), unmodeled=j.get("unmodeled_count"),
+               xla_estimated_s=(j.get("xla") or {}).get("estimated_s"),
+               peak_bytes=peak, fits=True if target.startswith("tpu") else
+               (None if peak is None else peak <= spec.hbm_capacity_bytes))
+    return out
+
+
+def _role_text(by_role: dict, role: str) -> str:
+    c, g = by_role.get(role, (0, 0))
+    if not c and not g:
+        return "-"
+    return f"{c / 2**30:.2f} / {g / 2**30:.2f} ({(g / c - 1) * 100 if c else 0:+.1f}%)"
+
+
+def serving_section(rows: list[tuple[str, dict]], book: list[tuple[str, dict, float]]) -> list[str]:
+    loads = [x for _, r in rows for x in r.get("load", ())]
+    lines = [
+        _MARK.format("serving"),
+        "## serving: default decode presets, compulsory vs compiled (issue 24)",
+        "",
+        f"Measured by `python benchmarks/zoo_compile.py --serving` on {platform.machine()} "
+        f"({os.cpu_count()} CPUs, shared with other jobs"
+        + (f"; 1-minute load average {min(loads):.1f}-{max(loads):.1f} during the run" if loads else "")
+        + "). Each row is `jaxmove analyze PRESET --target T --excess --xla --json` (the command "
+        "column; deviceless compilation, the presets' defaults: bf16, unrolled layers, batch 32, "
+        "cache 8192). One device when the weights and the cache fit in 90% of its HBM, else "
+        "`--plan tp` over `model` = every device of the smallest power-of-two topology that holds "
+        "them (kv heads fewer than the devices: the cache split over batch, the plan's fallback). "
+        "Per device, GiB *compulsory / compiled (excess)* by role from the excess pass; *excess* = "
+        "(compiled - compulsory) / compiled over every path; *estimate* = jaxmove's time "
+        "(passes/timing.py, the target's spec); *bandwidth bound* = (weights + cache bytes per "
+        "device) / the spec's HBM bandwidth; *XLA est.* = XLA:TPU's own `estimated_cycles` at the "
+        "spec's clock (TPU only); *fits* = XLA:TPU compiled it (it refuses what does not fit) / "
+        "XLA:GPU's `memory_analysis()` within the spec's HBM.",
+        "",
+        "| preset | command | weights | kv_cache | activations | excess | estimate ms | bandwidth bound ms | XLA est. ms | fits | top causes |",
+        "|---|---|---:|---:|---:|---:|---:|---:|---:|---|---|",
+    ]
+
+    def row(label, r):
+        if "error" in r:
+            return (f"| {label} | `{r.get('cmd', '')}` | error: {r['error']} | | | | | | | "
+                    f"{'NO' if r.get('fits') is False else '?'} | |")
+        n = r["n"]
+        res = r["resident_bytes"]
+        bound_s = (res.get("weights", 0) + res.get("kv_cache", 0)) / n / r["hbm_bytes_per_s"]
+        fits = {True: "yes", False: "NO", None: "?"}[r.get("fits")]
+        causes = "; ".join(f"{k} {s or ''} {b / 2**20:.0f} MiB".replace("  ", " ") for k, s, b in r["causes"])
+        xla = f"{r['xla_estimated_s'] * 1e3:.2f}" if r.get("xla_estimated_s") else "-"
+        inc = "" if r.get("complete", True) else " (incomplete)"
+        return (f"| {label} | `{r['cmd'].replace(' --excess --xla --json', '')}` | "
+                f"{_role_text(r['by_role'], 'weights')} | {_role_text(r['by_role'], 'kv_cache')} | "
+                f"{_role_text(r['by_role'], 'activations')} | {r['excess_fraction'] * 100:.1f}% | "
+                f"{r['est_time_s'] * 1e3:.2f}{inc} | {bound_s * 1e3:.2f} | {xla} | {fits} | {causes} |")
+
+    for label, r in rows:
+        lines.append(row(label, r))
+    if book:
+        lines += ["", "The scaling book's Llama 3 70B decode (jax-ml/scaling-book, \"applied "
+                  "inference\": int8 weights and KV, batch 32, 8192 context; the book's time = "
+                  "(70e9 + 32 x 8192 x 160e3) B / (chips x 8.1e11 B/s)); *ratio* = estimate / book:",
+                  "", "| preset | command | weights | kv_cache | activations | excess | estimate ms "
+                  "| bandwidth bound ms | XLA est. ms | fits | top causes | book ms | ratio |",
+                  "|---|---|---:|---:|---:|---:|---:|---:|---:|---|---|---:|---:|"]
+        for label, r, book_s in book:
+            ratio = f"{r['est_time_s'] / book_s:.2f}" if "est_time_s" in r else "-"
+            lines.append(row(label, r) + f" {book_s * 1e3:.1f} | {ratio} |")
+    return lines + [""]
+
+
+def _resumed(path: str | None) -> dict[tuple[str, ...], dict]:
+    """Rows of an earlier run's log (its ``book TARGET {json}`` / ``serving FAMILY PRESET {json}``
+    lines, as this script prints them), reused by ``--resume LOG`` instead of compiling again."""
+    out: dict[tuple[str, ...], dict] = {}
+    if not path or not os.path.exists(path):
+        return out
+    for line in Path(path).read_text(encoding="utf-8").splitlines():
+        parts = line.split(" ", 3)
+        if parts[0] == "book" and len(parts) >= 3:
+            out[("book", parts[1])] = json.loads(line.split(" ", 2)[2])
+        elif parts[0] == "serving" and len(parts) == 4:
+            out[("serving", parts[1], parts[2])] = json.loads(parts[3])
+    return {k: v for k, v in out.items() if "error" not in v or "timed out" not in v["error"]}
+
+
+def serving(argv_text: str, families: list[str], timeout_s: float, book_only: bool = False,
+            resume: str | None = None) -> None:
+    done = _resumed(resume)
+    sections = _old_sections(OUT.read_text(encoding="utf-8")) if OUT.exists() else {}
+    rows: list[tuple[str, dict]] = []
+    book: list[tuple[str, dict, float]] = []
+
+    def flush():
+        sections["serving"] = "\n".join(serving_section(rows, book))
+        write(sections)
+
+    for label, target, sets, book_s in SCALING_BOOK:
+        family, topo = target.split(":")
+        n = 1
+        for x in topo.split("x"):
+            n *= int(x)
+        r = done.get(("book", target)) or serving_case("llama3-70b-decode", sets, family, n,
+                                                       timeout_s, topo)
+        print("book", target, json.dumps(r), flush=True)
+        book.append((label, r, book_s))
+        flush()
+    if book_only:
+        return
+    for fam in families:
+        for family in SERVING_TARGETS:
+            r = done.get(("serving", family, fam)) or serving_case(f"{fam}-decode", {}, family,
+                                                                   None, timeout_s)
+            print("serving", family, fam, json.dumps(r), flush=True)
+            rows.append((f"{fam}-decode", r))
+            flush()
+
+
 def _old_sections(text: str) -> dict[str, str]:
     """The sections of an existing zoo_compile.md by target (``<!-- target: NAME -->``); a file
     from before the per-target layout is all the cpu section (up to its closing note)."""
@@ -227,7 +434,16 @@ def main(argv: list[str]) -> None:
     ap.add_argument("--target", default="cpu", help="with --one: the target")
     ap.add_argument("--set", action="append", default=[], metavar="KEY=VALUE")
     ap.add_argument("--timeout-s", type=float, default=1800)
+    ap.add_argument("--serving", action="store_true",
+                    help="the serving section: excess of the default decode presets (module docstring)")
+    ap.add_argument("--book-only", action="store_true", help="with --serving: the scaling book rows only")
+    ap.add_argument("--resume", metavar="LOG", help="with --serving: reuse the rows of an earlier run's log")
     a = ap.parse_args(argv)
+    if a.serving:
+        fams = [f for f in a.families.split(",") if f]
+        serving(" ".join(argv), fams, a.timeout_s, a.book_only, a.resume)
+        print(f"wrote {OUT}")
+        return
     if a.one:
         sets = dict(s.split("=", 1) for s in a.set)
         print(json.dumps(run(a.one, sets, a.target, a.timeout_s), indent=1))

@@ -74,7 +74,7 @@ PRESETS.update(families.presets(Preset))
 OVERRIDE_KEYS = ("batch", "seq_len", "layers", "d_model", "heads", "kv_heads",
                  "dtype", "scan_layers", "vocab", "d_ff", "experts", "top_k",
                  "head_dim", "expert_d_ff", "shared_experts", "dense_layers", "sliding_window",
-                 "weights_dtype", "kv_dtype", "remat")
+                 "weights_dtype", "kv_dtype", "remat", "stacked_cache")
 
 
 #: Largest value of an integer override: int32, the type jax gives token ids (``vocab``)
@@ -139,7 +139,7 @@ def _parse_with(canonical: Callable[[str], Any]) -> Callable[[str, str], Any]:
 
 _PARSERS = {k: _parse_int for k in OVERRIDE_KEYS}
 _PARSERS["dtype"] = _parse_dtype
-_PARSERS["scan_layers"] = _parse_bool
+_PARSERS["scan_layers"] = _PARSERS["stacked_cache"] = _parse_bool
 _PARSERS["weights_dtype"] = _parse_with(transformer.weights_dtype_name)
 _PARSERS["kv_dtype"] = _parse_with(transformer.kv_dtype_name)
 _PARSERS["remat"] = _parse_with(transformer.remat_name)

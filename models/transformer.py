@@ -179,6 +179,7 @@ class TransformerConfig:
     seq_len: int = 16
     dtype: str = "float32"
     scan_layers: bool = False
+    stacked_cache: bool = False
     norm_eps: float = 1e-5
     rope_theta: float = 500000.0
     rope_scaling: tuple | None = None
@@ -316,9 +317,20 @@ class Dense(nnx.Module):
         return w
 
     def __call__(self, x: jax.Array) -> jax.Array:
-        """Contract the last ``len(in_dims)`` dims of x with the kernel's leading dims."""
+        """Contract the last ``len(in_dims)`` dims of x with the kernel's leading dims.
+
+        A quantized kernel is converted to the model dtype inside the matmul and its
+        per-output-channel scale multiplies the result (``(x @ q) * s == x @ (q * s)``, the
+        AQT / MaxText order): XLA:GPU then fuses the int8/fp8 -> bf16 convert into its
+        Triton gemm and no dequantized copy of the weight reaches HBM (scaling the kernel
+        first, XLA:GPU wrote the bf16 weight to HBM and read it back: 2.5 bytes per weight
+        moved for 1)."""
         n = len(self.in_dims)
-        return jnp.tensordot(x, self.weight(), axes=n)
+        if "scale" not in vars(self) or self.in_dims != tuple(range(n)):
+            return jnp.tensordot(x, self.weight(), axes=n)
+        w = constrain(self.kernel[...], self.axes).astype(self.dtype)
+        out_axes = tuple(a for i, a in enumerate(self.axes) if i not in self.in_dims)
+        return jnp.tensordot(x, w, axes=n) * constrain(self.scale[...], out_axes)
 
 
 class RMSNorm(nnx.Module):
@@ -793,7 +805,12 @@ class Transformer(nnx.Module):
         x, caches = self._run(x, jnp.arange(tokens.shape[1], dtype=jnp.int32), True, False)
         cache = {}
         for name, entries in caches.items():
-            cache[name] = entries if self.cfg.scan_layers else [dict(e) for e in entries]
+            if self.cfg.scan_layers:
+                cache[name] = entries
+            elif self.cfg.stacked_cache:
+                cache[name] = {k: jnp.stack([e[k] for e in entries]) for k in entries[0]}
+            else:
+                cache[name] = [dict(e) for e in entries]
         return self._logits(x[:, -1:]), cache
 
     def decode(self, cache: dict, tokens: jax.Array, pos: jax.Array) -> tuple[jax.Array, dict]:
@@ -826,6 +843,16 @@ class Transformer(nnx.Module):
                     (x, c), _ = jax.lax.scan(body, (x, cache[name]),
                                              (state, jnp.asarray(flags), jnp.arange(n, dtype=jnp.int32)))
                 new_cache[name] = c
+            elif cfg.stacked_cache:   # unrolled layers, one stacked cache: static layer indices
+                held = dict(cache[name])
+                for i, block in enumerate(stack):
+                    def write(entries, i=i):
+                        held.update({k: _write(k, v, entries[k], pos, i) for k, v in held.items()})
+                        return {k: v[i] for k, v in held.items()}
+
+                    with jax.named_scope(f"{name}_{first + i if name == 'layers' and first else i}"):
+                        x = block.decode(x, write, pos, bool(flags[i]))
+                new_cache[name] = held
             else:
                 out = []
                 for i, (block, c) in enumerate(zip(stack, cache[name])):
@@ -926,7 +953,7 @@ def abstract_cache(cfg: TransformerConfig) -> tuple[dict, dict]:
     entries = cache_entry_shapes(cfg, cfg.seq_len)
     cache, axes = {}, {}
     for name, _, n, _ in segments(cfg):
-        if cfg.scan_layers:
+        if cfg.scan_layers or cfg.stacked_cache:
             cache[name] = {k: jax.ShapeDtypeStruct((n, *s), d) for k, (s, d, _) in entries.items()}
             axes[name] = {k: ("layers", *a) for k, (_, _, a) in entries.items()}
         else:
