@@ -198,7 +198,16 @@ def test_a_signal_while_jax_imports_is_one_line(tmp_path, sig, rc, line):
     (tmp_path / "t.hlo").write_text("HloModule t\nENTRY e {\n  p = f32[4]{0} parameter(0)\n"
                                     "  ROOT a = f32[4]{0} add(p, p)\n}\n")
     p = _jaxmove_process(["analyze", "t.hlo"], tmp_path)
-    time.sleep(0.5)   # importing jax takes 2 s and more: the signal lands in `import jaxmove`
+    maps = f"/proc/{p.pid}/maps"
+    deadline = time.monotonic() + 60
+    while time.monotonic() < deadline and p.poll() is None:   # until jax's import is under way
+        try:
+            with open(maps) as f:
+                if "_multiarray_umath" in f.read():   # numpy's extension: jax imports it first thing
+                    break
+        except OSError:
+            break
+        time.sleep(0.005)
     p.send_signal(getattr(signal, sig))
     out, err = p.communicate(timeout=120)
     assert (p.returncode, err) == (rc, line), (p.returncode, err[-2000:])  # not a 25-line traceback
