@@ -433,3 +433,26 @@ def test_good_cublas_gemm_times_under_hardware(tmp_path):
     row = [x for x in r.rows if x.instr.name == "g"][0]
     assert row.total.flops == 2 * 8 * 8 * 8  # 2MNK
     assert r.times is not None and r.times.est_time_s > 0
+
+
+# ---- unbounded dynamic dimensions ---------------------------------------------------------------
+
+def test_unbounded_dynamic_dimension_is_unmodeled_not_zero_bytes():
+    # f32[?] was shown as f32[<=0] with 0 bytes and complete: true
+    from jaxmove.passes.pipeline import UNBOUNDED_DIM, analyze_module
+    m = parse_module(_entry("  p = f32[?,4] parameter(0)\n  n = f32[?,4] negate(p)\n"
+                            "  q = f32[4] parameter(1)\n  ROOT e = f32[4] exponential(q)"))
+    p = m.entry.by_name["p"].shape
+    assert str(p) == "f32[?,4]" and p.has_unbounded_dim and m.has_unbounded_dims
+    rows = {r.instr.name: r for r in analyze_module(m).rows}
+    assert UNBOUNDED_DIM in rows["n"].unmodeled and UNBOUNDED_DIM in rows["p"].unmodeled
+    assert not rows["e"].unmodeled  # f32[4]: 16 B read, 16 B written, modeled
+    assert rows["e"].total.hbm_read_bytes == 16 and rows["e"].total.hbm_write_bytes == 16
+
+
+def test_bounded_dynamic_dimension_stays_modeled():
+    from jaxmove.passes.pipeline import analyze_module
+    m = parse_module(_entry("  p = f32[<=8] parameter(0)\n  ROOT n = f32[<=8] negate(p)"))
+    assert not m.has_unbounded_dims and str(m.entry.root.shape) == "f32[<=8]"
+    row = [r for r in analyze_module(m).rows if r.instr.name == "n"][0]
+    assert not row.unmodeled and row.total.hbm_write_bytes == 32  # the bound: 8 x 4 B

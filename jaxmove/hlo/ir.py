@@ -302,6 +302,9 @@ class Module:
         self.entry_marked: bool = True
         # XLA:GPU memory-space colours (S(1), S(2)) its text printed, read as HBM (hlo/parser.py)
         self.gpu_memory_colors: tuple[int, ...] = ()
+        # some shape has an unbounded dynamic dimension ('?', Shape.unbounded): the pipeline
+        # lists the instructions that produce or read one as unmodeled
+        self.has_unbounded_dims: bool = False
         # the passes' memo caches of this module (passes/memo.py), made on first use
         self.memo = None
 

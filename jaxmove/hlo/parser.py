@@ -128,6 +128,7 @@ class _Parser:
         self._taken: set[str] = set()  # computation names used so far
         self._checked_groups: set[str] = set()
         self.pos_in_header = False  # attrs() is reading the HloModule header
+        self.unbounded_dims = False  # a shape with an unbounded dynamic dimension ('?') was read
         self.header_counts: dict[str, int] = {}
         # XLA:GPU's memory-space colours are HBM allocations, not TPU on-chip memories;
         # whether the text is XLA:GPU's is looked up at the first S(1) / S(2) (None: not yet)
@@ -373,6 +374,7 @@ class _Parser:
             raise self.error(f"unknown element type '{etype}' in shape of {what}")
         dims: list[int] = []
         dyn: list[bool] = []
+        unbounded: list[bool] = []
         dtext = m.group(2).strip()
         if dtext:
             for part in dtext.split(","):
@@ -380,10 +382,12 @@ class _Parser:
                 d = p.startswith("<=")
                 if d:
                     p = p[2:].strip()
-                if p == "?":
+                if p == "?":  # unbounded dynamic: sized at run time only (Shape.unbounded)
                     dims.append(0)
                     dyn.append(True)
+                    unbounded.append(True)
                     continue
+                unbounded.append(False)
                 if not is_uint(p):
                     raise self.error(f"expected a dimension size (integer or <=integer) in "
                                      f"{key}, found {part.strip()!r}", m.start(2))
@@ -395,7 +399,11 @@ class _Parser:
         layout = None
         if m.group(3):
             layout = self.layout(m.group(3)[1:-1], m.start(3))
-        shape = Shape(etype, tuple(dims), tuple(dyn), layout)
+        if any(unbounded):
+            shape = Shape(etype, tuple(dims), tuple(dyn), layout, unbounded=tuple(unbounded))
+            self.unbounded_dims = True
+        else:
+            shape = Shape(etype, tuple(dims), tuple(dyn), layout)
         if layout is not None and max(shape.byte_size, shape.logical_byte_size) >= _MAX_BITS // 8:
             raise self.error(f"shape {key} is too large: its layout's tiles or element size make "
                              f"it {max(shape.byte_size, shape.logical_byte_size)} bytes, and XLA sizes "
@@ -517,6 +525,7 @@ class _Parser:
                          for k, v in tables["StackFrames"].items()})
         mod.entry_marked = entry_marked
         mod.gpu_memory_colors = tuple(sorted(self.gpu_colors))
+        mod.has_unbounded_dims = self.unbounded_dims
         self.validate(mod)
         return mod
 

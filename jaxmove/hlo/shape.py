@@ -127,6 +127,9 @@ class Shape:
       dynamic: per dimension, True when printed with ``<=`` (bounded dynamic).
       layout: the layout, or None when the text printed none.
       tuple_shapes: element shapes when ``element_type == "tuple"``.
+      unbounded: per dimension, True for an unbounded dynamic dimension (printed ``?``;
+        XLA's ``Shape::kUnboundedSize``): its size is known only at run time, its ``dims``
+        entry is 0 and no byte count of this shape is a model (``has_unbounded_dim``).
 
     Derived (set at construction): ``byte_size`` (physical bytes, tile padding included),
     ``logical_byte_size`` (the data's bytes), ``num_elements``, ``memory_space`` ... (see
@@ -138,6 +141,7 @@ class Shape:
     dynamic: tuple[bool, ...] = ()
     layout: Layout | None = None
     tuple_shapes: tuple["Shape", ...] = field(default=())
+    unbounded: tuple[bool, ...] = ()
     # Derived once at construction (shapes are immutable and shared by the parser's cache).
     is_tuple: bool = field(init=False, repr=False, compare=False)
     is_array: bool = field(init=False, repr=False, compare=False)
@@ -148,6 +152,7 @@ class Shape:
     leaf_offsets: tuple[int, ...] = field(init=False, repr=False, compare=False)
     memory_space: int = field(init=False, repr=False, compare=False)
     tuple_depth: int = field(init=False, repr=False, compare=False)
+    has_unbounded_dim: bool = field(init=False, repr=False, compare=False)
 
     def __post_init__(self) -> None:
         """Sets ``is_tuple``, ``is_array``, ``num_elements`` (elements of an array shape, 1
@@ -185,6 +190,8 @@ class Shape:
         object.__setattr__(self, "leaf_offsets", tuple(offsets))
         object.__setattr__(self, "memory_space",
                            self.layout.memory_space if self.layout is not None else 0)
+        object.__setattr__(self, "has_unbounded_dim", any(self.unbounded) or any(
+            s.has_unbounded_dim for s in self.tuple_shapes))
         object.__setattr__(self, "tuple_depth", 1 + max(
             (e.tuple_depth for e in self.tuple_shapes), default=0) if is_tuple else 0)
 
@@ -269,7 +276,9 @@ class Shape:
     def __str__(self) -> str:
         if self.is_tuple:
             return "(" + ", ".join(str(s) for s in self.tuple_shapes) + ")"
-        dims = ",".join(("<=" if d else "") + str(n) for n, d in zip(self.dims, self.dynamic))
+        unb = self.unbounded or (False,) * len(self.dims)
+        dims = ",".join("?" if u else ("<=" if d else "") + str(n)
+                        for n, d, u in zip(self.dims, self.dynamic, unb))
         out = f"{self.element_type}[{dims}]"
         if self.layout is not None and self.layout.text:
             out += "{" + self.layout.text + "}"

@@ -41,6 +41,10 @@ if TYPE_CHECKING:
 # Start of the unmodeled reason of an instruction on which a pass raised (a rule that did
 # not foresee its shapes or attributes); tests/test_fuzz.py requires that none occurs.
 PASS_FAILURE = "no pass rule could cost this instruction"
+# The unmodeled reason of an instruction whose result or an operand has an unbounded dynamic
+# dimension (``f32[?]``, hlo/shape.py ``Shape.unbounded``): its size exists only at run time.
+UNBOUNDED_DIM = ("a dynamic dimension without a bound ('?') in its shape or an operand's: its "
+                 "size is known only at run time, so its bytes and FLOPs are not modeled")
 
 
 # InstructionCost(*fields), positional, without the frozen __init__ (one per row)
@@ -191,6 +195,9 @@ def analyze_module(module: Module, entry_roles: dict[int, str] | None = None) ->
                                + coll.wire_bytes)
             unmodeled = (tuple(dict.fromkeys(traffic.unmodeled + fc.unmodeled))
                          if traffic.unmodeled or fc.unmodeled else ())
+            if module.has_unbounded_dims and (instr.shape.has_unbounded_dim or any(
+                    comp.by_name[o].shape.has_unbounded_dim for o in instr.operands)):
+                unmodeled += (UNBOUNDED_DIM,)
             if unknown_trip_count and instr.opcode != "parameter":
                 notes.append("inside a while loop with no known trip count: counted once per loop run")
             row_notes = tuple(traffic.notes)
