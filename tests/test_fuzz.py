@@ -8,6 +8,8 @@ bracket, change a number. The property, for every input:
 * ``parse_module`` returns a Module or raises ``HloParseError`` (file, line, column);
 * a parsed module then goes through every pass (``analyze_module``), which returns or
   raises a clean, positioned error (``HloParseError`` or ``CollectiveError``);
+* adversarial values (``ADVERSARIAL_VALUES``: unicode digits, huge counts, long strings,
+  control characters) written over numbers, into strings or anywhere, end the same way;
 * both finish within ``TIME_LIMIT_S`` (a SIGALRM, far above the ~10 ms they take, so it
   only fires on a hang, never on a slow machine).
 
@@ -227,6 +229,61 @@ def test_mutated_modules_parse_or_fail_cleanly(seed, mutations):
     for kind, a, b, ch in mutations:
         text = mutate(text, kind, a, b, ch)
     event(check_outcome(text))  # --hypothesis-show-statistics shows the parsed/error split
+
+
+# ---- adversarial values (issue 29): what a fuzzer of the CLI found, as a property -------------
+
+#: Values no mutation above writes: other scripts' digits and superscripts (isdigit() but not
+#: int(), or int() but not XLA), huge and negative counts, an unbounded dimension, control
+#: characters and line separators, quotes and escapes, long strings.
+ADVERSARIAL_VALUES = (
+    "\u00b2", "\u00b9", "\u0663", "\uff13", "-1", "-8", "0", "300000000", "16777216",
+    str((1 << 63) - 1), str(1 << 64), "?", "\x1b[31m", "\x00", "\r", "\u2028", "\x0c", '"', "\\",
+    "\\n" * 2000, "x" * 50_000, "{" * 300, "(" * 300,
+)
+ADV_KINDS = ("replace_number", "insert", "replace_string")
+_QUOTED = re.compile(r'"[^"\n]*"')
+
+
+def adversarial(text: str, kind: str, a: float, value: str) -> str:
+    """``text`` with ``value`` written over a number, inside a quoted string, or anywhere
+    (``a`` in [0, 1) chooses where)."""
+    if kind == "replace_number":
+        nums = list(_NUMBER.finditer(text))
+        if not nums:
+            return text
+        m = nums[int(a * len(nums))]
+        return text[:m.start()] + value + text[m.end():]
+    if kind == "replace_string":
+        spans = list(_QUOTED.finditer(text))
+        if not spans:
+            return text
+        m = spans[int(a * len(spans))]
+        return text[:m.start() + 1] + value + text[m.end() - 1:]
+    k = _at(text, a)
+    return text[:k] + value + text[k:]
+
+
+ADV_EXAMPLES = 300
+
+
+@settings(max_examples=ADV_EXAMPLES, derandomize=True, deadline=None, database=None,
+          suppress_health_check=list(HealthCheck), print_blob=True)
+@given(seed=st.integers(min_value=0, max_value=len(SEEDS) - 1),
+       edits=st.lists(st.tuples(st.sampled_from(ADV_KINDS), unit, st.sampled_from(ADVERSARIAL_VALUES)),
+                      min_size=1, max_size=2))
+def test_adversarial_values_parse_or_fail_cleanly(seed, edits):
+    text = SEEDS[seed]
+    for kind, a, value in edits:
+        text = adversarial(text, kind, a, value)
+    event(check_outcome(text))
+
+
+def test_adversarial_edits_do_what_they_say():
+    t = 'a = f32[4] x, n="ab"\n'
+    assert adversarial(t, "replace_number", 0.9, "\u00b2") == 'a = f32[\u00b2] x, n="ab"\n'
+    assert adversarial(t, "replace_string", 0.0, "\x1b") == 'a = f32[4] x, n="\x1b"\n'
+    assert adversarial(t, "insert", 0.0, "?") == "?" + t
 
 
 def test_seeds_parse_and_analyse():
