@@ -48,7 +48,7 @@ FORMAT = 1
 #: distributions whose version changes what the compilers produce
 _DISTRIBUTIONS = ("jax", "jaxlib", "libtpu", "jax-cuda12-plugin", "jax-cuda12-pjrt")
 
-_STATS = {"hits": 0, "misses": 0, "writes": 0}
+_STATS = {"hits": 0, "misses": 0, "writes": 0, "compiles": 0}
 
 
 @dataclass(frozen=True)
@@ -101,7 +101,8 @@ def cache_dir() -> Path | None:
 
 
 def cache_stats() -> dict[str, int]:
-    """This process's ``hits``, ``misses`` and ``writes`` so far (a copy)."""
+    """This process's ``hits``, ``misses``, ``writes`` and ``compiles`` (TPU/GPU compiles run,
+    cache on or off) so far (a copy)."""
     return dict(_STATS)
 
 
@@ -189,8 +190,11 @@ def cached_compile(lowered, target, compile_facts) -> CompiledFacts:
     from .targets import Target
 
     t = Target.parse(target)
-    root = cache_dir() if t.platform != "cpu" else None
+    if t.platform == "cpu":
+        return compile_facts()
+    root = cache_dir()
     if root is None:
+        _STATS["compiles"] += 1
         return compile_facts()
     path = root / f"{cache_key(lowered, t)}.json.gz"
     facts = _read(path)
@@ -198,6 +202,7 @@ def cached_compile(lowered, target, compile_facts) -> CompiledFacts:
         _STATS["hits"] += 1
         return facts
     _STATS["misses"] += 1
+    _STATS["compiles"] += 1
     facts = compile_facts()
     if _write(path, facts):
         _STATS["writes"] += 1

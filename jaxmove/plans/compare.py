@@ -119,18 +119,21 @@ class PlanComparison:
     results: list[PlanResult]
     target: str = "cpu"
     notes: list[str] = field(default_factory=list)
+    #: TPU/GPU targets: {"dir": the compile cache directory or None (off), "reused": compiles
+    #: read from it, "compiled": compiles run} (capture/compile_cache.py); None for cpu
+    compile_cache: dict | None = None
 
     def to_json(self) -> dict:
         return {"model": self.model, "overrides": dict(self.overrides), "mesh": dict(self.mesh),
                 "hardware": self.hardware, "hbm_capacity_bytes": self.hbm_capacity_bytes,
                 "target": self.target, "notes": list(self.notes),
-                "plans": [asdict(r) for r in self.results]}
+                "plans": [asdict(r) for r in self.results], "compile_cache": self.compile_cache}
 
     @classmethod
     def from_json(cls, d: dict) -> "PlanComparison":
         return cls(d["model"], d["overrides"], d["mesh"], d["hardware"], d["hbm_capacity_bytes"],
                    [PlanResult.from_json(r) for r in d["plans"]], d.get("target", "cpu"),
-                   list(d.get("notes", [])))
+                   list(d.get("notes", [])), d.get("compile_cache"))
 
 
 # ---- shardings --------------------------------------------------------------------------
@@ -477,9 +480,58 @@ def _count_notes(notes: list[str]) -> list[str]:
 
 # ---- many plans -----------------------------------------------------------------------------
 
+def default_jobs(num_plans: int) -> int:
+    """Processes ``compare_plans`` compiles ``num_plans`` plans in by default: 1 (serial) on a
+    machine with 2 CPUs or fewer, else min(plans, CPUs // 2, 4) (a compile uses more than one
+    core at times, and a GPT-2-sized compile holds about 1.5 GiB: benchmarks/targets.md)."""
+    import os
+    cpus = os.cpu_count() or 1
+    return 1 if cpus <= 2 else max(1, min(num_plans, cpus // 2, 4))
+
+
+def _run_plan_job(model: str, overrides, plan: Plan, mesh_shape, spec, target) -> tuple:
+    """One plan in a worker process (``compare_plans(jobs=N)``): the workload is built there.
+    Returns (PlanResult, compile cache hits, misses) of the job."""
+    from ..capture.compile_cache import cache_stats
+    before = cache_stats()
+    res = run_plan(load_workload(model, overrides), overrides, plan, mesh_shape, spec, target)
+    after = cache_stats()
+    return res, after["hits"] - before["hits"], after["compiles"] - before["compiles"]
+
+
+def _run_parallel(model: str, overrides, loaded: list[Plan], mesh_shape, spec, target: str, jobs: int,
+                  advance) -> tuple[list[PlanResult], int, int]:
+    """``run_plan`` of each plan in ``jobs`` spawned processes: (results in ``loaded``'s order,
+    compile cache hits, misses); ``advance(plan_name)`` as each finishes.
+
+    Raises:
+      PlanError: a worker process died (killed, out of memory): names the plan and --jobs 1.
+      whatever run_plan raises in a worker (re-raised here).
+    """
+    import multiprocessing
+    from concurrent.futures import ProcessPoolExecutor, as_completed
+    from concurrent.futures.process import BrokenProcessPool
+
+    out: list[PlanResult | None] = [None] * len(loaded)
+    hits = misses = 0
+    with ProcessPoolExecutor(max_workers=jobs, mp_context=multiprocessing.get_context("spawn")) as pool:
+        futures = {pool.submit(_run_plan_job, model, overrides, p, mesh_shape, spec, target): i
+                   for i, p in enumerate(loaded)}
+        for fut in as_completed(futures):
+            i = futures[fut]
+            try:
+                out[i], h, m = fut.result()
+                hits, misses = hits + h, misses + m
+            except BrokenProcessPool:
+                raise PlanError(f"the worker process compiling plan {loaded[i].name} died (killed or "
+                                "out of memory?); rerun with --jobs 1") from None
+            advance(loaded[i].name)
+    return [r for r in out if r is not None], hits, misses
+
+
 def compare_plans(model, mesh_shape: dict[str, int] | None, plans: list[str | Plan] | None = None,
                   overrides: dict[str, str] | None = None, hardware=None,
-                  progress: bool = False, target=None) -> PlanComparison:
+                  progress: bool = False, target=None, jobs: int | None = None) -> PlanComparison:
     """Compile ``model`` under each plan and compare them per device.
 
     Args:
@@ -496,6 +548,9 @@ def compare_plans(model, mesh_shape: dict[str, int] | None, plans: list[str | Pl
       progress: show a rich progress bar on stderr.
       target: compile target (capture/targets.py): None / ``cpu`` (simulated CPU devices),
         ``tpu-v5e:2x4``, ``h100-sxm:1x1x8``...: the mesh is made of its devices.
+      jobs: processes to compile the plans in (None: ``default_jobs``, serial on 2 CPUs); used
+        for a TPU/GPU target and a model given by name (the cpu target and a Workload object
+        compile in this process, one plan after the other).
     Returns:
       A PlanComparison, its plans ranked by estimated step time (``step_time_order``: those
       that fit first, fastest first); a plan that fails to compile has ``error`` set (never
@@ -571,6 +626,14 @@ def compare_plans(model, mesh_shape: dict[str, int] | None, plans: list[str | Pl
             raise PlanError(f"the child process compiling the plans exited with {proc.returncode}")
         return PlanComparison.from_json(json.loads(proc.stdout))
     source = workload  # built once; capture_with_plan traces a fresh wrapper of it per plan
+    jobs = default_jobs(len(loaded)) if jobs is None else int(jobs)
+    if jobs < 1:
+        raise PlanError(f"jobs={jobs}: expected a number of processes >= 1")
+    parallel = min(jobs, len(loaded)) > 1 and tgt.platform != "cpu" and isinstance(model, str)
+    jobs = min(jobs, len(loaded)) if parallel else 1
+    from ..capture.compile_cache import cache_dir, cache_stats
+    before = cache_stats()
+    worker_hits = worker_misses = 0
     results = []
     if progress:
         from rich.console import Console
@@ -579,15 +642,36 @@ def compare_plans(model, mesh_shape: dict[str, int] | None, plans: list[str | Pl
         with Progress(TextColumn("{task.description}"), BarColumn(), TextColumn("{task.completed}/{task.total}"),
                       TimeElapsedColumn(), console=Console(stderr=True), transient=True) as bar:
             task = bar.add_task(f"compiling {label} on {n} {where}", total=len(loaded))
-            for p in loaded:
-                bar.update(task, description=f"compiling {label} under plan {p.name} ({n} devices)")
-                results.append(run_plan(source, overrides, p, mesh_shape, spec, tgt.name))
-                bar.advance(task)
+            if parallel:
+                done: list[str] = []
+                bar.update(task, description=f"compiling {label} under {len(loaded)} plans in {jobs} "
+                                             f"processes ({n} devices)")
+
+                def advance(name: str) -> None:
+                    done.append(name)
+                    bar.update(task, advance=1, description=f"compiling {label} in {jobs} processes "
+                                                            f"({n} devices): done {', '.join(done)}")
+                results, worker_hits, worker_misses = _run_parallel(
+                    model, overrides, loaded, mesh_shape, spec, tgt.name, jobs, advance)
+            else:
+                for p in loaded:
+                    bar.update(task, description=f"compiling {label} under plan {p.name} ({n} devices)")
+                    results.append(run_plan(source, overrides, p, mesh_shape, spec, tgt.name))
+                    bar.advance(task)
+    elif parallel:
+        results, worker_hits, worker_misses = _run_parallel(
+            model, overrides, loaded, mesh_shape, spec, tgt.name, jobs, lambda name: None)
     else:
         results = [run_plan(source, overrides, p, mesh_shape, spec, tgt.name) for p in loaded]
     cmp = PlanComparison(label, dict(overrides or {}), dict(mesh_shape), spec.name,
                          spec.hbm_capacity_bytes, step_time_order(results), tgt.name)
     cmp.notes = target_notes(tgt)
+    if tgt.platform != "cpu":
+        after = cache_stats()
+        root = cache_dir()
+        cmp.compile_cache = {"dir": str(root) if root is not None else None,
+                             "reused": after["hits"] - before["hits"] + worker_hits,
+                             "compiled": after["compiles"] - before["compiles"] + worker_misses}
     return cmp
 
 
