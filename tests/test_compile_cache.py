@@ -178,3 +178,15 @@ def test_cli_no_compile_cache_flag(cache, monkeypatch):
     assert cc.cache_dir() == cache
     p.parse_args(["--target", TPU, "--no-compile-cache"])
     assert os.environ[cc.DISABLE_ENV] == "1" and cc.cache_dir() is None
+
+
+@pytest.mark.parametrize("argv", [["analyze", "mlp", "--target", TPU, "--no-compile-cache"],
+                                  ["plans", "mlp", "--target", TPU, "--no-compile-cache"],
+                                  ["annotate", "mlp", "--target", TPU, "--no-compile-cache"],
+                                  ["sweep", "s.toml", "--no-compile-cache"]])
+def test_every_compiling_command_takes_no_compile_cache(argv, cache, monkeypatch):
+    from jaxmove.cli import build_parser
+
+    monkeypatch.setenv(cc.DISABLE_ENV, "")
+    build_parser().parse_args(argv)
+    assert cc.cache_dir() is None

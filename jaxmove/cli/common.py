@@ -87,6 +87,11 @@ def add_compile_target_option(p: argparse.ArgumentParser) -> None:
                         "h100-sxm:1x2x8), tpu-v5e / tpu-v6e (:AxB chips, e.g. tpu-v5e:4x4), tpu-v4 / "
                         "tpu-v5p (:AxBxC, e.g. tpu-v5p:4x4x4); implies --hardware of the same spec. "
                         'TPU targets need pip install "jaxmove[tpu]", GPU targets "jaxmove[gpu]"')
+    add_no_compile_cache_option(p)
+
+
+def add_no_compile_cache_option(p: argparse.ArgumentParser) -> None:
+    """``--no-compile-cache`` (capture/compile_cache.py); part of ``add_compile_target_option``."""
     p.add_argument("--no-compile-cache", action=_NoCompileCache, nargs=0,
                    help="compile again even when jaxmove's compile cache holds the program (the "
                         "cache keeps TPU/GPU compiles in $JAXMOVE_COMPILE_CACHE_DIR, default "

@@ -108,6 +108,8 @@ def add_sweep_command(sub) -> None:
     p.add_argument("--resume", action="store_true",
                    help="continue the sweep in -o: finished points are not compiled again")
     p.add_argument("--overwrite", action="store_true", help="replace an existing -o file")
+    from .common import add_no_compile_cache_option
+    add_no_compile_cache_option(p)  # local workers inherit it (JAXMOVE_NO_COMPILE_CACHE=1)
     p.add_argument("--json", action="store_true", help="print JSON (ranked points) instead of the table")
     p.add_argument("--html", metavar="FILE", help="also write a self-contained HTML page of the sweep")
     p.add_argument("--plot", metavar="FILE.png|.svg",
