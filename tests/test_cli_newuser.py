@@ -389,3 +389,53 @@ def test_the_overhead_spread_is_robust_to_one_busy_repeat():
     assert robust_spread(values) < 0.1
     assert robust_spread([1.0, 1.1, 1.2]) == spread([1.0, 1.1, 1.2])   # too few for quartiles
     assert _Plan(quick=True).overhead_repeats >= 5                     # was 3
+
+
+def test_sigterm_to_a_sweep_leaves_no_worker(tmp_path):
+    import os
+    import signal
+    import time
+
+    (tmp_path / "slow.py").write_text("import time\n\ndef a():\n    time.sleep(300)\n\n\ndef b():\n"
+                                      "    time.sleep(300)\n")
+    (tmp_path / "s.toml").write_text('name = "s"\n[grid]\nmodel = ["slow.py:a", "slow.py:b"]\n')
+    p = _jaxmove_process(["sweep", "s.toml", "--jobs", "2"], tmp_path)
+
+    def workers():
+        out = []
+        for d in os.listdir("/proc"):
+            if d.isdigit():
+                try:
+                    with open(f"/proc/{d}/cmdline", "rb") as f:
+                        cmd = f.read()
+                    with open(f"/proc/{d}/stat") as f:
+                        ppid = int(f.read().rsplit(")", 1)[1].split()[1])
+                except OSError:
+                    continue
+                if b"jaxmove.sweep.worker" in cmd and ppid == p.pid:
+                    out.append(int(d))
+        return out
+
+    deadline = time.monotonic() + 120
+    while not (found := workers()) and time.monotonic() < deadline and p.poll() is None:
+        time.sleep(0.1)
+    assert found, p.communicate()[1][-2000:]
+    p.send_signal(signal.SIGTERM)
+    out, err = p.communicate(timeout=60)
+    assert p.returncode == 143 and err.rstrip().endswith("jaxmove: terminated"), (p.returncode, err[-2000:])
+
+    def alive():
+        out = []
+        for w in found:
+            try:
+                with open(f"/proc/{w}/stat") as f:
+                    if f.read().rsplit(")", 1)[1].split()[0] != "Z":
+                        out.append(w)
+            except OSError:
+                pass
+        return out
+
+    deadline = time.monotonic() + 10   # SIGKILLed by the sweep before it exits; let the kernel reap
+    while alive() and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert alive() == []   # killed with the sweep, not left compiling for nothing
