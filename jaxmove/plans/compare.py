@@ -50,8 +50,9 @@ class PlanResult:
     Memory fields are XLA:CPU's ``memory_analysis`` of the partitioned program;
     ``peak_bytes`` is arguments + outputs - aliased + temporaries (all live at once: an
     upper bound; XLA:CPU's ``peak_memory_in_bytes`` leaves temporaries out, so it is not used).
-    ``collective_time_s`` sums ``collective_time_s`` of every collective (no overlap with
-    compute assumed); None when the spec lacks interconnect numbers.
+    ``collective_time_s`` sums every collective's time, the one the step time uses
+    (passes/timing.py: NCCL's model on GPU specs, passes/collectives.py otherwise), with no
+    overlap with compute assumed; None when the spec lacks interconnect numbers.
 
     Step time (passes/timing.py ``estimate_times`` on the spec, the per-device program's
     schedule with its async overlap): ``step_time_s``, and the summed components over its
@@ -384,6 +385,11 @@ def summarize(report, plan: Plan, spec, num_devices: int, memory_stats: dict[str
         res.fits = res.peak_bytes <= spec.hbm_capacity_bytes
     t = report.totals
     res.hbm_bytes, res.flops, res.wire_bytes = t.hbm_bytes, t.flops, t.device_to_device_bytes
+    from ..passes.excess import excess_pass
+    from ..passes.reuse import reuse_pass
+    from ..passes.timing import estimate_times
+    reuse = reuse_pass(report.analysis, spec)
+    te = estimate_times(report.analysis, spec, reuse)
     colls = []
     total_time: float | None = 0.0
     for row in report.rows:
@@ -392,8 +398,12 @@ def summarize(report, plan: Plan, spec, num_devices: int, memory_stats: dict[str
             continue
         k = row.multiplicity.count
         res.wire_bytes_by_kind[c.kind] = res.wire_bytes_by_kind.get(c.kind, 0) + c.wire_bytes * k
-        ts = collective_time_s(c, spec)
-        ts = None if ts is None else ts * k
+        tr = te.rows.get((row.computation, row.instr.name))
+        if tr is not None and "network time unmodeled" not in " ".join(tr.unmodeled):
+            ts = tr.network_time_s  # the step time's figure (GPU specs: NCCL's model), per run
+        else:
+            ts = collective_time_s(c, spec)
+            ts = None if ts is None else ts * k
         total_time = None if (total_time is None or ts is None) else total_time + ts
         colls.append(CollectiveSummary(row.instr.name, c.kind, c.group_size, k, c.wire_bytes * k, ts,
                                        _source(report, row)))
@@ -402,13 +412,8 @@ def summarize(report, plan: Plan, spec, num_devices: int, memory_stats: dict[str
         res.notes.append(f"{spec.name} lacks interconnect bandwidth or latency: no collective time")
     colls.sort(key=lambda s: (s.time_s or 0.0, s.wire_bytes), reverse=True)
     res.top_collectives = colls[:3]
-    from ..passes.excess import excess_pass
-    from ..passes.reuse import reuse_pass
-    from ..passes.timing import estimate_times
-    reuse = reuse_pass(report.analysis, spec)
     ex = excess_pass(report.analysis, report.parameters, spec, reuse)
     res.excess_bytes, res.excess_fraction = ex.excess_bytes, ex.excess_fraction
-    te = estimate_times(report.analysis, spec, reuse)
     res.step_time_s, res.step_bound = te.est_time_s, te.bound
     res.step_compute_s, res.step_memory_s = te.compute_time_s, te.memory_time_s
     res.step_network_s, res.step_launch_s = te.network_time_s, te.overhead_s + te.dispatch_overhead_s
