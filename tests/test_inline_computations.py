@@ -149,3 +149,12 @@ def test_bad_inline_computations_are_positioned_errors(value, what):
     with pytest.raises(HloParseError, match=what) as e:
         parse_module(text, "bad.hlo")
     assert e.value.line >= 4
+
+
+def test_fast_path_knows_the_same_keys():
+    # the fast path's regex leaves exactly these keys' '{' values to the general code
+    import re
+    from jaxmove.hlo import fastpath
+    from jaxmove.hlo.parser import _INLINE_KEYS
+    names = re.match(r"\(\?:([a-z_|]+)\)", fastpath._F_INLINE).group(1).split("|")
+    assert set(names) == _INLINE_KEYS

@@ -92,7 +92,7 @@ _COUNT_KEYS = ("replica_count", "num_partitions")
 # starts a computation written in place (hlo_parser.cc, ParseHloComputation's nested case).
 _INLINE_KEYS = frozenset({"calls", "to_apply", "condition", "body", "true_computation",
                           "false_computation", "select", "scatter"})
-_INLINE_AT = re.compile(r",[ \t]*+(?:%s)[ \t]*+=[ \t]*+\{" % "|".join(sorted(_INLINE_KEYS)))  # the module header's device counts
+  # the module header's device counts
 _IOTA_DIMS = re.compile(r"<=\[([0-9,\s]*)\]")
 _MESH_SIZES = re.compile(r"=\s*([0-9]+)")
 
@@ -739,8 +739,8 @@ class _Parser:
                 operands = tuple(optext.split(",")) if optext else ()
             attrs = None  # split from atext on first use (Instruction.attrs)
             if atext:
-                if "mesh[" in atext or ("={" in atext and _INLINE_AT.search(atext)):
-                    break  # read by the general code (mesh axes; computations in place)
+                if "mesh[" in atext:
+                    break  # read by the general code (mesh axes)
                 if "replica_groups" in atext or "source_target_pairs" in atext:
                     # the checks the general parser's attrs() makes (check_attr), on the
                     # value each key keeps, so both paths accept the same lines
