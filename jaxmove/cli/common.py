@@ -83,7 +83,7 @@ def add_compile_target_option(p: argparse.ArgumentParser) -> None:
     stored as ``args.compile_target`` (``args.target`` is the TARGET program)."""
     p.add_argument("--target", dest="compile_target", metavar="NAME", default=None,
                    help="compile for this device without it: cpu (default, XLA:CPU), h100-sxm, h200, "
-                        "b200, a100-80gb (optionally :SxHxD = slices x hosts x GPUs, e.g. "
+                        "b200, a100-80gb, a100-40gb (optionally :SxHxD = slices x hosts x GPUs, e.g. "
                         "h100-sxm:1x2x8), tpu-v5e / tpu-v6e (:AxB chips, e.g. tpu-v5e:4x4), tpu-v4 / "
                         "tpu-v5p (:AxBxC, e.g. tpu-v5p:4x4x4); implies --hardware of the same spec. "
                         'TPU targets need pip install "jaxmove[tpu]", GPU targets "jaxmove[gpu]"')
