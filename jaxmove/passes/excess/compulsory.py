@@ -58,7 +58,9 @@ holds exactly (``ledger.py``). Causes (``causes.CAUSES``; the first that applies
    more often than written, is ``re_read`` (the same buffer read by several kernels, or in
    every loop iteration); an intermediate that fits on chip is
    ``materialized_intermediate`` (a fusion boundary); an update of a parameter written
-   beyond its update bytes is ``whole_rewrite``.
+   beyond its update bytes is ``whole_rewrite``; a kernel that computes every element of the
+   update anew (elementwise arithmetic: a training step's new parameters and optimizer state,
+   on TPU computed in VMEM and copied to their buffers) writes update bytes only.
 5. Tiling: ``tiling_re_read``; collectives: ``collective_wider_than_data``,
    ``all_gather_partly_used``.
 6. Anything else: ``unattributed`` (reported, never dropped).
@@ -77,6 +79,7 @@ from collections import defaultdict
 from operator import itemgetter
 
 from ...hlo import Instruction, Module
+from ...hlo.opcodes import OPCODES
 from ...hlo.shape import HOST_MEMORY_SPACE
 from ..roles import entry_parameter_name, leaf_position, roles_pass
 from ..traffic import NO_TRAFFIC, ON_CHIP_MEMORY_SPACES
@@ -116,14 +119,73 @@ def _inner_update_bytes(instr: Instruction, module: Module) -> int:
     return 0
 
 
+# elementwise arithmetic (hlo/opcodes.py's elementwise category less select / clamp / convert,
+# which pass old values through or only change their type)
+_PASS_THROUGH = frozenset({"select", "clamp", "convert", "bitcast-convert", "copy", "bitcast", "reshape",
+                           "transpose", "reduce-precision"})
+_ARITHMETIC = frozenset(n for n, rec in OPCODES.items() if rec.elementwise) - _PASS_THROUGH
+
+
+def _copies_new_values_from_chip(r, module: Module) -> bool:
+    """Row ``r`` is a copy (``copy-start`` / ``copy``) of an on-chip buffer that a kernel computed
+    every element of (``_computes_every_element``): XLA:TPU computes a training step's new
+    parameters in VMEM and copies them to their HBM buffers, so the copy's write is the update."""
+    instr = r.instr
+    if instr.opcode not in ("copy-start", "copy") or not instr.operands:
+        return False
+    comp = module.computations.get(r.computation)
+    src = comp.by_name.get(instr.operands[0]) if comp is not None else None
+    element = None
+    if src is not None and src.opcode == "get-tuple-element" and src.operands:
+        try:
+            element = int(src.attrs.get("index"))
+        except (TypeError, ValueError):
+            return False
+        leaf = src.shape
+        src = comp.by_name.get(src.operands[0])
+    else:
+        leaf = src.shape if src is not None else None
+    if src is None or leaf is None or not leaf.is_array or leaf.memory_space not in ON_CHIP_MEMORY_SPACES:
+        return False
+    return _computes_every_element(src, module, element)
+
+
+def _computes_every_element(instr: Instruction, module: Module, element: int | None = None) -> bool:
+    """The kernel's result (every element of every result leaf) is new arithmetic on its operands,
+    not an old value passed through: an elementwise arithmetic op (``p - lr * g``, an optimizer's
+    moment update) as the kernel or as each root element of its fusion (through bitcasts and
+    converts). A training step's new parameters and optimizer state are written so: every element
+    changes, so every element written is the update (compulsory). Not so for a
+    dynamic-update-slice / scatter (the update is the slice), a select (a masked write keeps the
+    unselected old values: ``whole_rewrite``), a copy or a concatenate."""
+    if instr.opcode != "fusion":
+        return instr.opcode in _ARITHMETIC
+    fused = module.computations.get(instr.called_computations[0]) if instr.called_computations else None
+    if fused is None:
+        return False
+    root = fused.root
+    elems = [fused.by_name.get(o) for o in root.operands] if root.opcode == "tuple" else [root]
+    if element is not None and root.opcode == "tuple":
+        elems = elems[element:element + 1] if 0 <= element < len(elems) else [None]
+    for e in elems:
+        while e is not None and e.opcode in ("bitcast", "convert") and e.operands:
+            e = fused.by_name.get(e.operands[0])
+        if e is None or e.opcode not in _ARITHMETIC:
+            return False
+    return True
+
+
 def _update_bytes(r, logical: int, module: Module) -> int:
     """The update bytes among the ``logical`` bytes a write of row ``r`` puts into a buffer:
-    all of them for an in-place update, a rebuilding fusion's update (``_inner_update_bytes``),
-    else 0."""
+    all of them for an in-place update or a kernel that computes every element anew
+    (``_computes_every_element``: a training step's parameter update), a rebuilding fusion's
+    update (``_inner_update_bytes``), else 0."""
     if r.traffic.inplace_buffer_bytes:
         return logical
     inner = _inner_update_bytes(r.instr, module)
-    return min(logical, inner * r.multiplicity.count) if inner else 0
+    if inner:
+        return min(logical, inner * r.multiplicity.count)
+    return logical if _computes_every_element(r.instr, module) else 0
 
 
 def _leaf_shapes(shape) -> list:
@@ -701,6 +763,8 @@ class Accounting:
             if not update and root in self.onchip_update:
                 # a whole write of the result after its updates ran on chip: it carries them
                 update = min(logical, self.onchip_update.pop(root))
+            if not update and _copies_new_values_from_chip(r, self.module):
+                update = logical  # new values computed on chip, copied to the result's buffer
             comp_b = min(update, left)
             update_left[root] = left - comp_b
             own, subject = "whole_rewrite", self._param_subject(pnum)
@@ -750,7 +814,7 @@ class Accounting:
                 continue
             if not t.inplace_buffer_bytes:
                 inner = _inner_update_bytes(instr, module)
-                if not inner:
+                if not inner and not _computes_every_element(instr, module):
                     continue
             else:
                 inner = 0
