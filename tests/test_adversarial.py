@@ -456,3 +456,22 @@ def test_bounded_dynamic_dimension_stays_modeled():
     assert not m.has_unbounded_dims and str(m.entry.root.shape) == "f32[<=8]"
     row = [r for r in analyze_module(m).rows if r.instr.name == "n"][0]
     assert not row.unmodeled and row.total.hbm_write_bytes == 32  # the bound: 8 x 4 B
+
+
+def test_trace_of_a_deep_call_chain(tmp_path):
+    # --hardware --trace on a 10,000-deep call chain: RecursionError in the trace's walkers
+    # (passes/timing.py) and its expansion (report/trace.py); 2,000 levels pass the limit too
+    from jaxmove.api import analyze
+    from jaxmove.report.trace import MAX_EXPAND_DEPTH, chrome_trace
+    n = 2_000
+    out = ["HloModule m\n", "c0 {\n  p = f32[4]{0} parameter(0)\n  ROOT r = f32[4]{0} negate(p)\n}\n"]
+    out += [f"c{k} {{\n  p = f32[4]{{0}} parameter(0)\n  ROOT r = f32[4]{{0}} call(p), to_apply=c{k - 1}\n}}\n"
+            for k in range(1, n)]
+    out.append(f"ENTRY main {{\n  p = f32[4]{{0}} parameter(0)\n  ROOT r = f32[4]{{0}} call(p), to_apply=c{n - 1}\n}}\n")
+    f = tmp_path / "chain.hlo"
+    f.write_text("\n".join(out))
+    trace = chrome_trace(analyze(str(f), hardware="h100-sxm"))
+    blocks = [e for e in trace["traceEvents"] if e.get("ph") == "X"]
+    assert len(blocks) == MAX_EXPAND_DEPTH + 1  # one call block per level shown
+    notes = trace.get("otherData", trace).get("notes", [])
+    assert any(f"deeper than {MAX_EXPAND_DEPTH} levels" in x for x in notes)

@@ -17,6 +17,9 @@ from .attribution import attribute
 
 #: At most this many instruction events (while loops beyond it stay one block each).
 MAX_EVENTS = 200_000
+# Deepest nest of while / call bodies laid out inside their blocks (each level is two Python
+# frames here: a 10,000-deep call chain hit the recursion limit); deeper ones are one block.
+MAX_EXPAND_DEPTH = 64
 
 _ASYNC_STARTS = names(async_part="start")  # the opcode table (hlo/opcodes.py)
 
@@ -106,7 +109,7 @@ def chrome_trace(report, measurement=None) -> dict:
                        "args": {"name": f"async {len(lanes_end)}"}})
         return 1 + len(lanes_end)
 
-    def emit(comp: str, name: str, start_s: float, end_s: float) -> None:
+    def emit(comp: str, name: str, start_s: float, end_s: float, depth: int = 0) -> None:
         c = module.computations.get(comp)
         instr = c.by_name.get(name) if c is not None else None
         opcode = instr.opcode if instr is not None else "?"
@@ -130,9 +133,13 @@ def chrome_trace(report, measurement=None) -> dict:
                        "ts": start_s * 1e6, "dur": max(end_s - start_s, 0.0) * 1e6,
                        "pid": 1, "tid": lane(opcode, start_s, end_s), "args": args})
         if instr is not None and instr.opcode in ("while", "call"):
-            expand(instr, start_s)
+            if depth >= MAX_EXPAND_DEPTH:
+                notes.append(f"{instr.name}: calls nested deeper than {MAX_EXPAND_DEPTH} levels "
+                             "not expanded; shown as one block")
+                return
+            expand(instr, start_s, depth)
 
-    def expand(instr, start_s: float) -> None:
+    def expand(instr, start_s: float, depth: int) -> None:
         """Lay out the computations a while (every iteration) or call runs, inside its block."""
         if instr.opcode == "call":
             plan = [(c, 1) for c in instr.called_computations]
@@ -148,7 +155,7 @@ def chrome_trace(report, measurement=None) -> dict:
         cursor = start_s
         for c, _k in plan:
             for comp, name, s0, e0 in sub.timeline(c):
-                emit(comp, name, cursor + s0, cursor + e0)
+                emit(comp, name, cursor + s0, cursor + e0, depth + 1)
             cursor += sub.length(c)
 
     for comp, name, start_s, end_s in times.timeline:
