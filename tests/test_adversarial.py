@@ -475,3 +475,16 @@ def test_trace_of_a_deep_call_chain(tmp_path):
     assert len(blocks) == MAX_EXPAND_DEPTH + 1  # one call block per level shown
     notes = trace.get("otherData", trace).get("notes", [])
     assert any(f"deeper than {MAX_EXPAND_DEPTH} levels" in x for x in notes)
+
+
+@pytest.mark.parametrize("choice", ["\u00b2", "\u0664"])
+def test_dump_module_number_in_other_digits_is_no_such_module(tmp_path, choice):
+    # --module ² was an internal error (isdigit() true, int() raises); --module ٤ took module 4
+    from jaxmove.capture.dumps import choose_module, list_modules
+    from jaxmove.errors import JaxmoveInputError
+    text = _entry("  ROOT p = f32[4] parameter(0)")
+    for name in ("module_0002.jit_a.cpu_after_optimizations.txt",
+                 "module_0004.jit_b.cpu_after_optimizations.txt"):
+        (tmp_path / name).write_text(text)
+    with pytest.raises(JaxmoveInputError, match="no such module"):
+        choose_module(list_modules(tmp_path), choice, tmp_path)

@@ -129,7 +129,7 @@ def choose_module(mods: list[DumpedModule], module: str | None, directory: Path)
                           f"--module NAME (name, module_NNNN.name or number): {listing(mods)}")
     want = module.strip()
     found = [d for d in mods if want in (d.label, d.name, d.path.name)
-             or (want.isdigit() and d.number and int(want) == int(d.number))]
+             or (want.isascii() and want.isdigit() and d.number and int(want) == int(d.number))]
     if len(found) == 1:
         return found[0]
     if not found:
