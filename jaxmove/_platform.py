@@ -62,17 +62,30 @@ def quiet_stderr() -> Iterator[None]:
     """
     try:
         fd = sys.stderr.fileno()
-    except (AttributeError, OSError, ValueError):  # e.g. a notebook's stderr has no descriptor
+    except (AttributeError, OSError, ValueError):
+        # A notebook's sys.stderr has no descriptor, but the plugins' C++ writes to the
+        # process's fd 2 all the same (which ipykernel forwards into the notebook's output):
+        # capture fd 2 itself, and write the lines kept to sys.stderr.
+        fd = 2
+    try:
+        os.fstat(fd)
+    except OSError:  # no fd 2 at all: nothing to capture
         yield
         return
-    sys.stderr.flush()
+    try:
+        sys.stderr.flush()
+    except (AttributeError, OSError, ValueError):
+        pass
     saved = os.dup(fd)
     with tempfile.TemporaryFile(mode="w+b") as tmp:
         os.dup2(tmp.fileno(), fd)
         try:
             yield
         finally:
-            sys.stderr.flush()
+            try:
+                sys.stderr.flush()
+            except (AttributeError, OSError, ValueError):
+                pass
             os.dup2(saved, fd)
             os.close(saved)
             tmp.seek(0)

@@ -439,3 +439,28 @@ def test_sigterm_to_a_sweep_leaves_no_worker(tmp_path):
     while alive() and time.monotonic() < deadline:
         time.sleep(0.05)
     assert alive() == []   # killed with the sweep, not left compiling for nothing
+
+
+def test_plugin_noise_is_filtered_in_a_notebook_whose_stderr_has_no_descriptor():
+    """ipykernel's sys.stderr has no fileno(); the CUDA plugin's C++ lines went to fd 2, which
+    the kernel forwards into the notebook ("Could not find cuda drivers", item 2)."""
+    import os
+    import subprocess
+    import sys
+
+    pytest.importorskip("jax_plugins.xla_cuda12", reason="the CUDA plugin is what prints the lines")
+    code = ("import io, sys\n"
+            "class NotebookStream:\n"
+            "    def write(self, s): sys.__stdout__.write(s)\n"
+            "    def flush(self): pass\n"
+            "    def fileno(self): raise io.UnsupportedOperation('fileno')\n"
+            "sys.stderr = NotebookStream()\n"
+            "import jaxmove, jax\n"
+            "print(jax.devices()[0].platform)\n")
+    env = {k: v for k, v in os.environ.items() if k != "JAX_PLATFORMS"}
+    r = subprocess.run([sys.executable, "-P", "-c", code], env=env, capture_output=True, text=True,
+                       timeout=120)
+    assert r.returncode == 0, r.stderr[-2000:]
+    both = r.stdout + r.stderr
+    assert "cuda drivers" not in both and "absl::InitializeLog" not in both, both[-2000:]
+    assert r.stdout.strip().splitlines()[-1] == "cpu"
