@@ -66,12 +66,12 @@ def test_inference_presets_unroll_their_layers_and_training_scans():
             assert ("scanned layers" if scan else "unrolled layers") in zoo.PRESETS[name].description
     unset = {k: v for k, v in SMALL.items() if k not in ("scan_layers", "stacked_cache")}
     wl = zoo.build("llama3-8b-decode", {**unset, "layers": "3"})
-    assert wl.config["scan_layers"] is False and wl.config["stacked_cache"] is True
-    # decode's cache: one array per stack, [L, B, Hkv, S, D] (each layer indexes it statically)
-    assert wl.args[1]["layers"]["k_cache"].shape == (3, B, HKV, S, D)
+    assert wl.config["scan_layers"] is False and wl.config["stacked_cache"] is False
+    assert len(wl.args[1]["layers"]) == 3 and wl.args[1]["layers"][0]["k_cache"].shape == (B, HKV, S, D)
     assert "stablehlo.while" not in jax.jit(wl.fn).lower(*wl.args).as_text()
-    cache = zoo.build("llama3-8b-decode", {**SMALL, "layers": "3", "stacked_cache": "false"}).args[1]
-    assert len(cache["layers"]) == 3 and cache["layers"][0]["k_cache"].shape == (B, HKV, S, D)
+    # the TPU layout: one array per stack, [L, B, Hkv, S, D] (each layer indexes it statically)
+    cache = zoo.build("llama3-8b-decode", {**unset, "layers": "3", "stacked_cache": "true"}).args[1]
+    assert cache["layers"]["k_cache"].shape == (3, B, HKV, S, D)
 
 
 def test_llama3_70b_decode_at_real_size_compiles_with_closed_form_arguments():
