@@ -56,7 +56,7 @@ def parse_backend_config(value: str) -> dict | None:
     return out if isinstance(out, dict) else None
 
 
-_ALIAS = re.compile(r"\{([0-9,\s]*)\}\s*:\s*\(\s*(\d+)\s*,\s*\{([0-9,\s]*)\}")
+_ALIAS = re.compile(r"\{([0-9,\s]*)\}\s*:\s*\(\s*([0-9]+)\s*,\s*\{([0-9,\s]*)\}")
 
 
 def _index(s: str) -> tuple[int, ...]:
