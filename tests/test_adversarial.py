@@ -488,3 +488,14 @@ def test_dump_module_number_in_other_digits_is_no_such_module(tmp_path, choice):
         (tmp_path / name).write_text(text)
     with pytest.raises(JaxmoveInputError, match="no such module"):
         choose_module(list_modules(tmp_path), choice, tmp_path)
+
+
+def test_a_store_that_cannot_open_leaves_no_lock(tmp_path):
+    from jaxmove.sweep.store import ResultFileError, ResultStore
+    out = tmp_path / "r.jsonl"
+    out.write_text('{"key": "k1"}\n')
+    with pytest.raises(ResultFileError, match="exists"):
+        ResultStore(out)
+    assert not (tmp_path / ".r.jsonl.lock").exists()
+    with ResultStore(out, resume=True) as s:
+        assert list(s.rows) == ["k1"]

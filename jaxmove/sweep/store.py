@@ -144,14 +144,19 @@ class ResultStore:
                                   "expected .parquet or .jsonl")
         check_output_path(self.path, "-o result file")
         self._lock()
-        if self.path.exists() and self.path.stat().st_size > 0:
-            if resume:
-                self.rows = self._read()
-            elif not overwrite:
-                raise ResultFileError(f"{path}: exists; pass --resume to continue that sweep (finished "
-                                      "points are not compiled again) or --overwrite to start anew")
-        if not resume or not self.path.exists():
-            self._reset()
+        try:
+            if self.path.exists() and self.path.stat().st_size > 0:
+                if resume:
+                    self.rows = self._read()
+                elif not overwrite:
+                    raise ResultFileError(f"{path}: exists; pass --resume to continue that sweep "
+                                          "(finished points are not compiled again) or --overwrite "
+                                          "to start anew")
+            if not resume or not self.path.exists():
+                self._reset()
+        except BaseException:
+            self.close()  # no lock left behind by a store that could not open
+            raise
 
     # ---- one writer at a time --------------------------------------------------------------
 
@@ -203,7 +208,10 @@ class ResultStore:
         self.close()
 
     def __del__(self) -> None:
-        self.close()
+        try:
+            self.close()
+        except Exception:  # noqa: BLE001 - at interpreter exit os may be gone
+            pass
 
     # ---- reading ------------------------------------------------------------------------
 
