@@ -106,6 +106,8 @@ def analyze(obj, /, *args, overrides: dict[str, str] | None = None, hardware=Non
         from .hardware import HardwareSpec, load_spec
         spec = hardware if isinstance(hardware, HardwareSpec) else load_spec(hardware)
     program = resolve_program(obj, *args, overrides=overrides, **capture_kwargs)
+    if spec is not None and spec.kind == "tpu" and getattr(program, "target", None):
+        spec = _with_target_topology(spec, program.target)  # which ICI axes have wraparound links
     filename = program.source[4:] if program.source.startswith("hlo:") else f"<{program.name}>"
     module = parse_module(program.hlo_text, filename)
     entry_roles = {p.number: p.role for p in program.parameters} if program.parameters else None
@@ -134,6 +136,18 @@ def analyze(obj, /, *args, overrides: dict[str, str] | None = None, hardware=Non
                               getattr(program, "target", None)),
                   analysis, program.parameters, dict(program.memory_stats), program.xla_cost_analysis,
                   reuse=results.reuse, times=results.times, excess=results.excess, xla=xla)
+
+
+def _with_target_topology(spec, target_name):
+    """``spec`` with the chip grid of the TPU slice the program was compiled for
+    (hardware/overrides.with_slice_topology); ``spec`` when the name is not a TPU target."""
+    from .capture.targets import Target, TargetNameError
+    from .hardware.overrides import with_slice_topology
+    try:
+        t = Target.parse(target_name)
+    except TargetNameError:  # a stage built elsewhere is named by its platform only
+        return spec
+    return with_slice_topology(spec, t.topology) if t.platform == "tpu" else spec
 
 
 def _clock_spec(target_name, spec):

@@ -130,6 +130,9 @@ def run_point(point: Point) -> dict:
         spec = load_spec(point.hardware)
         row["hbm_capacity_bytes"] = spec.hbm_capacity_bytes
         target = Target.parse(point.target)
+        if target.platform == "tpu":  # the slice's chip grid: which ICI axes have wraparound links
+            from ..hardware.overrides import with_slice_topology
+            spec = with_slice_topology(spec, target.topology)
         overrides = dict(point.overrides)
         if point.mesh:
             mesh = dict(point.mesh)
