@@ -89,7 +89,9 @@ def cache_section() -> list[str]:
               for lb, w, c, ld, ln, _ in runs]
     lines += ["", f"Warm / cold wall time: {runs[1][1] / runs[0][1]:.2f}; the warm run's plan figures are "
               f"{'identical to' if same else 'DIFFERENT FROM'} the cold run's (every JSON field but "
-              f"compile_s). The cache holds {size / 2**20:.2f} MiB for the 3 plans.", ""]
+              f"compile_s). The cache holds {size / 2**20:.2f} MiB for the 3 plans. The key holds the "
+              "program's source lines, so an edit of the model's source between runs makes the next "
+              "run cold.", ""]
     return lines
 
 
