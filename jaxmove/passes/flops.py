@@ -671,6 +671,9 @@ CUSTOM_CALL_KINDS: dict[Rule, CustomCallKind] = {
     _cc_gemm: "matmul", _cc_onednn_matmul: "matmul", _cc_block_scaled_dot: "matmul",
     _cc_convolution: "convolution", _cc_fmha: "attention",
 }
+#: Rules of user kernels (Pallas Mosaic / Triton, Mosaic GPU) costed from their own grid and
+#: blocks (passes/pallas.py, passes/triton.py): no library kind, by design.
+KERNEL_RULES: frozenset = frozenset({_pallas_flops, _triton_flops, _mosaic_gpu_flops})
 
 
 def custom_call_rule(target: str | None) -> Rule | None:
