@@ -173,6 +173,9 @@ def closed_forms(wl, shardings) -> ClosedForms:
                 kv += nbytes
                 dims = list(leaf.shape)
                 seq_dims = [d for d, s in enumerate(dims) if s == seq]
+                hd = int(cfg.get("head_dim") or 0)
+                if len(seq_dims) > 1 and hd == seq and dims[-1] == hd:
+                    seq_dims = seq_dims[:-1]  # the last dimension is the head (gemma2: head_dim 256)
                 if len(seq_dims) != 1:
                     kv_ok = False
                     cf.why["kv_cache"] = (f"{path} {tuple(dims)}: its cache-length dimension ({seq}) is not "

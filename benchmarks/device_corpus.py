@@ -369,7 +369,7 @@ def write_outputs(records: list[dict], args) -> None:
                   f"= {d['ratio']:.4f} x the per-device parameter bytes {d['param_bytes']} "
                   f"(from leaf shapes and shardings; {d['padded_param_bytes']} as stored, tile-padded); "
                   f"layer scan: {d['scan_trips']} trips (derived: the loop carries no known_trip_count)."]
-    lines += _checks_section(records)
+    lines += [CHECKS_BEGIN, *_checks_section(records), CHECKS_END]
     lines += ["", "## Rejections", ""]
     lines += ([f"- {key_of(r['preset'], r['size'], r['target'], r['plan'])}: {r['rejection']}" for r in rej]
               or ["None."])
@@ -384,6 +384,26 @@ def write_outputs(records: list[dict], args) -> None:
                      f"{r.get('instructions', '')} | {r.get('unmodeled', '')} | "
                      f"{100 * r.get('padding_fraction', 0):.1f} | {res} |")
     REPORT.write_text("\n".join(lines) + "\n")
+
+
+CHECKS_BEGIN, CHECKS_END = "<!-- checks: begin -->", "<!-- checks: end -->"
+
+
+def write_checks_section(records: list[dict]) -> None:
+    """Replace the checks section of device_corpus.md (between ``CHECKS_BEGIN`` / ``CHECKS_END``,
+    appended before the Rejections section when absent) with this run's."""
+    text = REPORT.read_text() if REPORT.is_file() else ""
+    cmd = "python benchmarks/device_corpus.py " + " ".join(sys.argv[1:])
+    block = "\n".join([CHECKS_BEGIN, *_checks_section(records), "", f"(This section: `{cmd}`.)", CHECKS_END])
+    if CHECKS_BEGIN in text and CHECKS_END in text:
+        head, rest = text.split(CHECKS_BEGIN, 1)
+        text = head + block + rest.split(CHECKS_END, 1)[1]
+    elif "\n## Rejections" in text:
+        head, rest = text.split("\n## Rejections", 1)
+        text = head + "\n" + block + "\n\n## Rejections" + rest
+    else:
+        text += "\n" + block + "\n"
+    REPORT.write_text(text)
 
 
 def _fmt_bytes(v) -> str:
@@ -525,6 +545,9 @@ def main(argv=None) -> int:
                     help="only the programs already in the cache (re-analysed, not recompiled)")
     ap.add_argument("--decode-70b", action="store_true",
                     help="also compile and analyse issue 18's 70B-class decode on v5e:4x4")
+    ap.add_argument("--checks-only", action="store_true",
+                    help="write only the closed-form checks section of device_corpus.md (between its "
+                         "markers), from this run's programs; keep the rest of the file and the coverage")
     args = ap.parse_args(argv)
     if args.decode_70b:
         d = sharded_decode()
@@ -552,7 +575,9 @@ def main(argv=None) -> int:
         print(f"[{k + 1}/{len(todo)}] {key_of(preset, size, target, plan)}: compile "
               f"{rec.get('compile_s', 0):.1f} s, analysis {rec.get('analysis_s', 0):.2f} s, {status}",
               flush=True)
-    if not args.no_write:
+    if args.checks_only:
+        write_checks_section(cached_records() if args.all_cached else records)
+    elif not args.no_write:
         write_outputs(cached_records() if args.all_cached else records, args)
     return 0
 

@@ -131,7 +131,7 @@ def test_a_wrong_compulsory_figure_fails_its_check(cc, tiny_records):
 FULL = [
     # Llama-3-8B decode at batch 32, cache 8192 on h100-sxm (issue 23.3: compulsory KV was 96 GiB;
     # the closed form is 32 GiB read + 4 MiB written)
-    ("llama3-8b-decode", "full", "h100", "single", {}),
+    ("llama3-8b-decode", "full", "h100", "single", {"scan_layers": "true"}),   # the scanned program
     # a full-size scanned int8 decode (int8 weights and KV) under tp on TPU v5e (issue 23.1: the
     # stacked int8 weights were charged whole in every iteration)
     ("llama3-8b-decode", "full", "tpu-v5e", "tp", {"scan_layers": "true", "weights_dtype": "int8", "kv_dtype": "int8"}),
