@@ -213,8 +213,8 @@ SERVING_TARGETS = {
 }
 #: the scaling book's check: (label, target, sets, the book's time in seconds):
 #: (70e9 + 32 x 8192 x 160e3) B / (chips x 8.1e11 B/s)
-#: (the TPU cache layout, ``stacked_cache``: 10 MiB per layer and chip would otherwise be staged
-#: through VMEM and written back whole)
+#: (the TPU cache layout, ``stacked_cache``: 16 MiB of K and of V per layer and chip would
+#: otherwise be staged through VMEM and written back whole)
 SCALING_BOOK = [
     ("llama3-70b-decode int8 weights + int8 KV", "tpu-v5e:4x4",
      {"weights_dtype": "int8", "kv_dtype": "int8", "stacked_cache": "true"},
