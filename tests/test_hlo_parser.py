@@ -303,3 +303,27 @@ ENTRY main {
         parse_module(cut, "cut.hlo")
     assert "2 parameters" in ei.value.expected and "truncated" in ei.value.expected
     assert ei.value.line == cut.count("\n") + 1
+
+
+def test_computation_with_execution_thread_after_its_brace():
+    # XLA:TPU (jaxlib 0.10.2, mixtral-8x7b-train tiny on v5p, fsdp_tp) prints a SparseCore
+    # scatter region as `}, execution_thread="sparsecore"`: it was rejected ("expected
+    # computation name ..., found ','")
+    m = parse_module("""HloModule m
+
+%region (a: f32[], b: f32[]) -> f32[] {
+  %a = f32[] parameter(0)
+  %b = f32[] parameter(1)
+  ROOT %s = f32[] add(%a, %b)
+}, execution_thread="sparsecore"
+
+ENTRY %e (x: f32[8]) -> f32[] {
+  %x = f32[8]{0} parameter(0)
+  %z = f32[] constant(0)
+  ROOT %r = f32[] reduce(%x, %z), dimensions={0}, to_apply=%region
+}
+""")
+    assert m.computations["region"].execution_thread == "sparsecore"
+    assert m.entry.execution_thread == "main"
+    with pytest.raises(HloParseError, match="after its '}'"):
+        parse_module("HloModule m\n\nENTRY %e (x: f32[8]) -> f32[8] {\n  ROOT %x = f32[8]{0} parameter(0)\n}, 7\n")

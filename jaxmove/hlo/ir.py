@@ -229,10 +229,12 @@ class Computation:
       root: the ROOT instruction (the last one when no ROOT marker was printed).
       is_entry: True for the ENTRY computation.
       line, column: 1-based position of the computation header.
+      execution_thread: the thread XLA runs it on (``main``; XLA:TPU prints
+        ``execution_thread="sparsecore"`` after the closing brace of SparseCore computations).
     """
 
     __slots__ = ("name", "instructions", "by_name", "root", "is_entry", "line", "parameters",
-                 "column", "_users")
+                 "column", "_users", "execution_thread")
 
     def __init__(self, name: str, instructions: list[Instruction], root: Instruction,
                  is_entry: bool, line: int, column: int = 1,
@@ -247,6 +249,7 @@ class Computation:
         params = [i for i in instructions if i.opcode == "parameter"]
         self.parameters: list[Instruction] = sorted(params, key=lambda i: i.parameter_number or 0)
         self._users: dict[str, list[Instruction]] | None = None
+        self.execution_thread = "main"
 
     def __repr__(self) -> str:
         return f"<Computation {self.name}: {len(self.instructions)} instructions>"

@@ -631,7 +631,14 @@ class _Parser:
             line, _ = self.linecol(self._comp_pos)
         else:
             is_entry, name, line = self._header()
-        return self._body(name, line, is_entry)
+        comp = self._body(name, line, is_entry)
+        # attributes after the closing brace: XLA:TPU prints `}, execution_thread="sparsecore"`
+        # for a computation run on another execution thread (HloComputation::ToString)
+        trailing: dict[str, str] = {}
+        self.attrs(f"computation '{name}' (after its '}}')", trailing)
+        if "execution_thread" in trailing:
+            comp.execution_thread = trailing["execution_thread"].strip('"')
+        return comp
 
     def _body(self, name: str, line: int, is_entry: bool) -> Computation:
         """The instructions of computation ``name`` after its '{', through its '}'."""
