@@ -8,9 +8,9 @@ compiled for the GPU it ran on (``--target``, deviceless) and timed with the GPU
 where the source states a bandwidth the GPUs reach, it is given with ``--spec``. Where the
 measured runtime differs from XLA's defaults, the command says so, not a factor: FasterTransformer
 launches kernels from a stream (``XLA_FLAGS=--xla_gpu_enable_command_buffer=``, no CUDA graphs),
-gpt-fast runs one CUDA graph with its all-reduces (``+COLLECTIVES``), its int8 wqkv is one int8
-weight (XLA's dot merger off, which would concatenate dequantized bf16 copies), and its tensor
-parallelism leaves the embedding and LM head replicated (``benchmarks/anchors_gptfast_tp.toml``). Per anchor
+gpt-fast runs one CUDA graph with its all-reduces (``+COLLECTIVES``), and its tensor
+parallelism leaves the embedding and LM head replicated (``benchmarks/anchors_gptfast_tp.toml``).
+The int8 anchors need no flag: the zoo dequantizes as gpt-fast does, ``(x @ q) * s``. Per anchor
 the table gives the command, jaxmove's step time and its components (compute, memory,
 network, launch; each the sum over the program's kernels, so they need not add up to the
 overlapped step time), the roofline bound (max of HBM bytes / bandwidth and FLOPs / peak),
@@ -71,20 +71,13 @@ COMMANDS: dict[str, list[str]] = {
 #: environment of an anchor's command: FasterTransformer launches every kernel from its stream
 #: (no CUDA graphs), so its programs are compiled and timed with XLA's command buffers off
 _NO_GRAPHS = {"XLA_FLAGS": "--xla_gpu_enable_command_buffer="}
-#: gpt-fast's int8 layers hold one int8 wqkv weight that its GEMM dequantizes as it loads it;
-#: XLA's dot merger instead joins the q/k/v dots by concatenating their dequantized bf16
-#: weights in HBM (3.2 GB written and read again per step in the 7B program), which no gpt-fast
-#: kernel does: the int8 anchors are compiled without that pass (the bf16 ones keep it: there the
-#: merged dot is gpt-fast's wqkv)
-_NO_DOT_MERGER = "--xla_disable_hlo_passes=dot-merger"
 #: gpt-fast runs each step as one CUDA graph, its NCCL all-reduces included (torch.compile
 #: mode="reduce-overhead"); XLA:GPU leaves collectives out of its command buffers by default,
 #: so the gpt-fast anchors add them (COLLECTIVES)
 _GRAPH_COLLECTIVES = "--xla_gpu_enable_command_buffer=+COLLECTIVES"
 ENV: dict[str, dict[str, str]] = {
     **{k: _NO_GRAPHS for k in COMMANDS if k.startswith("ft13b")},
-    **{k: {"XLA_FLAGS": " ".join([_GRAPH_COLLECTIVES] + ([_NO_DOT_MERGER] if "int8" in k else []))}
-       for k in COMMANDS if k.startswith("gptfast")},
+    **{k: {"XLA_FLAGS": _GRAPH_COLLECTIVES} for k in COMMANDS if k.startswith("gptfast")},
 }
 
 TOLERANCE = 0.15
