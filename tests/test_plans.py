@@ -210,3 +210,11 @@ def test_analyze_mesh_plan_json_has_collectives():
     assert out["totals"]["collective_wire_bytes"] == 2 * buffer
     bad = _cli("analyze", "mlp-tiny", "--mesh", "data=2", "--plan", "nonesuch")
     assert bad.returncode == 2 and "nonesuch" in bad.stderr and "Traceback" not in bad.stderr
+
+
+def test_default_plans_offer_ep_for_models_with_experts():
+    # the per-argument container of logical_axes is itself a tuple: it was taken for an axes
+    # tuple, so 'expert' was never seen and ep never offered (moe-tiny: dp, fsdp, tp, fsdp_tp)
+    from jaxmove.plans import default_plans
+    assert default_plans("moe-tiny") == ["dp", "fsdp", "tp", "fsdp_tp", "ep"]
+    assert default_plans("mlp-tiny") == ["dp", "fsdp", "tp", "fsdp_tp"]

@@ -687,8 +687,12 @@ def default_plans(model, overrides: dict[str, str] | None = None) -> list[str]:
 
     out = ["dp", "fsdp", "tp", "fsdp_tp"]
     wl = load_workload(model, overrides)
-    names = {a for t in jax.tree_util.tree_leaves(wl.logical_axes, is_leaf=lambda x: isinstance(x, tuple))
-             for a in t if isinstance(a, str)}
+    # an axes tuple holds names (or None); the per-argument container is a tuple of pytrees
+    def axes_tuple(x):
+        return isinstance(x, tuple) and all(a is None or isinstance(a, str) for a in x)
+
+    names = {a for t in jax.tree_util.tree_leaves(wl.logical_axes, is_leaf=axes_tuple)
+             if isinstance(t, tuple) for a in t if isinstance(a, str)}
     if "expert" in names:
         out.append("ep")
     return out
