@@ -405,7 +405,9 @@ def kind_mismatch_note(spec, platform: str) -> str | None:
             f"`jaxmove calibrate`)")
 
 
-def _rows(report, measurement: Measurement) -> list[InstructionComparison]:
+def _rows(report, measurement: Measurement, field_: str = "est_time_s") -> list[InstructionComparison]:
+    """One comparison per instruction measured or estimated; the estimate is the time row's
+    ``field_`` (``est_time_s``; profiles compare ``duration_s``, the estimate less launch gaps)."""
     times = report.times
     meas = measurement.instructions
     total = sum(t.time_s for t in meas.values()) or 0.0
@@ -416,7 +418,7 @@ def _rows(report, measurement: Measurement) -> list[InstructionComparison]:
         t, e = meas.get(key), times.rows.get(key)
         out.append(InstructionComparison(
             key[0], key[1], t.opcode if t else opcode.get(key, e.opcode if e else "?"),
-            e.est_time_s if e else None, t.time_s if t else None, t.executions if t else None,
+            getattr(e, field_) if e else None, t.time_s if t else None, t.executions if t else None,
             e.bound if e else None, (t.time_s / total) if (t and total) else None))
     out.sort(key=lambda r: (-(r.measured_time_s or 0.0), -(r.est_time_s or 0.0), r.name))
     return out

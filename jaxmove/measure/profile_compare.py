@@ -34,7 +34,7 @@ from types import SimpleNamespace
 
 import numpy as np
 
-from .compare import ErrorStats, InstructionComparison, error_stats
+from .compare import ErrorStats, InstructionComparison, _rows, error_stats
 from .profile import ProfileJoin, join_events
 from .profiles import Capture, CaptureProgram, program_hlo_text, read_capture, select_program
 from .run import Measurement
@@ -335,21 +335,4 @@ def compare_profile(path: str | os.PathLike, *, hlo: str | os.PathLike | None = 
         group_errors(rows, lambda r: fk.get((r.computation, r.name))),
         group_errors(rows, lambda r: r.bound), notes, field_)
 
-
-def _rows(report, m: Measurement, field_: str) -> list[InstructionComparison]:
-    """compare._rows with the estimate ``field_`` (``duration_s``: est_time_s less launch gaps)."""
-    times = report.times
-    meas = m.instructions
-    total = sum(t.time_s for t in meas.values()) or 0.0
-    opcode = {(r.computation, r.instr.name): r.instr.opcode for r in report.rows}
-    keys = set(meas) | {k for k, r in times.rows.items() if r.est_time_s > 0}
-    out = []
-    for key in keys:
-        t, e = meas.get(key), times.rows.get(key)
-        out.append(InstructionComparison(
-            key[0], key[1], t.opcode if t else opcode.get(key, e.opcode if e else "?"),
-            getattr(e, field_) if e else None, t.time_s if t else None, t.executions if t else None,
-            e.bound if e else None, (t.time_s / total) if (t and total) else None))
-    out.sort(key=lambda r: (-(r.measured_time_s or 0.0), -(r.est_time_s or 0.0), r.name))
-    return out
 

@@ -22,6 +22,8 @@ window-level figures and its assumptions.
 
 from __future__ import annotations
 
+from .mlir_arith import INT_BINARY_OPS
+
 import math
 import re
 from dataclasses import dataclass
@@ -42,18 +44,7 @@ _VECTOR_FLOPS = frozenset({"arith.addf", "arith.subf", "arith.mulf", "arith.divf
 _SLICES = frozenset({"tpu.memref_slice", "tpu.memref_squeeze", "tpu.memref_reshape",
                      "tpu.memref_bitcast", "memref.subview", "memref.reinterpret_cast",
                      "tpu.reinterpret_cast", "memref.cast"})
-_BIN = {"arith.addi": lambda a, b: a + b, "arith.subi": lambda a, b: a - b,
-        "arith.muli": lambda a, b: a * b,
-        "arith.divsi": lambda a, b: int(a / b) if b else 0,
-        "arith.divui": lambda a, b: a // b if b else 0,
-        "arith.floordivsi": lambda a, b: a // b if b else 0,
-        "arith.ceildivsi": lambda a, b: -((-a) // b) if b else 0,
-        "arith.remsi": lambda a, b: a - b * int(a / b) if b else 0,
-        "arith.remui": lambda a, b: a % b if b else 0,
-        "arith.minsi": min, "arith.maxsi": max, "arith.minui": min, "arith.maxui": max,
-        "arith.andi": lambda a, b: a & b, "arith.ori": lambda a, b: a | b,
-        "arith.xori": lambda a, b: a ^ b, "arith.shli": lambda a, b: a << b,
-        "arith.shrsi": lambda a, b: a >> b, "arith.shrui": lambda a, b: a >> b}
+_BIN = INT_BINARY_OPS
 _CMP = [lambda a, b: a == b, lambda a, b: a != b, lambda a, b: a < b, lambda a, b: a <= b,
         lambda a, b: a > b, lambda a, b: a >= b, lambda a, b: a < b, lambda a, b: a <= b,
         lambda a, b: a > b, lambda a, b: a >= b]

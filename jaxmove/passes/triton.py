@@ -23,6 +23,8 @@ blocks shared by the q blocks of one head) are not modeled: HBM traffic may be l
 
 from __future__ import annotations
 
+from .mlir_arith import INT_BINARY_OPS
+
 import math
 import re
 from dataclasses import dataclass
@@ -108,18 +110,7 @@ def _tensor_numel_bits(type_text: str) -> tuple[int, int]:
     return math.prod(int(d) for d in dims) if dims else 1, bits
 
 
-_BIN = {"arith.addi": lambda a, b: a + b, "arith.subi": lambda a, b: a - b,
-        "arith.muli": lambda a, b: a * b,
-        "arith.divsi": lambda a, b: int(a / b) if b else 0,
-        "arith.divui": lambda a, b: a // b if b else 0,
-        "arith.floordivsi": lambda a, b: a // b if b else 0,
-        "arith.ceildivsi": lambda a, b: -((-a) // b) if b else 0,
-        "arith.remsi": lambda a, b: a - b * int(a / b) if b else 0,
-        "arith.remui": lambda a, b: a % b if b else 0,
-        "arith.minsi": min, "arith.maxsi": max, "arith.minui": min, "arith.maxui": max,
-        "arith.andi": lambda a, b: a & b, "arith.ori": lambda a, b: a | b,
-        "arith.xori": lambda a, b: a ^ b, "arith.shli": lambda a, b: a << b,
-        "arith.shrsi": lambda a, b: a >> b, "arith.shrui": lambda a, b: a >> b}
+_BIN = INT_BINARY_OPS
 _CMP = {"eq": lambda a, b: a == b, "ne": lambda a, b: a != b, "slt": lambda a, b: a < b,
         "sle": lambda a, b: a <= b, "sgt": lambda a, b: a > b, "sge": lambda a, b: a >= b,
         "ult": lambda a, b: a < b, "ule": lambda a, b: a <= b, "ugt": lambda a, b: a > b,
