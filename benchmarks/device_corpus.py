@@ -104,8 +104,39 @@ def plans_for(preset: str) -> list[str]:
     return ["single"] + default_plans(preset)
 
 
-def key_of(preset: str, size: str, target: str, plan: str) -> str:
-    return f"{preset}__{size}__{target}__{plan}"
+#: the dtype / scan axes (``--weights-dtypes``, ``--kv-dtypes``, ``--scan``): config key -> spelling in keys
+AXES = {"weights_dtype": "w", "kv_dtype": "kv", "scan_layers": "scan"}
+#: values that mean "the preset's default" (no ``--set``): bf16 weights are the model dtype
+DEFAULT_VALUES = {"weights_dtype": ("bf16", "none", ""), "kv_dtype": ("bf16", ""), "scan_layers": ("",)}
+
+
+def key_of(preset: str, size: str, target: str, plan: str, extra: dict[str, str] | None = None) -> str:
+    """The cache key of one program; ``extra`` (the dtype / scan ``--set`` values) as a suffix."""
+    tail = "".join(f"__{AXES.get(k, k)}-{v}" for k, v in sorted((extra or {}).items()))
+    return f"{preset}__{size}__{target}__{plan}{tail}"
+
+
+def axis_extras(preset: str, weights_dtypes=None, kv_dtypes=None, scans=None) -> list[dict[str, str]]:
+    """The ``--set`` dicts of the dtype / scan axes that apply to ``preset`` (a key its config
+    lacks is dropped; a default value sets nothing), deduplicated, in order. Raises ValueError on
+    a ``--scan`` value other than true / false."""
+    import dataclasses as dc
+    import itertools
+
+    from jaxmove import zoo
+    fields = {f.name for f in dc.fields(zoo.PRESETS[preset].config_cls)}
+    for v in scans or ():
+        if v not in ("true", "false"):
+            raise ValueError(f"--scan values must be true or false, got {v!r}")
+    out: list[dict[str, str]] = []
+    for w, kv, sc in itertools.product(weights_dtypes or [""], kv_dtypes or [""], scans or [""]):
+        e = {}
+        for k, v in (("weights_dtype", w), ("kv_dtype", kv), ("scan_layers", sc)):
+            if k in fields and v not in DEFAULT_VALUES[k]:
+                e[k] = v
+        if e not in out:
+            out.append(e)
+    return out
 
 
 def program_inputs(preset: str, size: str, target: str, plan: str, extra: dict[str, str] | None = None):
@@ -244,17 +275,19 @@ def analyse_text(path: Path, target: str | None = None, closed=None) -> dict:
     return rec
 
 
-def run_one(preset: str, size: str, target: str, plan: str, fresh: bool = False) -> dict:
-    """Compile (or read from the cache) and analyse one program: its record."""
-    key = key_of(preset, size, target, plan)
-    rec = {"preset": preset, "size": size, "target": target, "plan": plan}
+def run_one(preset: str, size: str, target: str, plan: str, fresh: bool = False,
+            extra: dict[str, str] | None = None) -> dict:
+    """Compile (or read from the cache) and analyse one program (``extra``: its dtype / scan
+    ``--set`` values): its record."""
+    key = key_of(preset, size, target, plan, extra)
+    rec = {"preset": preset, "size": size, "target": target, "plan": plan, **({"extra": extra} if extra else {})}
     CACHE.mkdir(exist_ok=True)
     hlo, meta = CACHE / f"{key}.hlo", CACHE / f"{key}.json"
     if not fresh and hlo.is_file() and meta.is_file():
         rec["compile_s"] = json.loads(meta.read_text())["compile_s"]
     else:
         try:
-            text, secs = compile_program(preset, size, target, plan)
+            text, secs = compile_program(preset, size, target, plan, extra)
         except Exception as e:  # noqa: BLE001 - XLA could not compile it: not jaxmove's finding
             msg = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
             rec["compile_error"] = f"{type(e).__name__}: {msg}"[:300]
@@ -263,7 +296,7 @@ def run_one(preset: str, size: str, target: str, plan: str, fresh: bool = False)
         meta.write_text(json.dumps({"compile_s": secs}))
         rec["compile_s"] = secs
     try:
-        closed = program_closed_forms(preset, size, target, plan)
+        closed = program_closed_forms(preset, size, target, plan, extra)
     except Exception as e:  # noqa: BLE001 - no closed form: the record says why
         closed = None
         rec["closed_forms_error"] = f"{type(e).__name__}: {e}"[:300]
@@ -283,8 +316,10 @@ def cached_records() -> list[dict]:
     return [json.loads(p.read_text()) for p in sorted(CACHE.glob("*.rec.json"))] if CACHE.is_dir() else []
 
 
-def programs(presets=None, sizes=SIZES, targets=tuple(TARGETS), plans=None):
-    """(preset, size, target, plan) of the corpus, reduced sizes first."""
+def programs(presets=None, sizes=SIZES, targets=tuple(TARGETS), plans=None, weights_dtypes=None,
+             kv_dtypes=None, scans=None):
+    """(preset, size, target, plan, extra) of the corpus, reduced sizes first (``extra``: one
+    ``axis_extras`` dict of the dtype / scan axes, {} without them)."""
     from jaxmove import zoo
     out = []
     for size in sizes:
@@ -296,7 +331,8 @@ def programs(presets=None, sizes=SIZES, targets=tuple(TARGETS), plans=None):
             for target in targets:
                 for plan in plans_for(preset):
                     if plans is None or plan in plans:
-                        out.append((preset, size, target, plan))
+                        for extra in axis_extras(preset, weights_dtypes, kv_dtypes, scans):
+                            out.append((preset, size, target, plan, extra))
     return out
 
 
@@ -371,7 +407,7 @@ def write_outputs(records: list[dict], args) -> None:
                   f"layer scan: {d['scan_trips']} trips (derived: the loop carries no known_trip_count)."]
     lines += [CHECKS_BEGIN, *_checks_section(records), CHECKS_END]
     lines += ["", "## Rejections", ""]
-    lines += ([f"- {key_of(r['preset'], r['size'], r['target'], r['plan'])}: {r['rejection']}" for r in rej]
+    lines += ([f"- {key_of(r['preset'], r['size'], r['target'], r['plan'], r.get('extra'))}: {r['rejection']}" for r in rej]
               or ["None."])
     lines += ["", "## Programs", "",
               "| preset | size | target | plan | compile s | analysis s | instructions | unmodeled | "
@@ -425,7 +461,7 @@ def _checks_section(records: list[dict]) -> list[str]:
              f"not checked (no closed form): {len(skipped)}", ""]
     if failed:
         lines += ["### Failed checks", "", "| program | check | expected | got | why |", "|---|---|---:|---:|---|"]
-        lines += [f"| {key_of(r['preset'], r['size'], r['target'], r['plan'])} | {c['name']} | "
+        lines += [f"| {key_of(r['preset'], r['size'], r['target'], r['plan'], r.get('extra'))} | {c['name']} | "
                   f"{_fmt_bytes(c['expected'])} | {_fmt_bytes(c['got'])} | {c['reason'][:200]} |" for r, c in failed]
         lines.append("")
     if skipped:
@@ -444,7 +480,7 @@ def _checks_section(records: list[dict]) -> list[str]:
             return f"{_fmt_bytes(c['expected'])} / {_fmt_bytes(c['got'])} {mark}"
         tv = cs.get("tpu_memory_vs_xla")
         tv_text = "" if tv is None else ("ok" if tv["ok"] else "FAIL") + " ({:.2f}x)".format(tv["got"] or 0.0)
-        lines.append(f"| {key_of(r['preset'], r['size'], r['target'], r['plan'])} | {pair('compulsory_weights')} | "
+        lines.append(f"| {key_of(r['preset'], r['size'], r['target'], r['plan'], r.get('extra'))} | {pair('compulsory_weights')} | "
                      f"{pair('compulsory_kv_cache')} | {pair('compulsory_optimizer_state')} | "
                      f"{'ok' if cs.get('identity', {}).get('ok') else 'FAIL'} | "
                      f"{'ok' if cs.get('unattributed_le_1pct', {}).get('ok') else 'FAIL'} | "
@@ -537,6 +573,10 @@ def main(argv=None) -> int:
     ap.add_argument("--sizes", default=",".join(SIZES))
     ap.add_argument("--targets", default=",".join(TARGETS))
     ap.add_argument("--plans", help="comma-separated plans (default: single + every applicable)")
+    ap.add_argument("--weights-dtypes", help="comma-separated weights_dtype values (bf16 = the model "
+                    "dtype, int8, fp8); presets without the key ignore it")
+    ap.add_argument("--kv-dtypes", help="comma-separated kv_dtype values (bf16, int8, fp8)")
+    ap.add_argument("--scan", help="comma-separated scan_layers values (true, false)")
     ap.add_argument("--fresh", action="store_true", help="recompile programs already cached")
     ap.add_argument("--no-write", action="store_true", help="print only; keep the .md and coverage")
     ap.add_argument("--all-cached", action="store_true",
@@ -557,22 +597,22 @@ def main(argv=None) -> int:
         print("70B-class decode:", d, flush=True)
     split = lambda s: [x for x in s.split(",") if x] if s else None  # noqa: E731
     todo = programs(split(args.presets), tuple(split(args.sizes)), tuple(split(args.targets)),
-                    split(args.plans))
+                    split(args.plans), split(args.weights_dtypes), split(args.kv_dtypes), split(args.scan))
     if args.cached_only:  # re-analyse what earlier runs compiled, compile nothing
         todo = [t for t in todo if (CACHE / f"{key_of(*t)}.hlo").is_file()]
     records = []
-    for k, (preset, size, target, plan) in enumerate(todo):
+    for k, (preset, size, target, plan, extra) in enumerate(todo):
         try:
-            rec = run_one(preset, size, target, plan, args.fresh)
+            rec = run_one(preset, size, target, plan, args.fresh, extra)
         except Exception as e:  # noqa: BLE001 - keep going; the record says what failed
             rec = {"preset": preset, "size": size, "target": target, "plan": plan,
-                   "compile_error": f"{type(e).__name__}: {e}"[:300]}
+                   **({"extra": extra} if extra else {}), "compile_error": f"{type(e).__name__}: {e}"[:300]}
             traceback.print_exc(limit=2)
         records.append(rec)
         CACHE.mkdir(exist_ok=True)
-        (CACHE / f"{key_of(preset, size, target, plan)}.rec.json").write_text(json.dumps(_jsonable(rec)))
+        (CACHE / f"{key_of(preset, size, target, plan, extra)}.rec.json").write_text(json.dumps(_jsonable(rec)))
         status = rec.get("rejection") or rec.get("compile_error") or f"{rec.get('unmodeled')} unmodeled"
-        print(f"[{k + 1}/{len(todo)}] {key_of(preset, size, target, plan)}: compile "
+        print(f"[{k + 1}/{len(todo)}] {key_of(preset, size, target, plan, extra)}: compile "
               f"{rec.get('compile_s', 0):.1f} s, analysis {rec.get('analysis_s', 0):.2f} s, {status}",
               flush=True)
     if args.checks_only:
