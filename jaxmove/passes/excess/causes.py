@@ -265,6 +265,22 @@ def _slice_copy(c: FixContext) -> str:
             f"{c.saves}")
 
 
+@cause("whole_table_read",
+       matches="a weights parameter the program uses only as the table of lookups (gather / "
+               "dynamic-slice of rows, a one-hot dot; excess/lookups.py) read beyond the rows the "
+               "lookups touch: copied whole into on-chip memory (XLA:TPU's layout copy of a table "
+               "sharded over d_model into VMEM), or read whole by a one-hot matmul",
+       bytes="the table's reads beyond the lookups' footprint (the gathered rows: tokens x "
+             "d_model x width)")
+def _whole_table_read(c: FixContext) -> str:
+    return (f"the lookup of {c.named('a table')} reads the whole local table shard (`{c.first}`) "
+            "to use a few rows: XLA copies the shard into on-chip memory (its layout does not keep "
+            "rows contiguous: a table sharded over d_model is stored vocab-minor) or multiplies it "
+            "by a one-hot matrix; shard the table over vocab with a vocab-parallel lookup (each "
+            "device gathers the rows of its vocab range, then a psum), keep the per-device d_model "
+            f"a multiple of 128, or use jnp.take instead of a one-hot matmul -- {c.saves}")
+
+
 #: Stable cause keys of the JSON ``excess.causes[].kind`` (may be added to, never removed).
 CAUSE_KINDS = tuple(CAUSES)
 

@@ -87,6 +87,7 @@ from .buffers import NATIVE_STARTS, Buffers, resolve_copy, union_all, write_key
 from .causes import (RECOMPUTE_PRIORITY, KERNEL_WRITES, PROGRAM_WIDE, READ_PRIORITY, READS_COMPULSORY, UNATTRIBUTED,
                      FixContext, fix_text)
 from .kernels import REBUILD, classify
+from .lookups import table_lookup
 from .ledger import HBM_READ, HBM_WRITE, Ledger, build_result
 from .records import ExcessAnalysis
 from .wire import collective_excess, tiling_excess
@@ -492,6 +493,10 @@ class Accounting:
                 update_of[oroot] = alias_of_out[j]
         for oroot in [o for o in derived if o in out_root and o not in update_of]:
             del derived[oroot]  # a result written by a copy kernel: the result itself
+        # copies of a parameter into on-chip memory (XLA:TPU's layout copy of a table into VMEM):
+        # their readers' on-chip reads say how much of the parameter the program needs (lookups)
+        self.onchip_copy = {droot: d for droot, d in derived.items() if d[0] in param_root
+                            and any(a.memory_space in ON_CHIP_MEMORY_SPACES for a in rows[d[4]].traffic.writes)}
         self.derived, self.kcause, self.update_of = derived, kcause, update_of
         self.update_root = {pnum: oroot for oroot, pnum in update_of.items()}
         self.onchip_update = self._onchip_updates([rows[k] for k in active] if self.update_of else ())
@@ -552,6 +557,8 @@ class Accounting:
         computations = module.computations
         no_cause = "materialized_intermediate"
         kernel_write_causes = KERNEL_WRITES  # (causes.py: the kernel causes' writes are theirs)
+        onchip_copy = self.onchip_copy
+        onchip_reads: dict[tuple, list] = {}  # on-chip copy root -> [(row, operand, data bytes)]
         kc_of = [None] * len(rows)  # kcause as a list: row number -> cause kind or None
         for k, c in kcause.items():
             kc_of[k] = c
@@ -577,6 +584,11 @@ class Accounting:
                 ms = a.memory_space
                 if ms:  # not HBM (0)
                     if ms in ON_CHIP_MEMORY_SPACES:
+                        if onchip_copy and a.operand is not None and not a.index:
+                            oroot = find((cname, operands[a.operand], 0))
+                            if oroot in onchip_copy:
+                                lg = a.logical_nbytes if a.logical_nbytes is not None else a.nbytes
+                                onchip_reads.setdefault(oroot, []).append((k, a.operand, lg * count))
                         continue
                     if ms == HOST_MEMORY_SPACE:
                         phys = a.nbytes * count
@@ -738,6 +750,7 @@ class Accounting:
                 ru = reuse_rows.get(key)
                 if ru is not None and ru.tilings:
                     tilings.append((k, r, ru))
+        self.tables = self._lookup_tables(reads, onchip_reads)
         self.settle_reads(reads, tally)
         for k, r, ru in tilings:
             tiling_excess(self, k, r, ru)
@@ -844,7 +857,11 @@ class Accounting:
         l_kind = l_subj = l_role = _NONE  # the cause of the last claim charged, its keys and bytes per row
         l_crp = l_g = None
         cause_rp, cause_instr, by_row = ledger.cause_rp, ledger.cause_instr, ledger.by_row
+        tables = self.tables
         for broot, claims in reads.items():
+            if tables and broot in tables:
+                self._settle_table(broot, claims, tables[broot])
+                continue
             if len(claims) == 1:
                 c0 = claims[0]
                 pr = param_root.get(broot) if not c0[0] and c0[6] is broot else None
@@ -936,6 +953,78 @@ class Accounting:
                     by_row[k] += nbytes
             if acc_role is not _NONE:
                 read_both[acc_role] += acc
+
+    def _lookup_tables(self, reads: dict, onchip_reads: dict) -> dict[tuple, int]:
+        """Parameter root -> its lookup footprint (data bytes), for the weights parameters the
+        program uses only as the table of lookups (``lookups.py``: a gather / dynamic-slice of
+        rows, a one-hot dot) and reads more of than those lookups touch: copied whole into
+        on-chip memory (every reader of the copy a lookup), or read whole from HBM by a one-hot
+        dot. The footprint is the sum of the lookups' elements in the parameter's width (the
+        gathered rows: tokens x d_model x width), at most the parameter's bytes."""
+        out: dict[tuple, int] = {}
+        if not self.onchip_copy and not self.params and not self.module.entry.parameters:
+            return out
+        rows, module, param_root = self.rows, self.module, self.param_root
+        copy_rows = {d[4]: droot for droot, d in self.onchip_copy.items()}
+        for broot, claims in reads.items():
+            pr = param_root.get(broot)
+            if pr is None or claims[0][4] != "weights":
+                continue
+            leaf = pr[2]
+            size, n = leaf.logical_byte_size, leaf.num_elements
+            if not n or not size:
+                continue
+            foot = claimed = 0
+            for _p, units, _lg, k, role, _phys, root in claims:
+                claimed += units
+                if role != "weights":
+                    break
+                droot = copy_rows.get(k)
+                if droot is not None and self.onchip_copy[droot][0] == broot:
+                    readers = onchip_reads.get(droot)
+                    if not readers:
+                        break  # (a copy whose readers are not seen: no footprint to take)
+                    got = self._lookups_bytes(readers, size, n)
+                    if got is None:
+                        break
+                    foot += got
+                    continue
+                r = rows[k]
+                if root != broot or r.instr.opcode != "fusion":
+                    break  # (a direct gather already reads only its rows: traffic.py)
+                ops = [i for i, o in enumerate(r.instr.operands)
+                       if self.buffers.find((r.computation, o, 0)) == broot]
+                got = self._lookups_bytes([(k, i, units) for i in ops], size, n) if ops else None
+                if got is None:
+                    break
+                foot += got
+            else:
+                if foot < min(size, claimed):
+                    out[broot] = foot
+        return out
+
+    def _lookups_bytes(self, readers, size: int, n: int) -> int | None:
+        """Bytes of a table of ``size`` bytes and ``n`` elements that ``readers`` ((row,
+        operand, bytes read) each) touch through lookups, or None when one is no lookup."""
+        total = 0
+        for k, operand, nbytes in readers:
+            r = self.rows[k]
+            elems = table_lookup(r.instr, operand, self.module)
+            if elems is None:
+                return None
+            total += min(nbytes, elems * size // n * r.multiplicity.count)
+        return total
+
+    def _settle_table(self, broot, claims, footprint: int) -> None:
+        """A lookup table's reads (``_lookup_tables``): its footprint granted in schedule order,
+        the rest of every read ``whole_table_read``."""
+        subject = self._param_subject(self.param_root[broot][0])
+        budget = footprint
+        add = self.ledger.add
+        for _p, units, logical, k, role, phys, _root in claims:
+            g = min(units, budget, logical)
+            budget -= g
+            add(role, HBM_READ, phys, g, logical, "whole_table_read", subject, k)
 
     def _orphan_clone(self, k: int) -> bool:
         """Row ``k`` is a clone XLA's rematerialization made (``NAME.remat``, ``NAME.remat2``;

@@ -1,0 +1,122 @@
+"""Table lookups: a kernel that uses one of its operands only as the table of a lookup (an
+embedding: ``gather`` or ``dynamic-slice`` of rows, or a dot with a one-hot operand), and the
+elements those lookups touch.
+
+The compulsory footprint of a lookup of a weight table is the rows it gathers (tokens x d_model
+x width), not the table (DESIGN.md, "Compulsory and excess": "each input's needed footprint").
+The traffic pass already counts a gather that reads its table from HBM at the rows it touches
+(``passes/traffic.py``); two shapes of program read more, and ``compulsory.py`` charges the rest
+of that read to ``whole_table_read`` (``causes.py``):
+
+* XLA:TPU copies the whole local table shard into VMEM (a layout change: a table sharded over
+  d_model is stored vocab-minor, ``bf16[1024,64]{0,1}``, and the gather wants rows contiguous)
+  and gathers the rows from the on-chip copy;
+* a one-hot matmul (``one_hot(tokens, V) @ table``, T5X / MaxText's iota embedding) reads every
+  row to keep the T rows the one-hot selects: ``dot(compare(iota, broadcast(ids), EQ), table)``.
+
+Pure functions of an instruction, its operand number and the module.
+"""
+
+from __future__ import annotations
+
+from ...hlo import Computation, Instruction, Module
+
+#: ops whose operand 0 is a table read for the elements of the result
+LOOKUP_OPS = frozenset({"gather", "dynamic-slice"})
+# ops that pass the table (or the one-hot mask) through, element for element
+_TABLE_CHAIN = frozenset({"bitcast", "copy", "convert", "reshape", "transpose", "bitcast-convert"})
+_MASK_CHAIN = _TABLE_CHAIN | {"broadcast"}
+_MAX_STEPS = 64  # a lookup is a short chain; longer walks are no lookup
+
+
+def table_lookup(instr: Instruction, operand: int, module: Module) -> int | None:
+    """Elements of operand ``operand`` of kernel ``instr`` that its lookups touch per
+    execution, when the kernel uses that operand only as the table of lookups (``gather`` /
+    ``dynamic-slice`` operand 0, or a dot whose other operand is one-hot, through bitcast /
+    copy / convert / reshape / transpose and nested fusions); None when any use is no lookup.
+    A one-hot dot touches as many table elements as its result has (T rows of d_model)."""
+    op = instr.opcode
+    if op in LOOKUP_OPS:
+        return instr.shape.num_elements if operand == 0 and instr.shape.is_array else None
+    if op != "fusion" or not instr.called_computations:
+        return None
+    fused = module.computations.get(instr.called_computations[0])
+    if fused is None:
+        return None
+    return _fused_lookup(fused, operand, module, 0)
+
+
+def _fused_lookup(fused: Computation, operand: int, module: Module, depth: int) -> int | None:
+    param = next((p for p in fused.parameters if p.parameter_number == operand), None)
+    if param is None or depth > 8:
+        return None
+    elems = 0
+    stack = [param]
+    steps = 0
+    while stack:
+        cur = stack.pop()
+        users = fused.users(cur.name)
+        if not users:
+            if cur is fused.root or cur is param:
+                return None  # the table (or a copy of it) is the result: no lookup
+            continue
+        for u in users:
+            steps += 1
+            if steps > _MAX_STEPS:
+                return None
+            uop = u.opcode
+            if uop in _TABLE_CHAIN:
+                if u is fused.root:
+                    return None
+                stack.append(u)
+            elif uop in LOOKUP_OPS:
+                if u.operands[0] != cur.name or cur.name in u.operands[1:] or not u.shape.is_array:
+                    return None  # the table used as an index
+                elems += u.shape.num_elements
+            elif uop == "dot" and len(u.operands) == 2 and u.operands[0] != u.operands[1]:
+                other = u.operands[1] if u.operands[0] == cur.name else u.operands[0]
+                if not _is_one_hot(fused, fused.by_name.get(other)):
+                    return None
+                elems += u.shape.num_elements
+            elif uop == "fusion" and u.called_computations:
+                inner = module.computations.get(u.called_computations[0])
+                if inner is None:
+                    return None
+                for k, o in enumerate(u.operands):
+                    if o == cur.name:
+                        got = _fused_lookup(inner, k, module, depth + 1)
+                        if got is None:
+                            return None
+                        elems += got
+            else:
+                return None
+    return elems
+
+
+def _is_one_hot(comp: Computation, instr: Instruction | None) -> bool:
+    """``instr`` is a one-hot mask: ``compare(iota, ids, EQ)`` (or ``select`` on one), through
+    convert / bitcast / reshape / transpose / broadcast."""
+    for _ in range(_MAX_STEPS):
+        if instr is None:
+            return False
+        op = instr.opcode
+        if op in _MASK_CHAIN and instr.operands:
+            instr = comp.by_name.get(instr.operands[0])
+            continue
+        if op == "select" and instr.operands:
+            instr = comp.by_name.get(instr.operands[0])
+            continue
+        if op != "compare" or len(instr.operands) != 2 or instr.attrs.get("direction") != "EQ":
+            return False
+        sides = [_base(comp, comp.by_name.get(o)) for o in instr.operands]
+        return sum(1 for s in sides if s is not None and s.opcode == "iota") == 1
+    return False
+
+
+def _base(comp: Computation, instr: Instruction | None) -> Instruction | None:
+    """``instr`` through the ops that only move or broadcast its elements."""
+    for _ in range(_MAX_STEPS):
+        if instr is None or instr.opcode not in _MASK_CHAIN or not instr.operands:
+            return instr
+        instr = comp.by_name.get(instr.operands[0])
+    return instr
