@@ -11,7 +11,8 @@ Built like the other passes, one job per module:
 * ``causes.py`` -- the rule table: one rule per cause (``CAUSE_KINDS``) with what it matches,
   how its bytes are counted, how it takes part in the accounting, and its fix text;
 * ``kernels.py`` -- the kernel causes' matchers (rematerialization, host round trips, split-K,
-  a dot as multiply + reduce, copy kernels); ``buffers.py`` -- which values share a buffer;
+  a dot as multiply + reduce, copy kernels); ``lookups.py`` -- table lookups (embeddings:
+  the rows a gather or one-hot dot touches); ``buffers.py`` -- which values share a buffer;
   ``wire.py`` -- tiling re-reads and collectives' excess; ``records.py`` -- the results.
 
 ``excess_pass`` is a pure function of (analysis, entry parameters, spec, reuse); passes never

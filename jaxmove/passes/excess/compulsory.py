@@ -60,7 +60,11 @@ holds exactly (``ledger.py``). Causes (``causes.CAUSES``; the first that applies
    ``materialized_intermediate`` (a fusion boundary); an update of a parameter written
    beyond its update bytes is ``whole_rewrite``; a kernel that computes every element of the
    update anew (elementwise arithmetic: a training step's new parameters and optimizer state,
-   on TPU computed in VMEM and copied to their buffers) writes update bytes only.
+   on TPU computed in VMEM and copied to their buffers) writes update bytes only. A weights
+   parameter used only as the table of lookups (``lookups.py``: gather / dynamic-slice of
+   rows, a one-hot dot) is needed for the rows the lookups touch (tokens x d_model x width):
+   the rest of a whole read of it (copied whole into VMEM, multiplied by a one-hot matrix)
+   is ``whole_table_read``.
 5. Tiling: ``tiling_re_read``; collectives: ``collective_wider_than_data``,
    ``all_gather_partly_used``.
 6. Anything else: ``unattributed`` (reported, never dropped).
