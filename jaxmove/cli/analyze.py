@@ -32,12 +32,12 @@ def _cmd_analyze(args: argparse.Namespace) -> int:
                      target=getattr(args, "compile_target", None))
     _write_outputs(report, args)
     if args.json:
-        out = report.to_json()
+        out = report.to_json(stream=True)  # rows made as they are written: memory of one batch
         if args.by:
             from ..report.attribution import by_json
             out.update(by_json(report, args.by, out, rollup=getattr(args, "rollup", False)))
-        from ..report.json_out import dumps_json
-        sys.stdout.write(dumps_json(out))  # strict JSON: no Infinity
+        from ..report.json_out import write_json
+        write_json(out, sys.stdout)  # strict JSON: no Infinity
     elif args.by:
         from ..report.table import render_groups
         render_groups(report, args.by, rollup=getattr(args, "rollup", False))

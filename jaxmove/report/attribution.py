@@ -5,7 +5,7 @@ Sources: ``metadata.source_file``/``source_line``, or ``stack_frame_id`` into th
 StackFrames tables (xla/service/hlo.proto ``StackFrameIndexProto``; ``Module.source_location``);
 module paths: the JAX name stack in ``op_name`` (``split_name_stack``), einsum subscripts
 dropped. An instruction whose metadata an XLA pass dropped takes both from its nearest
-neighbours (``_Inference``, one linear pass per computation) and says so.
+neighbours (``_Inference``, on demand, at most linear per computation) and says so.
 """
 
 from __future__ import annotations
@@ -325,43 +325,85 @@ def _majority(cands: list[tuple[SourceLocation, str]]) -> tuple[SourceLocation, 
 
 class _Inference:
     """Source lines and module paths of one computation's instructions, inferred from their
-    neighbours, for all of them at once (linear in the computation's size).
+    neighbours, computed on demand and memoized (each instruction's value once, from its
+    neighbours' own values or theirs in turn; an explicit stack, so any depth of chains of
+    instructions without metadata; at most linear in the computation's size in all).
 
-    From the users (walked in reverse printed order, which is a reverse topological order:
-    the parser rejects operands defined later): an instruction takes, from each user, the
-    user's own value or else the user's inferred one, i.e. the nearest value along every
-    path to the outputs; the source line most of them share (the first on a tie), the
-    module path as their common prefix. From the operands likewise, in printed order;
-    parameters carry neither and are not walked through.
+    From the users (the printed order is a topological order: the parser rejects operands
+    defined later): an instruction takes, from each user, the user's own value or else the
+    user's inferred one, i.e. the nearest value along every path to the outputs; the source
+    line most of them share (the first on a tie), the module path as their common prefix.
+    From the operands likewise; parameters carry neither and are not walked through.
     """
 
     def __init__(self, module: Module, comp):
-        instrs = comp.instructions
-        own_src = {i.name: module.source_location(i) for i in instrs}
-        own_mod: dict[str, list[str] | None] = {}
-        for i in instrs:
-            op_name, parts = _module_parts(module, i)
-            own_mod[i.name] = parts if op_name and parts else None
-        self.up_src: dict[str, tuple[SourceLocation, str] | None] = {}
-        self.up_mod: dict[str, list[str] | None] = {}
-        for i in reversed(instrs):
-            users = comp.users(i.name)
-            self.up_src[i.name] = _majority(
-                [(own_src[u.name], u.name) if own_src[u.name] is not None else self.up_src[u.name]
-                 for u in users if own_src[u.name] is not None or self.up_src.get(u.name)])
-            paths = [own_mod[u.name] or self.up_mod[u.name] for u in users
-                     if own_mod[u.name] or self.up_mod.get(u.name)]
-            self.up_mod[i.name] = (_common_prefix(paths) or None) if paths else None
-        self.down_src: dict[str, tuple[SourceLocation, str] | None] = {}
-        self.down_mod: dict[str, list[str] | None] = {}
-        for i in instrs:
-            ops = [o for o in comp.operand_instructions(i) if o.opcode != "parameter"]
-            self.down_src[i.name] = _majority(
-                [(own_src[o.name], o.name) if own_src[o.name] is not None else self.down_src[o.name]
-                 for o in ops if own_src[o.name] is not None or self.down_src.get(o.name)])
-            paths = [own_mod[o.name] or self.down_mod[o.name] for o in ops
-                     if own_mod[o.name] or self.down_mod.get(o.name)]
-            self.down_mod[i.name] = (_common_prefix(paths) or None) if paths else None
+        self.module, self.comp = module, comp
+        self._own_src: dict[str, SourceLocation | None] = {}
+        self._own_mod: dict[str, list[str] | None] = {}
+        self._memo: dict[str, dict] = {"up_src": {}, "up_mod": {}, "down_src": {}, "down_mod": {}}
+
+    def own_src(self, i: Instruction) -> SourceLocation | None:
+        got = self._own_src.get(i.name, self)
+        if got is self:
+            got = self._own_src[i.name] = self.module.source_location(i)
+        return got
+
+    def own_mod(self, i: Instruction) -> list[str] | None:
+        got = self._own_mod.get(i.name, self)
+        if got is self:
+            op_name, parts = _module_parts(self.module, i)
+            got = self._own_mod[i.name] = parts if op_name and parts else None
+        return got
+
+    def _neighbours(self, i: Instruction, up: bool) -> list[Instruction]:
+        if up:
+            return self.comp.users(i.name)
+        return [o for o in self.comp.operand_instructions(i) if o.opcode != "parameter"]
+
+    def _value(self, kind: str, name: str):
+        """``up_src`` / ``up_mod`` / ``down_src`` / ``down_mod`` of instruction ``name``."""
+        memo = self._memo[kind]
+        if name in memo:
+            return memo[name]
+        instr = self.comp.by_name.get(name)
+        if instr is None:
+            return None
+        up, src = kind.startswith("up"), kind.endswith("src")
+        own = self.own_src if src else self.own_mod
+        stack, entered = [instr], set()
+        while stack:  # depth first: a neighbour without its own value needs its inferred one first
+            i = stack[-1]
+            if i.name in memo:
+                stack.pop()
+                continue
+            nbrs = self._neighbours(i, up)
+            if i.name not in entered:  # (a cycle, which a parsed module cannot have, ends here)
+                entered.add(i.name)
+                pending = [n for n in nbrs if not own(n) and n.name not in memo and n.name not in entered]
+                if pending:
+                    stack.extend(pending)
+                    continue
+            stack.pop()
+            if src:
+                memo[i.name] = _majority(
+                    [(own(n), n.name) if own(n) is not None else memo[n.name]
+                     for n in nbrs if own(n) is not None or memo.get(n.name)])
+            else:
+                paths = [own(n) or memo[n.name] for n in nbrs if own(n) or memo.get(n.name)]
+                memo[i.name] = (_common_prefix(paths) or None) if paths else None
+        return memo[name]
+
+    def up_src(self, name: str) -> tuple[SourceLocation, str] | None:
+        return self._value("up_src", name)
+
+    def down_src(self, name: str) -> tuple[SourceLocation, str] | None:
+        return self._value("down_src", name)
+
+    def up_mod(self, name: str) -> list[str] | None:
+        return self._value("up_mod", name)
+
+    def down_mod(self, name: str) -> list[str] | None:
+        return self._value("down_mod", name)
 
 
 def _inference(module: Module, comp) -> _Inference:
@@ -384,7 +426,7 @@ def neighbour_module_path(module: Module, instr: Instruction) -> str:
     if comp is None:
         return ""
     inf = _inference(module, comp)
-    parts = inf.up_mod.get(instr.name) or inf.down_mod.get(instr.name)
+    parts = inf.up_mod(instr.name) or inf.down_mod(instr.name)
     return "/".join(parts) if parts else ""
 
 
@@ -397,7 +439,7 @@ def neighbour_source(module: Module, instr: Instruction) -> tuple[SourceLocation
     if comp is None:
         return None
     inf = _inference(module, comp)
-    return inf.up_src.get(instr.name) or inf.down_src.get(instr.name)
+    return inf.up_src(instr.name) or inf.down_src(instr.name)
 
 
 def attribute(module: Module, instr: Instruction) -> Attribution:

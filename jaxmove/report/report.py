@@ -154,9 +154,20 @@ class Report:
         from .frame import repr_html
         return repr_html(self)
 
-    def to_json(self) -> dict:
-        """The stable JSON contract of ``jaxmove analyze --json`` (keys may be added, never removed)."""
+    def to_json(self, *, stream: bool = False) -> dict:
+        """The stable JSON contract of ``jaxmove analyze --json`` (keys may be added, never removed).
+
+        With ``stream=True`` the ``instructions`` value is a ``json_out.Streamed`` that makes
+        each row when iterated (``json_out.write_json`` writes it a batch at a time, so a
+        report of 1M instructions is never held as dicts: benchmarks/cli_speed.md).
+        """
         t = self.totals
+        listed = self.listed_rows()
+        if stream:
+            from .json_out import Streamed
+            instructions = Streamed(lambda: map(self._row_json, listed), len(listed))
+        else:
+            instructions = [self._row_json(r) for r in listed]
         return {
             "program": {"name": self.program.name, "backend": self.program.backend,
                         "num_devices": self.program.num_devices, "source": self.program.source,
@@ -172,7 +183,7 @@ class Report:
                        **_totals_timing(self)},
             "by_path": {p: t.path_bytes(p) for p in PATHS},
             "by_role": {r: dict(zip(("read_bytes", "write_bytes"), t.role_bytes(r))) for r in ROLES},
-            "instructions": [self._row_json(r) for r in self.listed_rows()],
+            "instructions": instructions,
             "unmodeled": [r.instr.name for r in self.unmodeled],
             "parameters": [{"number": p.number, "path": p.path, "role": p.role,
                             "donated": p.donated, "shape": p.shape, "byte_size": p.byte_size}
