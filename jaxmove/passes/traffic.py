@@ -448,10 +448,11 @@ class _PlainFusion:
     root or an op that reads in full, so an array parameter with a user is demanded in full
     and one without users (unused, or the root itself) not at all; nothing is in place."""
 
-    __slots__ = ("used", "root_leaves", "inplace", "_root")
+    __slots__ = ("used", "root_leaves", "inplace", "_root", "constants")
 
-    def __init__(self, comp: Computation, used: set[str]):
+    def __init__(self, comp: Computation, used: set[str], constants: list[Instruction]):
         self.used = used
+        self.constants = constants  # its constant instructions, in order (_fused_constant_reads)
         self.inplace: dict[str, Instruction] = {}
         root = comp.root
         # the root leaves whole, so it is demanded whole (a constant root is read; a parameter
@@ -463,10 +464,14 @@ class _PlainFusion:
     @staticmethod
     def of(comp: Computation) -> "_PlainFusion | None":
         used: set[str] = set()
+        constants: list[Instruction] = []
         footprint = _FOOTPRINT_OPCODES
         for i in comp.instructions:
-            if i.opcode in footprint:
+            op = i.opcode
+            if op in footprint:
                 return None
+            if op == "constant":
+                constants.append(i)
             used.update(i.operands)
         root, params = comp.root, comp.parameters
         root_counts = root.opcode != "parameter"  # (a parameter root is counted with the params)
@@ -474,7 +479,7 @@ class _PlainFusion:
         have = len(used) - sum(p.name in used for p in params) - (root_counts and root.name in used)
         if have != need:
             return None  # a computed value nothing uses: let _FusionAnalysis follow it
-        return _PlainFusion(comp, used)
+        return _PlainFusion(comp, used, constants)
 
     def demand_elems(self, value: Instruction) -> int:
         shape = value.shape
@@ -684,7 +689,8 @@ def _fused_constant_reads(fa, fused: Computation, notes: list[str]) -> list[Acce
     total = 0
     while stack:
         a, comp = stack.pop()
-        for i in comp.instructions:
+        # (a plain fusion has no nested fusions, and listed its constants: no second walk)
+        for i in (a.constants if type(a) is _PlainFusion else comp.instructions):
             op = i.opcode
             if op == "constant":
                 shape = i.shape

@@ -407,8 +407,13 @@ class Accounting:
         if self.root_tuple_skipped:
             # leaf j of the root tuple is leaf i of its operand o (the union union_all skipped)
             j, n_leaves, eby = 0, len(leaves), entry.by_name
-            for o in entry.root.operands:
-                n = eby[o].shape.num_leaves
+            rshape = entry.root.shape
+            # the operands' leaf counts from the root's own shape (hlo/validate.py: a tuple's
+            # shape is the tuple of its operands' shapes), without a lookup per operand
+            elems = rshape.tuple_shapes if rshape.is_tuple and len(rshape.tuple_shapes) == len(
+                entry.root.operands) else [eby[o].shape for o in entry.root.operands]
+            for o, oshape in zip(entry.root.operands, elems):
+                n = oshape.num_leaves
                 for i in (_ZERO if n == 1 else range(n)):
                     if j >= n_leaves:
                         break
@@ -456,6 +461,7 @@ class Accounting:
         # cause kernels, and copy kernels: derived buffers (origin root, width num, den, kind, row)
         derived: dict[tuple, tuple] = {}
         copies: dict[tuple, tuple] = {}   # copy kernels' buffers: (source root, num, den, kind, row, sliced)
+        onchip_dst: list[tuple] = []      # those in on-chip memory
         cname = None
         for k, (kind, src_k, sliced), pos in copy_rows:
             r = rows[k]
@@ -476,6 +482,8 @@ class Accounting:
                 continue  # writes into a parameter's own buffer: not a copy of it
             dshape = instr.shape if not instr.shape.is_tuple else _leaf_shapes(instr.shape)[pos]
             copies[droot] = (sroot, dshape.element_bits, src.shape.element_bits, kind, k, sliced)
+            if dshape.memory_space in ON_CHIP_MEMORY_SPACES:
+                onchip_dst.append(droot)
         # chains of copies lead to their origin (in any row order: a layout copy before a loop,
         # a slice of it inside); a window copied out of an intermediate is no copy kernel (the
         # intermediate's own rules decide), one of a parameter or of a copy of one is
@@ -499,8 +507,8 @@ class Accounting:
             del derived[oroot]  # a result written by a copy kernel: the result itself
         # copies of a parameter into on-chip memory (XLA:TPU's layout copy of a table into VMEM):
         # their readers' on-chip reads say how much of the parameter the program needs (lookups)
-        self.onchip_copy = {droot: d for droot, d in derived.items() if d[0] in param_root
-                            and any(a.memory_space in ON_CHIP_MEMORY_SPACES for a in rows[d[4]].traffic.writes)}
+        self.onchip_copy = {droot: derived[droot] for droot in onchip_dst
+                            if droot in derived and derived[droot][0] in param_root}
         self.derived, self.kcause, self.update_of = derived, kcause, update_of
         self.update_root = {pnum: oroot for oroot, pnum in update_of.items()}
         self.onchip_update = self._onchip_updates([rows[k] for k in active] if self.update_of else ())
@@ -966,8 +974,6 @@ class Accounting:
         dot. The footprint is the sum of the lookups' elements in the parameter's width (the
         gathered rows: tokens x d_model x width), at most the parameter's bytes."""
         out: dict[tuple, int] = {}
-        if not self.onchip_copy and not self.params and not self.module.entry.parameters:
-            return out
         rows, module, param_root = self.rows, self.module, self.param_root
         copy_rows = {d[4]: droot for droot, d in self.onchip_copy.items()}
         for broot, claims in reads.items():
