@@ -462,3 +462,46 @@ main {
     with pytest.raises(HloParseError, match="parameter 0 is s8\\[8\\]"):
         parse_module("HloModule t, entry_computation_layout={(s8[8]{0})->s8[8]{0}}\n"
                      "helper {\n  ROOT x = s32[] parameter(0)\n}\n", "cut.hlo")
+
+
+def test_recomputed_while_carry_is_activations_not_its_inits_role():
+    # A scanned decode's hidden state starts as the embedding lookup (a gather of a weight: role
+    # weights) and the body computes a new value of it each iteration: from then on it is an
+    # activation. The weight passed through unchanged keeps its role; the 2 x 8 x 64 f32 state
+    # re-read by the 4 iterations is activation traffic (4 x 2,048 B), not weight traffic.
+    m = parse_module("""HloModule t
+body {
+  p = (s32[], f32[4,64]{1,0}, f32[8,64]{1,0}) parameter(0)
+  i = s32[] get-tuple-element(p), index=0
+  w = f32[4,64]{1,0} get-tuple-element(p), index=1
+  x = f32[8,64]{1,0} get-tuple-element(p), index=2
+  y = f32[8,64]{1,0} fusion(x), kind=kLoop, calls=neg
+  ROOT t = (s32[], f32[4,64]{1,0}, f32[8,64]{1,0}) tuple(i, w, y)
+}
+neg {
+  a = f32[8,64]{1,0} parameter(0)
+  ROOT n = f32[8,64]{1,0} negate(a)
+}
+cond {
+  p = (s32[], f32[4,64]{1,0}, f32[8,64]{1,0}) parameter(0)
+  ROOT c = pred[] constant(true)
+}
+ENTRY e {
+  i = s32[] parameter(0)
+  w = f32[64,64]{1,0} parameter(1), metadata={op_name="params['embed']['embedding']"}
+  ids = s32[8,1]{1,0} parameter(2)
+  x = f32[8,64]{1,0} gather(w, ids), offset_dims={1}, collapsed_slice_dims={0}, start_index_map={0}, index_vector_dim=1, slice_sizes={1,64}
+  s = f32[4,64]{1,0} slice(w), slice={[0:4], [0:64]}
+  t = (s32[], f32[4,64]{1,0}, f32[8,64]{1,0}) tuple(i, s, x)
+  ROOT r = (s32[], f32[4,64]{1,0}, f32[8,64]{1,0}) while(t), condition=cond, body=body, backend_config={"known_trip_count":{"n":"4"}}
+}
+""")
+    roles = roles_pass(m)
+    assert roles[("e", "x")] == ("weights",)              # the gathered rows, as read
+    assert roles[("body", "w")] == ("weights",)           # passed through: still a weight
+    assert roles[("body", "x")] == ("activations",)       # the recomputed carry
+    assert roles[("e", "r")][1:] == ("weights", "activations")
+    a = analyze_module(m)
+    fusion = rows_by_name(a)["y"]
+    assert fusion.total.weights_read_bytes == 0
+    assert fusion.total.activations_read_bytes == 4 * 8 * 64 * 4

@@ -169,9 +169,13 @@ class _RolePropagation:
             init = ops[0]
             body = comps[instr.attrs["body"].strip().lstrip("%")]
             cond = comps[instr.attrs["condition"].strip().lstrip("%")]
-            yield body, {0: init}
-            yield cond, {0: init}
-            return init if len(init) == n else ("activations",) * n
+            root = yield body, {0: init}
+            carry = _carry_roles(init, root)
+            if carry != init:  # a carry the body recomputes: walk the body again with its roles
+                self._forget(body)
+                yield body, {0: carry}
+            yield cond, {0: carry}
+            return carry if len(carry) == n else ("activations",) * n
         if op in ("call", "conditional"):
             outs = []
             for b, callee in enumerate(instr.called_computations):
@@ -189,6 +193,16 @@ class _RolePropagation:
         r = _start_roles(instr.shape, ops, wrapped) if wrapped is not None else None
         return r if r is not None else ("activations",) * n
 
+    def _forget(self, comp: Computation) -> None:
+        """Mark ``comp`` and the computations it calls (transitively) as not yet walked."""
+        stack, comps = [comp.name], self.module.computations
+        while stack:
+            name = stack.pop()
+            if name in self.done:
+                self.done.discard(name)
+                for instr in comps[name].instructions:
+                    stack.extend(c for c in instr.called_computations if c in self.done)
+
     def fusion_roles(self, comp: Computation, instr: Instruction) -> tuple[str, ...]:
         fused = self.module.computations[instr.called_computations[0]]
         root = fused.root
@@ -205,7 +219,7 @@ class _RolePropagation:
 
 
 # Instructions whose callees run as kernels of their own: walked by _RolePropagation.run.
-_CALLERS = frozenset({"while", "call", "conditional", "async-start"})
+_CALLERS = frozenset({"while", "call", "conditional", "async-start", "call-start"})
 # Data-moving collectives that take several operands (XLA's combiners: one all-gather /
 # collective-permute for many arrays): result element i holds operand i's role.
 _PER_OPERAND = frozenset(o for o in PASSTHROUGH if OPCODES[o].collective is not None)
@@ -214,7 +228,19 @@ _PER_OPERAND = frozenset(o for o in PASSTHROUGH if OPCODES[o].collective is not 
 _STARTS = frozenset(o for o in PASSTHROUGH if OPCODES[o].async_part == "start" and o != "copy-start")
 # Their dones (and the generic async-done / async-update): the start's result element.
 _DONES = frozenset(o for o in PASSTHROUGH if OPCODES[o].async_part in ("done", "update")
-                   and o != "copy-done") | {"async-done", "async-update"}
+                   and o != "copy-done") | {"async-done", "async-update", "call-done", "call-update"}
+
+
+def _carry_roles(init: tuple[str, ...], root: tuple[str, ...] | None) -> tuple[str, ...]:
+    """Roles of a while loop's carried leaves: the init's role where the body passes the leaf
+    through (a weight, or a cache updated in place, keeps its role), ``activations`` where the
+    body computes a new value of it (e.g. the hidden state of a scanned decode, whose init is
+    the embedding lookup: the state is an activation from the first iteration on). An
+    ``unknown`` init stays ``unknown`` (its first iteration reads the untold parameter); a
+    carry that becomes an aliased weights / KV output gets its role from the alias seeds."""
+    if root is None or len(root) != len(init) or root == init:
+        return init
+    return tuple(i if i == r or i == "unknown" else "activations" for i, r in zip(init, root))
 
 
 def _per_operand(shape: Shape, ops: list[tuple[str, ...]]) -> tuple[str, ...] | None:
@@ -276,7 +302,8 @@ def _done_roles(start: Instruction, start_roles: tuple[str, ...], n: int,
 # Opcodes whose roles instr_roles derives from operands, parameters or callees; every other
 # opcode computes a new value: all leaves "activations".
 _ROUTED = PASSTHROUGH | {"parameter", "tuple", "get-tuple-element", "while", "call", "conditional",
-                         "async-start", "async-update", "async-done", "fusion", "custom-call"}
+                         "async-start", "async-update", "async-done", "call-start", "call-update", "call-done",
+                         "fusion", "custom-call"}
 _ACTIVATIONS: dict[int, tuple[str, ...]] = {}
 
 
