@@ -509,6 +509,7 @@ class Accounting:
         # their readers' on-chip reads say how much of the parameter the program needs (lookups)
         self.onchip_copy = {droot: derived[droot] for droot in onchip_dst
                             if droot in derived and derived[droot][0] in param_root}
+        self.onchip_copy_row = {d[4]: droot for droot, d in self.onchip_copy.items()}  # row -> its copy
         self.derived, self.kcause, self.update_of = derived, kcause, update_of
         self.update_root = {pnum: oroot for oroot, pnum in update_of.items()}
         self.onchip_update = self._onchip_updates([rows[k] for k in active] if self.update_of else ())
@@ -762,7 +763,7 @@ class Accounting:
                 ru = reuse_rows.get(key)
                 if ru is not None and ru.tilings:
                     tilings.append((k, r, ru))
-        self.tables = self._lookup_tables(reads, onchip_reads)
+        self.onchip_reads = onchip_reads
         self.settle_reads(reads, tally)
         for k, r, ru in tilings:
             tiling_excess(self, k, r, ru)
@@ -869,17 +870,18 @@ class Accounting:
         l_kind = l_subj = l_role = _NONE  # the cause of the last claim charged, its keys and bytes per row
         l_crp = l_g = None
         cause_rp, cause_instr, by_row = ledger.cause_rp, ledger.cause_instr, ledger.by_row
-        tables = self.tables
         for broot, claims in reads.items():
-            if tables and broot in tables:
-                self._settle_table(broot, claims, tables[broot])
-                continue
             if len(claims) == 1:
                 c0 = claims[0]
                 pr = param_root.get(broot) if not c0[0] and c0[6] is broot else None
                 if pr is not None:
                     # the common case: one kernel reads a parameter, no copy in between
                     _p, units, logical, k, role, phys, _root = c0
+                    if role == "weights":  # (a lookup table? lookups.py)
+                        foot = self._table_footprint(broot, claims)
+                        if foot is not None:
+                            self._settle_table(broot, claims, foot)
+                            continue
                     if phys == logical == units <= pr[2].logical_byte_size:  # read once, all needed
                         read_both[role] += phys
                         continue
@@ -895,6 +897,11 @@ class Accounting:
             if mixed:
                 claims.sort(key=itemgetter(0))  # by priority, then schedule order (stable)
             if broot in self.param_root:
+                if claims[0][4] == "weights":  # (a lookup table? lookups.py)
+                    foot = self._table_footprint(broot, claims)
+                    if foot is not None:
+                        self._settle_table(broot, claims, foot)
+                        continue
                 pnum, _j, leaf = self.param_root[broot]
                 size = leaf.logical_byte_size
                 # the footprint its first readers need (a copy's reader claims the window it
@@ -966,52 +973,42 @@ class Accounting:
             if acc_role is not _NONE:
                 read_both[acc_role] += acc
 
-    def _lookup_tables(self, reads: dict, onchip_reads: dict) -> dict[tuple, int]:
-        """Parameter root -> its lookup footprint (data bytes), for the weights parameters the
-        program uses only as the table of lookups (``lookups.py``: a gather / dynamic-slice of
-        rows, a one-hot dot) and reads more of than those lookups touch: copied whole into
-        on-chip memory (every reader of the copy a lookup), or read whole from HBM by a one-hot
-        dot. The footprint is the sum of the lookups' elements in the parameter's width (the
-        gathered rows: tokens x d_model x width), at most the parameter's bytes."""
-        out: dict[tuple, int] = {}
-        rows, module, param_root = self.rows, self.module, self.param_root
-        copy_rows = {d[4]: droot for droot, d in self.onchip_copy.items()}
-        for broot, claims in reads.items():
-            pr = param_root.get(broot)
-            if pr is None or claims[0][4] != "weights":
-                continue
-            leaf = pr[2]
-            size, n = leaf.logical_byte_size, leaf.num_elements
-            if not n or not size:
-                continue
-            foot = claimed = 0
-            for _p, units, _lg, k, role, _phys, root in claims:
-                claimed += units
-                if role != "weights":
-                    break
-                droot = copy_rows.get(k)
-                if droot is not None and self.onchip_copy[droot][0] == broot:
-                    readers = onchip_reads.get(droot)
-                    if not readers:
-                        break  # (a copy whose readers are not seen: no footprint to take)
-                    got = self._lookups_bytes(readers, size, n)
-                    if got is None:
-                        break
-                    foot += got
-                    continue
+    def _table_footprint(self, broot, claims) -> int | None:
+        """The lookup footprint (data bytes) of parameter root ``broot`` when the program uses
+        it only as the table of lookups (``lookups.py``: a gather / dynamic-slice of rows, a
+        one-hot dot) and its ``claims`` read more of it than those lookups touch: copied whole
+        into on-chip memory (every reader of the copy a lookup), or read whole from HBM by a
+        one-hot dot; else None. The footprint is the sum of the lookups' elements in the
+        parameter's width (the gathered rows: tokens x d_model x width), at most the
+        parameter's bytes."""
+        leaf = self.param_root[broot][2]
+        size, n = leaf.logical_byte_size, leaf.num_elements
+        if not n or not size:
+            return None
+        rows, onchip_copy, onchip_reads = self.rows, self.onchip_copy, self.onchip_reads
+        copy_root = self.onchip_copy_row
+        foot = claimed = 0
+        for _p, units, _lg, k, role, _phys, root in claims:
+            claimed += units
+            if role != "weights":
+                return None
+            droot = copy_root.get(k)
+            if droot is not None and onchip_copy[droot][0] == broot:
+                readers = onchip_reads.get(droot)
+                if not readers:
+                    return None  # (a copy whose readers are not seen: no footprint to take)
+                got = self._lookups_bytes(readers, size, n)
+            else:
                 r = rows[k]
                 if root != broot or r.instr.opcode != "fusion":
-                    break  # (a direct gather already reads only its rows: traffic.py)
-                ops = [i for i, o in enumerate(r.instr.operands)
-                       if self.buffers.find((r.computation, o, 0)) == broot]
+                    return None  # (a direct gather already reads only its rows: traffic.py)
+                find = self.buffers.find
+                ops = [i for i, o in enumerate(r.instr.operands) if find((r.computation, o, 0)) == broot]
                 got = self._lookups_bytes([(k, i, units) for i in ops], size, n) if ops else None
-                if got is None:
-                    break
-                foot += got
-            else:
-                if foot < min(size, claimed):
-                    out[broot] = foot
-        return out
+            if got is None:
+                return None
+            foot += got
+        return foot if foot < min(size, claimed) else None
 
     def _lookups_bytes(self, readers, size: int, n: int) -> int | None:
         """Bytes of a table of ``size`` bytes and ``n`` elements that ``readers`` ((row,
