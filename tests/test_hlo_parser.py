@@ -327,3 +327,133 @@ ENTRY %e (x: f32[8]) -> f32[] {
     assert m.entry.execution_thread == "main"
     with pytest.raises(HloParseError, match="after its '}'"):
         parse_module("HloModule m\n\nENTRY %e (x: f32[8]) -> f32[8] {\n  ROOT %x = f32[8]{0} parameter(0)\n}, 7\n")
+
+
+# ---- string escapes as XLA's lexer reads them (issue 29) ------------------------------------
+# hlo_lexer.cc LexString unescapes every string token with absl::CUnescape; the parser dropped
+# the backslash of \033 (op_name "\033[31m" was read as "033[31m").
+
+def _escaped_module(op_name: str, source_file: str = "/s/m.py") -> str:
+    return ("HloModule m\n\nENTRY main {\n  p0 = f32[4]{0} parameter(0)\n"
+            f'  ROOT a = f32[4]{{0}} negate(p0), metadata={{op_name="{op_name}" '
+            f'source_file="{source_file}" source_line=3}}\n}}\n')
+
+
+#: (escaped text as written in HLO, the bytes it stands for: C's escapes written out by hand)
+_ESCAPES = [
+    (r"a\033[31mb", b"a\x1b[31mb"), (r"\x1b]0;t\007", b"\x1b]0;t\x07"), (r"\x41\101", b"AA"),
+    (r"q\"q\\q\'q\?", b"q\"q\\q'q?"), (r"\n\t\r\a\b\f\v", b"\n\t\r\a\b\f\v"),
+    (r"\0x", b"\x00x"), (r"\1234", b"S4"), (r"\x0041", b"A"), (r"\X4a", b"J"),
+    (r"\303\251t\u00e9", "été".encode()), (r"\U0001F600", "\U0001F600".encode()),
+    (r"bad\377byte", b"bad\xffbyte"), ("plain é", "plain é".encode()),
+]
+
+
+def _xla_metadata(text: str) -> list[dict[int, bytes]]:
+    """XLA's own parse: each instruction's OpMetadata fields {number: bytes} (op_type 1, op_name
+    2, source_file 3; xla_data.proto), read from the serialized HloModuleProto (computations 3,
+    instructions 2, metadata 7; hlo.proto) by a minimal protobuf walk."""
+    _hlo = pytest.importorskip("jaxlib._hlo")
+
+    def fields(buf: bytes):
+        i = 0
+
+        def varint() -> int:
+            nonlocal i
+            shift = v = 0
+            while True:
+                b = buf[i]
+                i += 1
+                v |= (b & 0x7F) << shift
+                shift += 7
+                if b < 0x80:
+                    return v
+        while i < len(buf):
+            key = varint()
+            num, wire = key >> 3, key & 7
+            if wire == 0:
+                yield num, varint()
+            elif wire == 2:
+                n = varint()
+                yield num, buf[i:i + n]
+                i += n
+            else:
+                step = {1: 8, 5: 4}[wire]
+                yield num, buf[i:i + step]
+                i += step
+
+    proto = _hlo.hlo_module_from_text(text).as_serialized_hlo_module_proto()
+    out = []
+    for num, comp in fields(proto):
+        if num != 3:
+            continue
+        for n2, instr in fields(comp):
+            if n2 == 2:
+                md = [v for n3, v in fields(instr) if n3 == 7]
+                out.append({k: v for k, v in fields(md[0]) if isinstance(v, bytes)} if md else {})
+    return out
+
+
+@pytest.mark.parametrize("escaped,want", _ESCAPES)
+def test_string_escapes_read_as_c_escapes(escaped, want):
+    md = parse_module(_escaped_module(escaped, escaped + ".py")).entry.root.metadata
+    assert md.op_name.encode("utf-8", "surrogateescape") == want
+    assert md.source_file.encode("utf-8", "surrogateescape") == want + b".py"
+
+
+def test_string_escapes_equal_xlas_parse():
+    _hlo = pytest.importorskip("jaxlib._hlo")  # noqa: F841
+    for escaped, want in _ESCAPES:
+        text = _escaped_module(escaped, escaped + ".py")
+        (xla,) = [m for m in _xla_metadata(text) if m.get(2)]
+        md = parse_module(text).entry.root.metadata
+        assert md.op_name.encode("utf-8", "surrogateescape") == xla[2] == want, escaped
+        assert md.source_file.encode("utf-8", "surrogateescape") == xla[3], escaped
+
+
+#: escapes absl::CUnescape refuses, with (part of) its message
+_BAD_ESCAPES = [(r"\q", "Unknown escape sequence: \\q"), (r"\777", "Value of \\777 exceeds 0xff"),
+                (r"\x100", "exceeds 0xff"), (r"\xg", "\\x cannot be followed by a non-hex digit"),
+                (r"\u12", "\\u must be followed by 4 hex digits"), (r"\ud800", "surrogate"),
+                (r"\U00110000", "exceeds Unicode limit")]
+
+
+@pytest.mark.parametrize("escaped,what", _BAD_ESCAPES)
+def test_escapes_xla_refuses_are_parse_errors(escaped, what):
+    text = _escaped_module(escaped)
+    with pytest.raises(HloParseError) as ei:
+        parse_module(text, "esc.hlo")
+    assert (ei.value.line, ei.value.filename) == (5, "esc.hlo")
+    assert what in str(ei.value) and "metadata" in str(ei.value)
+
+
+def test_a_trailing_backslash_cannot_be_unescaped():
+    """(A lexed string cannot end in one backslash: it escapes the closing quote.)"""
+    from jaxmove.hlo.attrs import EscapeError, c_unescape
+
+    with pytest.raises(EscapeError, match="cannot end with"):
+        c_unescape("ab\\")
+
+
+def test_escapes_xla_refuses_xla_refuses_too():
+    _hlo = pytest.importorskip("jaxlib._hlo")
+    for escaped, _ in _BAD_ESCAPES:
+        with pytest.raises(Exception, match="parse"):
+            _hlo.hlo_module_from_text(_escaped_module(escaped))
+
+
+def test_escapes_in_other_strings():
+    """custom_call_target's escapes are read too; a StackFrames file name with a bad escape, a
+    frontend attribute, a quoted backend_config are refused; a JSON backend_config is read raw
+    (XLA's LexJsonDict), so its JSON escape \\/ is no error."""
+    m = parse_module("HloModule m\n\nENTRY main {\n  p0 = f32[4]{0} parameter(0)\n"
+                     '  ROOT c = f32[4]{0} custom-call(p0), custom_call_target="my\\044call", '
+                     'backend_config={"a":"x\\/y"}\n}\n')
+    assert m.entry.root.custom_call_target == "my$call"
+    for attr in ('frontend_attributes={k="v\\q"}', 'backend_config="{\\q}"'):
+        with pytest.raises(HloParseError, match="Unknown escape sequence"):
+            parse_module("HloModule m\n\nENTRY main {\n  p0 = f32[4]{0} parameter(0)\n"
+                         f'  ROOT c = f32[4]{{0}} custom-call(p0), custom_call_target="t", {attr}\n}}\n')
+    with pytest.raises(HloParseError, match="FileNames entry 1.*Unknown escape"):
+        parse_module('HloModule m\n\nFileNames\n1 "a\\qb.py"\n\nENTRY main {\n'
+                     "  ROOT p0 = f32[4]{0} parameter(0)\n}\n")

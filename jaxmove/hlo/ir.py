@@ -198,7 +198,10 @@ class Instruction:
     @property
     def custom_call_target(self) -> str | None:
         v = self.attrs.get("custom_call_target")
-        return v.strip('"') if v is not None else None
+        if v is None:
+            return None
+        from .attrs import unquote  # escapes read as XLA does (validate.py checked them)
+        return unquote(v)
 
     @property
     def known_trip_count(self) -> int | None:

@@ -584,8 +584,12 @@ class _Parser:
                 sm = _STRING.match(self.text, self.pos)
                 if sm is None:
                     raise self.error(f"unterminated string in {word} entry {key}")
-                from .attrs import unquote
-                table[key] = unquote(sm.group(0))
+                from .attrs import EscapeError, unquote
+                try:
+                    table[key] = unquote(sm.group(0))
+                except EscapeError as e:
+                    raise self.error(f"bad escape in {word} entry {key}: {e} (XLA's lexer unescapes "
+                                     "strings as absl::CUnescape does)") from None
                 self.pos = sm.end()
             elif self.peek("{"):
                 body = self.balanced(f"{word} entry {key}")

@@ -28,6 +28,8 @@ Checks, with their XLA source:
   computations with as many parameters as they pass operands (``HloVerifier::
   CheckParameterCount`` / ``HandleWhile`` / ``HandleConditional``); the attributes that name
   the called computations are present (``calls=``, ``condition=``/``body=``, ``to_apply=``);
+* string literals hold only the escapes XLA's lexer unescapes (``attrs.c_unescape``, after
+  ``absl::CUnescape``; hlo_lexer.cc "Failed unescaping string");
 * the result shapes of the data-movement opcodes whose shapes jaxmove's byte counts read
   (``ShapeInference::InferSliceShape`` / ``InferDynamicSliceShape`` /
   ``InferDynamicUpdateSliceShape`` / ``InferConcatOpShape`` / ``InferBroadcastShape`` /
@@ -42,6 +44,9 @@ Checks, with their XLA source:
 
 from __future__ import annotations
 
+import re
+
+from .attrs import EscapeError, c_unescape
 from .errors import HloParseError
 from .ints import ascii_int, is_uint
 from .ir import CALLED_COMPUTATION_ATTRS, Computation, Instruction, Module
@@ -542,6 +547,26 @@ def _call_graph_cycles(filename: str, mod: Module,
 _SAME_DIMS = names(same_dims=True)
 
 
+_QUOTED = re.compile(r'"(?:[^"\\]++|\\.)*+"')
+
+
+def _check_strings(filename: str, instr: Instruction) -> None:
+    """Every string literal of the attributes (``metadata``'s values, ``custom_call_target``,
+    ``frontend_attributes``' values, a quoted ``backend_config``...) has only escapes XLA's lexer
+    accepts (``attrs.c_unescape``: absl::CUnescape, xla/hlo/parser/hlo_lexer.cc ``LexString``,
+    which fails the parse: "Failed unescaping string"). A ``backend_config={...}`` JSON dict is
+    read raw by XLA (``LexJsonDict``): its JSON escapes are not checked here."""
+    for key, value in instr.attrs.items():
+        if "\\" not in value or (key == "backend_config" and value.lstrip().startswith("{")):
+            continue
+        for m in _QUOTED.finditer(value):
+            try:
+                c_unescape(m.group(0)[1:-1])
+            except EscapeError as e:
+                raise _err(filename, instr, f"bad escape in a string of {key}=: {e} (XLA's lexer "
+                           "unescapes strings as absl::CUnescape does)") from None
+
+
 def _check_same_dims(filename: str, comp: Computation, instr: Instruction) -> None:
     dims = instr.shape.dims
     for o in instr.operands:
@@ -575,6 +600,10 @@ def validate_module(mod: Module) -> None:
                         if by_name[o].shape.dims != dims:  # maybe a mismatch: check in full
                             _check_same_dims(filename, comp, instr)
                             break
+            text = instr._attr_text  # escapes first: the checks below read strings
+            if ("\\" in text) if text is not None else (
+                    bool(instr._attrs) and any("\\" in v for v in instr._attrs.values())):
+                _check_strings(filename, instr)
             # most instructions need only their operand count checked
             if cheap.get(instr.opcode, -1) != len(ops) or (
                     (instr._attr_text is not None or instr._attrs) and instr.names_computations()):

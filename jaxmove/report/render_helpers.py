@@ -28,14 +28,20 @@ __all__ = ["e", "fmt_s", "make_console", "one_line", "printable", "td_num", "th"
 
 # C0 controls but tab and newline, DEL, C1 controls (U+0080-U+009F: U+009B is a one-byte CSI on
 # some terminals), Unicode line/paragraph separators and the bidirectional overrides and
-# isolates that reorder what is displayed ("Trojan Source", CVE-2021-42574).
-_CONTROL = re.compile("[\x00-\x08\x0b-\x1f\x7f-\x9f\u2028\u2029\u202a-\u202e\u2066-\u2069]")
-_CONTROL_OR_NEWLINE = re.compile("[\x00-\x1f\x7f-\x9f\u2028\u2029\u202a-\u202e\u2066-\u2069]")
+# isolates that reorder what is displayed ("Trojan Source", CVE-2021-42574), and lone surrogates
+# (a string escape such as \377 gives a byte that is not UTF-8: hlo/attrs.py ``c_unescape`` keeps
+# it as U+DC80-U+DCFF, which no terminal encoding can write; shown as the byte, \xff).
+_CONTROL = re.compile("[\x00-\x08\x0b-\x1f\x7f-\x9f\u2028\u2029\u202a-\u202e\u2066-\u2069"
+                      "\ud800-\udfff]")
+_CONTROL_OR_NEWLINE = re.compile("[\x00-\x1f\x7f-\x9f\u2028\u2029\u202a-\u202e\u2066-\u2069"
+                                 "\ud800-\udfff]")
 
 
 def _escape_char(m: re.Match) -> str:
     c = m.group(0)
     o = ord(c)
+    if 0xDC80 <= o <= 0xDCFF:  # surrogateescape of one byte
+        return f"\\x{o - 0xDC00:02x}"
     return {"\n": "\\n", "\t": "\\t", "\r": "\\r"}.get(c) or (f"\\x{o:02x}" if o < 0x100 else f"\\u{o:04x}")
 
 
@@ -85,8 +91,10 @@ def make_console(stderr: bool = False) -> Console:
 # ---- HTML ------------------------------------------------------------------------------------
 
 def e(s) -> str:
-    """Escape a string for HTML text and attribute values (quotes included)."""
-    return _html.escape("" if s is None else str(s), quote=True)
+    """Escape a string for HTML text and attribute values (quotes included); control characters
+    and lone surrogates as :func:`printable` writes them (the page is UTF-8, which has no
+    encoding of a lone surrogate)."""
+    return _html.escape(printable("" if s is None else str(s)), quote=True)
 
 
 def fmt_s(x: float | None) -> str:
