@@ -24,6 +24,9 @@ if TYPE_CHECKING:
     from ..passes.timing import TimeEstimate
 
 _QUIET = QUIET_OPCODES
+#: (role, Cost field of its read bytes, of its write bytes) and (path, Cost field), for the rows
+_ROLE_ATTRS = tuple((r, f"{r}_read_bytes", f"{r}_write_bytes") for r in ROLES)
+_PATH_ATTRS = tuple((p, f"{p}_bytes") for p in PATHS)
 
 
 @dataclass(frozen=True)
@@ -210,16 +213,22 @@ class Report:
         att = attribute(self.module, r.instr)   # source inferred from neighbours when absent
         loc = att.source
         md = r.instr.metadata
+        by_role, role, most = {}, "-", 0   # dominant_role: the first role of the most bytes
+        for name, ra, wa in _ROLE_ATTRS:
+            rd, wr = getattr(t, ra), getattr(t, wa)
+            if rd or wr:
+                by_role[name] = {"read_bytes": rd, "write_bytes": wr}
+                if rd + wr > most:
+                    role, most = name, rd + wr
         return {
             "name": r.instr.name, "computation": r.computation, "opcode": r.instr.opcode,
             "fusion_kind": r.instr.fusion_kind, "multiplicity": r.multiplicity.count,
             "flops": t.flops, "transcendentals": t.transcendentals,
             "hbm_read_bytes": t.hbm_read_bytes, "hbm_write_bytes": t.hbm_write_bytes,
             **_padding_json(t),
-            "by_role": {role: dict(zip(("read_bytes", "write_bytes"), t.role_bytes(role)))
-                        for role in ROLES if any(t.role_bytes(role))},
-            "by_path": {p: t.path_bytes(p) for p in PATHS if t.path_bytes(p)},
-            "role": dominant_role(t),
+            "by_role": by_role,
+            "by_path": {p: v for p, a in _PATH_ATTRS if (v := getattr(t, a))},
+            "role": role,
             "unmodeled": bool(r.unmodeled), "unmodeled_reasons": list(r.unmodeled),
             "unknown_trip_count": r.multiplicity.unknown_trip_count,
             "branch_of": list(r.multiplicity.branch_of) if r.multiplicity.branch_of else None,
