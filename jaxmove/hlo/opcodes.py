@@ -51,7 +51,8 @@ class Opcode:
       async_part: ``"start"`` / ``"update"`` / ``"done"`` for async pairs, else None.
       async_of: the wrapped opcode (``slice`` for ``slice-start``) or the synchronous op of a
         native pair (``all-reduce`` for ``all-reduce-start``); None otherwise.
-      async_queue: the side queue an async start runs on: ``"network"`` or ``"copy"``.
+      async_queue: the side queue an async start runs on: ``"network"``, ``"copy"`` or
+        ``"async_call"`` (a ``call-start``'s callee on another execution thread).
       collective: the collective kind it runs (``all-gather`` ...), or None.
       control_flow: calls computations that run as their own kernels (while, call ...).
       quiet: the report's short list leaves it out (moves and computes nothing of interest).
@@ -191,6 +192,17 @@ _add("async-update", arity=1, category="async", moves_data=False, computes=False
      async_part="update")
 _add("async-done", arity=1, category="async", moves_data=False, computes=False,
      async_part="done")
+# ``call-start`` / ``call-done``: an async-start wrapping a ``call`` (syntax sugar, printed with the
+# call's ``to_apply`` and ``async_execution_thread``): XLA:TPU runs a SparseCore computation
+# (``execution_thread="sparsecore"``, e.g. an offloaded scatter-add) beside the TensorCore. The
+# callee's instructions carry the bytes (costed once per start, like a call's); the pair itself
+# moves nothing, and the stream waits for the callee at its done (its own side queue).
+_add("call-start", arity="variadic", category="async", moves_data=False, computes=False,
+     control_flow=True, async_part="start", async_of="call", async_queue="async_call")
+_add("call-update", arity=1, category="async", moves_data=False, computes=False,
+     async_part="update", async_of="call")
+_add("call-done", arity=1, category="async", moves_data=False, computes=False,
+     async_part="done", async_of="call")
 
 # ---- collectives -------------------------------------------------------------------------
 COLLECTIVE_KINDS = ("all-reduce", "all-gather", "reduce-scatter", "all-to-all", "ragged-all-to-all",
@@ -352,6 +364,12 @@ _cc("AsyncCollectiveStart", "tpu", False, False, True,
     "collective and the fusion's operands and results carry the bytes")
 _cc("AsyncCollectiveDone", "tpu", False, False, True,
     "waits for the collective its fusion started; moves nothing itself")
+_cc("PrepareAsyncCallStart", "tpu", False, False, False,
+    "reserves the sync flag of an async call (a scalar in S(2), semaphore memory; no operands) "
+    "before its call-start: no HBM data moved")
+_cc("PrepareAsyncCallDone", "tpu", False, False, False,
+    "waits for that flag and gives the call-start its token operand: a token[] result, no data "
+    "moved")
 _cc("tpu_custom_call", "tpu", True, True, False,
     "a Pallas TPU (Mosaic) kernel: its grid, BlockSpecs and cost estimate are in "
     "backend_config.custom_call_config (passes/pallas.py, passes/mosaic.py)")

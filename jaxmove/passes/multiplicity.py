@@ -64,7 +64,7 @@ def callee_counts(instr: Instruction, module: Module | None = None
                 (instr.attrs["condition"].lstrip("%"), n + 1, unknown, None)]
     if op == "conditional":
         return [(c, 1, False, (instr.name, i)) for i, c in enumerate(instr.called_computations)]
-    if op in ("call", "async-start"):
+    if op in ("call", "async-start", "call-start"):
         return [(c, 1, False, None) for c in instr.called_computations]
     return []
 

@@ -156,7 +156,7 @@ _FLOPS, _TRANSCENDENTALS = FIELD_INDEX["flops"], FIELD_INDEX["transcendentals"]
 _PAD_READ, _PAD_WRITE = FIELD_INDEX["hbm_padding_read_bytes"], FIELD_INDEX["hbm_padding_write_bytes"]
 
 def _calls_kernels(instr: Instruction) -> bool:
-    return instr.opcode in ("while", "call", "conditional", "async-start")
+    return instr.opcode in ("while", "call", "conditional", "async-start", "call-start")
 
 
 @gc_paused
@@ -229,7 +229,7 @@ def analyze_module(module: Module, entry_roles: dict[int, str] | None = None) ->
                 parts.append(best[1])
                 notes.append(f"conditional '{instr.name}': totals use its costliest branch "
                              f"'{best[0]}' (which branch runs is not known statically)")
-            elif instr.opcode in ("while", "call", "async-start"):
+            elif instr.opcode in ("while", "call", "async-start", "call-start"):
                 for callee, k, _unknown, _branch in callee_counts(instr, module):
                     parts.append(total(callee) * k)
         c = memo[cname] = Cost.sum(parts)

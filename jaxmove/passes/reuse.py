@@ -506,7 +506,7 @@ def _program_total(analysis: ModuleAnalysis, rows: dict[tuple[str, str], Instruc
                 s += r.onchip_reuse_bytes
             if instr.opcode == "conditional":  # the branch the totals take
                 s += total(analysis.branches[(cname, instr.name)])
-            elif instr.opcode in ("while", "call", "async-start"):
+            elif instr.opcode in ("while", "call", "async-start", "call-start"):
                 for callee, k, _u, _b in callee_counts(instr, module):
                     s += total(callee) * k
         memo[cname] = s
@@ -514,6 +514,6 @@ def _program_total(analysis: ModuleAnalysis, rows: dict[tuple[str, str], Instruc
 
     # callees first (iterative), so total() finds every callee memoized and never recurses
     for cname in post_order(module, [module.entry.name],
-                            lambda i: i.opcode in ("while", "call", "conditional", "async-start")):
+                            lambda i: i.opcode in ("while", "call", "conditional", "async-start", "call-start")):
         total(cname)
     return total(module.entry.name)
