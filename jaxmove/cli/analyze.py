@@ -6,7 +6,7 @@ import argparse
 import sys
 
 from .common import add_compile_target_option, add_target_argument, check_outputs, parse_sets, positive_int
-from .common import add_module_option, module_kwargs, parse_roles
+from .common import add_module_option, fit_status, module_kwargs, parse_roles
 from .spec_option import add_spec_override_option, hardware_from_args
 from ..report.outputs import before_commit
 from ..report.render_helpers import one_line
@@ -50,21 +50,7 @@ def _cmd_analyze(args: argparse.Namespace) -> int:
         render_xla(report, top=args.top)
     else:
         render_report(report, top=args.top)
-    return _fit_status(report)
-
-
-def _fit_status(report) -> int:
-    """The one does-not-fit rule of every target (README "Does it fit?"): a program that does
-    not fit the device memory exits 2 with one line on stderr, after the report where the
-    compiler still produced a program (XLA:GPU without the device checks no memory; an
-    XLA:CPU program costed on ``--hardware``). XLA:TPU refuses such a program itself
-    (capture/targets.py ``DoesNotFitError``: the same line, the same status, no report)."""
-    fit = next((n for n in report.notes if n.startswith("does not fit:")), None)
-    if fit is None:
-        return 0
-    sys.stdout.flush()
-    print(one_line(f"jaxmove: error: {report.program.name} {fit}"), file=sys.stderr)
-    return 2
+    return fit_status(report)
 
 
 def _write_outputs(report, args: argparse.Namespace) -> None:

@@ -6,7 +6,7 @@ import argparse
 import sys
 
 from .common import add_compile_target_option, add_target_argument, check_outputs, parse_sets
-from .common import add_module_option, module_kwargs
+from .common import add_module_option, fit_status, module_kwargs
 
 
 def _cmd_annotate(args: argparse.Namespace) -> int:
@@ -22,7 +22,8 @@ def _cmd_annotate(args: argparse.Namespace) -> int:
             return program
     else:
         program = resolve_program(args.target, overrides=parse_sets(args.set), **module_kwargs(args), target=compile_target)
-    text = annotate(analyze(program, hardware=args.hardware, target=compile_target), program.hlo_text)
+    report = analyze(program, hardware=args.hardware, target=compile_target)
+    text = annotate(report, program.hlo_text)
     if args.output and args.output != "-":
         from ..report.outputs import write_text_atomic
         write_text_atomic(args.output, text, "-o file")
@@ -30,7 +31,7 @@ def _cmd_annotate(args: argparse.Namespace) -> int:
         print(one_line(f"jaxmove: wrote {args.output}"), file=sys.stderr)
     else:
         sys.stdout.write(text)
-    return 0
+    return fit_status(report)  # the does-not-fit rule of analyze: exit 2, one line, after the text
 
 
 def add_annotate_command(sub) -> None:

@@ -46,6 +46,28 @@ def check_outputs(args: argparse.Namespace) -> None:
             check_output_path(path, what)
 
 
+def fit_status(report) -> int:
+    """The one does-not-fit rule of every target and command that renders a report (``analyze``
+    in every form, ``--xla`` and ``--json`` too, and ``annotate``; README "Does it fit?"): a
+    program that does not fit the device memory exits 2 with one line on stderr, after the
+    output where the compiler still produced a program (XLA:GPU without the device checks no
+    memory; an XLA:CPU program costed on ``--hardware``). XLA:TPU refuses such a program itself
+    (capture/targets.py ``DoesNotFitError``: the same line, the same status, no output).
+
+    Returns 2 when ``report`` has the ``does not fit:`` note (``api.does_not_fit_note``), else 0.
+    """
+    import sys
+
+    from ..report.render_helpers import one_line
+
+    fit = next((n for n in report.notes if n.startswith("does not fit:")), None)
+    if fit is None:
+        return 0
+    sys.stdout.flush()
+    print(one_line(f"jaxmove: error: {report.program.name} {fit}"), file=sys.stderr)
+    return 2
+
+
 def parse_sets(items: list[str]) -> dict[str, str]:
     out: dict[str, str] = {}
     for item in items:

@@ -160,5 +160,9 @@ def annotate(report, hlo_text: str | None = None) -> str:
     headline = report.incomplete_headline()
     if headline:
         header = f"// {headline}\n{header}"
+    fit = next((n for n in report.notes if n.startswith("does not fit:")), None)
+    if fit:  # the first line, as the tables' headline (cli/common.py fit_status exits 2 after it)
+        from .render_helpers import one_line
+        header = f"// {one_line(fit)}\n{header}"
     text = header + "\n" + "\n".join(out)
     return text if text.endswith("\n") else text + "\n"

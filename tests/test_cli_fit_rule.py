@@ -1,0 +1,66 @@
+"""The does-not-fit exit rule (issue 29) for ``annotate`` and ``analyze --xla`` as for ``analyze``:
+exit 2 with one line on stderr after the output, when the program's arguments exceed the spec's
+``hbm_capacity_bytes`` (cli/common.py ``fit_status``)."""
+
+from __future__ import annotations
+
+import pytest
+
+from jaxmove.cli import main
+from jaxmove.hardware import load_spec
+from jaxmove.hlo import parse_module
+
+# f32[N] arguments: 4 N bytes, N chosen against the spec's capacity (nothing is allocated)
+
+
+def _hlo(n: int) -> str:
+    return (f"HloModule big\n\nENTRY main {{\n  p0 = f32[{n}]{{0}} parameter(0)\n"
+            f"  ROOT n = f32[{n}]{{0}} negate(p0)\n}}\n")
+
+
+@pytest.fixture
+def sizes():
+    cap = load_spec("a100-40gb").hbm_capacity_bytes
+    return cap // 4 + 1, cap // 4   # 4 B more than the capacity / exactly the capacity: fits
+
+
+def _lines(err: str) -> list[str]:
+    return [ln for ln in err.splitlines() if ln.strip()]
+
+
+@pytest.mark.parametrize("command", [["annotate"], ["analyze", "--xla"], ["analyze", "--xla", "--json"]])
+def test_does_not_fit_exits_2_with_one_line_after_the_output(tmp_path, capsys, sizes, command):
+    big, fits = sizes
+    f = tmp_path / "big.hlo"
+    f.write_text(_hlo(big))
+    cap = load_spec("a100-40gb").hbm_capacity_bytes
+    rc = main([command[0], str(f), "--hardware", "a100-40gb", *command[1:]])
+    out, err = capsys.readouterr()
+    assert rc == 2, err                                   # annotate exited 0
+    (line,) = _lines(err)
+    assert line.startswith("jaxmove: error: big does not fit:")
+    assert f"hbm_capacity_bytes = {cap:,} B of spec a100-40gb" in line
+    assert out.strip()                                    # the output is still written, first
+    f.write_text(_hlo(fits))
+    rc = main([command[0], str(f), "--hardware", "a100-40gb", *command[1:]])
+    out, err = capsys.readouterr()
+    assert rc == 0 and "does not fit" not in out + err
+
+
+def test_annotate_says_it_first_and_still_parses(tmp_path, capsys, sizes):
+    f = tmp_path / "big.hlo"
+    f.write_text(_hlo(sizes[0]))
+    o = tmp_path / "a.hlo"
+    assert main(["annotate", str(f), "--hardware", "a100-40gb", "-o", str(o)]) == 2
+    err = capsys.readouterr().err
+    assert _lines(err)[0] == f"jaxmove: wrote {o}" and "does not fit:" in _lines(err)[1]
+    text = o.read_text()
+    assert text.startswith("// does not fit: the program's arguments take")
+    assert [i.name for i in parse_module(text).instructions()] == ["p0", "n"]
+
+
+def test_annotate_without_hardware_checks_nothing(tmp_path, capsys, sizes):
+    f = tmp_path / "big.hlo"
+    f.write_text(_hlo(sizes[0]))
+    assert main(["annotate", str(f)]) == 0
+    assert "does not fit" not in capsys.readouterr().err
