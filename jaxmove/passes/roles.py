@@ -14,6 +14,7 @@ An entry parameter whose role cannot be told is ``unknown``, never a guess.
 
 from __future__ import annotations
 
+import re
 
 from ..hlo import Computation, Instruction, Module, Shape
 from ..hlo.opcodes import OPCODES, custom_call_targets, names
@@ -350,6 +351,12 @@ def _trace_to_parameter(module: Module, comp: Computation, instr: Instruction) -
     return None
 
 
+# role_from_name's rules (vocab.py) are blind to which digits a name has: no token has a digit,
+# and a component's being all digits survives a digit run written as one 0. So names that differ
+# only in their numbers (p0 ... p24999, layers_0 ... layers_31) are asked once.
+_DIGITS = re.compile(r"[0-9]+")
+
+
 def roles_pass(module: Module, entry_roles: dict[int, str] | None = None,
                kernel_computations: set[str] | None = None) -> RoleMap:
     """(computation name, instruction name) -> role of each leaf of the instruction's value.
@@ -361,11 +368,16 @@ def roles_pass(module: Module, entry_roles: dict[int, str] | None = None,
     Returns a map covering every instruction of every kernel-level computation.
     """
     entry_params: dict[int, tuple[str, ...]] = {}
+    by_name: dict[str, str] = {}  # name with its digit runs as one 0 -> role (_DIGITS)
     for p in module.entry.parameters:
         if entry_roles is not None and p.parameter_number in entry_roles:
             role = entry_roles[p.parameter_number]
         else:
-            role = role_from_name(entry_parameter_name(p))
+            name = entry_parameter_name(p)
+            key = _DIGITS.sub("0", name)
+            role = by_name.get(key)
+            if role is None:
+                role = by_name[key] = role_from_name(name)
         entry_params[p.parameter_number] = (role,) * _nleaves(p.shape)
     prop = _RolePropagation(module)
     prop.run(module.entry, entry_params)
