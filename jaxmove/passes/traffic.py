@@ -996,7 +996,7 @@ def reread_notes(module: Module, rows) -> list[str]:
       weights read exceed the parameters' bytes by the copy's size.
     """
     notes: list[str] = []
-    hit = [r for r in rows if any(n.startswith(LOOP_INVARIANT_REREAD) for n in r.notes)]
+    hit = [r for r in rows if r.notes and any(n.startswith(LOOP_INVARIANT_REREAD) for n in r.notes)]
     if hit:
         nbytes = sum(r.total.hbm_read_bytes for r in hit)
         wbytes = sum(r.total.weights_read_bytes for r in hit)
