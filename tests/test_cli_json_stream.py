@@ -125,3 +125,16 @@ def test_one_instruction_without_metadata_does_not_walk_the_computation(synth_re
     inf = _inference(m, entry)
     walked = set().union(*(inf._memo[k] for k in inf._memo))
     assert w.name in walked and len(walked) < len(entry.instructions) // 4
+
+
+@pytest.mark.parametrize("op_name,parts", [
+    ("jit(forward)/layers_3/dot", ["jit(forward)", "layers_3", "dot"]),
+    ("transpose(jvp(a/b))/c", ["transpose(jvp(a/b))", "c"]),
+    ("a/b(c/d)/e", ["a", "b(c/d)", "e"]),
+    ("x)/(y/z", ["x)", "(y/z"]),          # a ')' with none open is ignored; '(' stays open to the end
+    ("//a(b//c)//", ["a(b//c)"]),
+    ("jit(f)/(", ["jit(f)", "("]),
+])
+def test_split_name_stack_by_hand(op_name, parts):
+    from jaxmove.report.attribution import split_name_stack
+    assert split_name_stack(op_name) == parts

@@ -105,7 +105,14 @@ def parse_kv_block(value: str) -> dict[str, str]:
     v = value.strip()
     if v.startswith("{") and v.endswith("}"):
         v = v[1:-1]
-    return {m.group(1): unquote(m.group(2)) for m in _KV.finditer(v)}
+    out: dict[str, str] = {}
+    for key, x in _KV.findall(v):
+        if len(x) >= 2 and x[0] == '"':  # a whole string literal (_KV): unquote(x), inline
+            x = x[1:-1]
+            if "\\" in x:
+                x = c_unescape(x)
+        out[key] = x
+    return out
 
 
 _UNQUOTED_KEY = re.compile(r'([{,]\s*)([A-Za-z_][A-Za-z0-9_]*)(\s*:)')

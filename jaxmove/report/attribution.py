@@ -38,21 +38,26 @@ _FUNCTION_WRAPPERS = frozenset({"jit", "pjit", "xla_computation", "pmap", "xmap"
 
 
 def split_name_stack(op_name: str) -> list[str]:
-    """``a/b(c/d)/e`` -> ``['a', 'b(c/d)', 'e']``: split on '/' outside parentheses."""
+    """``a/b(c/d)/e`` -> ``['a', 'b(c/d)', 'e']``: split on '/' outside parentheses (a ')'
+    with none open is ignored)."""
     if "(" not in op_name:  # no parentheses: every '/' splits (the common case, one C call)
         return [c for c in op_name.split("/") if c]
-    out, depth, cur = [], 0, []
-    for ch in op_name:
-        if ch == "(":
-            depth += 1
-        elif ch == ")":
-            depth = max(depth - 1, 0)
-        if ch == "/" and depth == 0:
-            out.append("".join(cur))
+    out: list[str] = []
+    cur: list[str] = []
+    depth = 0
+    for piece in op_name.split("/"):  # rejoin the pieces a '/' inside parentheses split
+        cur.append(piece)
+        if "(" in piece or ")" in piece:
+            for ch in piece:
+                if ch == "(":
+                    depth += 1
+                elif ch == ")":
+                    depth = max(depth - 1, 0)
+        if depth == 0:
+            out.append("/".join(cur))
             cur = []
-        else:
-            cur.append(ch)
-    out.append("".join(cur))
+    if cur:
+        out.append("/".join(cur))
     return [c for c in out if c]
 
 
