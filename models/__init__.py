@@ -66,7 +66,7 @@ PRESETS: dict[str, Preset] = {
                               gpt.GPTConfig, gpt.decode_workload, _GPT_TINY),
 }
 
-from . import families, train, transformer  # noqa: E402  (Llama-class families, issue 14)
+from . import attention, families, train, transformer  # noqa: E402  (Llama-class families, issue 14)
 
 PRESETS.update(families.presets(Preset))
 
@@ -74,7 +74,7 @@ PRESETS.update(families.presets(Preset))
 OVERRIDE_KEYS = ("batch", "seq_len", "layers", "d_model", "heads", "kv_heads",
                  "dtype", "scan_layers", "vocab", "d_ff", "experts", "top_k",
                  "head_dim", "expert_d_ff", "shared_experts", "dense_layers", "sliding_window",
-                 "weights_dtype", "kv_dtype", "remat", "stacked_cache")
+                 "weights_dtype", "kv_dtype", "remat", "stacked_cache", "attention")
 
 
 #: Largest value of an integer override: int32, the type jax gives token ids (``vocab``)
@@ -143,6 +143,7 @@ _PARSERS["scan_layers"] = _PARSERS["stacked_cache"] = _parse_bool
 _PARSERS["weights_dtype"] = _parse_with(transformer.weights_dtype_name)
 _PARSERS["kv_dtype"] = _parse_with(transformer.kv_dtype_name)
 _PARSERS["remat"] = _parse_with(transformer.remat_name)
+_PARSERS["attention"] = _parse_with(attention.attention_name)
 _PARSERS["shared_experts"] = _PARSERS["dense_layers"] = _parse_count
 
 

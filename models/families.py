@@ -50,6 +50,8 @@ FAMILIES = {"llama3-8b": LLAMA3_8B, "llama3-70b": LLAMA3_70B, "llama3-405b": LLA
 
 _NAMES = {"llama3-8b": "Llama 3 8B", "llama3-70b": "Llama 3 70B", "llama3-405b": "Llama 3.1 405B",
           "mixtral-8x7b": "Mixtral 8x7B", "deepseek-v3": "DeepSeek-V3", "gemma2-9b": "Gemma 2 9B"}
+#: Families whose attention the kernels compute (jaxmove.zoo.attention.unsupported_feature).
+_FLASH = ("llama3-8b", "llama3-70b", "llama3-405b", "mixtral-8x7b")
 _TRAITS = {"mixtral-8x7b": ", top-2 of 8 experts", "deepseek-v3": ", MLA, top-8 of 256 experts + 1 shared",
            "gemma2-9b": ", local/global attention, soft-capping"}
 
@@ -77,6 +79,16 @@ MODE_SCAN = {"prefill": False, "decode": False, "train": True}
 #: 268.6 MB compulsory; stacked 269.0 MB, the tile padding of the new position).
 
 
+#: ``attention`` of each mode's preset (jaxmove.zoo.attention). Training: ``auto``, the flash
+#: kernel where the lowering platform has one and the model is one it computes (TPU: Pallas
+#: flash_attention; CUDA: the Pallas Triton kernel), the XLA form elsewhere (XLA:CPU; Gemma 2's
+#: soft-capped local/global attention; DeepSeek-V3's latent attention): an 8192-token step
+#: then never stores the [8192, 8192] f32 scores per head. Inference keeps ``xla`` (the kernels
+#: are options, ``--set attention=flash|splash|paged|cudnn``): costing Pallas kernels is
+#: separate work, and the XLA form's counts are the ones the excess pass explains.
+MODE_ATTENTION = {"prefill": "xla", "decode": "xla", "train": "auto"}
+
+
 def presets(preset_cls) -> dict:
     """``{name: preset_cls(...)}`` for every family x {prefill, decode, train}: bf16;
     ``scan_layers`` per ``MODE_SCAN`` (inference unrolled, training scanned)."""
@@ -95,7 +107,9 @@ def presets(preset_cls) -> dict:
                     "train": f"AdamW training step, micro-batch {b} x {s} tokens"}[mode]
             out[f"{fam}-{mode}"] = preset_cls(
                 f"{_NAMES[fam]}, {billions:.3g}B params{_TRAITS.get(fam, '')}: {what}, bf16, "
-                f"{'scanned' if MODE_SCAN[mode] else 'unrolled'} layers",
+                f"{'scanned' if MODE_SCAN[mode] else 'unrolled'} layers"
+                f"{', flash attention where a kernel compiles' if MODE_ATTENTION[mode] == 'auto' and fam in _FLASH else ''}",
                 transformer.TransformerConfig, builder,
-                dict(dims, batch=b, seq_len=s, dtype="bfloat16", scan_layers=MODE_SCAN[mode]))
+                dict(dims, batch=b, seq_len=s, dtype="bfloat16", scan_layers=MODE_SCAN[mode],
+                     attention=MODE_ATTENTION[mode]))
     return out

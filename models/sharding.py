@@ -75,3 +75,10 @@ def constrain_params(layer, axes: dict[str, tuple]):
         if var is not None:
             var.set_value(constrain(var[...], leaf_axes))
     return layer
+
+
+def logical_sharding_of(logical_axes: tuple, shape: tuple):
+    """The sharding the active plan gives an array of ``shape`` with ``logical_axes`` (None
+    outside a plan, or where the plan leaves it unconstrained)."""
+    resolver = _RESOLVER.get()
+    return None if resolver is None else resolver(tuple(logical_axes), tuple(shape))

@@ -68,10 +68,13 @@ def train_workload(cfg: tf.TransformerConfig, name: str) -> Workload:
 
     Raises:
       ValueError: ``cfg.weights_dtype`` is set (training presets train unquantized weights).
+      AttentionError: ``cfg.attention`` has no training kernel or cannot compute ``cfg``.
     """
     if cfg.weights_dtype is not None:
         raise ValueError(f"--set weights_dtype={cfg.weights_dtype}: training presets train "
                          "unquantized weights (weights_dtype applies to prefill and decode)")
+    from .attention import check_mode
+    check_mode(cfg, "forward")
     graphdef, params, param_axes = tf.abstract_params(cfg)
     opt_state = jax.eval_shape(OPTIMIZER.init, params)
     opt_axes = optimizer_state_axes(opt_state, params, param_axes)

@@ -81,6 +81,8 @@ from flax import nnx
 
 from jaxmove.workload import Workload
 from .gpt import DTYPES
+from .attention import attention_name
+from . import attention as attn_kernels
 from .moe import _top_k
 from .sharding import constrain
 
@@ -211,6 +213,8 @@ class TransformerConfig:
     weights_dtype: str | None = None
     kv_dtype: str | None = None
     remat: str = "none"
+    # attention kernel (jaxmove.zoo.attention)
+    attention: str = "xla"
 
     def __post_init__(self):
         from .gpt import canonical_dtype
@@ -228,6 +232,7 @@ class TransformerConfig:
         set_("dtype", canonical_dtype(self.dtype))
         set_("weights_dtype", weights_dtype_name(self.weights_dtype))
         set_("kv_dtype", kv_dtype_name(self.kv_dtype) or self.dtype)
+        set_("attention", attention_name(self.attention))
         for k in _POSITIVE + ("expert_d_ff",):
             v = getattr(self, k)
             if not isinstance(v, int) or isinstance(v, bool) or v <= 0:
@@ -442,12 +447,22 @@ class Attention(nnx.Module):
         q, k, v = self._qkv(x, positions)
         b, t, h, d = q.shape
         hkv = k.shape[1]
-        qg = q.reshape(b, t, hkv, h // hkv, d)
-        s = jnp.einsum("btkgd,bksd->bkgts", qg, k, preferred_element_type=jnp.float32)
-        s = _softcap(s * self._scale, c.attn_softcap)
-        p, _ = _masked_softmax_parts(s, _local_mask(positions, positions, local, c.sliding_window))
-        o = jnp.einsum("bkgts,bksd->btkgd", p.astype(v.dtype), v).reshape(b, t, h, d)
+
+        def xla(q, k, v):
+            qg = q.reshape(b, t, hkv, h // hkv, d)
+            s = jnp.einsum("btkgd,bksd->bkgts", qg, k, preferred_element_type=jnp.float32)
+            s = _softcap(s * self._scale, c.attn_softcap)
+            p, _ = _masked_softmax_parts(s, _local_mask(positions, positions, local, c.sliding_window))
+            return jnp.einsum("bkgts,bksd->btkgd", p.astype(v.dtype), v).reshape(b, t, h, d)
+
+        o = attn_kernels.forward(self._kernel, q, k, v, self._scale, xla)
         return self._out(o), self._entries(k, v)
+
+    @property
+    def _kernel(self) -> str:
+        """``cfg.attention``; ``auto`` is ``xla`` where the kernels cannot compute the model."""
+        c = self.cfg
+        return "xla" if c.attention == "auto" and attn_kernels.unsupported_feature(c) else c.attention
 
     def _entries(self, k, v) -> dict:
         c = self.cfg
@@ -475,6 +490,16 @@ class Attention(nnx.Module):
         kc = constrain(dequantize_kv(cache["k_cache"], cache.get("k_scale"), k.dtype), CACHE_AXES)
         vc = constrain(dequantize_kv(cache["v_cache"], cache.get("v_scale"), v.dtype), CACHE_AXES)
         qg = constrain(q.reshape(b, t, hkv, h // hkv, d), GROUPED_Q_AXES)
+        if self._kernel != "xla":   # the kernels' layout: [B, Hkv, g, D] (t = 1)
+            o = attn_kernels.decode(self._kernel, qg.reshape(b, hkv, h // hkv, d), kc, vc, pos,
+                                    self._scale, lambda qg, kc, vc, pos: self._xla_decode(
+                                        qg[:, None], kc, vc, pos, local)[:, 0])
+            return self._out(o.reshape(b, t, h, d))
+        return self._out(self._xla_decode(qg, kc, vc, pos, local).reshape(b, t, h, d))
+
+    def _xla_decode(self, qg, kc, vc, pos, local):
+        """The XLA form: qg [B, 1, Hkv, g, D] over kc/vc [B, Hkv, S, D] -> [B, 1, Hkv, g, D]."""
+        c = self.cfg
         s = jnp.einsum("btkgd,bksd->bkgts", qg, kc, preferred_element_type=jnp.float32)
         s = _softcap(s * self._scale, c.attn_softcap)
         k_pos = jnp.arange(kc.shape[2])
@@ -482,8 +507,7 @@ class Attention(nnx.Module):
         if c.sliding_window is not None:
             mask = mask & ((pos - k_pos < c.sliding_window) | jnp.logical_not(local))[None, :]
         p, _ = _masked_softmax_parts(s, mask)
-        o = jnp.einsum("bkgts,bksd->btkgd", p.astype(vc.dtype), vc).reshape(b, t, h, d)
-        return self._out(o)
+        return jnp.einsum("bkgts,bksd->btkgd", p.astype(vc.dtype), vc)
 
 
 class MLAttention(nnx.Module):
@@ -980,7 +1004,11 @@ def _config(cfg: TransformerConfig, mode: str) -> dict:
 
 
 def prefill_workload(cfg: TransformerConfig, name: str) -> Workload:
-    """``fn(params, tokens) -> (logits [B, 1, V] f32, cache)``; tokens int32 [B, seq_len]."""
+    """``fn(params, tokens) -> (logits [B, 1, V] f32, cache)``; tokens int32 [B, seq_len].
+
+    Raises:
+      AttentionError: ``cfg.attention`` has no prefill kernel or cannot compute ``cfg``."""
+    attn_kernels.check_mode(cfg, "forward")
     graphdef, params, param_axes = abstract_params(cfg)
 
     def prefill(params, tokens):
@@ -999,7 +1027,11 @@ def prefill_workload(cfg: TransformerConfig, name: str) -> Workload:
 
 def decode_workload(cfg: TransformerConfig, name: str) -> Workload:
     """``fn(params, cache, tokens, pos) -> (logits [B, 1, V] f32, cache)``; the cache
-    (``seq_len`` positions) is donated; tokens int32 [B, 1]; pos int32 scalar."""
+    (``seq_len`` positions) is donated; tokens int32 [B, 1]; pos int32 scalar.
+
+    Raises:
+      AttentionError: ``cfg.attention`` has no decode kernel or cannot compute ``cfg``."""
+    attn_kernels.check_mode(cfg, "decode")
     graphdef, params, param_axes = abstract_params(cfg)
 
     def decode(params, cache, tokens, pos):

@@ -1,0 +1,426 @@
+"""Attention kernels of the zoo's decoders: ``--set attention=xla|flash|splash|paged|cudnn|auto``.
+
+Every option computes the same function, causal grouped-query softmax attention
+``softmax(q k^T * scale) v`` (Vaswani et al. 2017; GQA, Ainslie et al. 2023), in one of
+these forms:
+
+=========  ==========================================================================================
+``xla``    two einsums around a masked softmax (``transformer.Attention``); XLA fuses what it can,
+           and on TPU v5p / GPUs writes the f32 scores to HBM and reads them back
+``flash``  a fused kernel, per lowering platform: TPU ``jax.experimental.pallas.ops.tpu.
+           flash_attention`` (Dao et al. 2022, "FlashAttention"; k/v repeated to the query heads
+           for training and prefill, the queries of one kv head as its rows for decode);
+           CUDA GPUs the Pallas Triton kernels ``pallas.ops.gpu.attention.mha`` (training /
+           prefill) and ``pallas.ops.gpu.decode_attention.mqa`` (decode: one program per
+           (batch row, kv head), the cache read in place as ``[B * Hkv, S, D]``, split over
+           ``k_splits`` blocks of positions). No kernel for XLA:CPU: an error.
+``splash`` TPU ``pallas.ops.tpu.splash_attention`` (the block-sparse flash kernel), its MQA form
+           per (batch row, kv head); training and prefill only (its masks are static, decode's
+           valid length is not).
+``paged``  TPU ``pallas.ops.tpu.paged_attention`` (vLLM's PagedAttention, Kwon et al. 2023, as
+           the JAX TPU kernel); decode only. The zoo's contiguous cache [B, Hkv, S, D] is the
+           paged layout with an identity page table: ``[1, B * Hkv * S / page, page, D]`` (a
+           reshape, no copy), page ``j`` of sequence ``b * Hkv + h`` is page
+           ``(b * Hkv + h) * S / page + j``; ``head_dim`` a multiple of 128 (the kernel's tile).
+``cudnn``  ``jax.nn.dot_product_attention(implementation="cudnn")`` (cuDNN's fused attention,
+           the ``__cudnn$fmha*`` custom calls); CUDA only. jax checks for the cuDNN library
+           when it traces the call and XLA:GPU needs it to compile the fusion: on a machine
+           without cuDNN (a deviceless compile with the CUDA plugin alone) it is an error.
+``auto``   ``flash`` where the lowering platform has its kernel and the model's attention is
+           one it computes (no soft-capping, sliding window or latent attention), else ``xla``
+           (the training presets' default: XLA:CPU, Gemma-2 and DeepSeek-V3 keep ``xla``).
+=========  ==========================================================================================
+
+The kernel is chosen when the program is lowered, by ``jax.lax.platform_dependent``
+(every branch is traced, only the lowering platform's is lowered): a branch with no kernel
+for a platform lowers to a primitive whose lowering raises ``AttentionError`` naming the
+option, the platform and why, so ``--set attention=splash --target h100-sxm`` fails with one
+line instead of a Mosaic lowering trace.
+
+Under a sharding plan the kernel runs per device in ``jax.shard_map`` over the batch and
+head dims the plan splits (attention is independent per (batch row, head)): a custom call
+is opaque to XLA's partitioner, which would otherwise gather its operands to every device.
+When the plan splits a sequence dim the kernel is called on the whole arrays (XLA gathers
+them; the count shows it).
+"""
+
+from __future__ import annotations
+
+import functools
+import math
+
+import jax
+import jax.extend
+import jax.numpy as jnp
+from jax.interpreters import ad, mlir
+
+from jaxmove.errors import JaxmoveInputError
+from .sharding import logical_sharding_of
+
+#: The ``attention`` values (module docstring).
+ATTENTION = ("xla", "flash", "splash", "paged", "cudnn", "auto")
+#: Platforms (jax lowering platform names) with a kernel, per option and mode
+#: ("forward": training and prefill, T queries; "decode": one query over the cache).
+KERNELS = {
+    "flash": {"forward": ("tpu", "cuda"), "decode": ("tpu", "cuda")},
+    "splash": {"forward": ("tpu",), "decode": ()},
+    "paged": {"forward": (), "decode": ("tpu",)},
+    "cudnn": {"forward": ("cuda",), "decode": ("cuda",)},
+}
+_PLATFORMS = ("cpu", "cuda", "rocm", "tpu")
+_WHAT = {"tpu": "XLA:TPU", "cuda": "XLA:GPU (CUDA)", "rocm": "XLA:GPU (ROCm)", "cpu": "XLA:CPU"}
+#: Block sizes of the TPU / Triton kernels: the kernels' own defaults (128), or the whole
+#: dim when it is shorter.
+BLOCK = 128
+#: Paged attention: positions per page and pages per compute block (the kernel's tile of
+#: keys is page * pages_per_block = 512 positions, the JAX test suite's configuration).
+PAGE_SIZE = 128
+PAGES_PER_BLOCK = 4
+
+
+class AttentionError(JaxmoveInputError):
+    """An ``attention`` option that cannot compute this model or compile for this target."""
+
+
+def attention_name(name: str) -> str:
+    """An ``ATTENTION`` value (case-insensitive).
+
+    Raises:
+      ValueError: another name.
+    """
+    n = str(name).strip().lower()
+    if n not in ATTENTION:
+        raise ValueError(f"unknown attention {name!r}; expected one of {', '.join(ATTENTION)}")
+    return n
+
+
+def unsupported_feature(cfg) -> str | None:
+    """Why the kernels cannot compute ``cfg``'s attention (None: they can)."""
+    if cfg.mla:
+        return "multi-head latent attention (DeepSeek: query/key dim != value dim, absorbed decode)"
+    if cfg.attn_softcap is not None:
+        return f"score soft-capping (attn_softcap={cfg.attn_softcap})"
+    if cfg.sliding_window is not None:
+        return f"a sliding window (sliding_window={cfg.sliding_window})"
+    return None
+
+
+def check_mode(cfg, mode: str) -> None:
+    """Raise ``AttentionError`` when ``cfg.attention`` has no kernel for ``mode``
+    ("forward": prefill / training, "decode") or needs what ``cfg`` does not have."""
+    opt = cfg.attention
+    if opt in ("xla", "auto"):
+        return
+    why = unsupported_feature(cfg)
+    if why:
+        raise AttentionError(f"--set attention={opt}: the kernels compute causal softmax attention "
+                             f"without {why}; use attention=xla for {cfg.family}")
+    if not KERNELS[opt][mode]:
+        other = "decode (use flash or splash for prefill and training)" if opt == "paged" else \
+            "prefill and training (use flash or paged for decode)"
+        raise AttentionError(f"--set attention={opt}: the {opt} kernel is for {other}")
+    if mode == "decode" and jnp.dtype(cfg.kv_dtype) != jnp.dtype(cfg.dtype):
+        raise AttentionError(f"--set attention={opt}: the kernels read the cache in the model dtype "
+                             f"({cfg.dtype}); a {cfg.kv_dtype} cache would be dequantized to HBM "
+                             "before the call (use attention=xla with kv_dtype)")
+    if opt == "paged" and cfg.head_dim % 128:
+        raise AttentionError(f"--set attention=paged: the TPU paged attention kernel tiles head_dim "
+                             f"by 128; head_dim={cfg.head_dim} is not a multiple of 128")
+
+
+# ---------------------------------------------------------------------------- unsupported targets
+
+_unsupported_p = jax.extend.core.Primitive("jaxmove_attention_unsupported")
+
+
+@_unsupported_p.def_abstract_eval
+def _unsupported_aval(*_, shape, dtype, option, reason):
+    return jax.core.ShapedArray(shape, dtype)
+
+
+def _unsupported_lowering(ctx, *_, shape, dtype, option, reason):
+    plats = ", ".join(_WHAT.get(p, p) for p in ctx.module_context.platforms)
+    raise AttentionError(f"--set attention={option} cannot compile for {plats}: {reason}")
+
+
+mlir.register_lowering(_unsupported_p, _unsupported_lowering)
+
+
+def _unsupported_jvp(primals, tangents, **params):
+    """A zero tangent: a training step differentiates every branch before one is lowered."""
+    out = _unsupported_p.bind(*primals, **params)
+    return out, jnp.zeros_like(out)
+
+
+ad.primitive_jvps[_unsupported_p] = _unsupported_jvp
+
+
+def _unsupported(option: str, reason: str, out: jax.ShapeDtypeStruct):
+    """A branch that lowers to ``AttentionError(option, platform, reason)``."""
+    def branch(*args):
+        return _unsupported_p.bind(*args[:1], shape=tuple(out.shape), dtype=jnp.dtype(out.dtype),
+                                   option=option, reason=reason)
+    return branch
+
+
+def _guarded(option: str, fn, out: jax.ShapeDtypeStruct, xla):
+    """``fn``, or, when tracing it raises (a kernel's shape checks), ``xla`` for ``auto`` and
+    a branch that lowers to that error otherwise (so another platform's branch never fails
+    the trace)."""
+    def branch(*args):
+        try:
+            return fn(*args).astype(out.dtype)
+        except AttentionError:
+            raise
+        except Exception as e:  # noqa: BLE001 - the kernel's own checks, reported at lowering
+            if option == "auto":
+                return xla(*args)
+            msg = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
+            return _unsupported(option, f"the kernel refused these shapes ({msg[:300]})", out)(*args)
+    return branch
+
+
+def shape_refusal(platform: str, mode: str, q_len: int, kv_len: int) -> str | None:
+    """Why the ``platform`` kernel of ``mode`` cannot take these lengths (None: it can).
+
+    TPU flash / splash training and prefill: the backward kernels tile keys by 128 (flash's
+    ``MIN_BLOCK_SIZE``; a shorter block fails inside the kernel's trace, after the forward
+    was chosen), so the sequence must be a multiple of 128. Triton (prefill / training):
+    blocks of min(64, T) positions must tile T. Decode: the cache length a multiple of the
+    key block (min(128, S))."""
+    if mode == "forward" and platform == "tpu" and q_len % BLOCK:
+        return f"the TPU kernels tile the sequence by {BLOCK}; seq_len={q_len} is not a multiple"
+    if mode == "forward" and platform == "cuda" and q_len % min(64, q_len):
+        return f"the Triton kernel tiles the sequence by 64; seq_len={q_len} is not a multiple"
+    if mode == "decode" and kv_len % _block(kv_len):
+        return f"the kernels tile the cache by {BLOCK} positions; seq_len={kv_len} is not a multiple"
+    return None
+
+
+def _dispatch(option: str, mode: str, kernels: dict, xla, args, out: jax.ShapeDtypeStruct,
+              lengths: tuple[int, int]):
+    """``platform_dependent`` over ``kernels`` {platform: fn}; ``auto`` falls back to ``xla``
+    elsewhere, an explicit option lowers to ``AttentionError`` elsewhere (and where
+    ``shape_refusal`` refuses the lengths)."""
+    branches = {}
+    for plat in _PLATFORMS:
+        refused = shape_refusal(plat, mode, *lengths) if plat in kernels else None
+        if refused and option == "auto":
+            branches[plat] = xla
+        elif refused:
+            branches[plat] = _unsupported(option, refused, out)
+        elif plat in kernels:
+            branches[plat] = _guarded(option, kernels[plat], out, xla)
+        elif option == "auto":
+            branches[plat] = xla
+        else:
+            have = ", ".join(_WHAT[p] for p in KERNELS[option][mode]) or "no platform"
+            branches[plat] = _unsupported(option, f"the {option} kernel is written for {have} "
+                                          f"({'decode' if mode == 'decode' else 'prefill / training'})",
+                                          out)
+    return jax.lax.platform_dependent(*args, **branches)
+
+
+def _sharded(fn, args: tuple, q_spec):
+    """``fn(q, k, v, *rest)`` per device in ``shard_map`` when a plan splits the cache
+    ``k`` [B, Hkv, S, D] (its ``CACHE_AXES`` layout) over batch and kv heads only; the
+    queries take the matching split (``q_spec(batch part, kv-head part)``: a query head's
+    block of heads goes with its kv heads'), the rest is replicated. Without a plan, or when
+    the plan splits the sequence or head dim, ``fn(*args)`` on whole arrays."""
+    from .transformer import CACHE_AXES
+    k = args[1]
+    s = logical_sharding_of(CACHE_AXES, tuple(k.shape))
+    if not isinstance(s, jax.sharding.NamedSharding):
+        return fn(*args)
+    spec = tuple(s.spec) + (None,) * (4 - len(s.spec))
+    pb, ph, ps, pd = spec
+    if ps is not None or pd is not None or (pb is None and ph is None):
+        return fn(*args)
+    P = jax.sharding.PartitionSpec
+    cache = P(pb, ph, None, None)
+    specs = (q_spec(pb, ph), cache, cache) + (P(),) * (len(args) - 3)
+    return jax.shard_map(fn, mesh=s.mesh, in_specs=specs, out_specs=specs[0], check_vma=False)(*args)
+
+
+def _block(n: int) -> int:
+    return min(BLOCK, n)
+
+
+# ---------------------------------------------------------------------------- training / prefill
+
+def _repeat_heads(x, g):
+    """[B, Hkv, T, D] -> [B, Hkv * g, T, D] (each kv head for its g query heads)."""
+    return x if g == 1 else jnp.repeat(x, g, axis=1)
+
+
+def _tpu_flash_forward(q, k, v, scale):
+    """q [B, T, H, D], k/v [B, Hkv, T, D] -> [B, T, H, D]; TPU flash_attention, causal."""
+    from jax.experimental.pallas.ops.tpu import flash_attention as fa
+    t = q.shape[1]
+    g = q.shape[2] // k.shape[1]
+    b = _block(t)
+    bs = fa.BlockSizes(block_q=b, block_k_major=b, block_k=b, block_b=1,
+                       block_q_major_dkv=b, block_k_major_dkv=b, block_k_dkv=b, block_q_dkv=b,
+                       block_k_major_dq=b, block_k_dq=b, block_q_dq=b)
+    o = fa.flash_attention(q.transpose(0, 2, 1, 3), _repeat_heads(k, g), _repeat_heads(v, g),
+                           causal=True, sm_scale=scale, block_sizes=bs)
+    return o.transpose(0, 2, 1, 3)
+
+
+def _triton_forward(q, k, v, scale):
+    """q [B, T, H, D], k/v [B, Hkv, T, D] -> [B, T, H, D]; Pallas Triton mha, causal."""
+    from jax.experimental.pallas.ops.gpu import attention as ga
+    g = q.shape[2] // k.shape[1]
+    kt = _repeat_heads(k, g).transpose(0, 2, 1, 3)
+    vt = _repeat_heads(v, g).transpose(0, 2, 1, 3)
+    t = q.shape[1]
+    b = min(64, t)
+    bs = ga.BlockSizes(block_q=b, block_k=b, block_q_dkv=b, block_kv_dkv=b, block_q_dq=b, block_kv_dq=b)
+    return ga.mha(q, kt, vt, segment_ids=None, sm_scale=scale, causal=True, block_sizes=bs)
+
+
+def _splash_forward(q, k, v, scale):
+    """q [B, T, H, D], k/v [B, Hkv, T, D] -> [B, T, H, D]; splash MQA kernel per (batch row,
+    kv head) over its g query heads, causal mask."""
+    from jax.experimental.pallas.ops.tpu.splash_attention import splash_attention_kernel as sk
+    from jax.experimental.pallas.ops.tpu.splash_attention import splash_attention_mask as sm
+    bsz, t, h, d = q.shape
+    hkv = k.shape[1]
+    g = h // hkv
+    mask = sm.MultiHeadMask([sm.CausalMask((t, t)) for _ in range(g)])
+    b = _block(t)
+    bs = sk.BlockSizes(block_q=b, block_kv=b, block_kv_compute=b, block_q_dkv=b, block_kv_dkv=b,
+                       block_kv_dkv_compute=b, block_q_dq=b, block_kv_dq=b)
+    kern = sk.make_splash_mqa(mask, block_sizes=bs, head_shards=1, q_seq_shards=1)
+    qg = (q * jnp.asarray(scale, q.dtype)).reshape(bsz, t, hkv, g, d).transpose(0, 2, 3, 1, 4)
+    o = jax.vmap(jax.vmap(kern))(qg, k, v)                       # [B, Hkv, g, T, D]
+    return o.transpose(0, 3, 1, 2, 4).reshape(bsz, t, h, d)
+
+
+def _cudnn_forward(q, k, v, scale):
+    kt, vt = k.transpose(0, 2, 1, 3), v.transpose(0, 2, 1, 3)
+    return _cudnn(lambda: jax.nn.dot_product_attention(q, kt, vt, scale=scale, is_causal=True,
+                                                       implementation="cudnn"))
+
+
+def _cudnn(call):
+    try:
+        return call()
+    except RuntimeError as e:  # jax's trace-time check of the cuDNN library
+        raise AttentionError(
+            f"--set attention=cudnn: jax.nn.dot_product_attention(implementation='cudnn') needs the "
+            f"cuDNN library when it traces the call and XLA:GPU needs it to compile the fused "
+            f"attention ({str(e).strip()[:200]}); a deviceless compile with the CUDA plugin alone has "
+            f"none: use attention=flash (the Pallas Triton kernel)") from None
+
+
+def forward(option: str, q, k, v, scale: float, xla):
+    """Causal attention of the queries q [B, T, H, D] over k/v [B, Hkv, T, D] -> [B, T, H, D]
+    with ``option`` (``xla(q, k, v)`` the XLA form)."""
+    if option == "xla":
+        return xla(q, k, v)
+    if option == "cudnn":
+        kernels = {"cuda": functools.partial(_cudnn_forward, scale=scale)}
+        _cudnn_forward(q, k, v, scale)  # the cuDNN check, whichever the target (it raises at trace)
+    elif option == "splash":
+        kernels = {"tpu": functools.partial(_splash_forward, scale=scale)}
+    elif option in ("flash", "auto"):
+        kernels = {"tpu": functools.partial(_tpu_flash_forward, scale=scale),
+                   "cuda": functools.partial(_triton_forward, scale=scale)}
+    else:
+        raise AttentionError(f"--set attention={option}: no prefill / training kernel")
+
+    def run(q, k, v):
+        return _dispatch(option, "forward", kernels, xla, (q, k, v),
+                         jax.ShapeDtypeStruct(q.shape, q.dtype), (q.shape[1], k.shape[2]))
+
+    P = jax.sharding.PartitionSpec
+    return _sharded(run, (q, k, v), lambda pb, ph: P(pb, None, ph, None))
+
+
+# ---------------------------------------------------------------------------- decode
+
+def _tpu_flash_decode(q, kc, vc, pos, scale):
+    """q [B, Hkv, g, D] (the g query heads of each kv head as rows), cache [B, Hkv, S, D] ->
+    [B, Hkv, g, D]; positions > pos masked with segment ids (queries 1, keys k <= pos)."""
+    from jax.experimental.pallas.ops.tpu import flash_attention as fa
+    b, hkv, g, d = q.shape
+    s = kc.shape[2]
+    seg = fa.SegmentIds(q=jnp.ones((b, g), jnp.int32),
+                        kv=jnp.broadcast_to((jnp.arange(s) <= pos).astype(jnp.int32), (b, s)))
+    bk = _block(s)
+    bs = fa.BlockSizes(block_q=g, block_k_major=bk, block_k=bk, block_b=1)
+    return fa.flash_attention(q, kc, vc, segment_ids=seg, causal=False, sm_scale=scale, block_sizes=bs)
+
+
+def _triton_decode(q, kc, vc, pos, scale):
+    """Pallas Triton ``decode_attention.mqa`` on [B * Hkv, g, D] queries over the cache viewed
+    as [B * Hkv, S, D] (a reshape of [B, Hkv, S, D]: no copy), valid length pos + 1."""
+    from jax.experimental.pallas.ops.gpu import decode_attention as gd
+    b, hkv, g, d = q.shape
+    s = kc.shape[2]
+    n = b * hkv
+    lengths = jnp.broadcast_to(pos + 1, (n,)).astype(jnp.int32)
+    bk = _block(s)
+    o = gd.mqa(q.reshape(n, g, d), kc.reshape(n, s, d), vc.reshape(n, s, d), kv_seq_len=lengths,
+               sm_scale=scale, block_h=max(16, g), block_k=bk, k_splits=max(1, min(16, s // bk)))
+    return o.reshape(b, hkv, g, d)
+
+
+def _paged_decode(q, kc, vc, pos, scale):
+    """TPU ``paged_attention`` with the identity page table (module docstring)."""
+    from jax.experimental.pallas.ops.tpu.paged_attention import paged_attention
+    b, hkv, g, d = q.shape
+    s = kc.shape[2]
+    n = b * hkv
+    page = min(PAGE_SIZE, s)
+    if s % page:
+        raise ValueError(f"seq_len={s} is not a multiple of the page size {page}")
+    pages = s // page
+    kp = kc.reshape(1, n * pages, page, d)
+    vp = vc.reshape(1, n * pages, page, d)
+    lengths = jnp.broadcast_to(pos + 1, (n,)).astype(jnp.int32)
+    table = jnp.arange(n * pages, dtype=jnp.int32).reshape(n, pages)
+    per_block = math.gcd(pages, PAGES_PER_BLOCK)
+    qs = (q * jnp.asarray(scale, q.dtype)).reshape(n, g, d)
+    o = paged_attention(qs, kp, vp, lengths, table, pages_per_compute_block=per_block)
+    return o.reshape(b, hkv, g, d)
+
+
+def _cudnn_decode(q, kc, vc, pos, scale):
+    b, hkv, g, d = q.shape
+    qt = q.reshape(b, 1, hkv * g, d)
+    lengths = jnp.broadcast_to(pos + 1, (b,)).astype(jnp.int32)
+    o = _cudnn(lambda: jax.nn.dot_product_attention(
+        qt, kc.transpose(0, 2, 1, 3), vc.transpose(0, 2, 1, 3), scale=scale,
+        key_value_seq_lengths=lengths, implementation="cudnn"))
+    return o.reshape(b, hkv, g, d)
+
+
+def decode(option: str, qg, kc, vc, pos, scale: float, xla):
+    """One query per head: qg [B, Hkv, g, D] (queries grouped by kv head) over the updated
+    cache kc/vc [B, Hkv, S, D], positions <= pos -> [B, Hkv, g, D] with ``option``
+    (``xla(qg, kc, vc, pos)`` the XLA form)."""
+    if option == "xla":
+        return xla(qg, kc, vc, pos)
+    if option == "cudnn":
+        kernels = {"cuda": functools.partial(_cudnn_decode, scale=scale)}
+        _cudnn_decode(qg, kc, vc, pos, scale)
+    elif option == "paged":
+        kernels = {"tpu": functools.partial(_paged_decode, scale=scale)}
+    elif option in ("flash", "auto"):
+        kernels = {"tpu": functools.partial(_tpu_flash_decode, scale=scale),
+                   "cuda": functools.partial(_triton_decode, scale=scale)}
+    else:
+        raise AttentionError(f"--set attention={option}: no decode kernel")
+
+    def run(qg, kc, vc, pos):
+        return _dispatch(option, "decode", kernels, xla, (qg, kc, vc, pos),
+                         jax.ShapeDtypeStruct(qg.shape, qg.dtype), (1, kc.shape[2]))
+
+    P = jax.sharding.PartitionSpec
+    return _sharded(run, (qg, kc, vc, pos), lambda pb, ph: P(pb, ph, None, None))
+
+
+__all__ = ["ATTENTION", "AttentionError", "KERNELS", "attention_name", "check_mode", "decode",
+           "forward", "unsupported_feature"]

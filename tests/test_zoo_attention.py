@@ -1,0 +1,211 @@
+"""Attention kernels of the zoo (issue 24): ``--set attention=xla|flash|splash|paged|cudnn|auto``.
+
+Each kernel option is compiled on a tiny Llama config for its platform without the device
+(tpu-v5e for the Pallas TPU kernels, h100-sxm for the Pallas Triton ones) and the program must
+contain the kernel's custom call (``tpu_custom_call`` / ``__gpu$xla.gpu.triton``); options
+that cannot compile for a target fail with one line naming the option, the compiler and why.
+The TPU kernels' numerics (the grouped-query folding, the identity page table) are checked
+in Pallas' TPU interpret mode on CPU against softmax attention written here in numpy.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+import os
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from jaxmove import zoo
+
+ROOT = Path(__file__).resolve().parents[1]
+# head_dim 128 (paged attention's tile), 2 query heads per kv head, sequences of 128 (the TPU
+# backward kernels' key block)
+TINY = dict(layers="2", d_model="256", heads="2", kv_heads="1", d_ff="256", vocab="512",
+            seq_len="128", batch="2", dtype="bf16")
+
+
+def _have(module: str) -> bool:
+    try:
+        return importlib.util.find_spec(module) is not None
+    except (ImportError, ValueError):
+        return False
+
+
+# ---- names and mode checks (no compile) ------------------------------------------------------
+
+def test_attention_names_and_defaults():
+    assert zoo.attention.attention_name(" Flash ") == "flash"
+    with pytest.raises(ValueError, match="unknown attention 'fast'; expected one of xla, flash"):
+        zoo.attention.attention_name("fast")
+    with pytest.raises(zoo.PresetError, match=r"--set attention='fast'"):
+        zoo.build("llama3-8b-decode", {**TINY, "attention": "fast"})
+    # inference keeps the XLA form, training picks the flash kernel where it compiles
+    assert zoo.PRESETS["llama3-8b-decode"].config["attention"] == "xla"
+    assert zoo.PRESETS["llama3-8b-prefill"].config["attention"] == "xla"
+    assert zoo.PRESETS["llama3-70b-train"].config["attention"] == "auto"
+    assert "flash attention where a kernel compiles" in zoo.PRESETS["llama3-70b-train"].description
+    assert "flash" not in zoo.PRESETS["gemma2-9b-train"].description
+
+
+@pytest.mark.parametrize("preset, sets, match", [
+    ("llama3-8b-prefill", {"attention": "paged"}, "the paged kernel is for decode"),
+    ("llama3-8b-train", {"attention": "paged"}, "the paged kernel is for decode"),
+    ("llama3-8b-decode", {"attention": "splash"}, "the splash kernel is for prefill and training"),
+    ("gemma2-9b-decode", {"attention": "flash"}, r"without score soft-capping \(attn_softcap=50.0\)"),
+    ("deepseek-v3-prefill", {"attention": "flash", "dense_layers": "1"}, "multi-head latent attention"),
+    ("llama3-8b-decode", {"attention": "flash", "kv_dtype": "int8"}, "a int8 cache would be dequantized"),
+    ("llama3-8b-decode", {"attention": "paged", "heads": "4"}, "head_dim=64 is not a multiple of 128"),
+])
+def test_options_that_cannot_compute_the_model_are_refused_at_build(preset, sets, match):
+    with pytest.raises(zoo.PresetError, match=match):
+        zoo.build(preset, {**TINY, **sets})
+
+
+def test_auto_keeps_xla_where_the_kernels_cannot_compute_the_model():
+    wl = zoo.build("gemma2-9b-train", {"layers": "2", "d_model": "64", "heads": "4", "kv_heads": "2",
+                                       "head_dim": "16", "d_ff": "128", "vocab": "256", "seq_len": "16",
+                                       "batch": "1", "sliding_window": "8"})
+    assert wl.config["attention"] == "auto"   # builds; its Attention modules run the XLA form
+
+
+# ---- XLA:CPU: no kernel -----------------------------------------------------------------------
+
+CPU_TINY = dict(layers="2", d_model="64", heads="4", kv_heads="2", d_ff="128", vocab="256",
+                seq_len="16", batch="2")
+
+
+def test_cpu_flash_is_a_clear_error_and_auto_is_the_xla_form():
+    import jaxmove
+    from jaxmove.zoo.attention import AttentionError
+    with pytest.raises(AttentionError, match=r"^--set attention=flash cannot compile for XLA:CPU: "
+                                             r"the flash kernel is written for XLA:TPU, XLA:GPU"):
+        jaxmove.analyze("llama3-8b-decode", overrides={**CPU_TINY, "attention": "flash"})
+    # auto on XLA:CPU: the same bytes as the XLA form (the training default changes nothing here)
+    reps = {a: jaxmove.analyze("llama3-8b-train", overrides={**CPU_TINY, "attention": a})
+            for a in ("xla", "auto")}
+    for role in ("weights", "activations", "optimizer_state"):
+        assert reps["auto"].totals.role_bytes(role) == reps["xla"].totals.role_bytes(role)
+
+
+# ---- numerics of the TPU kernels in interpret mode -----------------------------------------------
+
+def _softmax_attention(q, k, v, mask, scale):
+    """softmax(q k^T * scale) v over the last two dims, ``mask`` True where attended."""
+    s = np.einsum("...td,...sd->...ts", q, k) * scale
+    s = np.where(mask, s, -np.inf)
+    p = np.exp(s - s.max(-1, keepdims=True))
+    return np.einsum("...ts,...sd->...td", p / p.sum(-1, keepdims=True), v)
+
+
+def test_tpu_kernels_match_softmax_attention_in_interpret_mode():
+    import jax
+    import jax.numpy as jnp
+    from jax.experimental.pallas import tpu as pltpu
+    from jaxmove.zoo import attention as A
+
+    rng = np.random.default_rng(0)
+    b, hkv, g, s, d, pos = 2, 2, 2, 256, 128, 137
+    scale = d ** -0.5
+    q = rng.standard_normal((b, hkv, g, d)).astype(np.float32)
+    k, v = (rng.standard_normal((b, hkv, s, d)).astype(np.float32) for _ in range(2))
+    want = _softmax_attention(q, k, v, np.arange(s) <= pos, scale)
+    t = 128
+    qf = rng.standard_normal((b, t, hkv * g, d)).astype(np.float32)
+    kf, vf = (rng.standard_normal((b, hkv, t, d)).astype(np.float32) for _ in range(2))
+    # query head h attends with kv head h // g
+    wantf = _softmax_attention(qf.transpose(0, 2, 1, 3), np.repeat(kf, g, 1), np.repeat(vf, g, 1),
+                               np.tril(np.ones((t, t), bool)), scale).transpose(0, 2, 1, 3)
+    with pltpu.force_tpu_interpret_mode():
+        flash = jax.jit(lambda *a: A._tpu_flash_decode(*a, scale=scale))(q, k, v, jnp.int32(pos))
+        paged = jax.jit(lambda *a: A._paged_decode(*a, scale=scale))(q, k, v, jnp.int32(pos))
+        fwd = jax.jit(lambda *a: A._tpu_flash_forward(*a, scale=scale))(qf, kf, vf)
+    np.testing.assert_allclose(np.asarray(flash), want, atol=1e-5)
+    np.testing.assert_allclose(np.asarray(paged), want, atol=5e-3)   # the kernel's own precision
+    np.testing.assert_allclose(np.asarray(fwd), wantf, atol=1e-5)
+    # the masked positions matter: attending to every position gives another result
+    assert np.abs(_softmax_attention(q, k, v, np.ones(s, bool), scale) - want).max() > 0.05
+
+
+# ---- deviceless compiles: the kernel's custom call is in the program --------------------------
+
+_WORKER = textwrap.dedent("""
+    import json, re, sys
+    from jaxmove.capture import resolve_program
+    target, sets, cases = sys.argv[1], json.loads(sys.argv[2]), json.loads(sys.argv[3])
+    out = {}
+    for preset, opt in cases:
+        try:
+            prog = resolve_program(preset, overrides={**sets, "attention": opt}, target=target)
+            out[f"{preset}:{opt}"] = sorted(set(re.findall(r'custom_call_target="([^"]+)"', prog.hlo_text)))
+        except Exception as e:
+            out[f"{preset}:{opt}"] = f"{type(e).__name__}: {e}"
+    json.dump(out, sys.stdout)
+""")
+
+
+def _compile_all(target: str, cases: list) -> dict:
+    env = dict(os.environ, JAX_PLATFORMS="cpu", ALLOW_MULTIPLE_LIBTPU_LOAD="1")
+    proc = subprocess.run([sys.executable, "-c", _WORKER, target, json.dumps(TINY), json.dumps(cases)],
+                          cwd=ROOT, env=env, capture_output=True, text=True, timeout=900)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    return json.loads(proc.stdout)
+
+
+TPU_CASES = [("llama3-8b-prefill", "flash"), ("llama3-8b-prefill", "splash"), ("llama3-8b-train", "flash"),
+             ("llama3-8b-train", "splash"), ("llama3-8b-train", "auto"), ("llama3-8b-decode", "flash"),
+             ("llama3-8b-decode", "paged"), ("llama3-8b-decode", "xla"), ("llama3-8b-prefill", "cudnn")]
+GPU_CASES = [("llama3-8b-prefill", "flash"), ("llama3-8b-train", "flash"), ("llama3-8b-train", "auto"),
+             ("llama3-8b-decode", "flash"), ("llama3-8b-decode", "xla"), ("llama3-8b-prefill", "splash"),
+             ("llama3-8b-decode", "paged"), ("llama3-8b-decode", "cudnn")]
+
+
+@pytest.fixture(scope="module")
+def tpu_programs():
+    if not _have("libtpu"):
+        pytest.skip('libtpu is not installed (pip install "jaxmove[tpu]")')
+    return _compile_all("tpu-v5e", TPU_CASES)
+
+
+@pytest.fixture(scope="module")
+def gpu_programs():
+    if not _have("jax_plugins.xla_cuda12"):
+        pytest.skip('the CUDA plugin is not installed (pip install "jaxmove[gpu]")')
+    return _compile_all("h100-sxm", GPU_CASES)
+
+
+def test_tpu_kernels_compile_to_mosaic_custom_calls(tpu_programs):
+    for case in TPU_CASES[:7]:
+        key = ":".join(case)
+        assert isinstance(tpu_programs[key], list), tpu_programs[key]
+        assert "tpu_custom_call" in tpu_programs[key], key
+    assert "tpu_custom_call" not in tpu_programs["llama3-8b-decode:xla"]
+    # cuDNN: jax checks for the library when it traces the call; this machine has none
+    err = tpu_programs["llama3-8b-prefill:cudnn"]
+    if isinstance(err, str):
+        assert err.startswith("AttentionError: --set attention=cudnn") and "cuDNN" in err
+    else:
+        pytest.fail("the cudnn option compiled for tpu-v5e")
+
+
+def test_gpu_kernels_compile_to_triton_custom_calls(gpu_programs):
+    for key in ("llama3-8b-prefill:flash", "llama3-8b-train:flash", "llama3-8b-train:auto",
+                "llama3-8b-decode:flash"):
+        assert isinstance(gpu_programs[key], list), gpu_programs[key]
+        assert "__gpu$xla.gpu.triton" in gpu_programs[key], key
+    assert "__gpu$xla.gpu.triton" not in gpu_programs["llama3-8b-decode:xla"]
+    assert gpu_programs["llama3-8b-prefill:splash"] == (
+        "AttentionError: --set attention=splash cannot compile for XLA:GPU (CUDA): the splash kernel "
+        "is written for XLA:TPU (prefill / training)")
+    assert gpu_programs["llama3-8b-decode:paged"].startswith(
+        "AttentionError: --set attention=paged cannot compile for XLA:GPU (CUDA)")
+    cudnn = gpu_programs["llama3-8b-decode:cudnn"]
+    if isinstance(cudnn, list):          # a machine with cuDNN: the fused attention custom call
+        assert any(c.startswith("__cudnn$fmha") for c in cudnn), cudnn
+    else:
+        assert cudnn.startswith("AttentionError: --set attention=cudnn") and "cuDNN not found" in cudnn
