@@ -26,7 +26,7 @@ import signal
 from pathlib import Path
 
 import pytest
-from hypothesis import HealthCheck, event, given, settings
+from hypothesis import HealthCheck, assume, event, given, settings
 from hypothesis import strategies as st
 
 from jaxmove.hlo import HloParseError, parse_module
@@ -308,3 +308,35 @@ def test_mutations_do_what_they_say():
 def test_fuzz_regressions_replay(path):
     """Every input that ever failed the property above still parses or fails cleanly."""
     assert check_outcome(path.read_text()) in ("parsed", "error")
+
+
+#: pieces of string literals: escapes XLA takes and refuses, hex and octal digits that extend
+#: them, a quote only escaped (a bare one would end the literal), non-ASCII text
+_ESCAPE_PIECES = ["\\", "\\\\", '\\"', "\\x", "\\X", "\\u", "\\U", "\\0", "\\3", "\\7", "\\n",
+                  "\\q", "\\'", "\\?", "0", "1", "3", "7", "8", "a", "F", "g", "é", " ", "[", "D8"]
+
+
+@settings(max_examples=300, derandomize=True, deadline=None, database=None,
+          suppress_health_check=list(HealthCheck))
+@given(pieces=st.lists(st.sampled_from(_ESCAPE_PIECES), min_size=1, max_size=8))
+def test_string_escapes_agree_with_xla(pieces):
+    """Random escape sequences in an op_name: XLA's parser and jaxmove's accept the same ones,
+    with the same bytes (HloModuleProto's OpMetadata.op_name), and refuse the same ones
+    (jaxmove with a clean HloParseError)."""
+    _hlo = pytest.importorskip("jaxlib._hlo")
+    from .test_hlo_parser import _escaped_module, _xla_metadata
+
+    s = "".join(pieces)
+    # one literal, as XLA's lexer matches it (hlo_lexer.cc LexString: "([^"\\]|\\.)*"): no
+    # bare quote (``\\\\"`` is an escaped backslash, then the end), no escaped closing quote
+    assume(re.fullmatch(r'"(?:[^"\\]|\\.)*"', f'"{s}"') is not None)
+    text = _escaped_module(s)
+    try:
+        xla = [m for m in _xla_metadata(text) if 3 in m]
+    except Exception as e:  # noqa: BLE001 - XLA's parse error is a RuntimeError / XlaRuntimeError
+        assert "parse" in str(e).lower(), e
+        with pytest.raises(HloParseError):
+            parse_module(text)
+        return
+    md = parse_module(text).entry.root.metadata
+    assert md.op_name.encode("utf-8", "surrogateescape") == xla[0].get(2, b""), s
