@@ -183,3 +183,80 @@ def test_fsdp_tiny_decode_passes_every_corpus_check(fsdp_record):
     cc = _load("corpus_checks")
     failed = [c.to_json() for c in cc.check_report(report, closed, "tpu") if c.ok is False]
     assert not failed, failed
+
+
+# XLA:TPU's one-hot lookup (jax.nn.one_hot(tokens, V) @ table, compiled for tpu-v5e): the table is
+# prefetched whole into VMEM by a copy-start, a nested fusion re-lays it (bitcast), and the matmul
+# is a convolution of a nested iota_compare_fusion with it
+TV, TD, TT = 1024, 256, 8
+PREFETCH_ONE_HOT = f"""HloModule embed_prefetch_one_hot
+
+%iota_compare (i: s32[{TT}]) -> pred[{TT},{TV}] {{
+  %i = s32[{TT}]{{0}} parameter(0)
+  %b = s32[{TT},{TV}]{{1,0}} broadcast(%i), dimensions={{0}}
+  %iota = s32[{TT},{TV}]{{1,0}} iota(), iota_dimension=1
+  ROOT %eq = pred[{TT},{TV}]{{1,0}} compare(%b, %iota), direction=EQ
+}}
+
+%bitcast_fusion (t: bf16[{TV},{TD}]) -> bf16[{TV},{TD}] {{
+  %t = bf16[{TV},{TD}]{{1,0:S(1)}} parameter(0)
+  ROOT %bc = bf16[{TV},{TD}]{{1,0}} bitcast(%t)
+}}
+
+%lookup (p0: bf16[{TV},{TD}], p1: s32[{TT}]) -> bf16[{TT},{TD}] {{
+  %p1 = s32[{TT}]{{0}} parameter(1)
+  %oh = pred[{TT},{TV}]{{1,0}} fusion(%p1), kind=kLoop, calls=%iota_compare
+  %p0 = bf16[{TV},{TD}]{{1,0:S(1)}} parameter(0)
+  %tab = bf16[{TV},{TD}]{{1,0}} fusion(%p0), kind=kLoop, calls=%bitcast_fusion
+  ROOT %conv = bf16[{TT},{TD}]{{1,0}} convolution(%oh, %tab), dim_labels=bf_io->bf
+}}
+
+ENTRY %main (embedding: bf16[{TV},{TD}], tokens: s32[{TT}]) -> bf16[{TT},{TD}] {{
+  %embedding = bf16[{TV},{TD}]{{1,0}} parameter(0), metadata={{op_name="embedding"}}
+  %copy-start = (bf16[{TV},{TD}]{{1,0:S(1)}}, bf16[{TV},{TD}]{{1,0}}, u32[]{{:S(2)}}) copy-start(%embedding), cross_program_prefetch_index=0
+  %tokens = s32[{TT}]{{0}} parameter(1), metadata={{op_name="tokens"}}
+  %copy-done = bf16[{TV},{TD}]{{1,0:S(1)}} copy-done(%copy-start)
+  ROOT %f = bf16[{TT},{TD}]{{1,0}} fusion(%copy-done, %tokens), kind=kOutput, calls=%lookup
+}}
+"""
+
+
+def _check_prefetched_one_hot(ex):
+    rows = TT * TD * 2                       # 8 tokens x 256 x bf16 = 4,096 B
+    c = ex.cause("whole_table_read")
+    assert c is not None and c.subject == "embedding"
+    assert c.bytes == TV * TD * 2 - rows == 520_192
+    assert [i.name for i in c.instructions] == ["copy-start"]
+    # the rows read (the matmul's result is activations)
+    assert ex.by_role["weights"].compulsory_bytes == rows
+    assert ex.by_role["weights"].compiled_bytes == TV * TD * 2
+
+
+def test_prefetched_one_hot_convolution_is_a_lookup():
+    ex, _ = excess_of(PREFETCH_ONE_HOT, V5E)
+    _check_prefetched_one_hot(ex)
+
+
+def test_prefetched_one_hot_compiled_for_tpu(tmp_path):
+    # the same lookup compiled by XLA:TPU (deviceless, v5e): the pattern above is what it emits
+    pytest.importorskip("libtpu", reason="libtpu is not installed (pip install jaxmove[tpu])")
+    from .device_compile import tpu_devices
+    import jax
+    import jax.numpy as jnp
+
+    from jaxmove._platform import quiet_stderr
+    sh = jax.sharding.SingleDeviceSharding(tpu_devices("v5e:2x2")[0])
+
+    def f(embedding, tokens):
+        return (jax.nn.one_hot(tokens, TV, dtype=jnp.bfloat16) @ embedding) * 2
+
+    with quiet_stderr():
+        text = jax.jit(f).lower(jax.ShapeDtypeStruct((TV, TD), jnp.bfloat16, sharding=sh),
+                                jax.ShapeDtypeStruct((TT,), jnp.int32, sharding=sh)).compile().as_text()
+    ex, _ = excess_of(text, V5E)
+    rows = TT * TD * 2
+    c = ex.cause("whole_table_read")
+    assert c is not None and c.bytes == TV * TD * 2 - rows, text[-2000:]
+    # the table's compiled read is its whole bytes; of those only the looked-up rows are needed
+    assert ex.by_role["weights"].compiled_bytes - ex.by_role["weights"].compulsory_bytes \
+        >= TV * TD * 2 - rows

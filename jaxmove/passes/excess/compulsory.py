@@ -344,6 +344,7 @@ class Accounting:
         # same pass; the copy kernels' buffers are resolved below, after the unions
         kcause: dict[int, str] = {}
         copy_rows: list[tuple[int, tuple, int]] = []  # (row number, copy kind, result leaf)
+        self.copy_starts = copy_starts = []  # copy-start rows (a prefetch into on-chip memory?)
         rebuilds: dict[tuple[str, str], int] = {}  # fusions that rebuild an operand: its number
         computations = module.computations
         cname = None
@@ -359,6 +360,8 @@ class Accounting:
                     comp = computations[cname]
                 if t.inplace_buffer_bytes and instr.opcode == "fusion":
                     inplace.add((cname, instr.name))
+                if instr.opcode == "copy-start":
+                    copy_starts.append(k)
                 c, ck = classify(instr, comp, module, t)
                 if c is not None:
                     kcause[k] = c
@@ -509,6 +512,18 @@ class Accounting:
         # their readers' on-chip reads say how much of the parameter the program needs (lookups)
         self.onchip_copy = {droot: derived[droot] for droot in onchip_dst
                             if droot in derived and derived[droot][0] in param_root}
+        # a copy-start of a parameter into on-chip memory (XLA:TPU's cross-program prefetch of a
+        # table into VMEM): its copy-done's readers are the copy's
+        for k in self.copy_starts:
+            r = rows[k]
+            instr = r.instr
+            shape = instr.shape
+            if not instr.operands or not shape.is_tuple or not shape.tuple_shapes \
+                    or shape.tuple_shapes[0].memory_space not in ON_CHIP_MEMORY_SPACES:
+                continue
+            sroot = find((r.computation, instr.operands[0], 0))
+            if sroot in param_root:
+                self.onchip_copy[find((r.computation, instr.name, 0))] = (sroot, 1, 1, None, k)
         self.onchip_copy_row = {d[4]: droot for droot, d in self.onchip_copy.items()}  # row -> its copy
         self.derived, self.kcause, self.update_of = derived, kcause, update_of
         self.update_root = {pnum: oroot for oroot, pnum in update_of.items()}

@@ -12,7 +12,9 @@ of that read to ``whole_table_read`` (``causes.py``):
   d_model is stored vocab-minor, ``bf16[1024,64]{0,1}``, and the gather wants rows contiguous)
   and gathers the rows from the on-chip copy;
 * a one-hot matmul (``one_hot(tokens, V) @ table``, T5X / MaxText's iota embedding) reads every
-  row to keep the T rows the one-hot selects: ``dot(compare(iota, broadcast(ids), EQ), table)``.
+  row to keep the T rows the one-hot selects: ``dot(compare(iota, broadcast(ids), EQ), table)``
+  (XLA:TPU: a ``convolution`` of an ``iota_compare_fusion`` with the table, prefetched whole
+  into VMEM by a ``copy-start``).
 
 Pure functions of an instruction, its operand number and the module.
 """
@@ -26,6 +28,8 @@ LOOKUP_OPS = frozenset({"gather", "dynamic-slice"})
 # ops that pass the table (or the one-hot mask) through, element for element
 _TABLE_CHAIN = frozenset({"bitcast", "copy", "convert", "reshape", "transpose", "bitcast-convert"})
 _MASK_CHAIN = _TABLE_CHAIN | {"broadcast"}
+# a matmul of the table with a one-hot mask (XLA:TPU writes a dot as a convolution, dim_labels bf_io->bf)
+_MATMUL_OPS = frozenset({"dot", "convolution"})
 _MAX_STEPS = 64  # a lookup is a short chain; longer walks are no lookup
 
 
@@ -73,15 +77,20 @@ def _fused_lookup(fused: Computation, operand: int, module: Module, depth: int) 
                 if u.operands[0] != cur.name or cur.name in u.operands[1:] or not u.shape.is_array:
                     return None  # the table used as an index
                 elems += u.shape.num_elements
-            elif uop == "dot" and len(u.operands) == 2 and u.operands[0] != u.operands[1]:
+            elif uop in _MATMUL_OPS and len(u.operands) == 2 and u.operands[0] != u.operands[1]:
                 other = u.operands[1] if u.operands[0] == cur.name else u.operands[0]
-                if not _is_one_hot(fused, fused.by_name.get(other)):
+                if not u.shape.is_array or not _is_one_hot(fused, fused.by_name.get(other), module):
                     return None
                 elems += u.shape.num_elements
             elif uop == "fusion" and u.called_computations:
                 inner = module.computations.get(u.called_computations[0])
                 if inner is None:
                     return None
+                if len(u.operands) == 1 and _passes_through(inner):
+                    if u is fused.root:
+                        return None
+                    stack.append(u)  # a nested fusion that only re-lays the table (a bitcast)
+                    continue
                 for k, o in enumerate(u.operands):
                     if o == cur.name:
                         got = _fused_lookup(inner, k, module, depth + 1)
@@ -93,9 +102,25 @@ def _fused_lookup(fused: Computation, operand: int, module: Module, depth: int) 
     return elems
 
 
-def _is_one_hot(comp: Computation, instr: Instruction | None) -> bool:
+def _passes_through(comp: Computation) -> bool:
+    """``comp``'s root is its parameter through ``_TABLE_CHAIN`` ops only (XLA:TPU's nested
+    ``bitcast_fusion`` of a table read from VMEM)."""
+    instr = comp.root
+    for _ in range(_MAX_STEPS):
+        if instr is None:
+            return False
+        if instr.opcode == "parameter":
+            return True
+        if instr.opcode not in _TABLE_CHAIN or not instr.operands:
+            return False
+        instr = comp.by_name.get(instr.operands[0])
+    return False
+
+
+def _is_one_hot(comp: Computation, instr: Instruction | None, module: Module, depth: int = 0) -> bool:
     """``instr`` is a one-hot mask: ``compare(iota, ids, EQ)`` (or ``select`` on one), through
-    convert / bitcast / reshape / transpose / broadcast."""
+    convert / bitcast / reshape / transpose / broadcast, and through a nested fusion computing it
+    (XLA:TPU's ``iota_compare_fusion``)."""
     for _ in range(_MAX_STEPS):
         if instr is None:
             return False
@@ -103,6 +128,9 @@ def _is_one_hot(comp: Computation, instr: Instruction | None) -> bool:
         if op in _MASK_CHAIN and instr.operands:
             instr = comp.by_name.get(instr.operands[0])
             continue
+        if op == "fusion" and instr.called_computations and depth < 8:
+            inner = module.computations.get(instr.called_computations[0])
+            return inner is not None and _is_one_hot(inner, inner.root, module, depth + 1)
         if op == "select" and instr.operands:
             instr = comp.by_name.get(instr.operands[0])
             continue
