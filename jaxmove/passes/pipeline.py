@@ -239,9 +239,10 @@ def analyze_module(module: Module, entry_roles: dict[int, str] | None = None) ->
     for cname in post_order(module, [module.entry.name], _calls_kernels):
         total(cname)
     totals = total(module.entry.name)
+    noted = [r for r in rows if r.notes]  # (most rows have none: no generator for them)
     for marker, what in ((KV_REWRITE, "rewrite a whole KV-cache buffer instead of updating it in "
                           "place"), (KV_COPY, "write a whole copy of the KV cache to read it")):
-        hit = [r for r in rows if any(n.startswith(marker) for n in r.notes)]
+        hit = [r for r in noted if any(n.startswith(marker) for n in r.notes)]
         if hit:
             nbytes = sum(r.total.kv_cache_write_bytes for r in hit)
             notes.append(f"{len(hit)} instruction(s) {what} ({nbytes} bytes per program run), e.g. "
