@@ -66,8 +66,9 @@ def finite(obj, path: str = "", replaced: list[str] | None = None):
     return obj
 
 
-#: ``json.dumps(v, allow_nan=False)`` without building an encoder per call (one per row)
-_compact = json.JSONEncoder(allow_nan=False).encode
+#: ``json.dumps(v, allow_nan=False)`` without building an encoder per call (one per row), and
+#: without the C encoder's reference-cycle bookkeeping (the documents are trees: no cycles)
+_compact = json.JSONEncoder(allow_nan=False, check_circular=False).encode
 
 
 def _pretty(v, depth: int) -> str:

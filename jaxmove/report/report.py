@@ -13,7 +13,9 @@ from ..hlo import Module
 from ..passes.cost import PATHS, Cost
 from ..passes.pipeline import InstructionCost, ModuleAnalysis
 from ..vocab import ROLES
+from .attribution import attribute
 from .columns import QUIET_OPCODES, dominant_role  # noqa: F401  (dominant_role re-exported)
+from .shapes import operand_shapes, shape_text
 
 if TYPE_CHECKING:
     from ..capture.program import EntryParameter
@@ -207,8 +209,6 @@ class Report:
         }
 
     def _row_json(self, r: InstructionCost) -> dict:
-        from .attribution import attribute
-        from .shapes import operand_shapes, shape_text
         t = r.total
         att = attribute(self.module, r.instr)   # source inferred from neighbours when absent
         loc = att.source
