@@ -1038,7 +1038,7 @@ class Accounting:
         return total
 
     def _settle_table(self, broot, claims, footprint: int) -> None:
-        """A lookup table's reads (``_lookup_tables``): its footprint granted in schedule order,
+        """A lookup table's reads (``_table_footprint``): its footprint granted in schedule order,
         the rest of every read ``whole_table_read``."""
         subject = self._param_subject(self.param_root[broot][0])
         budget = footprint
