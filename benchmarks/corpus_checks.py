@@ -166,6 +166,7 @@ def closed_forms(wl, shardings) -> ClosedForms:
                     if "wpe" in path:
                         rows = min(int(cfg.get("seq_len", 1)) if mode == "prefill" else 1, _shard_shape(leaf, sh)[0])
                     cf.detail[f"gathered {path}"] = int(rows * row)
+                    cf.detail[f"table {path}"] = nbytes
                     weights += int(rows * row)
                 else:
                     weights += nbytes
@@ -247,3 +248,32 @@ def check_report(report, cf: ClosedForms, platform: str) -> list[Check]:
         out.append(Check("tpu_memory_vs_xla", XLA_TIME_FACTOR, worst, not bad,
                          "" if not bad else f"{len(bad)} fusions over {XLA_TIME_FACTOR:g}x: " + ", ".join(bad[:8])))
     return out
+
+
+def gathered_table_excess(closed_detail: dict) -> int:
+    """Bytes of the gathered tables the step does not touch: per table, its per-device shard
+    (``table <path>``) less the rows gathered (``gathered <path>``), summed."""
+    return sum(v - closed_detail.get("gathered " + k[len("table "):], 0)
+               for k, v in closed_detail.items() if k.startswith("table "))
+
+
+def known_cause(check: dict, closed_detail: dict, prefetched: list[str] | None = None) -> str | None:
+    """Why a failed ``compulsory_weights`` check is off, when the numbers say so: the excess pass
+    counted each gathered table whole (got - expected = table shards - gathered rows, within
+    ``TOLERANCE`` of the closed form); ``prefetched``: the entry parameters XLA cross-program
+    prefetches (``copy-start`` with ``cross_program_prefetch_index``). Returns ``"<cause>;
+    <this program's numbers>"``, or None: no known cause."""
+    if check.get("name") != "compulsory_weights" or check.get("ok") is not False:
+        return None
+    want, got = check.get("expected"), check.get("got")
+    extra = gathered_table_excess(closed_detail)
+    if not want or got is None or extra <= 0 or abs((got - want) - extra) > TOLERANCE * want:
+        return None
+    tables = [k[len("table "):] for k in closed_detail if k.startswith("table ")]
+    how = ""
+    if prefetched and any(p.endswith(t) or t.endswith(p) for t in tables for p in prefetched):
+        how = (" (XLA:TPU cross-program-prefetches the table into VMEM, copy-start with "
+               "cross_program_prefetch_index, and gathers from the copy)")
+    return (f"the gathered table {', '.join(tables)} counted whole as compulsory{how}; "
+            f"got - closed form = {got - want:,.0f} B = table shard - rows gathered ({extra:,} B)")
+

@@ -231,6 +231,20 @@ def coverage_of(module) -> dict[str, set[str]]:
 SPECS = {"tpu-v5e": "tpu-v5e", "tpu-v5p": "tpu-v5p", "tpu-v6e": "tpu-v6e", "h100": "h100-sxm", "b200": "b200"}
 
 
+def cross_program_prefetched(module) -> list[str]:
+    """Entry parameters (their pytree path, else name) that XLA copies by a ``copy-start`` with
+    ``cross_program_prefetch_index`` (XLA:TPU's cross-program prefetch into VMEM)."""
+    from jaxmove.passes.roles import entry_parameter_name
+    entry = module.entry
+    out = []
+    for instr in entry.instructions:
+        if instr.opcode == "copy-start" and "cross_program_prefetch_index" in instr.attrs and instr.operands:
+            src = entry.by_name.get(instr.operands[0])
+            if src is not None and src.opcode == "parameter":
+                out.append(entry_parameter_name(src))
+    return out
+
+
 def analyse_text(path: Path, target: str | None = None, closed=None) -> dict:
     """Analyse one cached program; the record's analysis fields (rejection on error). With
     ``target`` the program is costed on its spec; with ``closed`` (``corpus_checks.ClosedForms``)
@@ -267,6 +281,7 @@ def analyse_text(path: Path, target: str | None = None, closed=None) -> dict:
     rec["padding_fraction"] = tot.hbm_padding_bytes / tot.hbm_bytes if tot.hbm_bytes else 0.0
     rec["unknown_trip_loops"] = sum(1 for n in report.notes if "trip count unknown" in n)
     rec["coverage"] = coverage_of(report.module)
+    rec["prefetched"] = cross_program_prefetched(report.module)
     if closed is not None:
         sys.path.insert(0, str(HERE)) if str(HERE) not in sys.path else None
         import corpus_checks
@@ -350,7 +365,8 @@ def greedy_slice(records: list[dict], budget_s: float = 25.0) -> list[list[str]]
         gain = items(best) & need
         if not gain:
             break
-        chosen.append([best["preset"], best["size"], best["target"], best["plan"]])
+        chosen.append([best["preset"], best["size"], best["target"], best["plan"]]
+                      + ([best["extra"]] if best.get("extra") else []))
         spent += best.get("compile_s", 0) + best.get("analysis_s", 0)
         need -= gain
     if spent > budget_s:
@@ -371,11 +387,15 @@ def write_outputs(records: list[dict], args) -> None:
              "(with `--all-cached`: every program earlier runs cached) "
              "(deviceless compilation: libtpu topologies, CUDA-plugin target configs; "
              "2-core CI host). compile s is XLA's, analysis s is `jaxmove.analyze` of the HLO "
-             "text (parse + passes + reuse, no hardware spec).", ""]
+             "text on the target's hardware spec (parse + passes + reuse + excess + times).", ""]
     rej = [r for r in records if r.get("rejection")]
     cerr = [r for r in records if r.get("compile_error")]
     unm = [r for r in records if r.get("unmodeled")]
     lines += [f"- programs: {len(records)} ({len(ok)} analysed, {len(cerr)} not compiled by XLA)",
+              "- by size: " + ", ".join(f"{k} {v}" for k, v in _count(records, "size").items())
+              + "; by target: " + ", ".join(f"{k} {v}" for k, v in _count(records, "target").items())
+              + "; by plan: " + ", ".join(f"{k} {v}" for k, v in _count(records, "plan").items())
+              + f"; in the dtype / scan matrix: {len(split_axes(records)[1])}",
               f"- rejections by jaxmove: {len(rej)}",
               f"- programs with unmodeled instructions: {len(unm)} "
               f"({sum(r.get('unmodeled', 0) for r in records)} instructions)",
@@ -405,45 +425,176 @@ def write_outputs(records: list[dict], args) -> None:
                   f"= {d['ratio']:.4f} x the per-device parameter bytes {d['param_bytes']} "
                   f"(from leaf shapes and shardings; {d['padded_param_bytes']} as stored, tile-padded); "
                   f"layer scan: {d['scan_trips']} trips (derived: the loop carries no known_trip_count)."]
-    lines += [CHECKS_BEGIN, *_checks_section(records), CHECKS_END]
+    base, axes = split_axes(records)
+    lines += [CHECKS_BEGIN, *_checks_section(base), CHECKS_END]
+    if axes:
+        lines += ["", AXES_BEGIN, *_axes_section(axes), AXES_END]
     lines += ["", "## Rejections", ""]
     lines += ([f"- {key_of(r['preset'], r['size'], r['target'], r['plan'], r.get('extra'))}: {r['rejection']}" for r in rej]
               or ["None."])
-    lines += ["", "## Programs", "",
-              "| preset | size | target | plan | compile s | analysis s | instructions | unmodeled | "
+    base_recs, axes_recs = split_axes(records)
+    lines += ["", "## Programs", ""]
+    if axes_recs:
+        lines += [f"(The {len(axes_recs)} programs of the dtype / scan matrix are in its section above: compile "
+                  f"{sum(r.get('compile_s', 0) for r in axes_recs):.0f} s in all, analysis at most "
+                  f"{max(r.get('analysis_s', 0) for r in axes_recs):.2f} s.)", ""]
+    lines += ["| preset | size | target | plan | compile s | analysis s | instructions | unmodeled | "
               "padding % of HBM | result |", "|---|---|---|---|---:|---:|---:|---:|---:|---|"]
-    for r in records:
+    for r in base_recs:
         res = ("rejected" if r.get("rejection") else
                f"XLA: {r['compile_error'][:80]}" if r.get("compile_error") else "ok")
         lines.append(f"| {r['preset']} | {r['size']} | {r['target']} | {r['plan']} | "
                      f"{r.get('compile_s', float('nan')):.1f} | {r.get('analysis_s', float('nan')):.2f} | "
                      f"{r.get('instructions', '')} | {r.get('unmodeled', '')} | "
                      f"{100 * r.get('padding_fraction', 0):.1f} | {res} |")
+    kept = kept_sections(REPORT.read_text()) if REPORT.is_file() else []
+    for sec in kept:
+        lines += ["", sec]
     REPORT.write_text("\n".join(lines) + "\n")
 
 
 CHECKS_BEGIN, CHECKS_END = "<!-- checks: begin -->", "<!-- checks: end -->"
+#: the dtype / scan matrix's own section: programs compiled with ``--weights-dtypes`` /
+#: ``--kv-dtypes`` / ``--scan`` values (records with ``extra``), after the checks section
+AXES_BEGIN, AXES_END = "<!-- axes-checks: begin -->", "<!-- axes-checks: end -->"
+#: a hand-written section of device_corpus.md that a rebuild keeps (its heading says so)
+KEPT = "(not generated by this script)"
+
+
+def _count(records: list[dict], key: str) -> dict[str, int]:
+    out: dict[str, int] = {}
+    for r in records:
+        out[r[key]] = out.get(r[key], 0) + 1
+    return out
+
+
+def split_axes(records: list[dict]) -> tuple[list[dict], list[dict]]:
+    """(records of the presets' own dtypes and scan, records of the dtype / scan matrix)."""
+    return [r for r in records if not r.get("extra")], [r for r in records if r.get("extra")]
+
+
+def _replace_block(text: str, begin: str, end: str, block: str, after: str | None = None) -> str:
+    """``text`` with the ``begin`` .. ``end`` block replaced by ``block``; absent: inserted after
+    the ``after`` marker if present, else before the Rejections section, else appended."""
+    if begin in text and end in text:
+        head, rest = text.split(begin, 1)
+        return head + block + rest.split(end, 1)[1]
+    if after is not None and after in text:
+        head, rest = text.split(after, 1)
+        return head + after + "\n\n" + block + rest
+    if "\n## Rejections" in text:
+        head, rest = text.split("\n## Rejections", 1)
+        return head + "\n" + block + "\n\n## Rejections" + rest
+    return text + "\n" + block + "\n"
 
 
 def write_checks_section(records: list[dict]) -> None:
-    """Replace the checks section of device_corpus.md (between ``CHECKS_BEGIN`` / ``CHECKS_END``,
-    appended before the Rejections section when absent) with this run's."""
+    """Replace the checks sections of device_corpus.md with this run's: the records without
+    dtype / scan ``extra`` between ``CHECKS_BEGIN`` / ``CHECKS_END``, the dtype / scan matrix's
+    between ``AXES_BEGIN`` / ``AXES_END``; a section this run has no records for is kept."""
     text = REPORT.read_text() if REPORT.is_file() else ""
     cmd = "python benchmarks/device_corpus.py " + " ".join(sys.argv[1:])
-    block = "\n".join([CHECKS_BEGIN, *_checks_section(records), "", f"(This section: `{cmd}`.)", CHECKS_END])
-    if CHECKS_BEGIN in text and CHECKS_END in text:
-        head, rest = text.split(CHECKS_BEGIN, 1)
-        text = head + block + rest.split(CHECKS_END, 1)[1]
-    elif "\n## Rejections" in text:
-        head, rest = text.split("\n## Rejections", 1)
-        text = head + "\n" + block + "\n\n## Rejections" + rest
-    else:
-        text += "\n" + block + "\n"
+    base, axes = split_axes(records)
+    if base:
+        block = "\n".join([CHECKS_BEGIN, *_checks_section(base), "", f"(This section: `{cmd}`.)", CHECKS_END])
+        text = _replace_block(text, CHECKS_BEGIN, CHECKS_END, block)
+    if axes:
+        block = "\n".join([AXES_BEGIN, *_axes_section(axes), "", f"(This section: `{cmd}`.)", AXES_END])
+        text = _replace_block(text, AXES_BEGIN, AXES_END, block, after=CHECKS_END)
     REPORT.write_text(text)
+
+
+def kept_sections(text: str) -> list[str]:
+    """The hand-written ``## `` sections of ``text`` whose heading contains ``KEPT``."""
+    parts = text.split("\n## ")
+    return ["## " + p.rstrip("\n") for p in parts[1:] if KEPT in p.split("\n", 1)[0]]
 
 
 def _fmt_bytes(v) -> str:
     return "" if v is None else f"{v:,.0f}"
+
+
+def _cause(rec: dict, check: dict) -> str | None:
+    """A failed check's known cause (``corpus_checks.known_cause``), or None."""
+    sys.path.insert(0, str(HERE)) if str(HERE) not in sys.path else None
+    import corpus_checks
+    return corpus_checks.known_cause(check, (rec.get("closed_forms") or {}).get("detail", {}),
+                                     rec.get("prefetched"))
+
+
+def _why(rec: dict, check: dict) -> str:
+    """A failed check's reason, with its known cause if any."""
+    cause = _cause(rec, check)
+    return f"{check['reason']}: {cause}" if cause else check["reason"]
+
+
+def _axes_label(extra: dict) -> str:
+    order = list(AXES)
+    return " ".join(f"{AXES.get(k, k)}={v}" for k, v in sorted(extra.items(), key=lambda kv: order.index(kv[0])
+                                                                if kv[0] in order else len(order)))
+
+
+def _axes_section(records: list[dict]) -> list[str]:
+    """The dtype / scan matrix: totals, the failed checks grouped by check and cause (each
+    program listed), and one row per preset x size x target x plan with a cell per dtype /
+    scan combination (ok, the number of failed checks, XLA: not compiled, rejected)."""
+    checked = [r for r in records if r.get("checks")]
+    failed = [(r, c) for r in checked for c in r["checks"] if c["ok"] is False]
+    skipped = [(r, c) for r in checked for c in r["checks"] if c["ok"] is None]
+    n = sum(len(r["checks"]) for r in checked)
+    cerr = [r for r in records if r.get("compile_error")]
+    rej = [r for r in records if r.get("rejection")]
+    unm = [r for r in records if r.get("unmodeled")]
+    lines = ["", "## The dtype / scan matrix checked against closed forms", "",
+             "Programs compiled with `--weights-dtypes` / `--kv-dtypes` / `--scan` values (the closed forms "
+             "of benchmarks/corpus_checks.py get the same `--set` values); the checks of the section above.", "",
+             f"- programs: {len(records)} ({len(cerr)} not compiled by XLA, {len(rej)} rejected by jaxmove, "
+             f"{len(unm)} with unmodeled instructions: "
+             f"{sum(r.get('unmodeled', 0) for r in records)} instructions)",
+             f"- programs checked: {len(checked)}; checks: {n}; failed: {len(failed)}; "
+             f"not checked (no closed form): {len(skipped)}", ""]
+    if failed:
+        groups: dict[tuple[str, str], list] = {}
+        for r, c in failed:
+            cause = _cause(r, c)  # "<cause>; <this program's numbers>"
+            groups.setdefault((c["name"], cause.split("; ")[0] if cause else c["reason"]), []).append((r, c))
+        lines += ["### Failed checks, by cause", "",
+                  "| check | cause | programs | closed form / jaxmove |", "|---|---|---:|---|"]
+        for (name, cause), rows in sorted(groups.items(), key=lambda kv: -len(kv[1])):
+            ratios = [c["got"] / c["expected"] for _r, c in rows if c.get("expected") and c.get("got") is not None]
+            rng = f"{min(ratios):.3f}x .. {max(ratios):.3f}x" if ratios else ""
+            lines.append(f"| {name} | {cause[:300]} | {len(rows)} | {rng} |")
+        lines += ["", "<details><summary>each failed check</summary>", "",
+                  "| program | check | expected | got | why |", "|---|---|---:|---:|---|"]
+        lines += [f"| {key_of(r['preset'], r['size'], r['target'], r['plan'], r.get('extra'))} | {c['name']} | "
+                  f"{_fmt_bytes(c['expected'])} | {_fmt_bytes(c['got'])} | {_why(r, c)[:400]} |" for r, c in failed]
+        lines += ["", "</details>", ""]
+    if skipped:
+        why = sorted({c["reason"] for _r, c in skipped})
+        lines += ["Not checked: " + "; ".join(why[:6]), ""]
+    if cerr:
+        lines += ["Not compiled by XLA: " + "; ".join(sorted({
+            f"{key_of(r['preset'], r['size'], r['target'], r['plan'], r.get('extra'))}: {r['compile_error'][:120]}"
+            for r in cerr})[:10]), ""]
+    cols = []
+    for r in records:
+        lab = _axes_label(r["extra"])
+        if lab not in cols:
+            cols.append(lab)
+    cols.sort(key=lambda c: (("w=" in c) and c.split("w=")[1].split()[0] or "", c))
+    rows: dict[tuple, dict[str, str]] = {}
+    for r in records:
+        fails = sum(1 for c in (r.get("checks") or []) if c["ok"] is False)
+        cell = ("XLA" if r.get("compile_error") else "rejected" if r.get("rejection") else
+                f"**{fails} failed**" if fails else "ok" if r.get("checks") else "-")
+        if r.get("unmodeled"):
+            cell += f" ({r['unmodeled']} unmodeled)"
+        rows.setdefault((r["preset"], r["size"], r["target"], r["plan"]), {})[_axes_label(r["extra"])] = cell
+    lines += ["| preset | size | target | plan | " + " | ".join(f"`{c}`" for c in cols) + " |",
+              "|---|---|---|---|" + "---|" * len(cols)]
+    for (preset, size, target, plan), cells in sorted(rows.items()):
+        lines.append(f"| {preset} | {size} | {target} | {plan} | " + " | ".join(cells.get(c, "") for c in cols) + " |")
+    return lines
 
 
 def _checks_section(records: list[dict]) -> list[str]:
@@ -462,7 +613,7 @@ def _checks_section(records: list[dict]) -> list[str]:
     if failed:
         lines += ["### Failed checks", "", "| program | check | expected | got | why |", "|---|---|---:|---:|---|"]
         lines += [f"| {key_of(r['preset'], r['size'], r['target'], r['plan'], r.get('extra'))} | {c['name']} | "
-                  f"{_fmt_bytes(c['expected'])} | {_fmt_bytes(c['got'])} | {c['reason'][:200]} |" for r, c in failed]
+                  f"{_fmt_bytes(c['expected'])} | {_fmt_bytes(c['got'])} | {_why(r, c)[:400]} |" for r, c in failed]
         lines.append("")
     if skipped:
         why = sorted({c["reason"] for _r, c in skipped})
@@ -586,8 +737,9 @@ def main(argv=None) -> int:
     ap.add_argument("--decode-70b", action="store_true",
                     help="also compile and analyse issue 18's 70B-class decode on v5e:4x4")
     ap.add_argument("--checks-only", action="store_true",
-                    help="write only the closed-form checks section of device_corpus.md (between its "
-                         "markers), from this run's programs; keep the rest of the file and the coverage")
+                    help="write only the closed-form checks sections of device_corpus.md (between their "
+                         "markers: the presets' own dtypes, and the dtype / scan matrix), from this run's "
+                         "programs; keep the rest of the file and the coverage")
     args = ap.parse_args(argv)
     if args.decode_70b:
         d = sharded_decode()

@@ -223,3 +223,59 @@ def test_full_size_fp8_weight_gemm_on_h100(tmp_path):
         assert r.excess.bytes_of("split_k_partials") == 2 * split * m * n * 4
         cause = r.excess.cause("split_k_partials")
         assert cause.by_role.get("weights", 0) == 0
+
+
+# ---- the dtype / scan matrix and the ep plan (benchmarks/device_corpus.md's axes section) ------
+
+AXES_PROGRAMS = {
+    # int8 weights and KV, unrolled, one TPU v5e chip: XLA:TPU cross-program-prefetches the bf16
+    # embedding table into VMEM (copy-start, cross_program_prefetch_index) and gathers 2 rows
+    "int8": ("llama3-8b-decode", "tiny", "tpu-v5e", "single",
+             {"weights_dtype": "int8", "kv_dtype": "int8", "scan_layers": "false"}),
+    # the Mixtral train step under the ep plan on TPU v5p: XLA:TPU offloads the router's
+    # scatter-adds to the SparseCore (call-start / call-done, execution_thread="sparsecore");
+    # XLA attention (the training default, auto, is a Pallas kernel that ep does not partition)
+    "sparsecore": ("mixtral-8x7b-train", "tiny", "tpu-v5p", "ep", {"attention": "xla"}),
+}
+
+
+@pytest.fixture(scope="session")
+def axes_records(tmp_path_factory):
+    pytest.importorskip("libtpu", reason="libtpu is not installed (pip install jaxmove[tpu])")
+    dc = _load("device_corpus")
+    tmp = tmp_path_factory.mktemp("corpus_axes")
+    out = {}
+    for name, (preset, size, target, plan, extra) in AXES_PROGRAMS.items():
+        try:
+            text, _ = dc.compile_program(preset, size, target, plan, extra)
+        except Exception as e:  # noqa: BLE001 - a target this machine cannot compile for
+            pytest.skip(f"cannot compile {preset} for {target}: {type(e).__name__}: {e}")
+        p = tmp / f"{name}.hlo"
+        p.write_text(text)
+        out[name] = (text, dc.analyse_text(p, target, dc.program_closed_forms(preset, size, target, plan, extra)))
+    return out
+
+
+def test_int8_decode_fails_only_for_a_known_cause(cc, axes_records):
+    _text, rec = axes_records["int8"]
+    checks = {c["name"]: c for c in rec["checks"]}
+    # per device: 2 layers x (k, v) x batch 2 x 8 kv heads x 256 positions x head_dim 8, int8,
+    # + one bf16 scale per (position, kv head), + one position written
+    kv_read = 2 * 2 * 2 * 8 * 256 * 8 + 2 * 2 * 2 * 8 * 256 * 2
+    assert checks["compulsory_kv_cache"]["expected"] == kv_read + kv_read // 256 == 164_480
+    assert checks["compulsory_kv_cache"]["ok"]
+    for c in rec["checks"]:
+        if c["ok"] is False:  # every failure is explained by the numbers, or the net has a hole
+            cause = cc.known_cause(c, rec["closed_forms"]["detail"], rec["prefetched"])
+            assert cause is not None, c
+    assert any(p.endswith("['embed']['embedding']") for p in rec["prefetched"])
+
+
+def test_sparsecore_train_step_is_modeled(axes_records):
+    text, rec = axes_records["sparsecore"]
+    if 'async_execution_thread="sparsecore"' not in text:
+        pytest.skip("this libtpu did not offload to the SparseCore")
+    assert rec["unmodeled"] == 0, rec["unmodeled_by"]
+    failed = [c for c in rec["checks"] if c["ok"] is False]
+    assert not failed, failed
+    assert next(c for c in rec["checks"] if c["name"] == "compulsory_optimizer_state")["ok"]

@@ -40,12 +40,13 @@ def slice_records(coverage, tmp_path_factory):
     dc = _corpus()
     out = []
     tmp = tmp_path_factory.mktemp("device_corpus")
-    for preset, size, target, plan in coverage["slice"]:
+    for preset, size, target, plan, *rest in coverage["slice"]:  # rest: a dtype / scan --set dict
+        extra = rest[0] if rest else None
         try:
-            text, _secs = dc.compile_program(preset, size, target, plan)
+            text, _secs = dc.compile_program(preset, size, target, plan, extra)
         except Exception as e:  # noqa: BLE001 - a target this machine cannot compile for
             pytest.skip(f"cannot compile {preset}/{size} for {target}: {type(e).__name__}: {e}")
-        path = tmp / f"{dc.key_of(preset, size, target, plan)}.hlo"
+        path = tmp / f"{dc.key_of(preset, size, target, plan, extra)}.hlo"
         path.write_text(text)
         out.append(((preset, size, target, plan), dc.analyse_text(path)))
     return out
