@@ -62,6 +62,12 @@ REDUCED = {"layers": "2", "seq_len": "256", "batch": "2", "dense_layers": "1"}
 # tiny: reduced, and narrow (a few seconds to compile even for the 70B-405B families)
 TINY = {**REDUCED, "d_model": "256", "d_ff": "512", "expert_d_ff": "128", "vocab": "1024"}
 SIZES = ("tiny", "reduced", "full")
+#: ``--set`` values every program gets where its preset has the key (a program's own ``extra``
+#: wins): the XLA attention form. The zoo's default ``attention=auto`` picks Pallas kernels on
+#: TPU, and ``jax.jit`` with the plans' NamedShardings refuses to partition them ("Mosaic kernels
+#: cannot be automatically partitioned"); the kernels have tests of their own
+#: (tests/test_zoo_attention.py). Programs cached before the option existed are this form.
+PINNED = {"attention": "xla"}
 
 _DEVICES: dict[str, list] = {}
 
@@ -149,7 +155,9 @@ def program_inputs(preset: str, size: str, target: str, plan: str, extra: dict[s
     from jaxmove.plans import PRESETS as PLANS
     from jaxmove.plans import workload_shardings
 
-    wl = zoo.build(preset, {**(overrides_for(preset, size) or {}), **(extra or {})})
+    fields = {f.name for f in dataclasses.fields(zoo.PRESETS[preset].config_cls)}
+    pinned = {k: v for k, v in PINNED.items() if k in fields}
+    wl = zoo.build(preset, {**pinned, **(overrides_for(preset, size) or {}), **(extra or {})})
     devs = devices(target)
     out_sh = None
     if plan == "single":
