@@ -138,3 +138,26 @@ def test_one_instruction_without_metadata_does_not_walk_the_computation(synth_re
 def test_split_name_stack_by_hand(op_name, parts):
     from jaxmove.report.attribution import split_name_stack
     assert split_name_stack(op_name) == parts
+
+
+def test_a_closed_pipe_during_the_streamed_rows_exits_0_quietly(tmp_path):
+    """``jaxmove analyze X --json | head -1``: the pipe closes while the rows stream (the document
+    is over a pipe's 64 KiB buffer)."""
+    import os
+    import subprocess
+    import sys
+
+    path = Path(__file__).resolve().parents[1] / "benchmarks" / "synth_hlo.py"
+    spec = importlib.util.spec_from_file_location("synth_hlo", path)
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    f = tmp_path / "s.hlo"
+    f.write_text(mod.generate(2000))
+    p = subprocess.Popen([sys.executable, "-P", "-m", "jaxmove.cli", "analyze", str(f), "--json"],
+                         stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                         env={**os.environ, "JAX_PLATFORMS": "cpu"})
+    first = p.stdout.readline()
+    p.stdout.close()
+    err = p.stderr.read().decode()
+    assert p.wait(timeout=120) == 0, err
+    assert first == b"{\n" and err == "", err
