@@ -548,6 +548,9 @@ _SAME_DIMS = names(same_dims=True)
 
 
 _QUOTED = re.compile(r'"(?:[^"\\]++|\\.)*+"')
+# An escape other than \" and \\ (every one XLA could refuse, and some it takes): strings whose
+# only escapes are those two (older XLA's backend_config="{\"a\":1}") need no unescaping check.
+_ESCAPE_TO_CHECK = re.compile(r'\\[^"\\]')
 
 
 def _check_strings(filename: str, instr: Instruction) -> None:
@@ -601,8 +604,9 @@ def validate_module(mod: Module) -> None:
                             _check_same_dims(filename, comp, instr)
                             break
             text = instr._attr_text  # escapes first: the checks below read strings
-            if ("\\" in text) if text is not None else (
-                    bool(instr._attrs) and any("\\" in v for v in instr._attrs.values())):
+            if (text is not None and "\\" in text and _ESCAPE_TO_CHECK.search(text)) or (
+                    text is None and instr._attrs
+                    and any("\\" in v and _ESCAPE_TO_CHECK.search(v) for v in instr._attrs.values())):
                 _check_strings(filename, instr)
             # most instructions need only their operand count checked
             if cheap.get(instr.opcode, -1) != len(ops) or (
