@@ -56,10 +56,12 @@ _NOTHING_TO_COST = frozenset(op for op in FREE_RULE_OPCODES & ZERO_RULE_OPCODES
 
 
 def instruction_cost(instr: Instruction, comp: Computation, roles: RoleMap, traffic: InstrTraffic,
-                     flop_count: FlopCount) -> tuple[Cost, list[str]]:
+                     flop_count: FlopCount, memo: dict | None = None) -> tuple[Cost, list[str]]:
     """One execution's Cost of ``instr`` from its traffic (each access's bytes go to the fields
     ``cost.ACCESS_SLOTS`` names for its memory space, role and direction; tile padding of HBM
-    accesses to ``hbm_padding_*``) and flops, and notes on whole KV-cache writes."""
+    accesses to ``hbm_padding_*``) and flops, and notes on whole KV-cache writes. With ``memo``
+    (field values -> Cost), equal costs are one shared (frozen) Cost: the layers of a model
+    repeat the same kernels."""
     reads, writes = traffic.reads, traffic.writes
     if not reads and not writes:  # moves nothing (parameters, tuples, *-done, ...)
         if not flop_count.flops and not flop_count.transcendentals:
@@ -114,7 +116,13 @@ def instruction_cost(instr: Instruction, comp: Computation, roles: RoleMap, traf
                 leaf = shape.subshape(a.index) if shape.is_tuple else shape
                 if nbytes == leaf.byte_size and leaf.byte_size > 0:
                     notes.append(_kv_note(instr, comp, roles, leaf, nbytes))
-    return cost_from_values(acc), notes
+    if memo is None:
+        return cost_from_values(acc), notes
+    key = tuple(acc)
+    c = memo.get(key)
+    if c is None:
+        c = memo[key] = cost_from_values(key)
+    return c, notes
 
 
 
@@ -171,6 +179,7 @@ def analyze_module(module: Module, entry_roles: dict[int, str] | None = None) ->
     roles = roles_pass(module, entry_roles)
     rows: list[InstructionCost] = []
     per_comp: dict[str, list[InstructionCost]] = {}
+    cost_memo: dict[tuple, Cost] = {}  # (instruction_cost's: one Cost per distinct cost)
     for cname, m in mult.items():
         comp = module.computations[cname]
         count, unknown_trip_count = m.count, m.unknown_trip_count
@@ -182,7 +191,7 @@ def analyze_module(module: Module, entry_roles: dict[int, str] | None = None) ->
                 try:
                     traffic = instruction_traffic(instr, comp, module)
                     fc = instruction_flops(instr, module)
-                    cost, notes = instruction_cost(instr, comp, roles, traffic, fc)
+                    cost, notes = instruction_cost(instr, comp, roles, traffic, fc, cost_memo)
                     coll = collective_info(instr, comp, module)
                 except CollectiveError:
                     raise  # a positioned error about the input: the caller reports it
