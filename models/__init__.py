@@ -74,7 +74,7 @@ PRESETS.update(families.presets(Preset))
 OVERRIDE_KEYS = ("batch", "seq_len", "layers", "d_model", "heads", "kv_heads",
                  "dtype", "scan_layers", "vocab", "d_ff", "experts", "top_k",
                  "head_dim", "expert_d_ff", "shared_experts", "dense_layers", "sliding_window",
-                 "weights_dtype", "kv_dtype", "remat", "stacked_cache", "attention")
+                 "weights_dtype", "kv_dtype", "remat", "stacked_cache", "attention", "act_dtype")
 
 
 #: Largest value of an integer override: int32, the type jax gives token ids (``vocab``)
@@ -144,6 +144,7 @@ _PARSERS["weights_dtype"] = _parse_with(transformer.weights_dtype_name)
 _PARSERS["kv_dtype"] = _parse_with(transformer.kv_dtype_name)
 _PARSERS["remat"] = _parse_with(transformer.remat_name)
 _PARSERS["attention"] = _parse_with(attention.attention_name)
+_PARSERS["act_dtype"] = _parse_with(transformer.act_dtype_name)
 _PARSERS["shared_experts"] = _PARSERS["dense_layers"] = _parse_count
 
 
@@ -264,10 +265,14 @@ def _check_array_sizes(wl: Workload, config: dict) -> None:
             shape = getattr(aval, "shape", None)
             if shape is None or not hasattr(aval, "dtype"):
                 continue
+            try:  # a Pallas kernel's semaphores and refs have dtypes numpy does not know
+                itemsize = jnp.dtype(aval.dtype).itemsize
+            except TypeError:
+                continue
             n = 1
             for d in shape:
                 n *= int(d)
-            nbytes = n * jnp.dtype(aval.dtype).itemsize
+            nbytes = n * itemsize
             if nbytes > worst[0]:
                 worst[:] = [nbytes, f"{jnp.dtype(aval.dtype).name}{list(shape)}"]
         for e in jaxpr.eqns:

@@ -79,14 +79,16 @@ MODE_SCAN = {"prefill": False, "decode": False, "train": True}
 #: 268.6 MB compulsory; stacked 269.0 MB, the tile padding of the new position).
 
 
-#: ``attention`` of each mode's preset (jaxmove.zoo.attention). Training: ``auto``, the flash
-#: kernel where the lowering platform has one and the model is one it computes (TPU: Pallas
-#: flash_attention; CUDA: the Pallas Triton kernel), the XLA form elsewhere (XLA:CPU; Gemma 2's
-#: soft-capped local/global attention; DeepSeek-V3's latent attention): an 8192-token step
-#: then never stores the [8192, 8192] f32 scores per head. Inference keeps ``xla`` (the kernels
-#: are options, ``--set attention=flash|splash|paged|cudnn``): costing Pallas kernels is
-#: separate work, and the XLA form's counts are the ones the excess pass explains.
-MODE_ATTENTION = {"prefill": "xla", "decode": "xla", "train": "auto"}
+#: ``attention`` of each mode's preset (jaxmove.zoo.attention). ``auto``: the flash kernel where
+#: the lowering platform has one and the model is one it computes (TPU: Pallas
+#: flash_attention; CUDA: the Pallas Triton kernels), the XLA form elsewhere (XLA:CPU; Gemma 2's
+#: soft-capped local/global attention; DeepSeek-V3's latent attention; decode over an int8 /
+#: fp8 cache, which the kernels would read dequantized). Training: an 8192-token step then
+#: never stores the [8192, 8192] f32 scores per head. Decode: the XLA form's f32 scores
+#: [B, H, S] are written to HBM and read back three times on TPU v5p and GPUs (excess 2.7-20%
+#: of the step, benchmarks/zoo_compile.md); the kernel keeps them on chip. Prefill keeps ``xla``
+#: (one compile of the long prompt; ``--set attention=flash|splash`` are the options).
+MODE_ATTENTION = {"prefill": "xla", "decode": "auto", "train": "auto"}
 
 
 def presets(preset_cls) -> dict:

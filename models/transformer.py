@@ -39,10 +39,15 @@ Models" Table 3)::
 - Untied LM head (Llama, Mixtral, DeepSeek) or tied to the embedding (Gemma-2, whose
   embeddings are also scaled by ``sqrt(d_model)``).
 
-Weight-only quantization (``weights_dtype`` int8 or float8_e4m3fn): every projection
+Weight-only quantization (``weights_dtype`` int8, int4 or float8_e4m3fn): every projection
 kernel (attention, FFN, experts, LM head; not the embedding, norms or router) is stored in
-that dtype with one scale per output channel in the model dtype, and dequantized where it
-is used: ``w = kernel.astype(dtype) * scale`` (the AQT / MaxText weight-only scheme).
+that dtype with one scale per output channel in the model dtype (initialised 1 / qmax: int8
+127, int4 7, e4m3 448), converted inside the matmul and scaled after it:
+``(x @ kernel.astype(dtype)) * scale`` (the AQT / MaxText weight-only scheme; ``Dense``); MLA's
+absorbed decode puts W_uk's scale on the queries (its channels are contracted there).
+``act_dtype=fp8`` (with fp8 weights): the GEMM inputs are quantized per row to
+float8_e4m3fn and each projection is an fp8 x fp8 dot with f32 accumulation
+(``Dense.einsum``).
 Quantized KV cache (``kv_dtype``): int8 keeps one scale per (position, kv head) in the
 model dtype beside the cache (``k_scale``/``v_scale``, symmetric absmax / 127); float8
 stores the values cast with a per-tensor scale of 1 (vLLM's ``kv_cache_dtype=fp8``
@@ -58,6 +63,11 @@ A model with ``dense_layers`` has a second stack ``dense_layers`` beside ``layer
 parameters and the cache. Decode writes only the new entries with ``dynamic_update_slice``
 (scanned layers: into the stacked cache carried by the loop) and attends over the updated
 cache (positions <= pos), so the donated cache is updated in place.
+
+Attention (``attention``, ``jaxmove.zoo.attention``): ``xla`` computes the scores with two
+einsums around a masked softmax; ``flash`` / ``splash`` / ``paged`` / ``cudnn`` call a fused
+kernel (Pallas TPU, Pallas Triton, cuDNN); ``auto`` picks the flash kernel where the lowering
+platform has one and the model is one it computes, else ``xla``.
 
 Name scopes (HLO ``op_name``): ``embed``, ``layers_<i>/{attn_norm,attn,mlp_norm,mlp|moe}``
 (``layers/...`` when scanned), ``norm``, ``lm_head``. Parameters (``nnx.to_pure_dict``):
@@ -94,18 +104,40 @@ QUANT_DTYPES = {"int8": "int8", "s8": "int8", "fp8": "float8_e4m3fn", "f8": "flo
 _NONE = ("none", "")
 
 
+#: Weight-only storage dtypes beyond ``QUANT_DTYPES`` (not for the cache).
+WEIGHT_ONLY_DTYPES = {"int4": "int4", "s4": "int4"}
+#: Largest magnitude of each storage dtype: the symmetric absmax scale is max|x| / QMAX
+#: (int8 127, int4 7; float8_e4m3fn 448, its largest finite value: Micikevicius et al.
+#: 2022, "FP8 Formats for Deep Learning", Table 1).
+QMAX = {"int8": 127.0, "int4": 7.0, "float8_e4m3fn": 448.0}
+
+
 def weights_dtype_name(name: str | None) -> str | None:
-    """``int8`` / ``fp8`` (float8_e4m3fn) / ``none`` -> canonical name or None.
+    """``int8`` / ``int4`` / ``fp8`` (float8_e4m3fn) / ``none`` -> canonical name or None.
 
     Raises:
       ValueError: another name.
     """
     if name is None or str(name).lower() in _NONE:
         return None
+    n = str(name).lower()
     try:
-        return QUANT_DTYPES[str(name).lower()]
+        return {**QUANT_DTYPES, **WEIGHT_ONLY_DTYPES}[n]
     except KeyError:
-        raise ValueError(f"unknown weights_dtype {name!r}; expected int8, fp8 or none") from None
+        raise ValueError(f"unknown weights_dtype {name!r}; expected int8, int4, fp8 or none") from None
+
+
+def act_dtype_name(name: str | None) -> str | None:
+    """``fp8`` (float8_e4m3fn activations into fp8 x fp8 GEMMs) / ``none`` -> name or None.
+
+    Raises:
+      ValueError: another name.
+    """
+    if name is None or str(name).lower() in _NONE:
+        return None
+    if QUANT_DTYPES.get(str(name).lower()) == "float8_e4m3fn":
+        return "float8_e4m3fn"
+    raise ValueError(f"unknown act_dtype {name!r}; expected fp8 or none")
 
 
 def kv_dtype_name(name: str | None) -> str | None:
@@ -212,6 +244,7 @@ class TransformerConfig:
     # quantization and training
     weights_dtype: str | None = None
     kv_dtype: str | None = None
+    act_dtype: str | None = None
     remat: str = "none"
     # attention kernel (jaxmove.zoo.attention)
     attention: str = "xla"
@@ -233,6 +266,10 @@ class TransformerConfig:
         set_("weights_dtype", weights_dtype_name(self.weights_dtype))
         set_("kv_dtype", kv_dtype_name(self.kv_dtype) or self.dtype)
         set_("attention", attention_name(self.attention))
+        set_("act_dtype", act_dtype_name(self.act_dtype))
+        if self.act_dtype and self.weights_dtype != "float8_e4m3fn":
+            raise ValueError(f"act_dtype={self.act_dtype} quantizes the inputs of fp8 x fp8 GEMMs: it "
+                             f"needs weights_dtype=fp8 (got {self.weights_dtype or 'none'})")
         for k in _POSITIVE + ("expert_d_ff",):
             v = getattr(self, k)
             if not isinstance(v, int) or isinstance(v, bool) or v <= 0:
@@ -310,7 +347,8 @@ class Dense(nnx.Module):
         else:
             self.kernel = nnx.Param(jnp.zeros(shape, jnp.dtype(q)))
             out_shape = tuple(s for i, s in enumerate(shape) if i not in self.in_dims)
-            self.scale = nnx.Param(jnp.full(out_shape, 1.0 / 127, self.dtype))
+            self.scale = nnx.Param(jnp.full(out_shape, 1.0 / QMAX[q], self.dtype))
+        self.act_fp8 = cfg.act_dtype is not None and q == "float8_e4m3fn"
 
     def weight(self) -> jax.Array:
         """The kernel in the model dtype (dequantized: ``kernel * scale`` per channel)."""
@@ -333,9 +371,48 @@ class Dense(nnx.Module):
         n = len(self.in_dims)
         if "scale" not in vars(self) or self.in_dims != tuple(range(n)):
             return jnp.tensordot(x, self.weight(), axes=n)
-        w = constrain(self.kernel[...], self.axes).astype(self.dtype)
+        letters = "abcdefghijklmnopqrstuvwxyz"
+        xs = letters[:x.ndim]
+        ks = xs[x.ndim - n:] + letters[x.ndim:x.ndim + self.kernel.ndim - n]
+        return self.einsum(f"{xs},{ks}->{xs[:x.ndim - n]}{ks[n:]}", x)
+
+    def _scale_on(self, out_spec: str, kernel_spec: str) -> jax.Array:
+        """The per-channel scale broadcast onto an einsum output with letters ``out_spec``
+        (the kernel's letters ``kernel_spec``; its non-contracted dims are the scale's)."""
         out_axes = tuple(a for i, a in enumerate(self.axes) if i not in self.in_dims)
-        return jnp.tensordot(x, w, axes=n) * constrain(self.scale[...], out_axes)
+        s = constrain(self.scale[...], out_axes)
+        s_letters = "".join(c for i, c in enumerate(kernel_spec) if i not in self.in_dims)
+        order = [c for c in out_spec if c in s_letters]
+        s = jnp.transpose(s, [s_letters.index(c) for c in order])
+        return s.reshape([s.shape[order.index(c)] if c in order else 1 for c in out_spec])
+
+    def einsum(self, spec: str, x: jax.Array) -> jax.Array:
+        """``jnp.einsum(spec, x, kernel)`` with a quantized kernel converted inside the matmul and
+        its per-channel scale multiplied onto the result (``Dense.__call__``); every scale
+        dim must be an output dim of ``spec``.
+
+        ``act_dtype=fp8`` (an fp8 kernel): x is quantized per row to float8_e4m3fn (scale
+        max|x| / 448 over the contracted dims, in f32) and the dot is fp8 x fp8 with f32
+        accumulation, rescaled by both scales (the DeepSeek-V3 / Transformer Engine recipe
+        with per-token activation scales: DeepSeek-AI 2024, "DeepSeek-V3", section 3.3.2)."""
+        ins, out = spec.split("->")
+        xspec, kspec = ins.split(",")
+        if "scale" not in vars(self):
+            return jnp.einsum(spec, x, constrain(self.kernel[...], self.axes))
+        q = constrain(self.kernel[...], self.axes)
+        if not self.act_fp8:
+            return jnp.einsum(spec, x, q.astype(self.dtype)) * self._scale_on(out, kspec)
+        contracted = tuple(i for i, c in enumerate(xspec) if c not in out)
+        x32 = x.astype(jnp.float32)
+        sx = jnp.maximum(jnp.max(jnp.abs(x32), axis=contracted, keepdims=True), 1e-12) / QMAX[q.dtype.name]
+        xq = (x32 / sx).astype(q.dtype)
+        y = jnp.einsum(spec, xq, q, preferred_element_type=jnp.float32)
+        sx_out = jnp.squeeze(sx, contracted)
+        kept = "".join(c for i, c in enumerate(xspec) if i not in contracted)
+        sx_out = jnp.einsum(f"{kept}->{''.join(c for c in out if c in kept)}", sx_out)
+        sx_out = sx_out.reshape([sx_out.shape[[c for c in out if c in kept].index(c)] if c in kept else 1
+                                 for c in out])
+        return (y * sx_out * self._scale_on(out, kspec).astype(jnp.float32)).astype(self.dtype)
 
 
 class RMSNorm(nnx.Module):
@@ -462,7 +539,17 @@ class Attention(nnx.Module):
     def _kernel(self) -> str:
         """``cfg.attention``; ``auto`` is ``xla`` where the kernels cannot compute the model."""
         c = self.cfg
-        return "xla" if c.attention == "auto" and attn_kernels.unsupported_feature(c) else c.attention
+        if c.attention != "auto":
+            return c.attention
+        return "xla" if attn_kernels.unsupported_feature(c) else "auto"
+
+    @property
+    def _decode_kernel(self) -> str:
+        """``_kernel`` for decode: ``auto`` is ``xla`` over a quantized cache (the kernels
+        read the cache in the model dtype)."""
+        c = self.cfg
+        quantized = jnp.dtype(c.kv_dtype) != c.jnp_dtype
+        return "xla" if self._kernel == "auto" and quantized else self._kernel
 
     def _entries(self, k, v) -> dict:
         c = self.cfg
@@ -490,8 +577,8 @@ class Attention(nnx.Module):
         kc = constrain(dequantize_kv(cache["k_cache"], cache.get("k_scale"), k.dtype), CACHE_AXES)
         vc = constrain(dequantize_kv(cache["v_cache"], cache.get("v_scale"), v.dtype), CACHE_AXES)
         qg = constrain(q.reshape(b, t, hkv, h // hkv, d), GROUPED_Q_AXES)
-        if self._kernel != "xla":   # the kernels' layout: [B, Hkv, g, D] (t = 1)
-            o = attn_kernels.decode(self._kernel, qg.reshape(b, hkv, h // hkv, d), kc, vc, pos,
+        if self._decode_kernel != "xla":   # the kernels' layout: [B, Hkv, g, D] (t = 1)
+            o = attn_kernels.decode(self._decode_kernel, qg.reshape(b, hkv, h // hkv, d), kc, vc, pos,
                                     self._scale, lambda qg, kc, vc, pos: self._xla_decode(
                                         qg[:, None], kc, vc, pos, local)[:, 0])
             return self._out(o.reshape(b, t, h, d))
@@ -560,7 +647,7 @@ class MLAttention(nnx.Module):
         r, dr, dn, dv = self.dims
         q_nope, q_rope = self._q(x, positions)
         c, kr = self._latent(x, positions)
-        kv = constrain(jnp.einsum("btr,rhn->bthn", c, self.kv_b.weight()), Q_AXES)
+        kv = constrain(self.kv_b.einsum("btr,rhn->bthn", c), Q_AXES)
         k_nope, v = kv[..., :dn], kv[..., dn:]
         s = (jnp.einsum("bthn,bshn->bhts", q_nope, k_nope, preferred_element_type=jnp.float32)
              + jnp.einsum("bthp,bsp->bhts", q_rope, kr, preferred_element_type=jnp.float32))
@@ -576,8 +663,14 @@ class MLAttention(nnx.Module):
         q_nope, q_rope = self._q(x, positions)
         c, kr = self._latent(x, positions)
         cache = write(self._entries(c, kr))
-        w = self.kv_b.weight()
+        # the quantized kv_b kernel converted inside each matmul: W_uk's per-(head, dim) scale
+        # on the queries (its dims are contracted), W_uv's on the result
+        kb = self.kv_b
+        w = constrain(kb.kernel[...], kb.axes).astype(c.dtype)
         w_uk, w_uv = w[..., :dn], w[..., dn:]
+        kv_s = constrain(kb.scale[...], ("heads", "kv")).astype(c.dtype) if "scale" in vars(kb) else None
+        if kv_s is not None:
+            q_nope = q_nope * kv_s[:, :dn]
         ql = jnp.einsum("bthn,rhn->bthr", q_nope, w_uk)
         cc = dequantize_kv(cache["c_kv_cache"], cache.get("c_kv_scale"), c.dtype)
         rc = dequantize_kv(cache["k_rope_cache"], cache.get("k_rope_scale"), kr.dtype)
@@ -587,6 +680,8 @@ class MLAttention(nnx.Module):
         p, _ = _masked_softmax_parts(s * self._scale, mask)
         ol = jnp.einsum("bhts,bsr->bthr", p.astype(cc.dtype), cc)
         o = jnp.einsum("bthr,rhv->bthv", ol, w_uv)
+        if kv_s is not None:
+            o = o * kv_s[:, dn:]
         return constrain(self.o(constrain(o, Q_AXES)), HIDDEN)
 
 
@@ -656,9 +751,9 @@ class MoE(nnx.Module):
         with jax.named_scope("dispatch"):
             xe = constrain(jnp.einsum("bsec,bsd->ebcd", dispatch, x), ("expert", "batch", None, "embed"))
         with jax.named_scope("experts"):
-            g = jnp.einsum("ebcd,edf->ebcf", xe, self.w_gate.weight())
-            u = jnp.einsum("ebcd,edf->ebcf", xe, self.w_up.weight())
-            ye = jnp.einsum("ebcf,efd->ebcd", jax.nn.silu(g) * u, self.w_down.weight())
+            g = self.w_gate.einsum("ebcd,edf->ebcf", xe)
+            u = self.w_up.einsum("ebcd,edf->ebcf", xe)
+            ye = self.w_down.einsum("ebcf,efd->ebcd", jax.nn.silu(g) * u)
             ye = constrain(ye, ("expert", "batch", None, "embed"))
         with jax.named_scope("combine"):
             ye = constrain(ye, (None, "batch", None, "embed"))

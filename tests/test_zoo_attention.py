@@ -45,8 +45,8 @@ def test_attention_names_and_defaults():
         zoo.attention.attention_name("fast")
     with pytest.raises(zoo.PresetError, match=r"--set attention='fast'"):
         zoo.build("llama3-8b-decode", {**TINY, "attention": "fast"})
-    # inference keeps the XLA form, training picks the flash kernel where it compiles
-    assert zoo.PRESETS["llama3-8b-decode"].config["attention"] == "xla"
+    # decode and training pick the flash kernel where it compiles, prefill keeps the XLA form
+    assert zoo.PRESETS["llama3-8b-decode"].config["attention"] == "auto"
     assert zoo.PRESETS["llama3-8b-prefill"].config["attention"] == "xla"
     assert zoo.PRESETS["llama3-70b-train"].config["attention"] == "auto"
     assert "flash attention where a kernel compiles" in zoo.PRESETS["llama3-70b-train"].description
@@ -161,6 +161,7 @@ TPU_CASES = [("llama3-8b-prefill", "flash"), ("llama3-8b-prefill", "splash"), ("
              ("llama3-8b-train", "splash"), ("llama3-8b-train", "auto"), ("llama3-8b-decode", "flash"),
              ("llama3-8b-decode", "paged"), ("llama3-8b-decode", "xla"), ("llama3-8b-prefill", "cudnn")]
 GPU_CASES = [("llama3-8b-prefill", "flash"), ("llama3-8b-train", "flash"), ("llama3-8b-train", "auto"),
+             ("llama3-8b-decode", "auto"),
              ("llama3-8b-decode", "flash"), ("llama3-8b-decode", "xla"), ("llama3-8b-prefill", "splash"),
              ("llama3-8b-decode", "paged"), ("llama3-8b-decode", "cudnn")]
 
@@ -195,7 +196,7 @@ def test_tpu_kernels_compile_to_mosaic_custom_calls(tpu_programs):
 
 def test_gpu_kernels_compile_to_triton_custom_calls(gpu_programs):
     for key in ("llama3-8b-prefill:flash", "llama3-8b-train:flash", "llama3-8b-train:auto",
-                "llama3-8b-decode:flash"):
+                "llama3-8b-decode:flash", "llama3-8b-decode:auto"):
         assert isinstance(gpu_programs[key], list), gpu_programs[key]
         assert "__gpu$xla.gpu.triton" in gpu_programs[key], key
     assert "__gpu$xla.gpu.triton" not in gpu_programs["llama3-8b-decode:xla"]

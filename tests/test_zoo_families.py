@@ -316,7 +316,7 @@ def test_ep_plan_moves_tokens_by_two_all_to_alls_per_moe_layer():
     ("llama3-8b-decode", {"heads": "7"}, r"heads=7 must divide d_model=4096"),
     ("llama3-8b-decode", {"kv_heads": "5"}, r"kv_heads=5 must divide heads=32"),
     ("llama3-8b-decode", {"dtype": "f8"}, r"--set dtype='f8': unknown dtype"),
-    ("llama3-8b-decode", {"weights_dtype": "int4"}, r"--set weights_dtype='int4': .*int8, fp8"),
+    ("llama3-8b-decode", {"weights_dtype": "int2"}, r"--set weights_dtype='int2': .*int8, int4, fp8"),
     ("llama3-8b-decode", {"kv_dtype": "int4"}, r"--set kv_dtype='int4': .*int8, fp8"),
     ("llama3-8b-train", {"remat": "some"}, r"--set remat='some': .*none, full, dots"),
     ("llama3-8b-train", {"weights_dtype": "int8"}, r"weights_dtype=int8: training presets"),

@@ -1,0 +1,188 @@
+"""Quantization as served (issue 24): int4 weights, fp8 x fp8 GEMMs (``act_dtype=fp8``), and the
+MoE experts / MLA ``kv_b`` scaled after their matmuls like the dense layers.
+
+Numerics on CPU against the dequantized weights (``Dense.weight()``: kernel * scale, the
+definition); programs compiled without the device for h100-sxm / b200 (fp8 x fp8 dots: both
+dot operands float8_e4m3fn in the compiled HLO) and tpu-v5e (s4 parameters).
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+import os
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from jaxmove import zoo
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def _have(module: str) -> bool:
+    try:
+        return importlib.util.find_spec(module) is not None
+    except (ImportError, ValueError):
+        return False
+
+
+def _dense(shape, axes, in_dims, weights_dtype, act_dtype=None, seed=0):
+    """A Dense of ``shape`` with random quantized values and random positive scales."""
+    import jax
+    import jax.numpy as jnp
+    from flax import nnx
+    from jaxmove.zoo.transformer import QMAX, Dense, TransformerConfig
+    cfg = TransformerConfig(weights_dtype=weights_dtype, act_dtype=act_dtype)
+    d = Dense(shape, axes, cfg, rngs=nnx.Rngs(0), in_dims=in_dims)
+    rng = np.random.default_rng(seed)
+    q = jnp.dtype(cfg.weights_dtype)
+    qmax = QMAX[q.name]
+    vals = rng.integers(-int(qmax), int(qmax) + 1, shape) if jnp.issubdtype(q, jnp.integer) else \
+        rng.uniform(-qmax, qmax, shape)
+    d.kernel.set_value(jnp.asarray(vals).astype(q))
+    d.scale.set_value(jnp.asarray(rng.uniform(0.5, 2.0, d.scale.shape) / qmax, jnp.float32))
+    del jax
+    return d
+
+
+@pytest.mark.parametrize("q", ["int8", "int4", "fp8"])
+def test_dense_scaled_after_the_matmul_equals_the_dequantized_weight(q):
+    """(x @ kernel) * scale == x @ (kernel * scale), for a projection (leading in dims), an
+    output projection with two in dims and an expert kernel (in dim 1: scale [E, F])."""
+    import jax.numpy as jnp
+    rng = np.random.default_rng(1)
+    x = jnp.asarray(rng.standard_normal((2, 3, 16)), jnp.float32)
+    d = _dense((16, 4, 8), ("embed", "heads", "kv"), (0,), q)
+    np.testing.assert_allclose(d(x), jnp.tensordot(x, d.weight(), axes=1), rtol=1e-5, atol=1e-5)
+    o = _dense((4, 8, 16), ("heads", "kv", "embed"), (0, 1), q)
+    xo = jnp.asarray(rng.standard_normal((2, 3, 4, 8)), jnp.float32)
+    np.testing.assert_allclose(o(xo), jnp.tensordot(xo, o.weight(), axes=2), rtol=1e-5, atol=1e-5)
+    e = _dense((3, 16, 8), ("expert", "embed", "mlp"), (1,), q)
+    xe = jnp.asarray(rng.standard_normal((3, 2, 5, 16)), jnp.float32)
+    got = e.einsum("ebcd,edf->ebcf", xe)
+    np.testing.assert_allclose(got, jnp.einsum("ebcd,edf->ebcf", xe, e.weight()), rtol=1e-5, atol=1e-5)
+    # the scale matters: a kernel read without it gives another result
+    assert np.abs(np.asarray(got) - np.asarray(jnp.einsum("ebcd,edf->ebcf", xe, e.kernel[...].astype(
+        jnp.float32)))).max() > 1.0
+
+
+def test_fp8_activations_are_close_to_the_weight_only_result():
+    """act_dtype=fp8: rows quantized to e4m3 (3 mantissa bits: relative rounding error <= 2**-4
+    per element) -> the product within a few % of the weight-only one, and not equal to it."""
+    import jax.numpy as jnp
+    rng = np.random.default_rng(2)
+    x = jnp.asarray(rng.standard_normal((4, 64)), jnp.float32)
+    w8 = _dense((64, 32), ("embed", "mlp"), (0,), "fp8", "fp8")
+    ref = jnp.tensordot(x, w8.weight(), axes=1)
+    got = w8(x)
+    err = np.linalg.norm(np.asarray(got - ref)) / np.linalg.norm(np.asarray(ref))
+    assert 0 < err < 2 ** -4
+    with pytest.raises(zoo.PresetError, match="act_dtype=float8_e4m3fn .* needs weights_dtype=fp8"):
+        zoo.build("llama3-8b-decode", {"layers": "1", "act_dtype": "fp8"})
+    with pytest.raises(zoo.PresetError, match="unknown act_dtype 'int8'"):
+        zoo.build("llama3-8b-decode", {"layers": "1", "act_dtype": "int8"})
+
+
+def test_int4_weights_are_half_a_byte():
+    small = dict(layers="1", d_model="64", heads="4", kv_heads="2", d_ff="128", vocab="256",
+                 seq_len="16", batch="2")
+    p = zoo.build("llama3-8b-decode", {**small, "weights_dtype": "int4"}).args[0]
+    k = p["layers"][0]["mlp"]["down"]["kernel"]
+    assert str(k.dtype) == "int4" and k.shape == (128, 64)
+    with pytest.raises(zoo.PresetError, match="unknown kv_dtype 'int4'"):
+        zoo.build("llama3-8b-decode", {**small, "kv_dtype": "int4"})
+
+
+def test_mla_absorbed_decode_scales_match_the_dequantized_weights():
+    """DeepSeek (MLA) decode with int8 kv_b: W_uk's scale applied to the queries and W_uv's to
+    the result gives the same logits as the same model with kv_b stored dequantized (bf16
+    replaced by f32 for the comparison)."""
+    import jax
+    import jax.numpy as jnp
+    from flax import nnx
+    from jaxmove.zoo import transformer as tf
+    dims = dict(family="deepseek", vocab=64, d_model=32, heads=2, head_dim=8, q_lora_rank=16,
+                kv_lora_rank=16, qk_rope_dim=8, v_head_dim=8, d_ff=32, layers=1, batch=1, seq_len=8,
+                dtype="float32")
+    cfg_q = tf.TransformerConfig(**dims, weights_dtype="int8")
+    cfg_f = tf.TransformerConfig(**dims)
+    mq, mf = tf.Transformer(cfg_q, rngs=nnx.Rngs(0)), tf.Transformer(cfg_f, rngs=nnx.Rngs(0))
+    rng = np.random.default_rng(3)
+    dense_f = {path: n for path, n in nnx.iter_graph(mf) if isinstance(n, tf.Dense)}
+    for path, node_q in nnx.iter_graph(mq):
+        if isinstance(node_q, tf.Dense):
+            node_f = dense_f[path]
+            node_q.kernel.set_value(jnp.asarray(rng.integers(-127, 128, node_q.kernel.shape), jnp.int8))
+            node_q.scale.set_value(jnp.asarray(rng.uniform(0.5, 2, node_q.scale.shape) / 127, jnp.float32))
+            node_f.kernel.set_value(node_q.weight())
+    cache = jax.tree.map(lambda s: jnp.zeros(s.shape, s.dtype), tf.abstract_cache(cfg_q)[0])
+    tok = jnp.asarray([[5]], jnp.int32)
+    lq, _ = mq.decode(cache, tok, jnp.int32(3))
+    lf, _ = mf.decode(cache, tok, jnp.int32(3))
+    np.testing.assert_allclose(lq, lf, rtol=2e-4, atol=2e-4)
+
+
+# ---- compiled programs -----------------------------------------------------------------------
+
+_WORKER = textwrap.dedent("""
+    import json, sys
+    import jaxmove
+    from jaxmove.capture import resolve_program
+    target, cases = sys.argv[1], json.loads(sys.argv[2])
+    out = {}
+    for key, (preset, sets) in cases.items():
+        p = resolve_program(preset, overrides=sets, target=target)
+        m = jaxmove.parse_module(p.hlo_text)
+        dots = []
+        for comp in m.computations.values():
+            by = {i.name: i for i in comp.instructions}
+            dots += [[str(by[o].shape).split("[")[0] for o in i.operands]
+                     for i in comp.instructions if i.opcode == "dot"]
+        params = [str(i.shape).split("[")[0] for i in m.entry.instructions if i.opcode == "parameter"]
+        out[key] = {"dots": dots, "params": params}
+    json.dump(out, sys.stdout)
+""")
+SMALL = dict(layers="2", d_model="512", heads="4", kv_heads="2", d_ff="1024", vocab="1024",
+             seq_len="256", batch="8")
+
+
+def _compile(target: str, cases: dict) -> dict:
+    env = dict(os.environ, JAX_PLATFORMS="cpu", ALLOW_MULTIPLE_LIBTPU_LOAD="1")
+    proc = subprocess.run([sys.executable, "-c", _WORKER, target, json.dumps(cases)], cwd=ROOT, env=env,
+                          capture_output=True, text=True, timeout=900)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    return json.loads(proc.stdout)
+
+
+@pytest.mark.parametrize("target", ["h100-sxm", "b200"])
+def test_fp8_activations_compile_to_fp8_x_fp8_dots(target):
+    if not _have("jax_plugins.xla_cuda12"):
+        pytest.skip('the CUDA plugin is not installed (pip install "jaxmove[gpu]")')
+    out = _compile(target, {
+        "fp8": ["llama3-8b-decode", {**SMALL, "weights_dtype": "fp8", "act_dtype": "fp8"}],
+        "weight_only": ["llama3-8b-decode", {**SMALL, "weights_dtype": "fp8"}],
+        "moe": ["mixtral-8x7b-decode", {**SMALL, "experts": "4", "weights_dtype": "fp8", "act_dtype": "fp8"}]})
+    f8 = ["f8e4m3fn", "f8e4m3fn"]
+    # per layer q, k, v, o, gate, up, down (some fused by XLA) + the LM head: at least 2 x 4 + 1
+    assert sum(d == f8 for d in out["fp8"]["dots"]) >= 9, out["fp8"]["dots"]
+    assert f8 not in out["weight_only"]["dots"]          # weight-only: bf16 x (converted) fp8
+    assert sum(d == f8 for d in out["moe"]["dots"]) >= 2 * 3, out["moe"]["dots"]   # the experts
+
+
+def test_int4_weights_compile_as_s4_parameters():
+    cases = {"int4": ["llama3-8b-decode", {**SMALL, "weights_dtype": "int4"}]}
+    ran = 0
+    for target, module in (("h100-sxm", "jax_plugins.xla_cuda12"), ("tpu-v5e", "libtpu")):
+        if not _have(module):
+            continue
+        out = _compile(target, cases)["int4"]
+        # 2 layers x 7 kernels + the LM head, stored as s4
+        assert out["params"].count("s4") == 2 * 7 + 1, (target, out["params"])
+        ran += 1
+    if not ran:
+        pytest.skip("neither libtpu nor the CUDA plugin is installed")
