@@ -189,6 +189,9 @@ def write_trace(report, path, measurement=None) -> None:
       ValueError: the report has no time estimates (``chrome_trace``).
       jaxmove.report.outputs.OutputPathError: ``path`` cannot be written.
     """
-    from .json_out import dumps_json
-    from .outputs import write_text_atomic
-    write_text_atomic(path, dumps_json(chrome_trace(report, measurement)), "--trace file")
+    from .json_out import Streamed, write_json
+    from .outputs import write_atomic
+    trace = chrome_trace(report, measurement)
+    events = trace["traceEvents"]  # written a batch at a time: the text is never one string
+    trace["traceEvents"] = Streamed(lambda: iter(events), len(events))
+    write_atomic(path, lambda f: write_json(trace, f), "--trace file")
