@@ -14,6 +14,13 @@ memory-space part, e.g. ``T(8,128)(2,1)S(1)``) it contains.
 
     python benchmarks/device_corpus.py                     # the full run -> device_corpus.md
     python benchmarks/device_corpus.py --sizes reduced --targets tpu-v5e --presets mlp,moe
+    python benchmarks/device_corpus.py --no-write --sizes tiny --presets llama3-8b-decode \
+        --weights-dtypes bf16,int8,fp8 --kv-dtypes bf16,int8 --scan true,false   # the dtype / scan matrix
+    python benchmarks/device_corpus.py --cached-only --all-cached   # re-analyse the cache, rebuild the .md
+
+Programs compiled with dtype / scan values (``extra``) are checked in a section of their own
+(``AXES_BEGIN``): a row per preset x size x target x plan, a cell per combination. Every program
+is the XLA attention form (``PINNED``).
 
 Targets: TPU v5e / v5p / v6e topologies of 4 chips (libtpu), H100 / B200 GPU target configs
 generated from the h100-sxm / b200 specs (``jaxmove.capture.targets.gpu_target_config``), 4 devices. Plans: ``single`` (one device, nothing sharded) and every plan of
@@ -741,7 +748,8 @@ def main(argv=None) -> int:
     ap.add_argument("--all-cached", action="store_true",
                     help="write the .md and coverage from every program in the cache (several runs)")
     ap.add_argument("--cached-only", action="store_true",
-                    help="only the programs already in the cache (re-analysed, not recompiled)")
+                    help="only the programs already in the cache (re-analysed, not recompiled); with "
+                         "--all-cached: every program in the cache, whatever the other options")
     ap.add_argument("--decode-70b", action="store_true",
                     help="also compile and analyse issue 18's 70B-class decode on v5e:4x4")
     ap.add_argument("--checks-only", action="store_true",
@@ -758,7 +766,10 @@ def main(argv=None) -> int:
     split = lambda s: [x for x in s.split(",") if x] if s else None  # noqa: E731
     todo = programs(split(args.presets), tuple(split(args.sizes)), tuple(split(args.targets)),
                     split(args.plans), split(args.weights_dtypes), split(args.kv_dtypes), split(args.scan))
-    if args.cached_only:  # re-analyse what earlier runs compiled, compile nothing
+    if args.cached_only and args.all_cached:  # re-analyse every program the cache holds
+        todo = [(r["preset"], r["size"], r["target"], r["plan"], r.get("extra") or {}) for r in cached_records()
+                if (CACHE / f"{key_of(r['preset'], r['size'], r['target'], r['plan'], r.get('extra'))}.hlo").is_file()]
+    elif args.cached_only:  # re-analyse what earlier runs compiled, compile nothing
         todo = [t for t in todo if (CACHE / f"{key_of(*t)}.hlo").is_file()]
     records = []
     for k, (preset, size, target, plan, extra) in enumerate(todo):
