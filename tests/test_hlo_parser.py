@@ -457,3 +457,23 @@ def test_escapes_in_other_strings():
     with pytest.raises(HloParseError, match="FileNames entry 1.*Unknown escape"):
         parse_module('HloModule m\n\nFileNames\n1 "a\\qb.py"\n\nENTRY main {\n'
                      "  ROOT p0 = f32[4]{0} parameter(0)\n}\n")
+
+
+def test_execution_thread_escapes():
+    text = """HloModule m
+
+%region (a: f32[], b: f32[]) -> f32[] {
+  %a = f32[] parameter(0)
+  %b = f32[] parameter(1)
+  ROOT %s = f32[] add(%a, %b)
+}, execution_thread="sparse\\143ore"
+
+ENTRY %e (x: f32[8]) -> f32[] {
+  %x = f32[8]{0} parameter(0)
+  %z = f32[] constant(0)
+  ROOT %r = f32[] reduce(%x, %z), dimensions={0}, to_apply=%region
+}
+"""
+    assert parse_module(text).computations["region"].execution_thread == "sparsecore"  # \143 = 'c'
+    with pytest.raises(HloParseError, match="execution_thread.*Unknown escape sequence"):
+        parse_module(text.replace("\\143", "\\q"))

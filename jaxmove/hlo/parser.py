@@ -641,7 +641,12 @@ class _Parser:
         trailing: dict[str, str] = {}
         self.attrs(f"computation '{name}' (after its '}}')", trailing)
         if "execution_thread" in trailing:
-            comp.execution_thread = trailing["execution_thread"].strip('"')
+            from .attrs import EscapeError, unquote
+            try:
+                comp.execution_thread = unquote(trailing["execution_thread"])
+            except EscapeError as e:
+                raise self.error(f"bad escape in execution_thread of computation '{name}': {e} "
+                                 "(XLA's lexer unescapes strings as absl::CUnescape does)") from None
         return comp
 
     def _body(self, name: str, line: int, is_entry: bool) -> Computation:
