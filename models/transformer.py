@@ -522,10 +522,11 @@ class Attention(nnx.Module):
         """x [B, T, d] -> (y [B, T, d], cache entries of T positions in ``kv_dtype``)."""
         c = self.cfg
         q, k, v = self._qkv(x, positions)
-        b, t, h, d = q.shape
-        hkv = k.shape[1]
 
         def xla(q, k, v):
+            # shapes of the arrays it is given: per device when a plan's shard_map calls it
+            b, t, h, d = q.shape
+            hkv = k.shape[1]
             qg = q.reshape(b, t, hkv, h // hkv, d)
             s = jnp.einsum("btkgd,bksd->bkgts", qg, k, preferred_element_type=jnp.float32)
             s = _softcap(s * self._scale, c.attn_softcap)
