@@ -78,6 +78,10 @@ BLOCK = 128
 #: estimate 13.0 ms with 128 keys per step, 4.4 ms with 512, 2.3 ms with 2048, 1.7 ms with 8192
 #: (bandwidth bound 1.5 ms).
 DECODE_BLOCK = 8192
+#: Programs the Triton decode kernel aims for ((batch x kv heads) x position splits; ``mqa``'s
+#: own default splits every sequence 16 ways): llama3-8b-decode (32 x 8 = 256 programs) then
+#: takes one split.
+TRITON_DECODE_PROGRAMS = 256
 #: Paged attention: positions per page and pages per compute block (the kernel's tile of
 #: keys is page * pages_per_block = 512 positions, the JAX test suite's configuration).
 PAGE_SIZE = 128
@@ -377,8 +381,13 @@ def _triton_decode(q, kc, vc, pos, scale):
     n = b * hkv
     lengths = jnp.broadcast_to(pos + 1, (n,)).astype(jnp.int32)
     bk = _block(s)
+    # split the positions only as far as needed for ~256 programs (two waves of an H100's 132
+    # SMs): each split writes f32 partial outputs that XLA reads back to combine them
+    splits = max(1, min(16, s // bk, -(-TRITON_DECODE_PROGRAMS // n)))
+    while (s // bk) % splits:
+        splits -= 1
     o = gd.mqa(q.reshape(n, g, d), kc.reshape(n, s, d), vc.reshape(n, s, d), kv_seq_len=lengths,
-               sm_scale=scale, block_h=max(16, g), block_k=bk, k_splits=max(1, min(16, s // bk)))
+               sm_scale=scale, block_h=max(16, g), block_k=bk, k_splits=splits)
     return o.reshape(b, hkv, g, d)
 
 
