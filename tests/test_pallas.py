@@ -472,6 +472,14 @@ def _gpu_text(which: str, causal: bool = True) -> str:
         q = jax.ShapeDtypeStruct((1, 1024, 4, 64), jnp.float16, sharding=sh)
         bs = BlockSizes(block_q=128, block_k=128)
         fn, args = (lambda q, k, v: mha(q, k, v, segment_ids=None, causal=causal, block_sizes=bs)), (q, q, q)
+    elif which == "decode":
+        from jax.experimental.pallas.ops.gpu import decode_attention as gd
+        q = jax.ShapeDtypeStruct((8, 4, 128), jnp.bfloat16, sharding=sh)
+        kv = jax.ShapeDtypeStruct((8, 1024, 128), jnp.bfloat16, sharding=sh)
+        lengths = jax.ShapeDtypeStruct((8,), jnp.int32, sharding=sh)
+        fn = (lambda q, k, v, n: gd.mqa(q, k, v, kv_seq_len=n, sm_scale=0.1, block_h=16,
+                                         block_k=128, k_splits=2))
+        args = (q, kv, kv, lengths)
     else:
         from jax.experimental.pallas.ops.gpu.layer_norm import layer_norm
         x = jax.ShapeDtypeStruct((4, 256, 512), jnp.float32, sharding=sh)
@@ -501,6 +509,22 @@ def test_pallas_triton_attention_loads_and_dots_match_the_closed_form(causal):
     assert row.per_execution.hbm_write_bytes == H * n * blk
     assert row.per_execution.flops == kv_blocks * 2 * (2 * 128 * 128 * 64)
     assert not row.unmodeled
+
+
+def test_pallas_triton_decode_with_lengths_counts_the_full_cache():
+    # decode_attention.mqa over 8 sequences of 1024 cached positions (bf16, head dim 128), 4 query
+    # heads padded to block_h=16, block_k=128, k_splits=2: grid (1, 2 splits, 8). The loop bound
+    # min(cdiv(kv_seq_len - 512 j, 128), 4) reads kv_seq_len from memory: its cap, 4 blocks, counted
+    # (the step at a full cache). Per program: q [16,128] bf16 once, the length (4 B), 4 x (k + v
+    # [128,128] bf16); writes o [16,128] bf16 and the residuals l, m [16] f32.
+    an, row = _triton_row(_gpu_text("decode"))
+    programs, blk = 2 * 8, 128 * 128 * 2
+    assert row.per_execution.hbm_read_bytes == programs * (16 * 128 * 2 + 4 + 4 * 2 * blk)
+    assert row.per_execution.hbm_read_bytes - programs * (16 * 128 * 2 + 4) == 2 * 8 * 1024 * 128 * 2
+    assert row.per_execution.hbm_write_bytes == programs * (16 * 128 * 2 + 2 * 16 * 4)
+    assert row.per_execution.flops == programs * 4 * 2 * (2 * 16 * 128 * 128)
+    assert not row.unmodeled
+    assert any("data-dependent trip count" in n for n in row.notes)
 
 
 def test_pallas_triton_layer_norm_reads_x_three_times():

@@ -10,7 +10,9 @@ pointer arguments are the call's operands, then its results.
 Per program instance (one point of the grid), with its program ids known, the kernel body is
 walked: scalar integer arithmetic is evaluated (so a loop bound such as a causal attention's
 ``(pid + 1) * block_q / block_k`` is known), ``scf.for`` bodies count their trip count times,
-``scf.if`` counts its larger branch (said in the notes); every ``tt.load`` reads and every
+``scf.if`` counts its larger branch (said in the notes), and an ``scf.for`` whose bound is
+data-dependent (a length read from memory) but capped by a known value (``minsi(x, 4)``; upper
+bounds are carried through monotone integer ops) counts its cap, said in the notes; every ``tt.load`` reads and every
 ``tt.store`` writes its tensor's elements (masked-off elements included: an upper bound at a
 partial edge block), attributed to the pointer argument it is derived from; ``tt.dot`` of
 ``[M, K] x [K, N]`` counts ``2*M*N*K`` flops. What cannot be walked raises
@@ -118,6 +120,30 @@ _CMP = {"eq": lambda a, b: a == b, "ne": lambda a, b: a != b, "slt": lambda a, b
 _CMP_BY_INT = ["eq", "ne", "slt", "sle", "sgt", "sge", "ult", "ule", "ugt", "uge"]
 _PASS = frozenset({"arith.index_cast", "arith.index_castui", "arith.extsi", "arith.extui",
                    "arith.trunci", "arith.bitcast"})
+
+
+def _div_up_bound(f):
+    """An upper bound of ``f(a, c)`` (a division nondecreasing in ``a`` for a known ``c > 0``)."""
+    return lambda ha, hb, a, b: f(ha, b) if ha is not None and b is not None and b > 0 else None
+
+
+#: Upper bounds through integer ops where an operand is data-dependent (known only by an upper
+#: bound ``ha`` / ``hb``; ``a`` / ``b`` the exact values when known): ops nondecreasing in the
+#: bounded operand. ``minsi(x, 4)`` is at most 4 whatever x is.
+_MONOTONE = {
+    "arith.addi": lambda ha, hb, a, b: ha + hb if ha is not None and hb is not None else None,
+    "arith.subi": lambda ha, hb, a, b: ha - b if ha is not None and b is not None else None,
+    "arith.muli": lambda ha, hb, a, b: (ha * b if ha is not None and b is not None and b >= 0 else
+                                        a * hb if a is not None and hb is not None and a >= 0 else None),
+    "arith.divsi": _div_up_bound(_BIN["arith.divsi"]),
+    "arith.divui": _div_up_bound(_BIN["arith.divui"]),
+    "arith.floordivsi": _div_up_bound(_BIN["arith.floordivsi"]),
+    "arith.ceildivsi": _div_up_bound(_BIN["arith.ceildivsi"]),
+    "arith.minsi": lambda ha, hb, a, b: (min(ha, hb) if ha is not None and hb is not None else
+                                         ha if ha is not None else hb),
+    "arith.maxsi": lambda ha, hb, a, b: max(ha, hb) if ha is not None and hb is not None else None,
+}
+_MONOTONE["arith.minui"] = _MONOTONE["arith.minsi"]
 _PTR_CHAIN = frozenset({"tt.addptr", "tt.splat", "tt.broadcast", "tt.expand_dims", "tt.reshape",
                         "tt.advance", "tt.make_tensor_ptr", "tt.bitcast", "tt.trans"})
 
@@ -214,6 +240,7 @@ class _Walker:
 
     def run(self, pid):
         self.env: dict[int, int] = {}
+        self.hi: dict[int, int] = {}   # upper bounds of values not known exactly (data-dependent)
         self.origin: dict[int, int] = dict(self.arg_index)
         self.pid = pid
         reads = [0] * self.n_args
@@ -221,8 +248,13 @@ class _Walker:
         flops = self._block(self.body[1], reads, writes, 1)
         return reads, writes, flops
 
+    def _hi(self, v: int) -> int | None:
+        """The value ``v`` if known, else its upper bound if one is known, else None."""
+        x = self.env.get(v)
+        return x if x is not None else self.hi.get(v)
+
     def _block(self, ops: list[_Op], reads, writes, mult) -> int:
-        env, origin = self.env, self.origin
+        env, origin, hi = self.env, self.origin, self.hi
         flops = 0
         for op in ops:
             name = op.name
@@ -233,6 +265,10 @@ class _Walker:
                 a, b = env.get(op.operands[0]), env.get(op.operands[1])
                 if a is not None and b is not None:
                     env[op.results[0]] = _BIN[name](a, b)
+                elif name in _MONOTONE:
+                    h = _MONOTONE[name](self._hi(op.operands[0]), self._hi(op.operands[1]), a, b)
+                    if h is not None:
+                        hi[op.results[0]] = h
             elif name in _PTR_CHAIN:
                 src = origin.get(op.operands[0]) if op.operands else None
                 if src is not None:
@@ -242,6 +278,8 @@ class _Walker:
                 v = env.get(op.operands[0])
                 if v is not None:
                     env[op.results[0]] = v
+                elif op.operands[0] in hi and name not in ("arith.trunci", "arith.bitcast"):
+                    hi[op.results[0]] = hi[op.operands[0]]
             elif name == "tt.get_program_id":
                 env[op.results[0]] = self.pid[op.value or 0]
             elif name == "tt.get_num_programs":
@@ -256,6 +294,12 @@ class _Walker:
                     v = env.get(op.operands[1] if c else op.operands[2])
                     if v is not None:
                         env[op.results[0]] = v
+                    elif (op.operands[1] if c else op.operands[2]) in hi:
+                        hi[op.results[0]] = hi[op.operands[1] if c else op.operands[2]]
+                else:
+                    h1, h2 = self._hi(op.operands[1]), self._hi(op.operands[2])
+                    if h1 is not None and h2 is not None:
+                        hi[op.results[0]] = max(h1, h2)
             elif name in ("tt.load", "tt.store", "tt.atomic_rmw", "tt.atomic_cas"):
                 src = origin.get(op.operands[0])
                 if src is None:
@@ -272,6 +316,14 @@ class _Walker:
                 flops += mult * op.flops
             elif name == "scf.for":
                 lb, ub, st = (env.get(op.operands[i]) for i in range(3))
+                if ub is None and lb is not None and st and st > 0 and op.operands[1] in hi:
+                    # a data-dependent bound capped by a known one (the Triton decode kernel's
+                    # min(cdiv(kv_seq_len - start, block_k), split // block_k)): its cap counted
+                    ub = hi[op.operands[1]]
+                    self.branch_notes.add(
+                        "scf.for with a data-dependent trip count (e.g. a valid sequence length "
+                        "read from memory): its upper bound counted (a full cache for a decode "
+                        "kernel; fewer bytes at shorter lengths)")
                 if lb is None or ub is None or not st:
                     raise TritonDecodeError("scf.for with bounds not known from the program ids")
                 trips = max(0, -(-(ub - lb) // st))
