@@ -93,3 +93,24 @@ def test_known_cause_is_the_whole_gathered_table():
     assert cc.known_cause({**fail, "got": 1_389_568 + 400_000}, detail) is None
     assert cc.known_cause({**fail, "ok": True}, detail) is None
     assert cc.known_cause(_ck("compulsory_kv_cache", 1, 2, False), detail) is None
+
+
+def test_plans_of_a_preset_read_from_its_tiny_size(dc, monkeypatch):
+    # plans_for asks default_plans with the tiny overrides (the logical axes do not depend on the
+    # size; the full DeepSeek-V3 abstract model takes minutes to build): MoE presets get ep
+    import jaxmove.plans as plans
+    seen = []
+    real = plans.default_plans
+
+    def spy(model, overrides=None):
+        seen.append((model, overrides))
+        return real(model, overrides)
+
+    monkeypatch.setattr(plans, "default_plans", spy)
+    dc.plans_for.cache_clear()
+    assert dc.plans_for("deepseek-v3-decode") == ["single", "dp", "fsdp", "tp", "fsdp_tp", "ep"]
+    assert dc.plans_for("llama3-8b-decode") == ["single", "dp", "fsdp", "tp", "fsdp_tp"]
+    assert dc.plans_for("llama3-8b-decode") == ["single", "dp", "fsdp", "tp", "fsdp_tp"]   # cached
+    assert [m for m, _ in seen] == ["deepseek-v3-decode", "llama3-8b-decode"]
+    assert all(o and o.get("layers") == "2" and o.get("d_model") == "256" for _, o in seen)
+    dc.plans_for.cache_clear()
