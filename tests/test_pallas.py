@@ -515,13 +515,14 @@ def test_pallas_triton_decode_with_lengths_counts_the_full_cache():
     # decode_attention.mqa over 8 sequences of 1024 cached positions (bf16, head dim 128), 4 query
     # heads padded to block_h=16, block_k=128, k_splits=2: grid (1, 2 splits, 8). The loop bound
     # min(cdiv(kv_seq_len - 512 j, 128), 4) reads kv_seq_len from memory: its cap, 4 blocks, counted
-    # (the step at a full cache). Per program: q [16,128] bf16 once, the length (4 B), 4 x (k + v
-    # [128,128] bf16); writes o [16,128] bf16 and the residuals l, m [16] f32.
+    # (the step at a full cache). The q block's rows past the 4 heads are masked
+    # (make_range(0, 16) < 4): per program q [4,128] bf16 once, the length (4 B), 4 x (k + v
+    # [128,128] bf16); writes o [4,128] bf16 and the residuals l, m [4] f32.
     an, row = _triton_row(_gpu_text("decode"))
     programs, blk = 2 * 8, 128 * 128 * 2
-    assert row.per_execution.hbm_read_bytes == programs * (16 * 128 * 2 + 4 + 4 * 2 * blk)
-    assert row.per_execution.hbm_read_bytes - programs * (16 * 128 * 2 + 4) == 2 * 8 * 1024 * 128 * 2
-    assert row.per_execution.hbm_write_bytes == programs * (16 * 128 * 2 + 2 * 16 * 4)
+    assert row.per_execution.hbm_read_bytes == programs * (4 * 128 * 2 + 4 + 4 * 2 * blk)
+    assert row.per_execution.hbm_read_bytes - programs * (4 * 128 * 2 + 4) == 2 * 8 * 1024 * 128 * 2
+    assert row.per_execution.hbm_write_bytes == programs * (4 * 128 * 2 + 2 * 4 * 4)
     assert row.per_execution.flops == programs * 4 * 2 * (2 * 16 * 128 * 128)
     assert not row.unmodeled
     assert any("data-dependent trip count" in n for n in row.notes)

@@ -13,8 +13,9 @@ walked: scalar integer arithmetic is evaluated (so a loop bound such as a causal
 ``scf.if`` counts its larger branch (said in the notes), and an ``scf.for`` whose bound is
 data-dependent (a length read from memory) but capped by a known value (``minsi(x, 4)``; upper
 bounds are carried through monotone integer ops) counts its cap, said in the notes; every ``tt.load`` reads and every
-``tt.store`` writes its tensor's elements (masked-off elements included: an upper bound at a
-partial edge block), attributed to the pointer argument it is derived from; ``tt.dot`` of
+``tt.store`` writes its tensor's elements: a mask that compares a ``make_range`` with a known
+scalar (the rows of a padded head block) moves only its true lanes; any other mask counts every
+element (an upper bound at a partial edge block), attributed to the pointer argument it is derived from; ``tt.dot`` of
 ``[M, K] x [K, N]`` counts ``2*M*N*K`` flops. What cannot be walked raises
 :class:`TritonDecodeError`; the caller then costs the call as operand + result bytes once, a
 lower bound, unmodeled.
@@ -144,6 +145,22 @@ _MONOTONE = {
     "arith.maxsi": lambda ha, hb, a, b: max(ha, hb) if ha is not None and hb is not None else None,
 }
 _MONOTONE["arith.minui"] = _MONOTONE["arith.minsi"]
+#: ops that keep an i1 mask's fraction of true lanes (one masked dimension, repeated or reshaped)
+_MASK_SHAPE_OPS = frozenset({"tt.expand_dims", "tt.broadcast", "tt.reshape"})
+
+
+def _range_mask(cmp, ranges: dict, splats: dict, a: int, b: int) -> tuple[int, int] | None:
+    """(true lanes, lanes) of ``cmpi(make_range(start, end), splat(s))`` (either order), or None
+    when the comparison is not of a range with a known scalar."""
+    if a in ranges and b in splats:
+        (lo, hi), s = ranges[a], splats[b]
+        return sum(1 for i in range(lo, hi) if cmp(i, s)), max(1, hi - lo)
+    if b in ranges and a in splats:
+        (lo, hi), s = ranges[b], splats[a]
+        return sum(1 for i in range(lo, hi) if cmp(s, i)), max(1, hi - lo)
+    return None
+
+
 _PTR_CHAIN = frozenset({"tt.addptr", "tt.splat", "tt.broadcast", "tt.expand_dims", "tt.reshape",
                         "tt.advance", "tt.make_tensor_ptr", "tt.bitcast", "tt.trans"})
 
@@ -198,6 +215,8 @@ def _read_block(block, ids: dict) -> tuple[tuple[int, ...], list[_Op]]:
                 o.value = _int_attr_value(op.attributes["value"])
         elif name == "arith.cmpi":
             o.value = _int_attr_value(op.attributes["predicate"])
+        elif name == "tt.make_range":
+            o.value = (_int_attr_value(op.attributes["start"]), _int_attr_value(op.attributes["end"]))
         elif name == "tt.load":
             o.used = any(True for _ in op.results[0].uses)
             n, bits = _tensor_numel_bits(str(op.results[0].type))
@@ -241,6 +260,9 @@ class _Walker:
     def run(self, pid):
         self.env: dict[int, int] = {}
         self.hi: dict[int, int] = {}   # upper bounds of values not known exactly (data-dependent)
+        self.ranges: dict[int, tuple[int, int]] = {}   # tt.make_range results: (start, end)
+        self.splats: dict[int, int] = {}               # tensors splat from a known scalar
+        self.masks: dict[int, tuple[int, int]] = {}    # i1 tensors: (true lanes, lanes) of one dim
         self.origin: dict[int, int] = dict(self.arg_index)
         self.pid = pid
         reads = [0] * self.n_args
@@ -274,6 +296,14 @@ class _Walker:
                 if src is not None:
                     for r in op.results:
                         origin[r] = src
+                elif op.operands and op.results:
+                    if name == "tt.splat" and op.operands[0] in env:
+                        self.splats[op.results[0]] = env[op.operands[0]]
+                    elif name in _MASK_SHAPE_OPS and op.operands[0] in self.masks:
+                        self.masks[op.results[0]] = self.masks[op.operands[0]]
+            elif name == "tt.make_range":
+                if op.value and None not in op.value:
+                    self.ranges[op.results[0]] = op.value
             elif name in _PASS:
                 v = env.get(op.operands[0])
                 if v is not None:
@@ -286,8 +316,13 @@ class _Walker:
                 env[op.results[0]] = self.grid[op.value or 0]
             elif name == "arith.cmpi":
                 a, b = env.get(op.operands[0]), env.get(op.operands[1])
-                if a is not None and b is not None and op.value is not None and 0 <= op.value < 10:
+                ok = op.value is not None and 0 <= op.value < 10
+                if a is not None and b is not None and ok:
                     env[op.results[0]] = int(_CMP[_CMP_BY_INT[op.value]](a, b))
+                elif ok:
+                    m = _range_mask(_CMP[_CMP_BY_INT[op.value]], self.ranges, self.splats, *op.operands[:2])
+                    if m is not None:
+                        self.masks[op.results[0]] = m
             elif name == "arith.select":
                 c = env.get(op.operands[0])
                 if c is not None:
@@ -304,11 +339,17 @@ class _Walker:
                 src = origin.get(op.operands[0])
                 if src is None:
                     raise TritonDecodeError(f"{name}: cannot trace its pointer to a kernel argument")
+                # a mask known lane by lane (rows past the last head of a padded block): only its
+                # true lanes move; any other mask counts every element (an upper bound)
+                mask = op.operands[1 if name == "tt.load" else 2] if (
+                    name in ("tt.load", "tt.store") and len(op.operands) > (1 if name == "tt.load" else 2)) else None
+                true_n = self.masks.get(mask) if mask is not None else None
+                nbytes = op.nbytes if true_n is None else op.nbytes * true_n[0] // true_n[1]
                 if name == "tt.load":
                     if op.used:  # an unused load (Pallas's swap on a store): Triton drops it
-                        reads[src] += mult * op.nbytes
+                        reads[src] += mult * nbytes
                 elif name == "tt.store":
-                    writes[src] += mult * op.nbytes
+                    writes[src] += mult * nbytes
                 else:
                     reads[src] += mult * op.nbytes
                     writes[src] += mult * op.nbytes
@@ -423,7 +464,8 @@ def decode_and_cost(backend_config_text: str, n_operands: int, n_results: int) -
                         writes[i] += w[i]
                     flops += f
     notes = [f"Pallas Triton kernel {name}: grid {grid[0]}x{grid[1]}x{grid[2]}; bytes are its loads "
-             "and stores per program instance, summed over the grid (masked-off elements counted; "
+             "and stores per program instance, summed over the grid (masked-off elements counted unless "
+             "the mask compares a range with a known bound; "
              "L2 hits between program instances not modeled)",
              f"FLOPs are its tt.dot ops (2*M*N*K each), {flops:,} in all; elementwise work not counted"]
     notes += sorted(walker.branch_notes)
