@@ -26,6 +26,7 @@ HLO metadata) with ``['k']`` / ``[i]`` / ``.a`` turned into ``/k`` / ``/i`` / ``
 from __future__ import annotations
 
 import inspect
+import os
 import math
 import re
 from dataclasses import dataclass, field
@@ -33,6 +34,7 @@ from dataclasses import replace as dataclasses_replace
 from typing import Any
 
 import jax
+from jax.experimental.layout import Format
 import numpy as np
 
 from ..errors import JaxmoveInputError
@@ -344,7 +346,7 @@ def _leaf_shardings(in_shardings, args, dyn) -> list:
     for k, i in enumerate(dyn):
         sh = in_shardings[k] if k < len(in_shardings) else None
         n = len(jax.tree_util.tree_leaves(args[i]))
-        if sh is None or isinstance(sh, jax.sharding.Sharding):
+        if sh is None or isinstance(sh, (jax.sharding.Sharding, Format)):
             out.extend([sh] * n)
         else:
             out.extend(jax.tree_util.tree_structure(args[i]).flatten_up_to(sh))
@@ -352,6 +354,8 @@ def _leaf_shardings(in_shardings, args, dyn) -> list:
 
 
 def _shard_shape(sharding, shape: tuple) -> tuple:
+    if isinstance(sharding, Format):   # weight_layouts='auto': the sharding inside the format
+        sharding = sharding.sharding
     return tuple(sharding.shard_shape(tuple(shape))) if sharding is not None else tuple(shape)
 
 
@@ -467,14 +471,50 @@ def _target_shardings(shardings, target, args=()) -> dict:
     return out
 
 
+#: ``weight_layouts`` values of ``capture``: the layouts XLA gives weight arguments.
+WEIGHT_LAYOUTS = ("default", "auto")
+#: the environment variable ``capture`` reads when ``weight_layouts`` is None (set by the CLI's
+#: ``--weight-layouts``, so the processes a command starts compile the same way)
+WEIGHT_LAYOUTS_ENV = "JAXMOVE_WEIGHT_LAYOUTS"
+
+
+def _auto_weight_layouts(shardings: dict, args, static_argnums, leaves) -> dict:
+    """``shardings`` with each weights-role leaf that is not donated compiled with
+    ``Format(Layout.AUTO, its sharding)``: XLA picks the parameter's layout (what a serving
+    engine does when it loads weights once for a compiled program) instead of the default
+    major-to-minor one it may copy every step into the layout its dots want. Donated weights
+    (a training step's, written back in place) keep the default: their output must share it."""
+    from jax.experimental.layout import Format, Layout
+
+    static = {i % len(args) for i in static_argnums} if args else set()
+    dyn = [i for i in range(len(args)) if i not in static]
+    in_sh = shardings.get("in_shardings")
+    flat = _leaf_shardings(in_sh, args, dyn) if in_sh is not None else [None] * len(leaves)
+    if len(flat) != len(leaves):
+        raise CaptureError(f"weight_layouts='auto': {len(flat)} shardings for {len(leaves)} argument leaves")
+    per_leaf = [Format(Layout.AUTO, sh) if lf.role == "weights" and not lf.donated
+                else sh for lf, sh in zip(leaves, flat)]
+    out, k = [], 0
+    for i in dyn:
+        treedef = jax.tree_util.tree_structure(args[i])
+        out.append(jax.tree_util.tree_unflatten(treedef, per_leaf[k:k + treedef.num_leaves]))
+        k += treedef.num_leaves
+    return {**shardings, "in_shardings": tuple(out)}
+
+
 def _capture_fn(fn, args, roles, donate_argnums, static_argnums, name, source, config,
-                shardings=None, target=None) -> Program:
+                shardings=None, target=None, weight_layouts: str = "default") -> Program:
     from .compile_cache import cached_compile
     from .targets import compile_lowered
 
     shardings = _target_shardings(shardings, target, args)
     lowered, leaves = _trace_leaves(fn, tuple(args), roles, tuple(donate_argnums), tuple(static_argnums),
                                     shardings)
+    if weight_layouts == "auto" and any(lf.role == "weights" and not lf.donated for lf in leaves):
+        # the roles are known once traced: trace again with the weights' layouts left to XLA
+        shardings = _auto_weight_layouts(shardings, tuple(args), tuple(static_argnums), leaves)
+        lowered, leaves = _trace_leaves(fn, tuple(args), roles, tuple(donate_argnums),
+                                        tuple(static_argnums), shardings)
     kept = lowered._lowering.compile_args["kept_var_idx"]
     # an accelerator target's compile comes from jaxmove's compile cache when it holds it
     facts = cached_compile(lowered, target or "cpu",
@@ -582,7 +622,7 @@ def _capture_module(module, args, name, target=None) -> Program:
 
 
 def capture(obj, /, *args, roles=None, donate_argnums=(), static_argnums=(), name=None,
-            in_shardings=None, out_shardings=None, target=None) -> Program:
+            in_shardings=None, out_shardings=None, target=None, weight_layouts: str | None = None) -> Program:
     """Lower and compile ``target`` and label its ENTRY parameters.
 
     Args:
@@ -606,6 +646,13 @@ def capture(obj, /, *args, roles=None, donate_argnums=(), static_argnums=(), nam
         without ``in_shardings`` are placed on the target's first compile-only device and
         the program is compiled by that device's compiler, without the device. A Lowered /
         Compiled keeps the devices it was built for (``target`` must match them).
+      weight_layouts: ``default`` (jit's: each argument in the default major-to-minor layout)
+        or ``auto`` (Workloads and callables: every weights-role argument that is not donated
+        is compiled with ``jax.experimental.layout.Format(Layout.AUTO, ...)``, so XLA stores it
+        in the layout its kernels read, as a server that loads weights once for a compiled
+        program does; with ``default`` XLA:TPU may copy a weight into another layout in every
+        step, e.g. a q projection bf16[16384,8,128] into {2,0,1}: ``layout_change``).
+        None: ``$JAXMOVE_WEIGHT_LAYOUTS`` (the CLI's ``--weight-layouts``), else ``default``.
 
     Returns:
       A ``Program``; ``parameters`` has one entry per HLO ENTRY parameter in
@@ -621,13 +668,17 @@ def capture(obj, /, *args, roles=None, donate_argnums=(), static_argnums=(), nam
     """
     device_target = target
     target = obj
+    if weight_layouts is None:
+        weight_layouts = os.environ.get(WEIGHT_LAYOUTS_ENV, "").strip() or "default"
+    if weight_layouts not in WEIGHT_LAYOUTS:
+        raise ValueError(f"weight_layouts={weight_layouts!r}: expected one of {', '.join(WEIGHT_LAYOUTS)}")
     if isinstance(target, Workload):
         if args:
             raise TypeError("capture(Workload) takes no extra positional arguments")
         src = f"zoo:{target.config['preset']}" if "preset" in target.config else f"workload:{target.name}"
         return _capture_fn(target.fn, target.args, target.roles, target.donate_argnums,
                            target.static_argnums, name or target.name, src, target.config,
-                           _jit_shardings(in_shardings, out_shardings), device_target)
+                           _jit_shardings(in_shardings, out_shardings), device_target, weight_layouts)
     if isinstance(target, (jax.stages.Lowered, jax.stages.Compiled)):
         if args:
             raise TypeError("capture(Lowered/Compiled) takes no arguments")
@@ -645,7 +696,7 @@ def capture(obj, /, *args, roles=None, donate_argnums=(), static_argnums=(), nam
         src = f"callable:{getattr(fn, '__module__', '?')}.{qual}"
         return _capture_fn(target, args, roles, donate_argnums, static_argnums,
                            name or getattr(fn, "__name__", "fn"), src, {},
-                           _jit_shardings(in_shardings, out_shardings), device_target)
+                           _jit_shardings(in_shardings, out_shardings), device_target, weight_layouts)
     raise TypeError(f"cannot capture a {type(target).__name__}: expected a Workload, callable, "
                     "jax.stages.Lowered, jax.stages.Compiled or flax.nnx.Module")
 

@@ -110,6 +110,11 @@ def add_compile_target_option(p: argparse.ArgumentParser) -> None:
                         "tpu-v5p (:AxBxC, e.g. tpu-v5p:4x4x4); implies --hardware of the same spec. "
                         'TPU targets need pip install "jaxmove[tpu]", GPU targets "jaxmove[gpu]"')
     add_no_compile_cache_option(p)
+    p.add_argument("--weight-layouts", choices=("default", "auto"), action=_WeightLayouts, default=None,
+                   help="default: weights in jit's default layout (XLA may copy one into the layout "
+                        "its kernels read, every step: layout_change); auto: XLA picks the layout of "
+                        "each weights argument that is not donated (Layout.AUTO), as a server that "
+                        "loads weights once for the compiled program does")
 
 
 def add_no_compile_cache_option(p: argparse.ArgumentParser) -> None:
@@ -118,6 +123,16 @@ def add_no_compile_cache_option(p: argparse.ArgumentParser) -> None:
                    help="compile again even when jaxmove's compile cache holds the program (the "
                         "cache keeps TPU/GPU compiles in $JAXMOVE_COMPILE_CACHE_DIR, default "
                         "~/.cache/jaxmove/xla; JAXMOVE_NO_COMPILE_CACHE=1 does the same)")
+
+
+class _WeightLayouts(argparse.Action):
+    """Sets JAXMOVE_WEIGHT_LAYOUTS (capture/program.py) while parsing, so the command and every
+    process it starts (plans on simulated devices, sweep workers) compile the same way."""
+
+    def __call__(self, parser, namespace, values, option_string=None):
+        from ..capture.program import WEIGHT_LAYOUTS_ENV
+        os.environ[WEIGHT_LAYOUTS_ENV] = values
+        setattr(namespace, self.dest, values)
 
 
 class _NoCompileCache(argparse.Action):

@@ -305,7 +305,7 @@ def load_workload(model, overrides: dict[str, str] | None = None):
 
 def capture_with_plan(preset, overrides: dict[str, str] | None, plan: Plan,
                       mesh_shape: dict[str, int], notes: list[str] | None = None,
-                      specs: dict[str, str] | None = None, target=None):
+                      specs: dict[str, str] | None = None, target=None, weight_layouts: str | None = None):
     """Capture ``preset`` (a zoo preset, ``module:function`` or Workload; ``load_workload``)
     partitioned by ``plan`` over ``mesh_shape``.
 
@@ -313,7 +313,7 @@ def capture_with_plan(preset, overrides: dict[str, str] | None, plan: Plan,
     ``devices.ensure_cpu_devices``); an accelerator target builds the mesh from its
     compile-only devices. Returns the ``Program`` (its HLO is the per-device SPMD program);
     ``notes`` receives dropped rules, ``specs`` the PartitionSpec of every sharded argument /
-    output leaf.
+    output leaf. ``weight_layouts``: as ``capture`` (``auto``: XLA picks the weights' layouts).
     Raises:
       PlanError, KeyError (unknown preset), ValueError (bad override), CaptureError,
       TargetNameError (mesh larger than the topology), DoesNotFitError (the target compiler
@@ -344,7 +344,8 @@ def capture_with_plan(preset, overrides: dict[str, str] | None, plan: Plan,
         in_sh, out_sh, leaf_specs = workload_shardings(workload, plan, mesh, notes)
         if specs is not None:
             specs.update(leaf_specs)
-        return capture(workload, in_shardings=in_sh, out_shardings=out_sh, target=target)
+        return capture(workload, in_shardings=in_sh, out_shardings=out_sh, target=target,
+                       weight_layouts=weight_layouts)
 
 
 # ---- one plan -----------------------------------------------------------------------------

@@ -1,0 +1,89 @@
+"""``weight_layouts='auto'`` (capture/program.py, the CLI's ``--weight-layouts auto``): weights
+compiled with ``Format(Layout.AUTO)`` take the layout XLA's kernels read, so XLA:TPU no longer
+copies a weight into another layout every step (issue 24: llama3-405b-decode on tpu-v5p under tp
+moved 36 GiB of ``layout_change``). Expected figures come from the shapes: the per-device q
+kernel of a 405B layer is bf16[16384, 128 / 16, 128] = 32 MiB."""
+
+from __future__ import annotations
+
+import importlib.util
+
+import pytest
+
+from . import device_compile  # noqa: F401  (sets JAX_PLATFORMS / libtpu sharing before jax starts)
+
+import jax  # noqa: E402
+
+from jaxmove.capture.program import (WEIGHT_LAYOUTS_ENV, _auto_weight_layouts, _Leaf,  # noqa: E402
+                                     capture)
+
+# one full-width Llama 3.1 405B layer, short cache, small vocab (a few seconds per compile)
+SETS = {"layers": "1", "vocab": "1024", "d_ff": "1024", "seq_len": "256"}
+Q_BYTES = 16384 * (128 // 16) * 128 * 2
+
+
+@pytest.fixture(scope="module")
+def programs():
+    if importlib.util.find_spec("libtpu") is None:
+        pytest.skip('libtpu is not installed (pip install "jaxmove[tpu]")')
+    from jaxmove.plans import PRESETS
+    from jaxmove.plans.compare import capture_with_plan
+    return {wl: capture_with_plan("llama3-405b-decode", SETS, PRESETS["tp"], {"model": 16},
+                                  target="tpu-v5p:2x2x4", weight_layouts=wl)
+            for wl in ("default", "auto")}
+
+
+def _excess(program):
+    from jaxmove.hlo import parse_module
+    from jaxmove.passes.excess import excess_pass
+    from jaxmove.passes.pipeline import analyze_module
+    return excess_pass(analyze_module(parse_module(program.hlo_text)))
+
+
+def _q_param_line(program) -> str:
+    q = next(p for p in program.parameters if p.path.endswith("attn/q/kernel"))
+    assert q.byte_size == Q_BYTES
+    entry = program.hlo_text[program.hlo_text.index("\nENTRY"):]
+    return next(line for line in entry.splitlines()[1:] if f" parameter({q.number})" in line)
+
+
+def test_auto_layouts_take_the_layout_the_dots_read(programs):
+    # default: the q kernel arrives major-to-minor {2,1,0} and XLA:TPU copies it to {2,0,1}
+    # (heads outermost) in every step; auto: the parameter itself is {2,0,1}
+    assert "bf16[16384,8,128]{2,1,0:" in _q_param_line(programs["default"])
+    assert "bf16[16384,8,128]{2,0,1:" in _q_param_line(programs["auto"])
+    d, a = _excess(programs["default"]), _excess(programs["auto"])
+    assert d.bytes_of("layout_change") >= 2 * Q_BYTES            # at least one copy: read + write
+    assert a.bytes_of("layout_change") < Q_BYTES // 32          # tile-sized remnants only
+    # what the program must move does not depend on the layouts
+    assert a.by_role["weights"].compulsory_bytes == d.by_role["weights"].compulsory_bytes
+    assert a.by_role["weights"].compiled_bytes <= d.by_role["weights"].compiled_bytes - 2 * Q_BYTES
+
+
+def test_donated_weights_keep_the_default_layout():
+    # a training step donates its weights and writes them back: their output must share the
+    # input's layout, so only weights that are not donated get Layout.AUTO
+    from jax.experimental.layout import Format
+    import jax.numpy as jnp
+    args = ({"w": jax.ShapeDtypeStruct((4, 4), jnp.float32), "b": jax.ShapeDtypeStruct((4,), jnp.float32)},
+            jax.ShapeDtypeStruct((2, 4), jnp.float32))
+    leaves = [_Leaf("b", "b", "weights", True, (4,), jnp.float32, argnum=0),
+              _Leaf("w", "w", "weights", False, (4, 4), jnp.float32, argnum=0),
+              _Leaf("x", "x", "activations", False, (2, 4), jnp.float32, argnum=1)]
+    got = _auto_weight_layouts({}, args, (), leaves)["in_shardings"]
+    assert got[0]["b"] is None and got[1] is None
+    assert isinstance(got[0]["w"], Format)
+
+
+def test_weight_layouts_from_the_environment_and_bad_values(monkeypatch):
+    import jax.numpy as jnp
+    x = jax.ShapeDtypeStruct((2, 4), jnp.float32)
+    monkeypatch.setenv(WEIGHT_LAYOUTS_ENV, "sideways")
+    with pytest.raises(ValueError, match="weight_layouts='sideways': expected one of default, auto"):
+        capture(lambda x: x * 2, x)
+    with pytest.raises(ValueError, match="expected one of default, auto"):
+        capture(lambda x: x * 2, x, weight_layouts="AUTO")
+    monkeypatch.setenv(WEIGHT_LAYOUTS_ENV, "auto")   # XLA:CPU keeps its layouts; the capture works
+    p = capture(lambda x, w: x @ w, x, jax.ShapeDtypeStruct((4, 3), jnp.float32),
+                roles=("activations", "weights"))
+    assert [q.role for q in p.parameters] == ["activations", "weights"]
