@@ -87,3 +87,8 @@ def test_weight_layouts_from_the_environment_and_bad_values(monkeypatch):
     p = capture(lambda x, w: x @ w, x, jax.ShapeDtypeStruct((4, 3), jnp.float32),
                 roles=("activations", "weights"))
     assert [q.role for q in p.parameters] == ["activations", "weights"]
+
+
+def test_the_program_says_its_weights_layouts(programs):
+    assert any("Layout.AUTO" in n for n in programs["auto"].notes)
+    assert not any("Layout.AUTO" in n for n in programs["default"].notes)

@@ -524,7 +524,12 @@ def _capture_fn(fn, args, roles, donate_argnums, static_argnums, name, source, c
     if facts.input_shard_shapes is not None:
         leaves = [dataclasses_replace(lf, shard_shape=s) for lf, s in zip(leaves, facts.input_shard_shapes)]
     params = _build_parameters(facts.hlo_text, leaves, set(kept))
-    return _program(name, source, config, facts, params, target or "cpu")
+    program = _program(name, source, config, facts, params, target or "cpu")
+    if weight_layouts == "auto":
+        program = dataclasses_replace(program, notes=program.notes + (
+            "weights compiled with Layout.AUTO (--weight-layouts auto): XLA chose the layout of "
+            "every weights argument that is not donated",))
+    return program
 
 
 def _capture_stage(stage, roles, name, target=None) -> Program:
