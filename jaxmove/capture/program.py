@@ -484,7 +484,7 @@ def _auto_weight_layouts(shardings: dict, args, static_argnums, leaves) -> dict:
     engine does when it loads weights once for a compiled program) instead of the default
     major-to-minor one it may copy every step into the layout its dots want. Donated weights
     (a training step's, written back in place) keep the default: their output must share it."""
-    from jax.experimental.layout import Format, Layout
+    from jax.experimental.layout import Layout
 
     static = {i % len(args) for i in static_argnums} if args else set()
     dyn = [i for i in range(len(args)) if i not in static]
