@@ -15,7 +15,7 @@ from . import device_compile  # noqa: F401  (sets JAX_PLATFORMS / libtpu sharing
 import jax  # noqa: E402
 
 from jaxmove.capture.program import (WEIGHT_LAYOUTS_ENV, _auto_weight_layouts, _Leaf,  # noqa: E402
-                                     capture)
+                                     capture, default_weight_layouts)
 
 # one full-width Llama 3.1 405B layer, short cache, small vocab (a few seconds per compile)
 SETS = {"layers": "1", "vocab": "1024", "d_ff": "1024", "seq_len": "256"}
@@ -28,9 +28,11 @@ def programs():
         pytest.skip('libtpu is not installed (pip install "jaxmove[tpu]")')
     from jaxmove.plans import PRESETS
     from jaxmove.plans.compare import capture_with_plan
-    return {wl: capture_with_plan("llama3-405b-decode", SETS, PRESETS["tp"], {"model": 16},
-                                  target="tpu-v5p:2x2x4", weight_layouts=wl)
-            for wl in ("default", "auto")}
+    with pytest.MonkeyPatch.context() as mp:   # None reads the environment: keep it clear
+        mp.delenv(WEIGHT_LAYOUTS_ENV, raising=False)
+        return {wl: capture_with_plan("llama3-405b-decode", SETS, PRESETS["tp"], {"model": 16},
+                                      target="tpu-v5p:2x2x4", weight_layouts=wl)
+                for wl in ("default", "auto", None)}
 
 
 def _excess(program):
@@ -92,3 +94,25 @@ def test_weight_layouts_from_the_environment_and_bad_values(monkeypatch):
 def test_the_program_says_its_weights_layouts(programs):
     assert any("Layout.AUTO" in n for n in programs["auto"].notes)
     assert not any("Layout.AUTO" in n for n in programs["default"].notes)
+
+
+def test_inference_presets_on_accelerators_default_to_auto(programs):
+    # weight_layouts=None (no --weight-layouts, no environment): a decode preset compiled for a
+    # TPU is the auto program, byte for byte
+    assert programs[None].hlo_text == programs["auto"].hlo_text
+    assert "bf16[16384,8,128]{2,0,1:" in _q_param_line(programs[None])
+
+
+def test_default_weight_layouts_rule():
+    from jaxmove import zoo
+    decode = zoo.build("llama3-8b-decode", {"layers": "1", "d_model": "64", "heads": "2", "kv_heads": "1",
+                                            "d_ff": "128", "vocab": "128", "seq_len": "16", "batch": "1"})
+    train = zoo.build("llama3-8b-train", {"layers": "1", "d_model": "64", "heads": "2", "kv_heads": "1",
+                                          "d_ff": "128", "vocab": "128", "seq_len": "16", "batch": "1"})
+    assert decode.config["mode"] == "decode" and train.config["mode"] == "train"
+    assert default_weight_layouts(decode, "tpu-v5e:2x2") == "auto"
+    assert default_weight_layouts(decode, "h100-sxm") == "auto"
+    assert default_weight_layouts(decode, None) == "default"       # XLA:CPU
+    assert default_weight_layouts(decode, "cpu") == "default"
+    assert default_weight_layouts(train, "tpu-v5e:2x2") == "default"
+    assert default_weight_layouts(lambda x: x, "tpu-v5e:2x2") == "default"

@@ -478,6 +478,30 @@ WEIGHT_LAYOUTS = ("default", "auto")
 WEIGHT_LAYOUTS_ENV = "JAXMOVE_WEIGHT_LAYOUTS"
 
 
+#: zoo modes that serve (weights loaded once, never written): ``default_weight_layouts`` gives
+#: them ``auto`` on an accelerator target
+INFERENCE_MODES = ("prefill", "decode")
+
+
+def default_weight_layouts(obj, target=None) -> str:
+    """The ``weight_layouts`` ``capture`` uses when neither the call nor
+    ``$JAXMOVE_WEIGHT_LAYOUTS`` names one: ``auto`` for a zoo inference preset (a ``Workload``
+    whose config ``mode`` is prefill or decode) compiled for a TPU or GPU target, the program
+    a serving engine runs (it loads the weights once, in the layout the compiled program asks
+    for: ``Compiled.input_formats``); ``default`` (jit's layouts) for everything else: a
+    user's own function, a training step (its weights are donated and written back), XLA:CPU.
+
+    Raises:
+      TargetNameError: ``target`` is not a target name.
+    """
+    if not isinstance(obj, Workload) or obj.config.get("mode") not in INFERENCE_MODES:
+        return "default"
+    if target is None:
+        return "default"
+    from .targets import Target
+    return "default" if Target.parse(target).platform == "cpu" else "auto"
+
+
 def _auto_weight_layouts(shardings: dict, args, static_argnums, leaves) -> dict:
     """``shardings`` with each weights-role leaf that is not donated compiled with
     ``Format(Layout.AUTO, its sharding)``: XLA picks the parameter's layout (what a serving
@@ -527,8 +551,9 @@ def _capture_fn(fn, args, roles, donate_argnums, static_argnums, name, source, c
     program = _program(name, source, config, facts, params, target or "cpu")
     if weight_layouts == "auto":
         program = dataclasses_replace(program, notes=program.notes + (
-            "weights compiled with Layout.AUTO (--weight-layouts auto): XLA chose the layout of "
-            "every weights argument that is not donated",))
+            "weights compiled with Layout.AUTO (--weight-layouts auto, the default of inference "
+            "presets on TPU/GPU targets; --weight-layouts default gives jit's layouts): XLA chose "
+            "the layout of every weights argument that is not donated",))
     return program
 
 
@@ -657,7 +682,9 @@ def capture(obj, /, *args, roles=None, donate_argnums=(), static_argnums=(), nam
         in the layout its kernels read, as a server that loads weights once for a compiled
         program does; with ``default`` XLA:TPU may copy a weight into another layout in every
         step, e.g. a q projection bf16[16384,8,128] into {2,0,1}: ``layout_change``).
-        None: ``$JAXMOVE_WEIGHT_LAYOUTS`` (the CLI's ``--weight-layouts``), else ``default``.
+        None: ``$JAXMOVE_WEIGHT_LAYOUTS`` (the CLI's ``--weight-layouts``), else
+        ``default_weight_layouts(obj, target)``: ``auto`` for a zoo prefill / decode preset on a
+        TPU or GPU target, ``default`` otherwise.
 
     Returns:
       A ``Program``; ``parameters`` has one entry per HLO ENTRY parameter in
@@ -674,7 +701,7 @@ def capture(obj, /, *args, roles=None, donate_argnums=(), static_argnums=(), nam
     device_target = target
     target = obj
     if weight_layouts is None:
-        weight_layouts = os.environ.get(WEIGHT_LAYOUTS_ENV, "").strip() or "default"
+        weight_layouts = os.environ.get(WEIGHT_LAYOUTS_ENV, "").strip() or default_weight_layouts(obj, device_target)
     if weight_layouts not in WEIGHT_LAYOUTS:
         raise ValueError(f"weight_layouts={weight_layouts!r}: expected one of {', '.join(WEIGHT_LAYOUTS)}")
     if isinstance(target, Workload):
