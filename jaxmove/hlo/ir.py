@@ -125,6 +125,11 @@ class Instruction:
 
     def _find_called(self) -> tuple[str, ...]:
         attrs = self.attrs
+        keys = [k for k in attrs if k in _CALLED_KEYS]
+        if len(keys) == 1:  # the usual case, one key naming one computation (calls=%f)
+            v = attrs[keys[0]].strip()
+            if "," not in v and not v.startswith("{"):
+                return (v.lstrip("%"),) if v else ()
         out: list[str] = []
         for key in CALLED_COMPUTATION_ATTRS:
             v = attrs.get(key)
