@@ -47,6 +47,7 @@ never print.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from operator import attrgetter
 
 from ..hlo import Computation, Instruction, Module
 from ..hlo.attrs import parse_kv_block
@@ -135,6 +136,10 @@ def _async_wrapped(module: Module) -> frozenset[str]:
     return hit
 
 
+_KIND_OR_FUSION = frozenset(_KIND_OF) | {"fusion"}
+_opcode = attrgetter("opcode")
+
+
 def _fused_collectives(module: Module, cname: str) -> tuple[tuple[Instruction, Computation], ...]:
     """Collectives inside a fused computation and its nested fusions."""
     cache = memo_of(module).fused_collectives
@@ -143,7 +148,7 @@ def _fused_collectives(module: Module, cname: str) -> tuple[tuple[Instruction, C
         return hit
     kinds = _KIND_OF
     comp = module.computations[cname]
-    if not any(i.opcode in kinds or i.opcode == "fusion" for i in comp.instructions):
+    if _KIND_OR_FUSION.isdisjoint(map(_opcode, comp.instructions)):
         cache[cname] = ()  # the common case: no collective and no nested fusion to walk
         return ()
     # nested fused computations first, innermost first (iterative: any nesting depth)
@@ -400,15 +405,26 @@ def collective_info(instr: Instruction, comp: Computation, module: Module) -> Co
       CollectiveError: unreadable ``replica_groups`` / ``source_target_pairs`` (names the
         file, line and instruction).
     """
-    kind = collective_kind(instr.opcode)
+    kind = _KIND_OF.get(instr.opcode)
     if kind is not None:
         return _info(instr, comp, module, kind)
-    if instr.opcode != "fusion" or not instr.called_computations:
+    if instr.opcode != "fusion":
         return None
+    called = instr.called_computations
+    if not called:
+        return None
+    if len(called) == 1:  # the usual fusion: one fused computation, most without collectives
+        inner = (_fused_collectives(module, called[0]),)
+        if not inner[0]:
+            return None
+    else:
+        inner = tuple(_fused_collectives(module, cname) for cname in called)
+        if not any(inner):
+            return None
     owners = _chain_owners(module, comp)
     found = []
-    for cname in instr.called_computations:
-        for i, c in _fused_collectives(module, cname):
+    for fused in inner:
+        for i, c in fused:
             info = _info(i, c, module, collective_kind(i.opcode))
             owner = owners.get(i.attrs.get("channel_id", "").strip())
             if owner is not None and owner != instr.name:
