@@ -47,6 +47,8 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass
+from itertools import chain
+from operator import attrgetter
 
 from .._perf import slots_constructor
 from ..hlo.shape import HOST_MEMORY_SPACE, ON_CHIP_MEMORY_SPACES  # noqa: F401  (re-exported)
@@ -441,6 +443,10 @@ _FOOTPRINT_OPCODES = frozenset({"slice", "dynamic-slice", "gather", "dynamic-upd
                                 "scatter", "fusion"})
 
 
+_opcode = attrgetter("opcode")
+_operands = attrgetter("operands")
+
+
 class _PlainFusion:
     """What ``_FusionAnalysis`` finds for a *plain* fused computation, without building it:
     one with no ``_FOOTPRINT_OPCODES`` and no dead values (every instruction but the root
@@ -463,16 +469,12 @@ class _PlainFusion:
 
     @staticmethod
     def of(comp: Computation) -> "_PlainFusion | None":
-        used: set[str] = set()
-        constants: list[Instruction] = []
-        footprint = _FOOTPRINT_OPCODES
-        for i in comp.instructions:
-            op = i.opcode
-            if op in footprint:
-                return None
-            if op == "constant":
-                constants.append(i)
-            used.update(i.operands)
+        instrs = comp.instructions
+        ops = set(map(_opcode, instrs))
+        if not _FOOTPRINT_OPCODES.isdisjoint(ops):
+            return None
+        constants = [i for i in instrs if i.opcode == "constant"] if "constant" in ops else []
+        used = set(chain.from_iterable(map(_operands, instrs)))
         root, params = comp.root, comp.parameters
         root_counts = root.opcode != "parameter"  # (a parameter root is counted with the params)
         need = len(comp.instructions) - len(params) - root_counts
