@@ -135,19 +135,33 @@ def _size_text(s: Shape) -> str:
     return f"{s.byte_size} bytes with tile padding ({s.logical_byte_size} of data)"
 
 
+# attribute text -> its dimension numbers, for the texts _dims_attr read without error (the
+# layers of a model repeat the same few: '{1}', '{1,1024,1024}'); cleared when it fills
+_DIMS_CACHE: dict[str, tuple[int, ...]] = {}
+_DIMS_CACHE_MAX = 4096
+
+
 def _dims_attr(filename: str, instr: Instruction, key: str) -> tuple[int, ...]:
     v = instr.attrs.get(key)
     if v is None:
         return ()
+    hit = _DIMS_CACHE.get(v)
+    if hit is not None:
+        return hit
     if len(v) > 2 and v[0] == "{" and v[-1] == "}" and is_uint(v[1:-1]):
-        return (int(v[1:-1]),)  # the usual '{1}', without the general split below
-    t = v.strip()
-    if not (t.startswith("{") and t.endswith("}")):
-        raise _err(filename, instr, f"{key}={v} of '{instr.name}': expected {{d0,d1,...}}")
-    try:
-        return tuple(ascii_int(x) for x in t[1:-1].split(",") if x.strip())
-    except ValueError:
-        raise _err(filename, instr, f"{key}={v} of '{instr.name}': expected integers") from None
+        out = (int(v[1:-1]),)  # the usual '{1}', without the general split below
+    else:
+        t = v.strip()
+        if not (t.startswith("{") and t.endswith("}")):
+            raise _err(filename, instr, f"{key}={v} of '{instr.name}': expected {{d0,d1,...}}")
+        try:
+            out = tuple(ascii_int(x) for x in t[1:-1].split(",") if x.strip())
+        except ValueError:
+            raise _err(filename, instr, f"{key}={v} of '{instr.name}': expected integers") from None
+    if len(_DIMS_CACHE) >= _DIMS_CACHE_MAX:
+        _DIMS_CACHE.clear()
+    _DIMS_CACHE[v] = out
+    return out
 
 
 _DOT_DIM_KEYS = {side: tuple((kind, f"{side}_{kind}_dims") for kind in ("contracting", "batch"))
@@ -162,18 +176,20 @@ def _check_dot_dims(filename: str, instr: Instruction, lhs: Shape, rhs: Shape) -
                    "must be arrays")
     pairs = []
     for side, shape in (("lhs", lhs), ("rhs", rhs)):
-        dims = {}
-        for kind, key in _DOT_DIM_KEYS[side]:
-            dims[kind] = _dims_attr(filename, instr, key)
-            for d in dims[kind]:
-                if not 0 <= d < len(shape.dims):
-                    raise _err(filename, instr, f"{key}={{{','.join(map(str, dims[kind]))}}} of "
+        rank = len(shape.dims)
+        got = []  # (contracting, batch)
+        for _kind, key in _DOT_DIM_KEYS[side]:
+            dims = _dims_attr(filename, instr, key)
+            for d in dims:
+                if not 0 <= d < rank:
+                    raise _err(filename, instr, f"{key}={{{','.join(map(str, dims))}}} of "
                                f"'{instr.name}': operand {shape} has no dimension {d}")
-        pairs.append(dims)
+            got.append(dims)
+        pairs.append(got)
     if instr.opcode != "dot":
         return
-    for kind in ("contracting", "batch"):
-        ls, rs = pairs[0][kind], pairs[1][kind]
+    for j, kind in enumerate(("contracting", "batch")):
+        ls, rs = pairs[0][j], pairs[1][j]
         if len(ls) != len(rs) or any(lhs.dims[a] != rhs.dims[b] for a, b in zip(ls, rs)):
             raise _err(filename, instr, f"dot '{instr.name}': {kind} dimensions {list(ls)} of {lhs} "
                        f"and {list(rs)} of {rhs} differ in number or size")
@@ -226,6 +242,20 @@ def _check_instruction(filename: str, mod: Module, comp: Computation, instr: Ins
     """Check one instruction; returns the computations it calls."""
     op = instr.opcode
     n = len(instr.operands)
+    if op == "fusion":  # the checks below that apply to a fusion, without the others' tests
+        if "calls" not in instr.attrs:
+            raise _err(filename, instr, f"'fusion' instruction '{instr.name}' has no calls= attribute")
+        called = instr.called_computations
+        computations = mod.computations
+        for c in called:
+            if c not in computations:
+                raise _err(filename, instr, f"instruction '{instr.name}' calls undefined computation '{c}'")
+        if called:
+            callee = computations[called[0]]
+            if len(callee.parameters) != n:
+                raise _err(filename, instr, f"fusion '{instr.name}' passes {n} operands to computation "
+                           f"'{callee.name}', which has {len(callee.parameters)} parameters")
+        return called
     by_name = comp.by_name
     arity = _ARITY.get(op)
     if arity is not None and not arity[1](n):
