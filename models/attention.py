@@ -29,6 +29,9 @@ these forms:
 ``auto``   ``flash`` where the lowering platform has its kernel and the model's attention is
            one it computes (no soft-capping, sliding window or latent attention), else ``xla``
            (the training presets' default: XLA:CPU, Gemma-2 and DeepSeek-V3 keep ``xla``).
+           Decode on CUDA also computes soft-capping and a sliding window, with the same Triton
+           decode kernel adapted to them (``models/triton_decode.py``): Gemma-2 decodes with it
+           on GPUs and with ``xla`` elsewhere; DeepSeek-V3 (latent attention) keeps ``xla``.
 =========  ==========================================================================================
 
 The kernel is chosen when the program is lowered, by ``jax.lax.platform_dependent``
@@ -372,9 +375,11 @@ def _tpu_flash_decode(q, kc, vc, pos, scale):
     return fa.flash_attention(q, kc, vc, segment_ids=seg, causal=False, sm_scale=scale, block_sizes=bs)
 
 
-def _triton_decode(q, kc, vc, pos, scale):
+def _triton_decode(q, kc, vc, pos, start=None, *, scale, softcap=None):
     """Pallas Triton ``decode_attention.mqa`` on [B * Hkv, g, D] queries over the cache viewed
-    as [B * Hkv, S, D] (a reshape of [B, Hkv, S, D]: no copy), valid length pos + 1."""
+    as [B * Hkv, S, D] (a reshape of [B, Hkv, S, D]: no copy), valid length pos + 1. With a
+    score soft-cap or a window start (positions ``[start, pos]``; int32 scalar) the same
+    kernel with soft-capping, ``models/triton_decode.py``."""
     from jax.experimental.pallas.ops.gpu import decode_attention as gd
     b, hkv, g, d = q.shape
     s = kc.shape[2]
@@ -386,6 +391,13 @@ def _triton_decode(q, kc, vc, pos, scale):
     splits = max(1, min(16, s // bk, -(-TRITON_DECODE_PROGRAMS // n)))
     while (s // bk) % splits:
         splits -= 1
+    if softcap is not None or start is not None:
+        from . import triton_decode
+        starts = jnp.broadcast_to(0 if start is None else start, (n,)).astype(jnp.int32)
+        o = triton_decode.mqa(q.reshape(n, g, d), kc.reshape(n, s, d), vc.reshape(n, s, d), starts,
+                              lengths, sm_scale=scale, softcap=softcap, block_h=max(16, g),
+                              block_k=bk, k_splits=splits)
+        return o.reshape(b, hkv, g, d)
     o = gd.mqa(q.reshape(n, g, d), kc.reshape(n, s, d), vc.reshape(n, s, d), kv_seq_len=lengths,
                sm_scale=scale, block_h=max(16, g), block_k=bk, k_splits=splits)
     return o.reshape(b, hkv, g, d)
@@ -421,13 +433,23 @@ def _cudnn_decode(q, kc, vc, pos, scale):
     return o.reshape(b, hkv, g, d)
 
 
-def decode(option: str, qg, kc, vc, pos, scale: float, xla):
+def decode(option: str, qg, kc, vc, pos, scale: float, xla, softcap: float | None = None, start=None):
     """One query per head: qg [B, Hkv, g, D] (queries grouped by kv head) over the updated
     cache kc/vc [B, Hkv, S, D], positions <= pos -> [B, Hkv, g, D] with ``option``
-    (``xla(qg, kc, vc, pos)`` the XLA form)."""
+    (``xla(qg, kc, vc, pos, *rest)`` the XLA form).
+
+    ``softcap`` (scores ``cap * tanh(s / cap)``) and ``start`` (an int32 scalar: positions
+    before it masked, a sliding window) are computed by the GPU kernel of ``auto`` only
+    (``models/triton_decode.py``); elsewhere ``auto`` is the XLA form, which must apply them."""
+    extra = () if start is None else (start,)
     if option == "xla":
-        return xla(qg, kc, vc, pos)
-    if option == "cudnn":
+        return xla(qg, kc, vc, pos, *extra)
+    if softcap is not None or start is not None:
+        if option != "auto":
+            raise AttentionError(f"--set attention={option}: the kernels compute causal softmax "
+                                 "attention without score soft-capping or a sliding window")
+        kernels = {"cuda": functools.partial(_triton_decode, scale=scale, softcap=softcap)}
+    elif option == "cudnn":
         kernels = {"cuda": functools.partial(_cudnn_decode, scale=scale)}
         _cudnn_decode(qg, kc, vc, pos, scale)
     elif option == "paged":
@@ -438,12 +460,12 @@ def decode(option: str, qg, kc, vc, pos, scale: float, xla):
     else:
         raise AttentionError(f"--set attention={option}: no decode kernel")
 
-    def run(qg, kc, vc, pos):
-        return _dispatch(option, "decode", kernels, xla, (qg, kc, vc, pos),
+    def run(qg, kc, vc, pos, *rest):
+        return _dispatch(option, "decode", kernels, xla, (qg, kc, vc, pos, *rest),
                          jax.ShapeDtypeStruct(qg.shape, qg.dtype), (1, kc.shape[2]))
 
     P = jax.sharding.PartitionSpec
-    return _sharded(run, (qg, kc, vc, pos), lambda pb, ph: P(pb, ph, None, None))
+    return _sharded(run, (qg, kc, vc, pos, *extra), lambda pb, ph: P(pb, ph, None, None))
 
 
 __all__ = ["ATTENTION", "AttentionError", "KERNELS", "attention_name", "check_mode", "decode",

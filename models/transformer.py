@@ -550,6 +550,10 @@ class Attention(nnx.Module):
         read the cache in the model dtype)."""
         c = self.cfg
         quantized = jnp.dtype(c.kv_dtype) != c.jnp_dtype
+        if c.attention == "auto" and not c.mla:
+            # soft-capping and a sliding window: the GPU decode kernel computes them
+            # (models/triton_decode.py); other platforms take the XLA form
+            return "xla" if quantized else "auto"
         return "xla" if self._kernel == "auto" and quantized else self._kernel
 
     def _entries(self, k, v) -> dict:
@@ -579,9 +583,13 @@ class Attention(nnx.Module):
         vc = constrain(dequantize_kv(cache["v_cache"], cache.get("v_scale"), v.dtype), CACHE_AXES)
         qg = constrain(q.reshape(b, t, hkv, h // hkv, d), GROUPED_Q_AXES)
         if self._decode_kernel != "xla":   # the kernels' layout: [B, Hkv, g, D] (t = 1)
+            start = None
+            if c.sliding_window is not None:   # positions (pos - window, pos] in a local layer
+                start = jnp.where(local, jnp.maximum(pos + 1 - c.sliding_window, 0), 0).astype(jnp.int32)
             o = attn_kernels.decode(self._decode_kernel, qg.reshape(b, hkv, h // hkv, d), kc, vc, pos,
-                                    self._scale, lambda qg, kc, vc, pos: self._xla_decode(
-                                        qg[:, None], kc, vc, pos, local)[:, 0])
+                                    self._scale, lambda qg, kc, vc, pos, *_: self._xla_decode(
+                                        qg[:, None], kc, vc, pos, local)[:, 0],
+                                    softcap=c.attn_softcap, start=start)
             return self._out(o.reshape(b, t, h, d))
         return self._out(self._xla_decode(qg, kc, vc, pos, local).reshape(b, t, h, d))
 
