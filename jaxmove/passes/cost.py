@@ -58,10 +58,29 @@ class Cost:
 
     @staticmethod
     def sum(costs: "Iterable[Cost]") -> "Cost":
-        """Field-wise sum of many costs, built once (chaining ``+`` builds one per term)."""
-        columns = list(zip(*[_values(c) for c in costs if c is not ZERO_COST]))  # zeros add nothing
-        if not columns:
+        """Field-wise sum of many costs, built once (chaining ``+`` builds one per term).
+
+        The rows of a module share a few Cost objects (``pipeline.instruction_cost``'s memo):
+        each distinct object's fields are scaled by how often it occurs, where every field
+        is an int (exact); a float field sums term by term, in order, as before."""
+        if not isinstance(costs, (list, tuple)):
+            costs = list(costs)
+        seen: dict[int, list] = {}  # id -> [cost, occurrences]; the list holds the objects
+        for c in costs:
+            e = seen.get(id(c))
+            if e is None:
+                seen[id(c)] = [c, 1]
+            else:
+                e[1] += 1
+        seen.pop(id(ZERO_COST), None)  # zeros add nothing
+        if not seen:
             return Cost()
+        if len(seen) * 4 < len(costs):
+            groups = [(_values(c), k) for c, k in seen.values()]
+            if all(type(v) is int for vals, _k in groups for v in vals):
+                return from_values([sum(col) for col in zip(*[
+                    vals if k == 1 else [v * k for v in vals] for vals, k in groups])])
+        columns = list(zip(*[_values(c) for c in costs if c is not ZERO_COST]))
         return from_values(list(map(sum, columns)))
 
     __rmul__ = __mul__
