@@ -12,7 +12,7 @@ exception is a bug and propagates. What a pass memoizes per module is held by th
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
 from .._perf import gc_paused, slots_constructor
@@ -22,6 +22,7 @@ from .analysis import InstructionCost, ModuleAnalysis
 from .callgraph import post_order
 from .collectives import CollectiveError, CollectiveInfo, collective_info, collective_kind
 from .cost import ACCESS_SLOTS, FIELD_INDEX, N_FIELDS, NOT_HBM_MEMORY_SPACES, ZERO_COST, Cost
+from .cost import _values as _cost_values
 from .cost import from_values as cost_from_values
 from .flops import ZERO as ZERO_FLOPS
 from .flops import ZERO_RULE_OPCODES, FlopCount, instruction_flops
@@ -161,6 +162,7 @@ def _kv_note(instr, comp, roles, leaf, nbytes: int) -> str:
 
 
 _FLOPS, _TRANSCENDENTALS = FIELD_INDEX["flops"], FIELD_INDEX["transcendentals"]
+_D2D = FIELD_INDEX["device_to_device_bytes"]
 _PAD_READ, _PAD_WRITE = FIELD_INDEX["hbm_padding_read_bytes"], FIELD_INDEX["hbm_padding_write_bytes"]
 
 def _calls_kernels(instr: Instruction) -> bool:
@@ -199,9 +201,13 @@ def analyze_module(module: Module, entry_roles: dict[int, str] | None = None) ->
                     # a rule has no model for this instruction: list it as unmodeled, never guess
                     traffic = InstrTraffic(unmodeled=(f"{PASS_FAILURE} ({e})",))
                     fc, cost, notes, coll = FlopCount(), Cost(), [], None
-            if coll is not None:
-                cost = replace(cost, device_to_device_bytes=cost.device_to_device_bytes
-                               + coll.wire_bytes)
+            if coll is not None:  # (replace(cost, device_to_device_bytes=...), memoized)
+                vals = list(_cost_values(cost))
+                vals[_D2D] += coll.wire_bytes
+                key = tuple(vals)
+                cost = cost_memo.get(key)
+                if cost is None:
+                    cost = cost_memo[key] = cost_from_values(key)
             unmodeled = (tuple(dict.fromkeys(traffic.unmodeled + fc.unmodeled))
                          if traffic.unmodeled or fc.unmodeled else ())
             if module.has_unbounded_dims and (instr.shape.has_unbounded_dim or any(
