@@ -25,6 +25,10 @@ _CALLED_KEYS = frozenset(CALLED_COMPUTATION_ATTRS)
 # Where such a key can start in unsplit attribute text (``, calls=%f``); no match: none is there.
 _CALLED_KEY_AT = re.compile(r",[ \t]*(?:%s)[ \t]*=" % "|".join(CALLED_COMPUTATION_ATTRS))
 _UNSET = object()
+# attribute text -> Instruction.int_list's answer, for the texts read without error (a model's
+# layers repeat the same few: dimensions={1}, lhs_contracting_dims={1}); cleared when it fills
+_INT_LISTS: dict[str, tuple[int, ...]] = {}
+_INT_LISTS_MAX = 4096
 
 
 @dataclass(slots=True)
@@ -147,8 +151,15 @@ class Instruction:
         v = self.attrs.get(key)
         if v is None:
             return None
-        v = v.strip().strip("{}").strip()
-        return tuple(ascii_int(x) for x in v.split(",") if x.strip()) if v else ()
+        hit = _INT_LISTS.get(v)
+        if hit is not None:
+            return hit
+        t = v.strip().strip("{}").strip()
+        out = tuple(ascii_int(x) for x in t.split(",") if x.strip()) if t else ()
+        if len(_INT_LISTS) >= _INT_LISTS_MAX:
+            _INT_LISTS.clear()
+        _INT_LISTS[v] = out
+        return out
 
     @property
     def metadata(self) -> Metadata | None:
