@@ -596,9 +596,16 @@ def fusion_traffic(instr: Instruction, comp: Computation, module: Module) -> Ins
         else:
             # all fusion parameters bound to the same operand (rare) are read once, as their union
             demand = sum(fa.demand_elems(p) for p in bound[name])
-        elems = min(oshape.num_elements, demand)
+        n_el = oshape.num_elements
+        if demand >= n_el:  # read whole (the usual case): footprint_bytes' first answer
+            nbytes = oshape.byte_size
+            if nbytes:
+                reads.append(_new_access(nbytes, k, (), oshape.memory_space,
+                                         oshape.logical_byte_size))
+            continue
+        elems = demand
         nbytes = _elems_to_bytes(oshape, elems)
-        if elems < oshape.num_elements:
+        if elems < n_el:
             if elems == 0:
                 params_k = bound[name] if bound is not None else (
                     [parameters[k]] if k < n_params else [])
