@@ -182,6 +182,7 @@ def analyze_module(module: Module, entry_roles: dict[int, str] | None = None) ->
     rows: list[InstructionCost] = []
     per_comp: dict[str, list[InstructionCost]] = {}
     cost_memo: dict[tuple, Cost] = {}  # (instruction_cost's: one Cost per distinct cost)
+    total_memo: dict[tuple[int, int], tuple[Cost, Cost]] = {}  # (id(cost), count) -> (cost, total)
     for cname, m in mult.items():
         comp = module.computations[cname]
         count, unknown_trip_count = m.count, m.unknown_trip_count
@@ -220,7 +221,14 @@ def analyze_module(module: Module, entry_roles: dict[int, str] | None = None) ->
                 row_notes += tuple(notes)
             if coll is not None:
                 row_notes += coll.notes
-            row = _new_row(instr, cname, m, cost, cost * count, traffic, fc, unmodeled,
+            if count == 1:
+                tot = cost  # (cost * 1)
+            else:  # equal costs are one object (cost_memo): one product per (cost, count)
+                hit = total_memo.get((id(cost), count))
+                if hit is None:
+                    hit = total_memo[(id(cost), count)] = (cost, cost * count)  # (holds cost)
+                tot = hit[1]
+            row = _new_row(instr, cname, m, cost, tot, traffic, fc, unmodeled,
                            row_notes, coll)
             rows.append(row)
             comp_rows.append(row)
