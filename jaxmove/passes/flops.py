@@ -35,6 +35,7 @@ from __future__ import annotations
 import math
 from collections.abc import Callable
 from dataclasses import dataclass
+from operator import attrgetter
 from typing import Literal
 
 from .._perf import slots_constructor
@@ -483,7 +484,7 @@ def _fusion(instr: Instruction, module: Module) -> FlopCount:
     hit = memo.get(fused.name)
     if hit is not None:
         return hit
-    if not any(i.opcode == "fusion" for i in fused.instructions):  # the common case: no nesting
+    if "fusion" not in map(_opcode, fused.instructions):  # the common case: no nesting
         c = memo[fused.name] = computation_flops(fused, module)
         return c
     # nested fused computations first, innermost first (iterative: any nesting depth); each
@@ -492,6 +493,9 @@ def _fusion(instr: Instruction, module: Module) -> FlopCount:
         if name not in memo:
             memo[name] = computation_flops(module.computations[name], module)
     return memo[fused.name]
+
+
+_opcode = attrgetter("opcode")
 
 
 def _is_fusion(instr: Instruction) -> bool:
