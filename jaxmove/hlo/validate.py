@@ -91,7 +91,7 @@ def compatible(a: Shape, b: Shape) -> bool:
 
 
 def _unbounded(s: Shape) -> bool:
-    return any(d and n == 0 for n, d in zip(s.dims, s.dynamic))
+    return True in s.dynamic and any(d and n == 0 for n, d in zip(s.dims, s.dynamic))
 
 
 def _check_elements(filename: str, instr: Instruction, src: Shape) -> None:
@@ -550,6 +550,9 @@ def _call_graph_cycles(filename: str, mod: Module,
     for root in mod.computations:
         if root in state:
             continue
+        if not calls[root]:  # calls nothing (most fused computations): on no cycle
+            state[root] = 2
+            continue
         path: list[tuple[str, Instruction | None]] = [(root, None)]
         stack = [iter(calls[root])]
         state[root] = 1
@@ -567,6 +570,9 @@ def _call_graph_cycles(filename: str, mod: Module,
                 raise _err(filename, instr, f"call graph cycle: {' -> '.join(cyc)} (instruction "
                            f"'{instr.name}' calls '{callee}', which is already running)")
             if st is None:
+                if not calls[callee]:  # a leaf (e.g. a reducer): done at once
+                    state[callee] = 2
+                    continue
                 state[callee] = 1
                 path.append((callee, instr))
                 stack.append(iter(calls[callee]))
