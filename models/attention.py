@@ -30,8 +30,9 @@ these forms:
            one it computes (no soft-capping, sliding window or latent attention), else ``xla``
            (the training presets' default: XLA:CPU, Gemma-2 and DeepSeek-V3 keep ``xla``).
            Decode on CUDA also computes soft-capping and a sliding window, with the same Triton
-           decode kernel adapted to them (``models/triton_decode.py``): Gemma-2 decodes with it
-           on GPUs and with ``xla`` elsewhere; DeepSeek-V3 (latent attention) keeps ``xla``.
+           decode kernel adapted to them, and DeepSeek's absorbed latent attention with a
+           Triton kernel of its own (``models/triton_decode.py``): Gemma-2 and DeepSeek-V3
+           decode with them on GPUs and with ``xla`` elsewhere.
 =========  ==========================================================================================
 
 The kernel is chosen when the program is lowered, by ``jax.lax.platform_dependent``
@@ -85,6 +86,9 @@ DECODE_BLOCK = 8192
 #: own default splits every sequence 16 ways): llama3-8b-decode (32 x 8 = 256 programs) then
 #: takes one split.
 TRITON_DECODE_PROGRAMS = 256
+#: Query heads per program of the latent-attention decode kernel (``models/triton_decode.mla``):
+#: FlashMLA's 64 (DeepSeek-AI, FlashMLA, 2025); each block of heads reads the cache once.
+MLA_BLOCK_HEADS = 64
 #: Paged attention: positions per page and pages per compute block (the kernel's tile of
 #: keys is page * pages_per_block = 512 positions, the JAX test suite's configuration).
 PAGE_SIZE = 128
@@ -468,5 +472,56 @@ def decode(option: str, qg, kc, vc, pos, scale: float, xla, softcap: float | Non
     return _sharded(run, (qg, kc, vc, pos, *extra), lambda pb, ph: P(pb, ph, None, None))
 
 
+def _triton_mla(ql, qr, cc, rc, pos, *, scale):
+    """``models/triton_decode.mla`` on ql [B, H, r], qr [B, H, dr] over cc [B, S, r],
+    rc [B, S, dr], valid length pos + 1; position splits as ``_triton_decode``'s."""
+    from . import triton_decode
+    b, h, _ = ql.shape
+    s = cc.shape[1]
+    bk = min(32, s)
+    # every head of a sequence in one block where it fits (each block of heads reads the
+    # cache again): up to 64, FlashMLA's block, with 8 warps for its [64, r] f32 accumulator
+    bh = max(16, min(MLA_BLOCK_HEADS, 1 << (h - 1).bit_length()))
+    splits = max(1, min(16, s // bk, -(-TRITON_DECODE_PROGRAMS // (b * -(-h // bh)))))
+    while (s // bk) % splits:
+        splits -= 1
+    lengths = jnp.broadcast_to(pos + 1, (b,)).astype(jnp.int32)
+    return triton_decode.mla(ql, qr, cc, rc, lengths, sm_scale=scale, block_h=bh, block_k=bk, k_splits=splits,
+                             num_warps=4 if bh <= 16 else 8)
+
+
+def mla_decode(option: str, ql, qr, cc, rc, pos, scale: float, xla):
+    """Absorbed latent attention of one query per head (``transformer.MLAttention.decode``):
+    ql [B, H, r], qr [B, H, dr] over the latent cache cc [B, S, r] and rope keys rc [B, S, dr],
+    positions <= pos -> [B, H, r] in ql's dtype. ``auto``: the Triton kernel on CUDA
+    (``models/triton_decode.mla``), ``xla(ql, qr, cc, rc, pos)`` elsewhere.
+
+    Under a plan the kernel runs per device in ``shard_map``: heads as the plan splits them,
+    the cache and queries split alike over batch; a plan that splits the cache's length or
+    latent dim calls it on whole arrays."""
+    if option == "xla":
+        return xla(ql, qr, cc, rc, pos)
+    if option != "auto":
+        raise AttentionError(f"--set attention={option}: no kernel computes latent attention")
+    kernels = {"cuda": functools.partial(_triton_mla, scale=scale)}
+
+    def run(ql, qr, cc, rc, pos):
+        return _dispatch(option, "decode", kernels, xla, (ql, qr, cc, rc, pos),
+                         jax.ShapeDtypeStruct(ql.shape, ql.dtype), (1, cc.shape[1]))
+
+    sq = logical_sharding_of(("batch", "heads", None), tuple(ql.shape))
+    sc = logical_sharding_of(("batch", "length", None), tuple(cc.shape))
+    if not isinstance(sq, jax.sharding.NamedSharding) or not isinstance(sc, jax.sharding.NamedSharding):
+        return run(ql, qr, cc, rc, pos)
+    qb, qh, qd = tuple(sq.spec) + (None,) * (3 - len(sq.spec))
+    cb, cs, cd = tuple(sc.spec) + (None,) * (3 - len(sc.spec))
+    if qd is not None or cs is not None or cd is not None or qb != cb:
+        return run(ql, qr, cc, rc, pos)
+    P = jax.sharding.PartitionSpec
+    q, c = P(qb, qh, None), P(cb, None, None)
+    return jax.shard_map(run, mesh=sq.mesh, in_specs=(q, q, c, c, P()), out_specs=q,
+                         check_vma=False)(ql, qr, cc, rc, pos)
+
+
 __all__ = ["ATTENTION", "AttentionError", "KERNELS", "attention_name", "check_mode", "decode",
-           "forward", "unsupported_feature"]
+           "forward", "mla_decode", "unsupported_feature"]

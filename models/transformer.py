@@ -683,11 +683,18 @@ class MLAttention(nnx.Module):
         ql = jnp.einsum("bthn,rhn->bthr", q_nope, w_uk)
         cc = dequantize_kv(cache["c_kv_cache"], cache.get("c_kv_scale"), c.dtype)
         rc = dequantize_kv(cache["k_rope_cache"], cache.get("k_rope_scale"), kr.dtype)
-        f32 = dict(preferred_element_type=jnp.float32)
-        s = jnp.einsum("bthr,bsr->bhts", ql, cc, **f32) + jnp.einsum("bthp,bsp->bhts", q_rope, rc, **f32)
-        mask = (jnp.arange(cc.shape[1]) <= pos)[None, :]
-        p, _ = _masked_softmax_parts(s * self._scale, mask)
-        ol = jnp.einsum("bhts,bsr->bthr", p.astype(cc.dtype), cc)
+        def xla(ql, q_rope, cc, rc, pos):   # [B, H, r], [B, H, dr] (t = 1) -> [B, H, r]
+            ql, q_rope = ql[:, None], q_rope[:, None]
+            f32 = dict(preferred_element_type=jnp.float32)
+            s = jnp.einsum("bthr,bsr->bhts", ql, cc, **f32) + jnp.einsum("bthp,bsp->bhts", q_rope, rc, **f32)
+            mask = (jnp.arange(cc.shape[1]) <= pos)[None, :]
+            p, _ = _masked_softmax_parts(s * self._scale, mask)
+            return jnp.einsum("bhts,bsr->bthr", p.astype(cc.dtype), cc)[:, 0]
+
+        quantized = jnp.dtype(self.cfg.kv_dtype) != self.cfg.jnp_dtype
+        # the latent kernel (GPU) reads the cache in the model dtype, as the other kernels
+        option = "xla" if self.cfg.attention != "auto" or quantized else "auto"
+        ol = attn_kernels.mla_decode(option, ql[:, 0], q_rope[:, 0], cc, rc, pos, self._scale, xla)[:, None]
         o = jnp.einsum("bthr,rhv->bthv", ol, w_uv)
         if kv_s is not None:
             o = o * kv_s[:, dn:]

@@ -103,12 +103,7 @@ def _one(q, k, v, start, length, *, sm_scale, softcap, block_h, block_k, k_split
         name="softcap_decode",
         interpret=interpret,
     )(q, k, v, start, length)
-    # combine the splits (jax's kernel does the same, in XLA)
-    m_all = lax.optimization_barrier(m.max(axis=0))
-    corr = jnp.exp(m - m_all[None])
-    o = (o * corr[:, :, None].astype(o.dtype)).sum(axis=0)
-    l_all = (l * corr).sum(axis=0)
-    return o / (l_all[:, None].astype(o.dtype) + jnp.finfo(l_all.dtype).eps)
+    return _combine(o, l, m)
 
 
 @functools.partial(jax.jit, static_argnames=("sm_scale", "softcap", "block_h", "block_k", "k_splits",
@@ -127,3 +122,108 @@ def mqa(q, k, v, start, length, *, sm_scale: float, softcap: float | None = None
     inner = functools.partial(_one, sm_scale=sm_scale, softcap=softcap, block_h=block_h,
                               block_k=block_k, k_splits=k_splits, interpret=interpret)
     return jax.vmap(inner)(q, k, v, start, length)
+
+
+def _mla_kernel(ql_ref, qr_ref, c_ref, r_ref, length_ref, o_ref, l_ref, m_ref, *,
+                sm_scale: float, block_k: int, block_h: int, num_heads: int):
+    """Absorbed multi-head latent attention, one (block of heads, split of positions) of one
+    sequence: latent queries ql [block_h, r] and rope queries qr [block_h, dr] over the latent
+    cache c [split, r] (keys and values both) and the rope keys [split, dr]. Each block of
+    ``c`` is loaded once and used for the scores and the output."""
+    _, rank = ql_ref.shape
+    split_len, _ = c_ref.shape
+    prog_i, prog_j = pl.program_id(0), pl.program_id(1)
+    q_slice = pl.ds(0, block_h)
+    q_mask = (jnp.arange(block_h) < num_heads - block_h * prog_i)[:, None]
+    start = split_len * prog_j
+    length = jnp.minimum((prog_j + 1) * split_len, length_ref[()])
+
+    def compute(o, m_i, l_i):
+        ql = plgpu.load(ql_ref.at[q_slice, :], mask=q_mask)
+        qr = plgpu.load(qr_ref.at[q_slice, :], mask=q_mask)
+        offsets = jnp.arange(block_k)
+
+        def body(kb, carry):
+            o_prev, m_prev, l_prev = carry
+            ks = pl.ds(kb * block_k, block_k)
+            c = c_ref[ks, :]
+            s = (plgpu.dot(ql, c.T) + plgpu.dot(qr, r_ref[ks, :].T)) * sm_scale   # [block_h, block_k]
+            valid = ((start + kb * block_k + offsets) < length)[None, :]
+            s += (~valid) * (0.7 * jnp.finfo(s.dtype).min)
+            m_next = jnp.maximum(m_prev, s.max(axis=-1))
+            corr = jnp.exp(m_prev - m_next)
+            p = jnp.exp(s - m_next[:, None])
+            o_next = corr[:, None] * o_prev + plgpu.dot(p.astype(c.dtype), c)
+            return o_next, m_next, corr * l_prev + p.sum(axis=-1)
+
+        trips = jnp.minimum(pl.cdiv(length - start, block_k), split_len // block_k)
+        return lax.fori_loop(0, trips, body, (o, m_i, l_i))
+
+    m_i = jnp.zeros(block_h, jnp.float32) + jnp.finfo(jnp.float32).min
+    l_i = jnp.zeros(block_h, jnp.float32)
+    o = jnp.zeros((block_h, rank), jnp.float32)
+    o, m_i, l_i = lax.cond(start >= length, lambda: (o, m_i, l_i), lambda: compute(o, m_i, l_i))
+    vec_mask = q_mask.reshape(-1)
+    plgpu.store(l_ref.at[q_slice], l_i, mask=vec_mask)
+    plgpu.store(m_ref.at[q_slice], m_i, mask=vec_mask)
+    plgpu.store(o_ref.at[q_slice, :], o.astype(o_ref.dtype), mask=q_mask)
+
+
+def _combine(o, l, m):
+    """The splits' partial outputs o [splits, H, D], sums l and maxima m [splits, H] -> [H, D]
+    (FlashAttention-2's rescaling; jax's decode kernel does the same in XLA)."""
+    m_all = lax.optimization_barrier(m.max(axis=0))
+    corr = jnp.exp(m - m_all[None])
+    o = (o * corr[:, :, None].astype(o.dtype)).sum(axis=0)
+    l_all = (l * corr).sum(axis=0)
+    return o / (l_all[:, None].astype(o.dtype) + jnp.finfo(l_all.dtype).eps)
+
+
+def _mla_one(ql, qr, c, r, length, *, sm_scale, block_h, block_k, k_splits, num_warps, interpret):
+    num_heads, rank = ql.shape
+    seq, rope = r.shape
+    if seq % k_splits or (seq // k_splits) % min(block_k, seq // k_splits) or seq // k_splits < 16:
+        raise ValueError(f"cache length {seq} cannot be split {k_splits} ways in blocks of {block_k}")
+    split_len = seq // k_splits
+    block_k = min(block_k, split_len)
+    kernel = functools.partial(_mla_kernel, sm_scale=sm_scale, block_k=block_k, block_h=block_h,
+                               num_heads=num_heads)
+    o, l, m = pl.pallas_call(
+        kernel,
+        grid=(pl.cdiv(num_heads, block_h), k_splits),
+        in_specs=[pl.BlockSpec((block_h, rank), lambda i, j: (i, 0)),
+                  pl.BlockSpec((block_h, qr.shape[1]), lambda i, j: (i, 0)),
+                  pl.BlockSpec((None, split_len, rank), lambda i, j: (j, 0, 0)),
+                  pl.BlockSpec((None, split_len, rope), lambda i, j: (j, 0, 0)),
+                  pl.BlockSpec((), lambda i, j: ())],
+        out_specs=[pl.BlockSpec((None, block_h, rank), lambda i, j: (j, i, 0)),
+                   pl.BlockSpec((None, block_h), lambda i, j: (j, i)),
+                   pl.BlockSpec((None, block_h), lambda i, j: (j, i))],
+        compiler_params=plgpu.CompilerParams(num_warps=num_warps, num_stages=2),
+        out_shape=[jax.ShapeDtypeStruct((k_splits, num_heads, rank), ql.dtype),
+                   jax.ShapeDtypeStruct((k_splits, num_heads), jnp.float32),
+                   jax.ShapeDtypeStruct((k_splits, num_heads), jnp.float32)],
+        name="mla_decode",
+        interpret=interpret,
+    )(ql, qr, c.reshape(k_splits, split_len, rank), r.reshape(k_splits, split_len, rope), length)
+    return _combine(o, l, m)
+
+
+@functools.partial(jax.jit, static_argnames=("sm_scale", "block_h", "block_k", "k_splits", "num_warps",
+                                             "interpret"))
+def mla(ql, qr, c, r, length, *, sm_scale: float, block_h: int = 16, block_k: int = 32, k_splits: int = 1,
+        num_warps: int = 4, interpret: bool = False):
+    """Absorbed multi-head latent attention decode (DeepSeek-V2, DeepSeek-AI 2024, section
+    2.1.2 and appendix C; the FlashMLA decode kernel's form): ``N`` sequences of H heads,
+    latent queries ql [N, H, r] (q_nope times W_uk) and rope queries qr [N, H, dr] over the
+    latent cache c [N, S, r] and rope keys r [N, S, dr]; positions ``< length[n]`` (int32 [N])
+    valid. Returns ``softmax((ql c^T + qr r^T) * sm_scale) c`` [N, H, r] in ql's dtype (the
+    caller applies W_uv). Each block of ``c`` is read once for both products, by each of the
+    ``ceil(H / block_h)`` blocks of heads (FlashMLA takes 64 heads per block).
+
+    Raises:
+      ValueError: S cannot be split ``k_splits`` ways in blocks of ``block_k`` (>= 16 each).
+    """
+    inner = functools.partial(_mla_one, sm_scale=sm_scale, block_h=block_h, block_k=block_k,
+                              k_splits=k_splits, num_warps=num_warps, interpret=interpret)
+    return jax.vmap(inner)(ql, qr, c, r, length)

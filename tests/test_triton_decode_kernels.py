@@ -1,10 +1,16 @@
-"""Gemma 2's decode attention as a Pallas Triton kernel (models/triton_decode.py, issue 24):
-score soft-capping ``cap * tanh(s / cap)`` and a sliding window, which jax's own decode kernel
-lacks. Numerics in Pallas's interpreter against softmax attention written here in numpy; on
-h100-sxm (deviceless) the default ``attention=auto`` program calls the kernel once per layer,
-is fully modeled, and no longer writes the f32 scores to HBM and reads them back (what the
-XLA form does): the difference is at least one write and one read of
-``batch x heads x seq_len`` f32 scores per layer."""
+"""The zoo's own Pallas Triton decode kernels (models/triton_decode.py, issue 24).
+
+- Gemma 2's attention: score soft-capping ``cap * tanh(s / cap)`` and a sliding window, which
+  jax's own decode kernel lacks. On h100-sxm (deviceless) the default ``attention=auto`` program
+  calls the kernel once per layer, is fully modeled, and no longer writes the f32 scores to HBM
+  and reads them back (what the XLA form does): the difference is at least one write and one
+  read of ``batch x heads x seq_len`` f32 scores per layer.
+- DeepSeek's absorbed latent attention (MLA): one kernel reads each block of the latent cache
+  once for the scores and the output; the XLA form reads the cache twice (two einsums) and
+  materializes the scores. Under ``--plan tp`` the cache read equals its closed form.
+
+Numerics of both in Pallas's interpreter against attention written here in numpy.
+"""
 
 from __future__ import annotations
 
@@ -80,3 +86,60 @@ def test_gemma2_decode_on_gpu_calls_the_softcap_kernel(gemma_reports):
     scores = 4 * cfg["heads"] * 1024 * 4
     saved = xla.excess.bytes_of("materialized_intermediate") - ex.bytes_of("materialized_intermediate")
     assert saved >= 2 * 2 * scores
+
+
+def test_mla_kernel_matches_latent_attention():
+    from models import triton_decode
+    rng = np.random.default_rng(3)
+    n, h, s, r, dr = 2, 4, 64, 32, 16
+    ql, qr = rng.standard_normal((n, h, r)).astype(np.float32), rng.standard_normal((n, h, dr)).astype(np.float32)
+    c, kr = rng.standard_normal((n, s, r)).astype(np.float32), rng.standard_normal((n, s, dr)).astype(np.float32)
+    length = np.array([50, 64], np.int32)
+    want = np.zeros_like(ql)
+    for i in range(n):
+        sc = (ql[i] @ c[i].T + qr[i] @ kr[i].T) * 0.3
+        sc[:, length[i]:] = -np.inf
+        p = np.exp(sc - sc.max(-1, keepdims=True))
+        want[i] = (p / p.sum(-1, keepdims=True)) @ c[i]      # the latent cache is the values too
+    for splits in (1, 2, 4):
+        got = triton_decode.mla(*map(jnp.asarray, (ql, qr, c, kr, length)), sm_scale=0.3, block_k=16,
+                                k_splits=splits, interpret=True)
+        np.testing.assert_allclose(np.asarray(got), want, rtol=2e-5, atol=2e-5)
+
+
+DS_SETS = {"layers": "2", "dense_layers": "1", "seq_len": "512", "batch": "4", "d_model": "256",
+           "d_ff": "256", "expert_d_ff": "128", "vocab": "1024", "experts": "8", "top_k": "2"}
+
+
+@pytest.fixture(scope="module")
+def deepseek_reports():
+    if importlib.util.find_spec("jax_plugins.xla_cuda12") is None:
+        pytest.skip('the CUDA plugin is not installed (pip install "jaxmove[gpu]")')
+    import jaxmove
+    from jaxmove.plans import PRESETS
+    from jaxmove.plans.compare import capture_with_plan
+    out = {}
+    for a in ("xla", "auto"):
+        program = capture_with_plan("deepseek-v3-decode", {**DS_SETS, "attention": a}, PRESETS["tp"],
+                                    {"model": 4}, target="h100-sxm:1x1x4")
+        out[a] = (program, jaxmove.analyze(program, hardware="h100-sxm"))
+    return out
+
+
+def test_deepseek_decode_on_gpu_reads_the_latent_cache_once(deepseek_reports):
+    from jaxmove import zoo
+    (auto_program, auto), (xla_program, xla) = deepseek_reports["auto"], deepseek_reports["xla"]
+    def calls(program):
+        return [line for line in program.hlo_text.splitlines()
+                if "__gpu$xla.gpu.triton" in line and "mla_decode" in line]
+    assert len(calls(auto_program)) == 2                         # one call per layer
+    assert not calls(xla_program)
+    assert auto.complete and not auto.unmodeled
+    cfg = zoo.build("deepseek-v3-decode", DS_SETS).config
+    # c_kv [B, S, r] + k_rope [B, S, dr] bf16 per layer, replicated over the model axis (no head dim)
+    cache = 2 * 4 * 512 * (cfg["kv_lora_rank"] + cfg["qk_rope_dim"]) * 2
+    kv = auto.excess.by_role["kv_cache"]
+    assert kv.compulsory_bytes >= cache
+    assert kv.compiled_bytes <= 1.01 * kv.compulsory_bytes
+    # the XLA form reads the latent cache twice: scores, then the output
+    assert xla.excess.by_role["kv_cache"].compiled_bytes >= kv.compiled_bytes + 2 * 4 * 512 * cfg["kv_lora_rank"] * 2
