@@ -314,7 +314,8 @@ def serving_section(rows: list[tuple[str, dict]], book: list[tuple[str, dict, fl
         + (f"; 1-minute load average {min(loads):.1f}-{max(loads):.1f} during the run" if loads else "")
         + "). Each row is `jaxmove analyze PRESET --target T --excess --xla --json` (the command "
         "column; deviceless compilation, the presets' defaults: bf16, unrolled layers, batch 32, "
-        "cache 8192). One device when the weights and the cache fit in 90% of its HBM, else "
+        "cache 8192, attention=auto, weights in the layouts XLA picks: `--weight-layouts auto`, "
+        "the inference presets' default on TPU / GPU targets). One device when the weights and the cache fit in 90% of its HBM, else "
         "`--plan tp` over `model` = every device of the smallest power-of-two topology that holds "
         "them (kv heads fewer than the devices: the cache split over batch, the plan's fallback). "
         "Per device, GiB *compulsory / compiled (excess)* by role from the excess pass; *excess* = "
