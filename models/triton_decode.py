@@ -29,6 +29,40 @@ from jax.experimental import pallas as pl
 from jax.experimental.pallas import triton as plgpu
 
 
+def _softmax_step(s, values, carry):
+    """One block of FlashAttention-2's online softmax: scores s [block_h, block_k] (f32, masked),
+    values [block_k, D]; carry (o [block_h, D] unnormalised, running max m, running sum l)."""
+    o_prev, m_prev, l_prev = carry
+    m_next = jnp.maximum(m_prev, s.max(axis=-1))
+    corr = jnp.exp(m_prev - m_next)
+    p = jnp.exp(s - m_next[:, None])
+    o_next = corr[:, None] * o_prev + plgpu.dot(p.astype(values.dtype), values)
+    return o_next, m_next, corr * l_prev + p.sum(axis=-1)
+
+
+def _run_and_store(compute, start, length, o_ref, l_ref, m_ref, q_mask, width: int):
+    """Run ``compute(o, m, l)`` from the empty state unless the split has no valid position,
+    then store the block's rows (``q_mask``) of o [block_h, width], l and m."""
+    block_h = q_mask.shape[0]
+    m_i = jnp.zeros(block_h, jnp.float32) + jnp.finfo(jnp.float32).min
+    l_i = jnp.zeros(block_h, jnp.float32)
+    o = jnp.zeros((block_h, width), jnp.float32)
+    o, m_i, l_i = lax.cond(start >= length, lambda: (o, m_i, l_i), lambda: compute(o, m_i, l_i))
+    rows = pl.ds(0, block_h)
+    vec_mask = q_mask.reshape(-1)
+    plgpu.store(l_ref.at[rows], l_i, mask=vec_mask)
+    plgpu.store(m_ref.at[rows], m_i, mask=vec_mask)
+    plgpu.store(o_ref.at[rows, :], o.astype(o_ref.dtype), mask=q_mask)
+
+
+def _split_len(seq: int, block_k: int, k_splits: int) -> int:
+    """Positions per split; raises ValueError when ``seq`` cannot be split ``k_splits`` ways
+    in blocks of ``block_k`` (each split >= 16 positions, jax's kernel's limit)."""
+    if seq % k_splits or (seq // k_splits) % min(block_k, seq // k_splits) or seq // k_splits < 16:
+        raise ValueError(f"cache length {seq} cannot be split {k_splits} ways in blocks of {block_k}")
+    return seq // k_splits
+
+
 def _kernel(q_ref, k_ref, v_ref, start_ref, length_ref, o_ref, l_ref, m_ref, *,
             sm_scale: float, softcap: float | None, block_k: int, block_h: int, num_heads: int):
     """One (block of query heads, split of positions) of one sequence: q [block_h, D] over
@@ -46,7 +80,6 @@ def _kernel(q_ref, k_ref, v_ref, start_ref, length_ref, o_ref, l_ref, m_ref, *,
         offsets = jnp.arange(block_k)
 
         def body(kb, carry):
-            o_prev, m_prev, l_prev = carry
             ks = pl.ds(kb * block_k, block_k)
             s = plgpu.dot(q, k_ref[ks, :].T) * sm_scale          # [block_h, block_k] f32
             if softcap is not None:
@@ -54,32 +87,18 @@ def _kernel(q_ref, k_ref, v_ref, start_ref, length_ref, o_ref, l_ref, m_ref, *,
             idx = prog_j * split_len + kb * block_k + offsets
             valid = ((idx >= start) & (idx < length))[None, :]
             s += (~valid) * (0.7 * jnp.finfo(s.dtype).min)
-            m_next = jnp.maximum(m_prev, s.max(axis=-1))
-            corr = jnp.exp(m_prev - m_next)
-            p = jnp.exp(s - m_next[:, None])
-            v = v_ref[ks, :]
-            o_next = corr[:, None] * o_prev + plgpu.dot(p.astype(v.dtype), v)
-            return o_next, m_next, corr * l_prev + p.sum(axis=-1)
+            return _softmax_step(s, v_ref[ks, :], carry)
 
         trips = jnp.minimum(pl.cdiv(length - prog_j * split_len, block_k), split_len // block_k)
         return lax.fori_loop(0, trips, body, (o, m_i, l_i))
 
-    m_i = jnp.zeros(block_h, jnp.float32) + jnp.finfo(jnp.float32).min
-    l_i = jnp.zeros(block_h, jnp.float32)
-    o = jnp.zeros((block_h, head_dim), jnp.float32)
-    o, m_i, l_i = lax.cond(start >= length, lambda: (o, m_i, l_i), lambda: compute(o, m_i, l_i))
-    vec_mask = q_mask.reshape(-1)
-    plgpu.store(l_ref.at[q_slice], l_i, mask=vec_mask)
-    plgpu.store(m_ref.at[q_slice], m_i, mask=vec_mask)
-    plgpu.store(o_ref.at[q_slice, :], o.astype(o_ref.dtype), mask=q_mask)
+    _run_and_store(compute, start, length, o_ref, l_ref, m_ref, q_mask, head_dim)
 
 
 def _one(q, k, v, start, length, *, sm_scale, softcap, block_h, block_k, k_splits, interpret):
     num_heads, head_dim = q.shape
     seq, _ = k.shape
-    if seq % k_splits or (seq // k_splits) % min(block_k, seq // k_splits) or seq // k_splits < 16:
-        raise ValueError(f"cache length {seq} cannot be split {k_splits} ways in blocks of {block_k}")
-    split_len = seq // k_splits
+    split_len = _split_len(seq, block_k, k_splits)
     block_k = min(block_k, split_len)
     k = k.reshape(k_splits, split_len, head_dim)
     v = v.reshape(k_splits, split_len, head_dim)
@@ -144,29 +163,17 @@ def _mla_kernel(ql_ref, qr_ref, c_ref, r_ref, length_ref, o_ref, l_ref, m_ref, *
         offsets = jnp.arange(block_k)
 
         def body(kb, carry):
-            o_prev, m_prev, l_prev = carry
             ks = pl.ds(kb * block_k, block_k)
             c = c_ref[ks, :]
             s = (plgpu.dot(ql, c.T) + plgpu.dot(qr, r_ref[ks, :].T)) * sm_scale   # [block_h, block_k]
             valid = ((start + kb * block_k + offsets) < length)[None, :]
             s += (~valid) * (0.7 * jnp.finfo(s.dtype).min)
-            m_next = jnp.maximum(m_prev, s.max(axis=-1))
-            corr = jnp.exp(m_prev - m_next)
-            p = jnp.exp(s - m_next[:, None])
-            o_next = corr[:, None] * o_prev + plgpu.dot(p.astype(c.dtype), c)
-            return o_next, m_next, corr * l_prev + p.sum(axis=-1)
+            return _softmax_step(s, c, carry)
 
         trips = jnp.minimum(pl.cdiv(length - start, block_k), split_len // block_k)
         return lax.fori_loop(0, trips, body, (o, m_i, l_i))
 
-    m_i = jnp.zeros(block_h, jnp.float32) + jnp.finfo(jnp.float32).min
-    l_i = jnp.zeros(block_h, jnp.float32)
-    o = jnp.zeros((block_h, rank), jnp.float32)
-    o, m_i, l_i = lax.cond(start >= length, lambda: (o, m_i, l_i), lambda: compute(o, m_i, l_i))
-    vec_mask = q_mask.reshape(-1)
-    plgpu.store(l_ref.at[q_slice], l_i, mask=vec_mask)
-    plgpu.store(m_ref.at[q_slice], m_i, mask=vec_mask)
-    plgpu.store(o_ref.at[q_slice, :], o.astype(o_ref.dtype), mask=q_mask)
+    _run_and_store(compute, start, length, o_ref, l_ref, m_ref, q_mask, rank)
 
 
 def _combine(o, l, m):
@@ -182,9 +189,7 @@ def _combine(o, l, m):
 def _mla_one(ql, qr, c, r, length, *, sm_scale, block_h, block_k, k_splits, num_warps, interpret):
     num_heads, rank = ql.shape
     seq, rope = r.shape
-    if seq % k_splits or (seq // k_splits) % min(block_k, seq // k_splits) or seq // k_splits < 16:
-        raise ValueError(f"cache length {seq} cannot be split {k_splits} ways in blocks of {block_k}")
-    split_len = seq // k_splits
+    split_len = _split_len(seq, block_k, k_splits)
     block_k = min(block_k, split_len)
     kernel = functools.partial(_mla_kernel, sm_scale=sm_scale, block_k=block_k, block_h=block_h,
                                num_heads=num_heads)
