@@ -82,3 +82,10 @@ def logical_sharding_of(logical_axes: tuple, shape: tuple):
     outside a plan, or where the plan leaves it unconstrained)."""
     resolver = _RESOLVER.get()
     return None if resolver is None else resolver(tuple(logical_axes), tuple(shape))
+
+
+def is_sharded(logical_axes: tuple, shape: tuple) -> bool:
+    """Whether the active plan splits an array of ``shape`` with ``logical_axes`` over more
+    than one device (False outside a plan)."""
+    s = logical_sharding_of(logical_axes, shape)
+    return s is not None and not s.is_fully_replicated

@@ -94,7 +94,7 @@ from .gpt import DTYPES
 from .attention import attention_name
 from . import attention as attn_kernels
 from .moe import _top_k
-from .sharding import constrain
+from .sharding import constrain, is_sharded
 
 # ----------------------------------------------------------------------------- dtypes
 
@@ -737,7 +737,12 @@ class MoE(nnx.Module):
         """(gates [B, S, k] f32, expert [B, S, k] int32)."""
         cfg = self.cfg
         router = constrain(self.router[...], ("embed", None))
-        logits = jnp.einsum("bsd,de->bse", x, router).astype(jnp.float32)
+        # f32 logits from the dot itself (DeepSeek-V3 gates in f32). An f32 result also keeps
+        # XLA's DotMerger from merging this small dot with the experts' gate projection, which
+        # reads the same x in the dense decode form: it would concatenate the router and the
+        # whole w_gate into one new matrix every step (measured on h100-sxm: 0.9 GB written
+        # and read back per Mixtral layer; dot_merger.cc merges only dots of one result type).
+        logits = jnp.einsum("bsd,de->bse", x, router, preferred_element_type=jnp.float32)
         if cfg.router == "softmax":  # Mixtral: top-k of the softmax, renormalised
             probs = constrain(jax.nn.softmax(logits, axis=-1), ("batch", None, None))
             gates, expert = _top_k(probs, cfg.top_k)
@@ -753,27 +758,54 @@ class MoE(nnx.Module):
         b, s, _ = x.shape
         e, k = cfg.experts, cfg.top_k
         c = max(1, math.ceil(k * s * cfg.capacity_factor / e))
+        # Dense form (decode): where the experts stay on every device (no plan, or tp, which
+        # splits expert_d_ff) and a batch row's sequence fits one capacity slot per expert
+        # (S <= C, so no token is dropped; decode has S = C = 1), GShard's slot buffers are
+        # left out: every token goes through every expert and the gates weight the hidden
+        # activations, y = sum_e gate[e] * FFN_e(x). The flops are the same as the slot form's
+        # (B*S*E*d*f against E*B*C*d*f), the [E, B, C, d] dispatched copy of x is never
+        # written and read back, and the down projection contracts experts and expert_d_ff in
+        # one dot, so under tp its partial sums are all-reduced once on [B, S, d], as
+        # Megatron's FFN does, not on [E, B, C, d] (DeepSeek-V3 decode on 32 H100s under tp:
+        # 6.4 GiB of all-reduce per step). A quantized w_down keeps the slot form: its
+        # per-expert scale is not a dim of the dense form's output.
+        dense = (s <= c and not is_sharded(("expert",), (e,))
+                 and "scale" not in vars(self.w_down))
         with jax.named_scope("router"):
             gates, expert = self._route(x)
             onehot = constrain(jax.nn.one_hot(expert, e, dtype=jnp.int32),
                                ("batch", None, None, None))                     # [B, S, k, E]
-            flat = onehot.reshape(b, s * k, e)
-            position = ((jnp.cumsum(flat, axis=1) - 1) * flat).sum(-1).reshape(b, s, k)
-            slot = jax.nn.one_hot(position, c, dtype=x.dtype)                   # [B, S, k, C]
             oh = onehot.astype(x.dtype)
-            dispatch = constrain(jnp.einsum("bske,bskc->bsec", oh, slot), ("batch", None, None, None))
-            combine = constrain(jnp.einsum("bske,bskc,bsk->bsec", oh, slot, gates.astype(x.dtype)),
-                                ("batch", None, None, None))
-        with jax.named_scope("dispatch"):
-            xe = constrain(jnp.einsum("bsec,bsd->ebcd", dispatch, x), ("expert", "batch", None, "embed"))
-        with jax.named_scope("experts"):
-            g = self.w_gate.einsum("ebcd,edf->ebcf", xe)
-            u = self.w_up.einsum("ebcd,edf->ebcf", xe)
-            ye = self.w_down.einsum("ebcf,efd->ebcd", jax.nn.silu(g) * u)
-            ye = constrain(ye, ("expert", "batch", None, "embed"))
-        with jax.named_scope("combine"):
-            ye = constrain(ye, (None, "batch", None, "embed"))
-            y = constrain(jnp.einsum("bsec,ebcd->bsd", combine, ye), HIDDEN)
+            if dense:
+                weight = jnp.einsum("bske,bsk->bse", oh, gates.astype(x.dtype))  # [B, S, E]
+            else:
+                flat = onehot.reshape(b, s * k, e)
+                position = ((jnp.cumsum(flat, axis=1) - 1) * flat).sum(-1).reshape(b, s, k)
+                slot = jax.nn.one_hot(position, c, dtype=x.dtype)               # [B, S, k, C]
+                dispatch = constrain(jnp.einsum("bske,bskc->bsec", oh, slot),
+                                     ("batch", None, None, None))
+                combine = constrain(jnp.einsum("bske,bskc,bsk->bsec", oh, slot, gates.astype(x.dtype)),
+                                    ("batch", None, None, None))
+        if dense:
+            with jax.named_scope("experts"):
+                g = self.w_gate.einsum("bsd,edf->bsef", x)
+                u = self.w_up.einsum("bsd,edf->bsef", x)
+                h = jax.nn.silu(g) * u * weight[..., None]
+                y = constrain(self.w_down.einsum("bsef,efd->bsd", h), HIDDEN)
+        else:
+            moved = is_sharded(("expert",), (e,))
+            with jax.named_scope("dispatch"):
+                xe = constrain(jnp.einsum("bsec,bsd->ebcd", dispatch, x), ("expert", "batch", None, "embed"))
+            with jax.named_scope("experts"):
+                g = self.w_gate.einsum("ebcd,edf->ebcf", xe)
+                u = self.w_up.einsum("ebcd,edf->ebcf", xe)
+                ye = self.w_down.einsum("ebcf,efd->ebcd", jax.nn.silu(g) * u)
+                if moved:  # ep: the expert outputs go back to their batch's devices
+                    ye = constrain(ye, ("expert", "batch", None, "embed"))
+            with jax.named_scope("combine"):
+                if moved:
+                    ye = constrain(ye, (None, "batch", None, "embed"))
+                y = constrain(jnp.einsum("bsec,ebcd->bsd", combine, ye), HIDDEN)
         if cfg.shared_experts:
             with jax.named_scope("shared"):
                 y = y + self.shared(x)

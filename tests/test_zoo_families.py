@@ -178,12 +178,15 @@ def test_mla_cache_is_the_compressed_latent_and_rotary_key(reports):
 
 def test_mixtral_decode_reads_every_expert_once_per_layer(reports):
     """Batch rows route to different experts: all E experts' SwiGLU weights are read, plus
-    the router [d, E], attention and the 2 norm scales; XLA:CPU fuses the FFN norm's scaling
-    into both the router dot and the token dispatch, so that scale [d] is read twice."""
+    the router [d, E], attention and the 2 norm scales. Decode runs the dense expert form
+    (every token through every expert, gates on the hidden activations), whose gate and up
+    dots contract d of the [E, d, f] kernels with E and f free: with jit's default layouts
+    XLA:CPU copies w_gate and w_up into [d, E*f] each step (read twice: by the copy and, as
+    the copy, by the dot; the layout_change that weight_layouts="auto" removes on GPUs)."""
     e = 4
     layer = llama_layer_params()
     attn = sum(layer[k][0] for k in "qkvo")
-    per_layer = attn + e * 3 * D_MODEL * F + D_MODEL * e + 2 * D_MODEL + D_MODEL
+    per_layer = attn + e * 3 * D_MODEL * F + D_MODEL * e + 2 * D_MODEL + 2 * e * D_MODEL * F
     assert role_read(reports["mixtral3"], "weights") - role_read(reports["mixtral2"], "weights") \
         == per_layer * 4
 
@@ -289,25 +292,45 @@ _EP_WORKER = textwrap.dedent("""
             ("deepseek", "deepseek-v3-prefill", {"layers": "3", "dense_layers": "1",
                                                  "shared_experts": "1", "expert_d_ff": "64",
                                                  "head_dim": "8"})]:
-        rep = analyze(capture_with_plan(preset, {**small, **extra}, PRESETS["ep"], {"model": 4}))
-        out[key] = [[r.collective.kind, r.collective.group_size, r.collective.buffer_bytes,
-                     r.multiplicity.count] for r in rep.rows if r.collective is not None]
+        for plan, name in (("ep", preset), ("tp", preset.replace("prefill", "decode"))):
+            rep = analyze(capture_with_plan(name, {**small, **extra}, PRESETS[plan], {"model": 4}))
+            out[key + "/" + plan] = [[r.collective.kind, r.collective.group_size,
+                                      r.collective.buffer_bytes, r.multiplicity.count]
+                                     for r in rep.rows if r.collective is not None]
     json.dump(out, sys.stdout)
 """)
 
 
-def test_ep_plan_moves_tokens_by_two_all_to_alls_per_moe_layer():
-    """ep over model=4: experts split 4 ways, tokens dispatched and combined by all-to-all;
-    per-device buffer = E x (B/4) x C x d x 4 bytes, C = ceil(k S / E) (GShard capacity)."""
+@pytest.fixture(scope="module")
+def moe_collectives():
     env = dict(os.environ, XLA_FLAGS="--xla_force_host_platform_device_count=4", JAX_PLATFORMS="cpu")
     proc = subprocess.run([sys.executable, "-c", _EP_WORKER], cwd=ROOT, env=env,
                           capture_output=True, text=True, timeout=600)
     assert proc.returncode == 0, proc.stderr[-3000:]
-    got = json.loads(proc.stdout)
+    return json.loads(proc.stdout)
+
+
+def test_ep_plan_moves_tokens_by_two_all_to_alls_per_moe_layer(moe_collectives):
+    """ep over model=4: experts split 4 ways, tokens dispatched and combined by all-to-all;
+    per-device buffer = E x (B/4) x C x d x 4 bytes, C = ceil(k S / E) (GShard capacity)."""
     e, b, s, d, k, n = 4, 4, 16, 32, 2, 4
     buffer = e * (b // n) * math.ceil(k * s / e) * d * 4
     for key, moe_layers in (("mixtral", 2), ("deepseek", 2)):
-        assert got[key] == [["all-to-all", n, buffer, 1]] * (2 * moe_layers), key
+        assert moe_collectives[key + "/ep"] == [["all-to-all", n, buffer, 1]] * (2 * moe_layers), key
+
+
+def test_tp_decode_all_reduces_the_hidden_state_not_the_expert_outputs(moe_collectives):
+    """tp decode over model=4 (expert_d_ff split): the experts' partial sums are all-reduced
+    on the hidden state [B, 1, d] x 4 bytes = 512 B (2x where XLA's all-reduce combiner merges
+    the routed and shared experts' sums), never on the GShard slot buffer [E, B, C, d]
+    (E x B x 1 x d x 4 = 2048 B), which is E*C/S times larger."""
+    e, b, d = 4, 4, 32
+    hidden, slots = b * d * 4, e * b * 1 * d * 4
+    for key in ("mixtral", "deepseek"):
+        reduces = [c for c in moe_collectives[key + "/tp"] if c[0] == "all-reduce"]
+        assert reduces, key
+        assert all(c[2] in (hidden, 2 * hidden) for c in reduces), (key, reduces)
+        assert max(c[2] for c in moe_collectives[key + "/tp"]) < slots, key
 
 
 # ---- bad --set --------------------------------------------------------------------------------
