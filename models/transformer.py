@@ -34,8 +34,11 @@ Models" Table 3)::
   selection bias, normalised and scaled by ``routed_scale`` (DeepSeek-V3 eq. 12-16; the
   node-limited group routing is left out). Tokens reach experts through GShard's one-hot
   dispatch with capacity ``ceil(top_k * S * capacity_factor / experts)`` per batch row
-  (see ``jaxmove.zoo.moe``); the first ``dense_layers`` layers have a dense FFN of width
-  ``d_ff`` (DeepSeek-V3: 3).
+  (see ``jaxmove.zoo.moe``); where a batch row's sequence fits one slot per expert (S <= C:
+  decode) and no plan splits the experts, the slots are left out and every token goes
+  through every expert with the gates on the hidden activations (same flops, no
+  [E, B, C, d] token buffer, one all-reduce of [B, S, d] under tp); the first
+  ``dense_layers`` layers have a dense FFN of width ``d_ff`` (DeepSeek-V3: 3).
 - Untied LM head (Llama, Mixtral, DeepSeek) or tied to the embedding (Gemma-2, whose
   embeddings are also scaled by ``sqrt(d_model)``).
 
