@@ -107,6 +107,7 @@ class Instruction:
     @attrs.setter
     def attrs(self, value: dict[str, str]) -> None:
         self._attrs = value
+        self._attr_text = None  # (the dict is the attributes now)
         self._called = None
         self._metadata = self._backend_config = _UNSET
 
@@ -374,6 +375,13 @@ class Module:
         """Every instruction of every computation, in printed order."""
         for c in self.computations.values():
             yield from c.instructions
+
+    @cached_property
+    def structural_classes(self) -> dict[str, str]:
+        """Computation name -> its class, the name of the first computation (in order) that is
+        structurally identical to it, possibly itself (hlo/structure.py). Computed once."""
+        from .structure import structural_classes
+        return structural_classes(self)
 
     @cached_property
     def input_output_alias(self) -> dict[int, list[tuple[tuple[int, ...], tuple[int, ...]]]]:

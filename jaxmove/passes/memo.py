@@ -21,11 +21,14 @@ class ModuleMemo:
       while_bodies: traffic: names of the computations that are a ``while`` body, or None.
       trip_counts: trip_count: (computation, while name) -> TripCount.
       attribution: report/attribution.py's index of the module (owners, inferred sources), or None.
+      fusion_traffic: traffic: a fusion's key (its fused computation's structural class and
+        what of the call site decides its traffic) -> its traffic, notes naming an operand
+        left to name.
     """
 
     __slots__ = ("per_call_flops", "fused_flops", "async_wrapped", "fused_collectives",
                  "collective_chains",
-                 "while_bodies", "trip_counts", "attribution")
+                 "while_bodies", "trip_counts", "attribution", "fusion_traffic")
 
     def __init__(self) -> None:
         self.per_call_flops: dict = {}
@@ -36,6 +39,7 @@ class ModuleMemo:
         self.while_bodies: frozenset[str] | None = None
         self.trip_counts: dict = {}
         self.attribution: object | None = None
+        self.fusion_traffic: dict = {}
 
     def __reduce__(self):
         return ModuleMemo, ()  # caches are not copied: a copy fills its own

@@ -559,7 +559,41 @@ def _root_producers(fused: Computation) -> list[tuple[tuple[int, ...], Instructi
 
 
 def fusion_traffic(instr: Instruction, comp: Computation, module: Module) -> InstrTraffic:
-    fused = module.computations[instr.called_computations[0]]
+    """Traffic of a ``fusion``: its operands' footprints, its fused constants, its result leaves
+    (in-place updates write their update). Computed once per structurally identical fused
+    computation (``Module.structural_classes``) and call site shapes: the operands' and the
+    result's shapes, which operands repeat, and the output aliasing decide it; the notes that
+    name an operand are then named for each fusion."""
+    fused_name = instr.called_computations[0]
+    operands = instr.operands
+    by_name = comp.by_name
+    n = len(operands)
+    repeats = None
+    if len(set(operands)) != n:  # (rare) which operands are one value: first position of each
+        first: dict[str, int] = {}
+        repeats = tuple(first.setdefault(o, k) for k, o in enumerate(operands))
+    key = (module.structural_classes[fused_name], id(instr.shape),
+           instr.attrs.get("output_to_operand_aliasing"), repeats,
+           tuple(map(id, map(_shape, map(by_name.__getitem__, operands)))))
+    cache = memo_of(module).fusion_traffic
+    t = cache.get(key)
+    if t is None:
+        t = cache[key] = _fusion_traffic(instr, comp, module, module.computations[fused_name])
+    notes = t.notes
+    if notes and any(type(x) is tuple for x in notes):  # notes naming an operand: named here
+        t = _traffic(t.reads, t.writes, tuple(
+            f"operand {x[0]} ({operands[x[0]]}){x[1]}" if type(x) is tuple else x for x in notes),
+            t.unmodeled, t.inplace_buffer_bytes)
+    return t
+
+
+_shape = attrgetter("shape")
+
+
+def _fusion_traffic(instr: Instruction, comp: Computation, module: Module,
+                    fused: Computation) -> InstrTraffic:
+    """fusion_traffic's answer, but with each note about operand ``k`` as ``(k, the rest of
+    its text)``: the same for every fusion of the same key."""
     fa = _PlainFusion.of(fused) or _FusionAnalysis(module, fused)
     free_idx, free_users = _collective_continuation(instr, fused)
     if free_idx:
@@ -610,11 +644,11 @@ def fusion_traffic(instr: Instruction, comp: Computation, module: Module) -> Ins
                 params_k = bound[name] if bound is not None else (
                     [parameters[k]] if k < n_params else [])
                 used = any(fa.has_users(p.name) for p in params_k)
-                notes.append(f"operand {k} ({name}) is updated in place: not read" if used else
-                             f"operand {k} ({name}) is not used inside the fusion: not read")
+                notes.append((k, " is updated in place: not read") if used else
+                             (k, " is not used inside the fusion: not read"))
             else:
-                notes.append(f"operand {k} ({name}) read only for its slice footprint: "
-                             f"{nbytes} of {oshape.byte_size} bytes")
+                notes.append((k, f" read only for its slice footprint: {nbytes} of "
+                                 f"{oshape.byte_size} bytes"))
         if nbytes:
             reads.append(_access(nbytes, k, (), oshape.memory_space,
                                  oshape.logical_footprint_bytes(elems)))
@@ -681,8 +715,8 @@ def _tuple_operand_reads(fa, fused: Computation, params: list[Instruction], osha
                                elem.logical_footprint_bytes(elems)))
     unread = sum(a.nbytes for a in whole) - sum(a.nbytes for a in out)
     if unread:
-        notes.append(f"operand {k} ({name}) is a tuple: only the elements the fusion uses are "
-                     f"read ({unread} of {sum(a.nbytes for a in whole)} bytes not read)")
+        notes.append((k, f" is a tuple: only the elements the fusion uses are read ({unread} of "
+                         f"{sum(a.nbytes for a in whole)} bytes not read)"))
     return out
 
 
