@@ -484,8 +484,19 @@ def _fusion(instr: Instruction, module: Module) -> FlopCount:
     hit = memo.get(fused.name)
     if hit is not None:
         return hit
+    # structurally identical fused computations (hlo/structure.py) cost the same: one count
+    # per class, kept under the class's name, where it names no instruction (unmodeled
+    # reasons name theirs)
+    cls = module.structural_classes[fused.name]
+    if cls != fused.name:
+        hit = memo.get(cls)
+        if hit is not None and not hit.unmodeled:
+            memo[fused.name] = hit
+            return hit
     if "fusion" not in map(_opcode, fused.instructions):  # the common case: no nesting
         c = memo[fused.name] = computation_flops(fused, module)
+        if not c.unmodeled:
+            memo.setdefault(cls, c)
         return c
     # nested fused computations first, innermost first (iterative: any nesting depth); each
     # then finds its inner fusions memoized here instead of recursing

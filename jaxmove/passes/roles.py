@@ -63,6 +63,9 @@ class _RolePropagation:
         self.roles: RoleMap = RoleMap()
         self.done: set[str] = set()
         self.seeds = seeds or {}
+        # fused computation class -> [(the parameter its root leaf traces to, the leaf's leaf
+        # count)]: the same for every structurally identical copy (hlo/structure.py)
+        self._fused_leaves: dict[str, list[tuple[int | None, int]]] = {}
 
     def of(self, comp: Computation, name: str) -> tuple[str, ...]:
         return self.roles[(comp.name, name)]
@@ -205,16 +208,22 @@ class _RolePropagation:
                     stack.extend(c for c in instr.called_computations if c in self.done)
 
     def fusion_roles(self, comp: Computation, instr: Instruction) -> tuple[str, ...]:
-        fused = self.module.computations[instr.called_computations[0]]
-        root = fused.root
-        leaves = [fused.by_name[o] for o in root.operands] if root.opcode == "tuple" else [root]
+        module = self.module
+        name = instr.called_computations[0]
+        cls = module.structural_classes[name]
+        traced = self._fused_leaves.get(cls)
+        if traced is None:
+            fused = module.computations[name]
+            root = fused.root
+            leaves = [fused.by_name[o] for o in root.operands] if root.opcode == "tuple" else [root]
+            traced = self._fused_leaves[cls] = [
+                (_trace_to_parameter(module, fused, leaf), _nleaves(leaf.shape)) for leaf in leaves]
         roles, cname, operands = self.roles, comp.name, instr.operands
         out: list[str] = []
-        for leaf in leaves:
-            k = _trace_to_parameter(self.module, fused, leaf)
+        for k, n_leaf in traced:
             r = roles[(cname, operands[k])] if k is not None and k < len(operands) else None
             role = r[0] if r else "activations"
-            out.extend([role] * _nleaves(leaf.shape))
+            out.extend([role] * n_leaf)
         n = _nleaves(instr.shape)
         return tuple(out) if len(out) == n else _activations(n)
 
