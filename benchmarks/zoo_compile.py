@@ -16,7 +16,7 @@ fit in 90% of its HBM, else ``--plan tp`` over the smallest power-of-two topolog
 them, ``model`` over every device) and the scaling book's Llama 3 70B int8 decode
 (jax-ml/scaling-book, "applied inference"), and writes the ``serving`` section: compulsory
 vs compiled HBM bytes by role (the excess pass), excess %, jaxmove's estimate, the bandwidth
-bound (weights + cache bytes per device / the spec's HBM bandwidth) and fits.
+bound (the compulsory weights + cache bytes of one device / the spec's HBM bandwidth) and fits.
 
 On an accelerator target (deviceless compilation, capture/targets.py) the program is the
 ``fsdp`` plan over every device of the topology, the mesh ``jaxmove plans --target`` uses
@@ -320,8 +320,9 @@ def serving_section(rows: list[tuple[str, dict]], book: list[tuple[str, dict, fl
         "them (kv heads fewer than the devices: the cache split over batch, the plan's fallback). "
         "Per device, GiB *compulsory / compiled (excess)* by role from the excess pass; *excess* = "
         "(compiled - compulsory) / compiled over every path; *estimate* = jaxmove's time "
-        "(passes/timing.py, the target's spec); *bandwidth bound* = (weights + cache bytes per "
-        "device) / the spec's HBM bandwidth; *XLA est.* = XLA:TPU's own `estimated_cycles` at the "
+        "(passes/timing.py, the target's spec); *bandwidth bound* = the compulsory weights + cache "
+        "bytes of one device (a weight or cache the plan replicates counts on every device) / the "
+        "spec's HBM bandwidth; *XLA est.* = XLA:TPU's own `estimated_cycles` at the "
         "spec's clock (TPU only); *fits* = XLA:TPU compiled it (it refuses what does not fit) / "
         "XLA:GPU's `memory_analysis()` within the spec's HBM.",
         "",
@@ -333,9 +334,11 @@ def serving_section(rows: list[tuple[str, dict]], book: list[tuple[str, dict, fl
         if "error" in r:
             return (f"| {label} | `{r.get('cmd', '')}` | error: {r['error']} | | | | | | | "
                     f"{'NO' if r.get('fits') is False else '?'} | |")
-        n = r["n"]
-        res = r["resident_bytes"]
-        bound_s = (res.get("weights", 0) + res.get("kv_cache", 0)) / n / r["hbm_bytes_per_s"]
+        # what one device must read of weights and cache (the excess pass's compulsory bytes):
+        # a weight or cache the plan replicates (DeepSeek-V3's latent cache under tp, the k / v
+        # kernels of fewer kv heads than devices) counts on every device
+        need = r["by_role"].get("weights", [0])[0] + r["by_role"].get("kv_cache", [0])[0]
+        bound_s = need / r["hbm_bytes_per_s"]
         fits = {True: "yes", False: "NO", None: "?"}[r.get("fits")]
         causes = "; ".join(f"{k} {s or ''} {b / 2**20:.0f} MiB".replace("  ", " ") for k, s, b in r["causes"])
         xla = f"{r['xla_estimated_s'] * 1e3:.2f}" if r.get("xla_estimated_s") else "-"
