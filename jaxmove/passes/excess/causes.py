@@ -281,6 +281,22 @@ def _whole_table_read(c: FixContext) -> str:
             f"a multiple of 128, or use jnp.take instead of a one-hot matmul -- {c.saves}")
 
 
+@cause("concatenated_copy", kernel=True, program_wide=True, reads_compulsory=True,
+       matcher=kernels.is_concatenated_copy,
+       matches="a kernel that only concatenates buffers (a concatenate, or a fusion whose root is "
+               "one of copy chains from its parameters) into an intermediate, e.g. XLA's DotMerger "
+               "merging two dots that share an operand by concatenating their weights "
+               "(xla/hlo/transforms/simplifiers/dot_merger.cc)",
+       bytes="the concatenation written, and read back by its consumers (its reads of the sources "
+             "are compulsory as any kernel's)")
+def _concatenated_copy(c: FixContext) -> str:
+    return (f"`{c.first}` concatenates buffers into a new one that the next kernel reads back (XLA's "
+            "DotMerger concatenates the weights of two dots that share an input, every step): give "
+            "the dots different result types (e.g. preferred_element_type=float32 on the smaller "
+            "one), or store the weights concatenated ahead of time and slice the result -- "
+            f"{c.saves}")
+
+
 #: Stable cause keys of the JSON ``excess.causes[].kind`` (may be added to, never removed).
 CAUSE_KINDS = tuple(CAUSES)
 

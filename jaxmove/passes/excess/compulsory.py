@@ -39,8 +39,10 @@ holds exactly (``ledger.py``). Causes (``causes.CAUSES``; the first that applies
    host and device memory), ``split_k_partials`` (a Triton gemm fusion with ``split_k`` > 1,
    or whose root dot's ``[S, M, N]`` result every consumer sums over S: its partial sums,
    written and read back), ``dot_as_multiply_reduce`` (a dot with a 1-row operand that XLA
-   compiled as a multiply kernel whose product a reduce kernel reads back) -- these two are
-   causes of what the kernel writes: its operand reads are compulsory as any kernel's (a
+   compiled as a multiply kernel whose product a reduce kernel reads back),
+   ``concatenated_copy`` (a kernel that only concatenates arguments into an intermediate: XLA's
+   DotMerger joining two dots' weights) -- these three are causes of what the kernel writes
+   and of reading it back: its operand reads are compulsory as any kernel's (a
    split-K gemm reads its weight as the gemm would) --, and the copy kernels -- ``copy`` /
    ``transpose`` / ``convert`` / ``reshape``, or a fusion whose root (or, multi-output, every
    root element) is a chain of them from one parameter:
@@ -529,10 +531,11 @@ class Accounting:
         self.update_root = {pnum: oroot for oroot, pnum in update_of.items()}
         self.onchip_update = self._onchip_updates([rows[k] for k in active] if self.update_of else ())
         self.copy_origin = {v[4]: v[0] for v in derived.values()}
-        # split-K partial sums exist only to be reduced: reading them back is split-K's too
+        # what a kernel of a reads_compulsory cause writes exists only to be read back (split-K
+        # partial sums to be reduced, a concatenation of weights): reading it is that cause's too
         produced_cause: dict[tuple, str] = {}
         for k, c in kcause.items():
-            if c not in ("split_k_partials", "dot_as_multiply_reduce"):
+            if c not in READS_COMPULSORY:
                 continue
             r = rows[k]
             for j in range(r.instr.shape.num_leaves):

@@ -299,6 +299,8 @@ def classify(instr: Instruction, comp: Computation, module: Module, t) -> tuple[
     if op != "fusion":
         if is_host_round_trip(instr, t):
             return "host_round_trip", None
+        if op == "concatenate":
+            return ("concatenated_copy" if is_concatenated_copy(instr, comp, module) else None), None
         if op in _COPY_OR_SLICE_OPS:
             return None, copy_kind(instr, comp, module)
         return None, None
@@ -339,6 +341,9 @@ def classify(instr: Instruction, comp: Computation, module: Module, t) -> tuple[
             bitcasts = False
         base = by_name[base.operands[0]]
     bop = base.opcode
+    if bop == "concatenate":
+        return ("concatenated_copy" if _concatenates_parameters(instr, comp, fused, base, module)
+                else None), None
     if bop == "dynamic-update-slice":  # a rebuild of a buffer around its update?
         n = _rebuilt_operand(instr, by_name, base)
         return None, (REBUILD, n) if n is not None else None
@@ -367,6 +372,54 @@ def classify(instr: Instruction, comp: Computation, module: Module, t) -> tuple[
                 break
             node = src
     return None, (("dtype_conversion" if dtype else "slice_copy" if sliced else "layout_change"), k, sliced)
+
+
+def _is_result(instr: Instruction, comp: Computation) -> bool:
+    root = comp.root
+    return instr is root or (root.opcode == "tuple" and instr.name in root.operands)
+
+
+def _is_argument(comp: Computation, name: str) -> bool:
+    """``name`` is, through bitcasts, a parameter of ``comp`` (in ENTRY: a program argument)."""
+    i = comp.by_name.get(name)
+    return i is not None and through_bitcast(comp, i).opcode == "parameter"
+
+
+def _concatenates_parameters(instr: Instruction, comp: Computation, fused: Computation,
+                             concat: Instruction, module: Module) -> bool:
+    """``concat`` (the root of ``fused``, through bitcast / convert) joins only copy chains
+    (``_fused_chain``) from parameters of ``fused`` whose operands at the call site are
+    parameters of ``comp`` (weights, not computed values), and ``instr`` (its fusion) is no
+    result of ``comp``."""
+    if len(concat.operands) < 2 or not instr.shape.is_array or _is_result(instr, comp):
+        return False
+    for o in concat.operands:
+        src = fused.by_name.get(o)
+        k = None if src is None else _fused_chain(module, fused, src, _FUSED_CHAIN_OPS)[0]
+        if k is None or k >= len(instr.operands) or not _is_argument(comp, instr.operands[k]):
+            return False
+    return True
+
+
+def is_concatenated_copy(instr: Instruction, comp: Computation, module: Module) -> bool:
+    """A kernel that only concatenates parameters of its computation (in ENTRY: arguments, such
+    as weights) into an intermediate: a ``concatenate`` of them that is no result of its
+    computation, or a fusion whose root is (through bitcast / convert) a concatenate of copy
+    chains from them (XLA's DotMerger concatenating two dots' weights,
+    xla/hlo/transforms/simplifiers/dot_merger.cc, fused by XLA:GPU into an
+    ``input_concatenate_fusion``). Concatenations of computed values keep the other rules."""
+    if instr.opcode == "concatenate":
+        return (len(instr.operands) >= 2 and instr.shape.is_array and not _is_result(instr, comp)
+                and all(_is_argument(comp, o) for o in instr.operands))
+    if instr.opcode != "fusion" or not instr.called_computations:
+        return False
+    fused = module.computations.get(instr.called_computations[0])
+    if fused is None or fused.root.opcode == "tuple":
+        return False
+    base = fused.root
+    while base.opcode in ("bitcast", "convert") and base.operands:
+        base = fused.by_name[base.operands[0]]
+    return base.opcode == "concatenate" and _concatenates_parameters(instr, comp, fused, base, module)
 
 
 def _rebuilt_operand(instr: Instruction, by_name: dict, dus: Instruction) -> int | None:
