@@ -147,9 +147,13 @@ def _fused_collectives(module: Module, cname: str) -> tuple[tuple[Instruction, C
     if hit is not None:
         return hit
     kinds = _KIND_OF
+    cls = module.structural_classes[cname]  # a copy of a computation without any (hlo/structure.py)?
+    if cls != cname and cache.get(cls) == ():
+        cache[cname] = ()
+        return ()
     comp = module.computations[cname]
     if _KIND_OR_FUSION.isdisjoint(map(_opcode, comp.instructions)):
-        cache[cname] = ()  # the common case: no collective and no nested fusion to walk
+        cache[cname] = cache[cls] = ()  # the common case: no collective and no nested fusion to walk
         return ()
     # nested fused computations first, innermost first (iterative: any nesting depth)
     for name in post_order(module, [cname], lambda i: i.opcode == "fusion"):

@@ -165,6 +165,11 @@ _FLOPS, _TRANSCENDENTALS = FIELD_INDEX["flops"], FIELD_INDEX["transcendentals"]
 _D2D = FIELD_INDEX["device_to_device_bytes"]
 _PAD_READ, _PAD_WRITE = FIELD_INDEX["hbm_padding_read_bytes"], FIELD_INDEX["hbm_padding_write_bytes"]
 
+# Fusions of at most this many operands share one cost per (accesses, flops, roles): the key
+# holds each operand's roles (a 25k-operand fusion is costed as itself, once).
+_SHARED_COST_OPERANDS = 64
+
+
 def _calls_kernels(instr: Instruction) -> bool:
     return instr.opcode in ("while", "call", "conditional", "async-start", "call-start")
 
@@ -183,6 +188,7 @@ def analyze_module(module: Module, entry_roles: dict[int, str] | None = None) ->
     per_comp: dict[str, list[InstructionCost]] = {}
     cost_memo: dict[tuple, Cost] = {}  # (instruction_cost's: one Cost per distinct cost)
     total_memo: dict[tuple[int, int], tuple[Cost, Cost]] = {}  # (id(cost), count) -> (cost, total)
+    fusion_costs: dict[tuple, Cost] = {}  # a fusion's cost by (its accesses, flops and roles)
     for cname, m in mult.items():
         comp = module.computations[cname]
         count, unknown_trip_count = m.count, m.unknown_trip_count
@@ -194,7 +200,20 @@ def analyze_module(module: Module, entry_roles: dict[int, str] | None = None) ->
                 try:
                     traffic = instruction_traffic(instr, comp, module)
                     fc = instruction_flops(instr, module)
-                    cost, notes = instruction_cost(instr, comp, roles, traffic, fc, cost_memo)
+                    if instr.opcode == "fusion" and len(instr.operands) <= _SHARED_COST_OPERANDS:
+                        # a fusion's accesses are shared by the fusions of its traffic key
+                        # (traffic.fusion_traffic): one Cost per (accesses, flops, roles)
+                        out_roles = roles[(cname, instr.name)]
+                        ckey = (id(traffic.reads), id(traffic.writes), fc.flops, fc.transcendentals,
+                                out_roles, tuple([roles[(cname, o)] for o in instr.operands]))
+                        cost = fusion_costs.get(ckey)
+                        if cost is None or "kv_cache" in out_roles:  # (kv notes name the fusion)
+                            cost, notes = instruction_cost(instr, comp, roles, traffic, fc, cost_memo)
+                            fusion_costs[ckey] = cost
+                        else:
+                            notes = []
+                    else:
+                        cost, notes = instruction_cost(instr, comp, roles, traffic, fc, cost_memo)
                     coll = collective_info(instr, comp, module)
                 except CollectiveError:
                     raise  # a positioned error about the input: the caller reports it
