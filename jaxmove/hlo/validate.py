@@ -238,8 +238,11 @@ def _check_cublas_gemm(filename: str, instr: Instruction, by_name: dict) -> None
                        f"of {ops[0]} and {list(rs)} of {ops[1]} differ in number or size")
 
 
-def _check_instruction(filename: str, mod: Module, comp: Computation, instr: Instruction) -> tuple[str, ...]:
-    """Check one instruction; returns the computations it calls."""
+def _check_instruction(filename: str, mod: Module, comp: Computation, instr: Instruction,
+                       dots_ok: set | None = None) -> tuple[str, ...]:
+    """Check one instruction; returns the computations it calls. ``dots_ok``: the keys of the
+    dots checked so far in this module (operand shapes and dimension attributes), whose
+    dimension checks pass again."""
     op = instr.opcode
     n = len(instr.operands)
     if op == "fusion":  # the checks below that apply to a fusion, without the others' tests
@@ -279,8 +282,16 @@ def _check_instruction(filename: str, mod: Module, comp: Computation, instr: Ins
     if op == "custom-call" and (instr.custom_call_target or "").startswith("__cublas$"):
         _check_cublas_gemm(filename, instr, by_name)
     if op in ("dot", "ragged-dot", "scaled-dot") and n >= 2:
-        _check_dot_dims(filename, instr, by_name[instr.operands[0]].shape,
-                        by_name[instr.operands[1]].shape)
+        lhs, rhs = by_name[instr.operands[0]].shape, by_name[instr.operands[1]].shape
+        if dots_ok is None:
+            _check_dot_dims(filename, instr, lhs, rhs)
+        else:  # (the layers of a model repeat a few dots: each checked once)
+            attrs = instr.attrs
+            key = (op, id(lhs), id(rhs), attrs.get("lhs_contracting_dims"), attrs.get("lhs_batch_dims"),
+                   attrs.get("rhs_contracting_dims"), attrs.get("rhs_batch_dims"))
+            if key not in dots_ok:
+                _check_dot_dims(filename, instr, lhs, rhs)
+                dots_ok.add(key)
     if op in ("reshape", "bitcast", "bitcast-convert") and n == 1:
         _check_elements(filename, instr, by_name[instr.operands[0]].shape)
     elif op == "get-tuple-element" and n == 1:
@@ -623,6 +634,7 @@ def validate_module(mod: Module) -> None:
     cheap, same_dims = _CHEAP, _SAME_DIMS
     classes = mod.structural_classes
     calls_at: dict[str, list[tuple[str, int]]] = {}  # class -> its calls, by instruction position
+    dots_ok: set[tuple] = set()  # (_check_instruction's; the shapes' ids hold while mod lives)
     for comp in mod.computations.values():
         cls = classes[comp.name]
         if cls != comp.name:
@@ -661,7 +673,7 @@ def validate_module(mod: Module) -> None:
             # most instructions need only their operand count checked
             if cheap.get(instr.opcode, -1) != len(ops) or (
                     (instr._attr_text is not None or instr._attrs) and instr.names_computations()):
-                for c in _check_instruction(filename, mod, comp, instr):
+                for c in _check_instruction(filename, mod, comp, instr, dots_ok):
                     out.append((c, instr))
             defined.add(instr.name)
     _call_graph_cycles(filename, mod, calls)
