@@ -117,16 +117,16 @@ class _RolePropagation:
         roles, cname = self.roles, comp.name
         if op == "fusion":  # reads the roles of the operands its root traces to, only
             return self.fusion_roles(comp, instr)
-        ops = [roles[(cname, o)] for o in instr.operands]
         if op == "parameter":
             r = params.get(instr.parameter_number)
             return r if r is not None and len(r) == n else ("activations",) * n
+        if op == "get-tuple-element":  # (its one operand's roles, without the list below)
+            o = instr.operands[0]
+            start = leaf_position(comp.by_name[o].shape, (instr.tuple_index,))
+            return roles[(cname, o)][start:start + n]
+        ops = [roles[(cname, o)] for o in instr.operands]
         if op == "tuple":
             return tuple(x for r in ops for x in r)
-        if op == "get-tuple-element":
-            src = comp.by_name[instr.operands[0]].shape
-            start = leaf_position(src, (instr.tuple_index,))
-            return ops[0][start:start + n]
         if op in _CALLERS:  # (run walks these itself; this answers for a lone instruction)
             return self.run_caller(comp, instr, params)
         if op in _PER_OPERAND and len(ops) > 1:  # a combined collective: result i is operand i's
