@@ -330,6 +330,9 @@ class Module:
         self.has_unbounded_dims: bool = False
         # the passes' memo caches of this module (passes/memo.py), made on first use
         self.memo = None
+        # computation -> the earlier computation whose body text it repeats up to its
+        # instructions' names, as the parser read it (hlo/clones.py): structurally identical
+        self.clones: dict[str, str] = {}
 
     def __repr__(self) -> str:
         n = sum(len(c) for c in self.computations.values())

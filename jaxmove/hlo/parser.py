@@ -29,6 +29,7 @@ from math import prod
 from pathlib import Path
 
 from .._perf import gc_paused
+from .clones import CloneReader
 from .errors import HloFileError, HloParseError
 from .fastpath import _F_NAME, _F_SHAPE, _FAST_ATTR, _FAST_LINE
 from .ints import ascii_int, is_uint
@@ -134,6 +135,8 @@ class _Parser:
         # whether the text is XLA:GPU's is looked up at the first S(1) / S(2) (None: not yet)
         self._gpu: bool | None = None
         self.gpu_colors: set[int] = set()
+        self._general = 0  # instructions read by the general code (instruction()) so far
+        self._clones = CloneReader(text)
 
     # ---- positions and errors ------------------------------------------------------
     def linecol(self, pos: int) -> tuple[int, int]:
@@ -491,7 +494,7 @@ class _Parser:
             self.ws()
             if self.pos >= self.n:
                 break
-            word = _WORD.match(self.text[self.pos:self.pos + 16])
+            word = _WORD.match(self.text[self.pos:self.pos + 16]) if self.text[self.pos] in "FS" else None
             if word and word.group(0) in _PREAMBLE and self._preamble_here(word.group(0)):
                 self.preamble(word.group(0), tables[word.group(0)])
                 continue
@@ -526,6 +529,7 @@ class _Parser:
         mod.entry_marked = entry_marked
         mod.gpu_memory_colors = tuple(sorted(self.gpu_colors))
         mod.has_unbounded_dims = self.unbounded_dims
+        mod.clones = self._clones.clones
         self.validate(mod)
         return mod
 
@@ -633,12 +637,25 @@ class _Parser:
         if fast is not None:
             is_entry, name = fast
             line, _ = self.linecol(self._comp_pos)
+            # a body that repeats an earlier one up to its names (clones.py), else line by line
+            start = self.pos
+            comp, end = self._clones.read(name, line, is_entry, start)
+            if comp is not None:
+                self.pos = end
+                self._taken.add(name)
+            else:
+                general = self._general
+                comp = self._body(name, line, is_entry)
+                if end >= 0 and self._general == general and self.pos == end + 2 and not self.inline:
+                    self._clones.note(comp, line, start, end)  # (read whole by the fast path)
         else:
             is_entry, name, line = self._header()
-        comp = self._body(name, line, is_entry)
+            comp = self._body(name, line, is_entry)
         # attributes after the closing brace: XLA:TPU prints `}, execution_thread="sparsecore"`
         # for a computation run on another execution thread (HloComputation::ToString)
         trailing: dict[str, str] = {}
+        if not self.text.startswith(",", _WS.match(self.text, self.pos).end()):
+            return comp  # (what attrs() reads without a ',': nothing)
         self.attrs(f"computation '{name}' (after its '}}')", trailing)
         if "execution_thread" in trailing:
             from .attrs import EscapeError, unquote
@@ -788,6 +805,7 @@ class _Parser:
         return root
 
     def instruction(self, comp: str, instrs: list, by_name: dict) -> Instruction:
+        self._general += 1
         self._instr_pos = start = self.pos
         is_root = False
         if self.text.startswith("ROOT", self.pos) and self.text[self.pos + 4:self.pos + 5].isspace():

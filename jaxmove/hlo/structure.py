@@ -58,7 +58,12 @@ def structural_classes(module: Module) -> dict[str, str]:
     coarse_first: dict[tuple, str] = {}  # coarse shape -> its first computation, until signed
     by_signature: dict[tuple, str] = {}
     computations = module.computations
+    clones = getattr(module, "clones", None) or {}  # (a module pickled before it had them)
     for name, comp in computations.items():
+        src = clones.get(name)
+        if src is not None and computations[src].execution_thread == comp.execution_thread:
+            out[name] = out[src]  # its instructions are src's, renamed (hlo/clones.py)
+            continue
         root = comp.root
         coarse = (len(comp.instructions), root.opcode, id(root.shape), len(comp.parameters))
         first = coarse_first.get(coarse)
