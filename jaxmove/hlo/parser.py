@@ -31,7 +31,7 @@ from pathlib import Path
 from .._perf import gc_paused
 from .clones import CloneReader
 from .errors import HloFileError, HloParseError
-from .fastpath import _F_NAME, _F_SHAPE, _FAST_ATTR, _FAST_LINE
+from .fastpath import _F_ARRAY, _F_NAME, _F_SHAPE, _FAST_ATTR, _FAST_LINE
 from .ints import ascii_int, is_uint
 from .ir import Computation, Instruction, Module
 from .opcodes import names
@@ -80,6 +80,9 @@ _S_PARENS = rf'\((?:{_S_ATOM}|{_S_GROUP})*+\)'
 for _ in range(3):
     _S_PARENS = rf'\((?:{_S_ATOM}|{_S_GROUP}|{_S_PARENS})*+\)'
 _SIGNATURE = re.compile(_S_PARENS)
+# A tuple of arrays in the form XLA prints (``_F_SHAPE``'s tuple), and one of its arrays.
+_FLAT_TUPLE = re.compile(rf"\((?:{_F_ARRAY}(?:,[ \t]*+{_F_ARRAY})*+)?\)")
+_ARRAY_AT = re.compile(_F_ARRAY)
 # A computation header in the form XLA prints, on one line: ``[ENTRY] %name (params) ->
 # shape {`` (groups: ENTRY, name, result shape). Anything else (comments, attributes, no
 # signature, line breaks) is read by the general code, which also reports every error.
@@ -337,6 +340,19 @@ class _Parser:
             if depth >= MAX_TUPLE_DEPTH:
                 raise self.error(f"tuple shapes nested deeper than {MAX_TUPLE_DEPTH} levels are not "
                                  f"supported (in shape of {what})")
+            text = self.text
+            flat = _FLAT_TUPLE.match(text, self.pos)
+            if flat is not None:  # '(' arrays ')' as XLA prints it: each element through the cache
+                cache = self._shape_cache
+                elems = []
+                for em in _ARRAY_AT.finditer(text, flat.start(), flat.end()):
+                    s = cache.get(em.group(0))
+                    if s is None:
+                        self.pos = em.start()
+                        s = self.shape(what, depth + 1)
+                    elems.append(s)
+                self.pos = flat.end()
+                return Shape("tuple", tuple_shapes=tuple(elems))
             self.pos += 1
             elems: list[Shape] = []
             self.ws()
@@ -619,13 +635,14 @@ class _Parser:
             save = self.pos
             self.pos = hm.start(3)
             try:
-                self.shape("result of computation")
+                shape = self.shape("result of computation")
                 ok = self.pos == hm.end(3)
             except HloParseError:
                 ok = False
             self.pos = save
             if not ok:
                 return None
+            self._shape_cache[shape_text] = shape  # (as fast_block keeps a line's shape)
         name = hm.group(2)
         self.pos = hm.end()
         return hm.group(1) is not None, name[1:] if name[0] == "%" else name

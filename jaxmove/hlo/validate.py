@@ -84,6 +84,8 @@ def _err(filename: str, instr: Instruction, msg: str) -> HloParseError:
 
 def compatible(a: Shape, b: Shape) -> bool:
     """Same element types and dimensions, recursively, ignoring layouts (``ShapeUtil::Compatible``)."""
+    if a is b:  # (the parser shares one Shape per distinct text)
+        return True
     if a.is_tuple or b.is_tuple:
         return (a.is_tuple and b.is_tuple and len(a.tuple_shapes) == len(b.tuple_shapes)
                 and all(compatible(x, y) for x, y in zip(a.tuple_shapes, b.tuple_shapes)))
