@@ -11,6 +11,7 @@ from __future__ import annotations
 
 from ...hlo import Computation, Instruction, Module
 from ...hlo.shape import HOST_MEMORY_SPACE
+from ..memo import memo_of
 
 COPY_OPS = frozenset({"copy", "transpose", "convert", "reshape", "bitcast-convert"})
 _FUSED_COPY_OPS = COPY_OPS | {"bitcast"}
@@ -316,6 +317,31 @@ def classify(instr: Instruction, comp: Computation, module: Module, t) -> tuple[
     fused = module.computations.get(called[0]) if called else None
     if fused is None:
         return None, None
+    # what follows reads the fused computation, the fusion's result shape and operand count,
+    # and (asking only where these are not enough) its computation: answered once per key for
+    # structurally identical fused computations (hlo/structure.py)
+    key = (module.structural_classes[fused.name], id(instr.shape), len(instr.operands),
+           "dot_general" in md_text, split_field)
+    kinds = memo_of(module).fusion_kinds
+    hit = kinds.get(key)
+    if hit is not None:
+        return hit
+    out = _fused_kind(instr, comp, module, fused, md_text, split_field)
+    if out is not _ASKED:
+        kinds[key] = out
+        return out
+    return _fused_kind(instr, comp, module, fused, md_text, split_field, ask=True)
+
+
+# _fused_kind's answer where the fusion's computation decides (not kept for other fusions)
+_ASKED = object()
+
+
+def _fused_kind(instr: Instruction, comp: Computation, module: Module, fused: Computation,
+                md_text: str, split_field: bool, ask: bool = False):
+    """classify's answer for a fusion from its fused computation on; without ``ask``,
+    ``_ASKED`` where the answer reads the fusion's own computation (the users of its result,
+    the producers of its operands)."""
     root = fused.root
     by_name = fused.by_name
     if root.opcode == "tuple":
@@ -328,8 +354,11 @@ def classify(instr: Instruction, comp: Computation, module: Module, t) -> tuple[
                 multiply = False
                 break
         # (is_dot_as_multiply_reduce asks the op_name for dot_general first: asked here)
-        if multiply and "dot_general" in md_text and is_dot_as_multiply_reduce(instr, comp, module):
-            return "dot_as_multiply_reduce", None
+        if multiply and "dot_general" in md_text:
+            if not ask:
+                return _ASKED
+            if is_dot_as_multiply_reduce(instr, comp, module):
+                return "dot_as_multiply_reduce", None
         return None, _tuple_copy_kinds(instr, fused, module)
     base = root  # the root through bitcast/convert
     bitcasts = True  # the way has bitcasts only (then through_bitcast(root) is base)
@@ -342,18 +371,25 @@ def classify(instr: Instruction, comp: Computation, module: Module, t) -> tuple[
         base = by_name[base.operands[0]]
     bop = base.opcode
     if bop == "concatenate":
+        if not ask:
+            return _ASKED
         return ("concatenated_copy" if _concatenates_parameters(instr, comp, fused, base, module)
                 else None), None
     if bop == "dynamic-update-slice":  # a rebuild of a buffer around its update?
         n = _rebuilt_operand(instr, by_name, base)
         return None, (REBUILD, n) if n is not None else None
     if bop == "dot":
+        if not split_field and not ask:
+            return _ASKED
         if not split_field and _split_k_by_shape(instr, comp, module) > 1:
             return "split_k_partials", None
         return None, None
     if bop == "multiply":
-        if "dot_general" in md_text and is_dot_as_multiply_reduce(instr, comp, module):
-            return "dot_as_multiply_reduce", None
+        if "dot_general" in md_text:
+            if not ask:
+                return _ASKED
+            if is_dot_as_multiply_reduce(instr, comp, module):
+                return "dot_as_multiply_reduce", None
         return None, None
     if bop not in _COPY_CHAIN_OPS or not instr.shape.is_array:
         return None, None
