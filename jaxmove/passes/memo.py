@@ -24,6 +24,8 @@ class ModuleMemo:
       fusion_traffic: traffic: a fusion's key (its fused computation's structural class and
         what of the call site decides its traffic) -> its traffic, notes naming an operand
         left to name.
+      default_traffic: traffic: (result shape, repeated operands, operand shapes) -> the
+        traffic of an instruction that reads its operands and writes its result whole.
       fusion_kinds: excess: a fusion's key (its fused computation's structural class, result
         shape, operand count, what its attributes say) -> its kernel kind (kernels.classify).
     """
@@ -31,7 +33,7 @@ class ModuleMemo:
     __slots__ = ("per_call_flops", "fused_flops", "async_wrapped", "fused_collectives",
                  "collective_chains",
                  "while_bodies", "trip_counts", "attribution", "fusion_traffic",
-                 "fusion_kinds")
+                 "default_traffic", "fusion_kinds")
 
     def __init__(self) -> None:
         self.per_call_flops: dict = {}
@@ -43,6 +45,7 @@ class ModuleMemo:
         self.trip_counts: dict = {}
         self.attribution: object | None = None
         self.fusion_traffic: dict = {}
+        self.default_traffic: dict = {}
         self.fusion_kinds: dict = {}
 
     def __reduce__(self):

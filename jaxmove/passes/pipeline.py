@@ -28,8 +28,8 @@ from .flops import ZERO as ZERO_FLOPS
 from .flops import ZERO_RULE_OPCODES, FlopCount, instruction_flops
 from .multiplicity import Multiplicity, callee_counts, loop_notes, loop_trip_counts, multiplicity_pass
 from .roles import RoleMap, leaf_position, roles_pass
-from .traffic import (FREE_RULE_OPCODES, NO_TRAFFIC, ON_CHIP_MEMORY_SPACES, InstrTraffic,
-                      instruction_traffic, reread_notes)
+from .traffic import (FREE_RULE_OPCODES, NO_TRAFFIC, ON_CHIP_MEMORY_SPACES, SHARED_RULE_OPCODES,
+                      InstrTraffic, instruction_traffic, reread_notes)
 
 if TYPE_CHECKING:
     from ..capture.program import EntryParameter
@@ -165,8 +165,8 @@ _FLOPS, _TRANSCENDENTALS = FIELD_INDEX["flops"], FIELD_INDEX["transcendentals"]
 _D2D = FIELD_INDEX["device_to_device_bytes"]
 _PAD_READ, _PAD_WRITE = FIELD_INDEX["hbm_padding_read_bytes"], FIELD_INDEX["hbm_padding_write_bytes"]
 
-# Fusions of at most this many operands share one cost per (accesses, flops, roles): the key
-# holds each operand's roles (a 25k-operand fusion is costed as itself, once).
+# Instructions of at most this many operands share one cost per (accesses, flops, roles): the
+# key holds each operand's roles (a 25k-operand fusion is costed as itself, once).
 _SHARED_COST_OPERANDS = 64
 
 
@@ -188,21 +188,38 @@ def analyze_module(module: Module, entry_roles: dict[int, str] | None = None) ->
     per_comp: dict[str, list[InstructionCost]] = {}
     cost_memo: dict[tuple, Cost] = {}  # (instruction_cost's: one Cost per distinct cost)
     total_memo: dict[tuple[int, int], tuple[Cost, Cost]] = {}  # (id(cost), count) -> (cost, total)
-    fusion_costs: dict[tuple, Cost] = {}  # a fusion's cost by (its accesses, flops and roles)
+    fusion_costs: dict[tuple, Cost] = {}  # a shared-traffic row's cost by (accesses, flops, roles)
     for cname, m in mult.items():
         comp = module.computations[cname]
         count, unknown_trip_count = m.count, m.unknown_trip_count
         comp_rows = per_comp.setdefault(cname, [])
+        # the row of an instruction that costs nothing, when nothing about its shapes or its
+        # loop adds to it: one for all (fields as the general code below fills them)
+        plain = not unknown_trip_count and not module.has_unbounded_dims
+        if count == 1:
+            zero_total = ZERO_COST
+        else:
+            hit = total_memo.get((id(ZERO_COST), count))
+            if hit is None:
+                hit = total_memo[(id(ZERO_COST), count)] = (ZERO_COST, ZERO_COST * count)
+            zero_total = hit[1]
         for instr in comp.instructions:
             if instr.opcode in _NOTHING_TO_COST:  # what the passes answer, without asking
+                if plain:
+                    row = _new_row(instr, cname, m, ZERO_COST, zero_total, NO_TRAFFIC, ZERO_FLOPS, (),
+                                   (), None)
+                    rows.append(row)
+                    comp_rows.append(row)
+                    continue
                 traffic, fc, cost, notes, coll = NO_TRAFFIC, ZERO_FLOPS, ZERO_COST, [], None
             else:
                 try:
                     traffic = instruction_traffic(instr, comp, module)
                     fc = instruction_flops(instr, module)
-                    if instr.opcode == "fusion" and len(instr.operands) <= _SHARED_COST_OPERANDS:
-                        # a fusion's accesses are shared by the fusions of its traffic key
-                        # (traffic.fusion_traffic): one Cost per (accesses, flops, roles)
+                    if instr.opcode in SHARED_RULE_OPCODES and len(instr.operands) <= _SHARED_COST_OPERANDS:
+                        # accesses shared by the instructions of one traffic key (fusions, and
+                        # what reads and writes whole: traffic.py): one Cost per (accesses,
+                        # flops, roles); every row's traffic lives until the end, so ids are its
                         out_roles = roles[(cname, instr.name)]
                         ckey = (id(traffic.reads), id(traffic.writes), fc.flops, fc.transcendentals,
                                 out_roles, tuple([roles[(cname, o)] for o in instr.operands]))

@@ -811,7 +811,20 @@ def _continuation_traffic(instr, comp, fused, free_idx, free_users) -> InstrTraf
 # ---- rules for unfused instructions ------------------------------------------------------
 
 def _default(instr, comp, module) -> InstrTraffic:
-    return _traffic(tuple(_full_reads(instr, comp)), tuple(_full_writes(instr.shape)), (), (), 0)
+    """Every distinct operand read whole, every result leaf written: one (shared) record per
+    (result shape, operand shapes, which operands repeat) of the module."""
+    operands = instr.operands
+    repeats = None
+    if len(set(operands)) != len(operands):  # (rare) which operands are one value
+        first: dict[str, int] = {}
+        repeats = tuple(first.setdefault(o, k) for k, o in enumerate(operands))
+    key = (id(instr.shape), repeats, tuple(map(id, map(_shape, map(comp.by_name.__getitem__, operands)))))
+    cache = memo_of(module).default_traffic
+    t = cache.get(key)
+    if t is None:
+        t = cache[key] = _traffic(tuple(_full_reads(instr, comp)), tuple(_full_writes(instr.shape)),
+                                  (), (), 0)
+    return t
 
 
 _NO_TRAFFIC = InstrTraffic()  # frozen: shared by every instruction that moves nothing
@@ -1141,6 +1154,9 @@ for _op, _rec in OPCODES.items():
 _RULE_OF = {op: TRAFFIC_RULES.get(op, _default) for op in KNOWN_OPCODES}
 NO_TRAFFIC = _NO_TRAFFIC
 FREE_RULE_OPCODES = frozenset(op for op, rule in _RULE_OF.items() if rule is _free)  # -> NO_TRAFFIC
+# Opcodes whose traffic records are shared by the instructions of one key (fusion_traffic,
+# _default): equal accesses are one object, which callers may key on.
+SHARED_RULE_OPCODES = frozenset(op for op, rule in _RULE_OF.items() if rule in (fusion_traffic, _default))
 
 
 def instruction_traffic(instr: Instruction, comp: Computation, module: Module) -> InstrTraffic:
