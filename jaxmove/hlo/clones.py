@@ -41,7 +41,7 @@ def _getter(positions: list[int]):
 class _Template:
     """A body read whole by the fast path, ready to be repeated (module docstring)."""
 
-    __slots__ = ("comp", "line", "names", "unique", "inst_of", "other_of", "others", "root")
+    __slots__ = ("comp", "line", "names", "unique", "inst_of", "other_of", "others", "root", "rows")
 
     def __init__(self, comp: Computation, line: int, names: list[str], inst_pos: list[int],
                  other_pos: list[int]):
@@ -53,6 +53,16 @@ class _Template:
         self.other_of = _getter(other_pos)
         self.others = self.other_of(names)
         self.root = comp.instructions.index(comp.root)
+        # per instruction: where its name and operands are among the instruction-name tokens
+        # (its name, then its operands: _template checked the order), and what is repeated
+        rows = []
+        k = 0
+        for i in comp.instructions:
+            end = k + 1 + len(i.operands)
+            rows.append((k, end, i.opcode, i.shape, i._attrs, i.literal, i.is_root, i.line, i.column,
+                         i.parameter_number, i._attr_text))
+            k = end
+        self.rows = rows
 
 
 class CloneReader:
@@ -97,15 +107,13 @@ class CloneReader:
         if len(pairs) != t.unique or len(renamed) != t.unique or "ROOT" in renamed:
             self._pending = (segments, names)
             return None, end
-        rename = dict(pairs)
         shift = line - t.line
         instrs: list[Instruction] = []
         by_name: dict[str, Instruction] = {}
-        for a in t.comp.instructions:
-            n = rename[a.name]
-            i = Instruction(n, a.opcode, a.shape, tuple(map(rename.__getitem__, a.operands)),
-                            None if a._attrs is None else dict(a._attrs), a.literal, a.is_root,
-                            a.line + shift, a.column, name, a.parameter_number, a._attr_text)
+        for k, stop, opcode, shape, attrs, literal, is_root, ln, column, number, attr_text in t.rows:
+            n = new[k]  # (the token of its name; its operands' follow it)
+            i = Instruction(n, opcode, shape, new[k + 1:stop], None if attrs is None else dict(attrs),
+                            literal, is_root, ln + shift, column, name, number, attr_text)
             by_name[n] = i
             instrs.append(i)
         self.clones[name] = t.comp.name
