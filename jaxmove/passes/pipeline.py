@@ -188,6 +188,7 @@ def analyze_module(module: Module, entry_roles: dict[int, str] | None = None) ->
     per_comp: dict[str, list[InstructionCost]] = {}
     cost_memo: dict[tuple, Cost] = {}  # (instruction_cost's: one Cost per distinct cost)
     total_memo: dict[tuple[int, int], tuple[Cost, Cost]] = {}  # (id(cost), count) -> (cost, total)
+    fusion_flops: dict[tuple, FlopCount] = {}  # a fusion's flops by its traffic record and kind
     fusion_costs: dict[tuple, Cost] = {}  # a shared-traffic row's cost by (accesses, flops, roles)
     for cname, m in mult.items():
         comp = module.computations[cname]
@@ -215,7 +216,18 @@ def analyze_module(module: Module, entry_roles: dict[int, str] | None = None) ->
             else:
                 try:
                     traffic = instruction_traffic(instr, comp, module)
-                    fc = instruction_flops(instr, module)
+                    # fusions of one traffic record (its key holds the fused computation's
+                    # structural class: traffic.fusion_traffic) of one kind have one FlopCount,
+                    # and no collective when the first has none
+                    parts = None
+                    if instr.opcode == "fusion" and traffic.reads:
+                        parts = (id(traffic.reads), id(traffic.writes), instr.fusion_kind)
+                        fc = fusion_flops.get(parts)
+                    else:
+                        fc = None
+                    known = fc is not None
+                    if not known:
+                        fc = instruction_flops(instr, module)
                     if instr.opcode in SHARED_RULE_OPCODES and len(instr.operands) <= _SHARED_COST_OPERANDS:
                         # accesses shared by the instructions of one traffic key (fusions, and
                         # what reads and writes whole: traffic.py): one Cost per (accesses,
@@ -231,7 +243,9 @@ def analyze_module(module: Module, entry_roles: dict[int, str] | None = None) ->
                             notes = []
                     else:
                         cost, notes = instruction_cost(instr, comp, roles, traffic, fc, cost_memo)
-                    coll = collective_info(instr, comp, module)
+                    coll = None if known else collective_info(instr, comp, module)
+                    if parts is not None and not known and coll is None and not fc.unmodeled:
+                        fusion_flops[parts] = fc
                 except CollectiveError:
                     raise  # a positioned error about the input: the caller reports it
                 except Unmodeled as e:
