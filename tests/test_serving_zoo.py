@@ -152,3 +152,23 @@ def test_gpu_quantized_weights_never_reach_hbm_as_bf16(gpu_quantized, q):
     assert got["compiled"] <= 1.03 * got["compulsory"]
     layer_bf16 = 2 * (4 * d * d + 3 * d * f)
     assert got["materialized"] < layer_bf16 / 4
+
+
+# ---- MoE decode under tp on a TPU-compiled program (deviceless) ---------------------------------
+
+def test_tpu_tp_moe_decode_all_reduces_only_the_hidden_state():
+    """Mixtral decode, tp over tpu-v5e:2x2 (expert_d_ff split 4 ways): the dense MoE decode form
+    sums the experts in the down-projection dot, so each all-reduce carries the [B, 1, d] bf16
+    hidden state (8 x 256 x 2 = 4096 B), never the [E, B, 1, d] expert outputs (4 x 4096 B)."""
+    pytest.importorskip("libtpu", reason='libtpu is not installed (pip install "jaxmove[tpu]")')
+    from jaxmove.api import analyze
+    from jaxmove.plans.compare import capture_with_plan
+    sets = dict(layers="2", d_model="256", heads="4", kv_heads="4", d_ff="512", vocab="1024",
+                seq_len="128", batch="8", experts="4", top_k="2")
+    rep = analyze(capture_with_plan("mixtral-8x7b-decode", sets, PRESETS["tp"], {"model": 4},
+                                    target="tpu-v5e:2x2"))
+    hidden, slots = 8 * 256 * 2, 4 * 8 * 256 * 2
+    colls = [(r.collective.kind, r.collective.buffer_bytes) for r in rep.rows if r.collective is not None]
+    reduces = [b for k, b in colls if k == "all-reduce"]
+    assert reduces and all(b % hidden == 0 and b < slots for b in reduces), colls
+    assert max(b for _, b in colls) < slots, colls

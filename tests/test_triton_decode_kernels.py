@@ -143,3 +143,24 @@ def test_deepseek_decode_on_gpu_reads_the_latent_cache_once(deepseek_reports):
     assert kv.compiled_bytes <= 1.01 * kv.compulsory_bytes
     # the XLA form reads the latent cache twice: scores, then the output
     assert xla.excess.by_role["kv_cache"].compiled_bytes >= kv.compiled_bytes + 2 * 4 * 512 * cfg["kv_lora_rank"] * 2
+
+
+def test_deepseek_tp_decode_on_gpu_all_reduces_only_the_hidden_state(deepseek_reports):
+    """The dense MoE decode form on a GPU-compiled program: every all-reduce carries the
+    [B, 1, d] bf16 hidden state (4 x 256 x 2 = 2048 B; twice that where XLA combines the routed
+    and shared experts' sums), never the [E, B, 1, d] expert outputs (8 x 2048 B).
+
+    At this reduced size XLA's DotMerger also joins the shared expert's small gate and up dots
+    with the routed experts' (both read x): the excess pass's ``concatenated_copy`` is each
+    joined weight, [d, (E + 1) x f / 4] bf16, written and read back, for gate and up (at full
+    size on h100-sxm:1x4x8 XLA does not merge them: no concatenated_copy in the serving row)."""
+    _, auto = deepseek_reports["auto"]
+    hidden, slots = 4 * 256 * 2, 8 * 4 * 256 * 2
+    reduces = [r.collective.buffer_bytes for r in auto.rows
+               if r.collective is not None and r.collective.kind == "all-reduce"]
+    assert reduces and all(b in (hidden, 2 * hidden) for b in reduces), reduces
+    assert all(r.collective.buffer_bytes < slots for r in auto.rows if r.collective is not None)
+    joined = 256 * (8 + 1) * (128 // 4) * 2
+    c = auto.excess.cause("concatenated_copy")
+    assert c is not None and c.bytes == 2 * 2 * joined
+    assert all("moe" in (i.op_name or "") for i in c.instructions)
