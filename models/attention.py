@@ -490,7 +490,7 @@ def _triton_mla(ql, qr, cc, rc, pos, *, scale):
                              num_warps=4 if bh <= 16 else 8)
 
 
-def mla_decode(option: str, ql, qr, cc, rc, pos, scale: float, xla):
+def mla_decode(option: str, ql, qr, cc, rc, pos, scale: float, xla, shardings=None):
     """Absorbed latent attention of one query per head (``transformer.MLAttention.decode``):
     ql [B, H, r], qr [B, H, dr] over the latent cache cc [B, S, r] and rope keys rc [B, S, dr],
     positions <= pos -> [B, H, r] in ql's dtype. ``auto``: the Triton kernel on CUDA
@@ -498,7 +498,9 @@ def mla_decode(option: str, ql, qr, cc, rc, pos, scale: float, xla):
 
     Under a plan the kernel runs per device in ``shard_map``: heads as the plan splits them,
     the cache and queries split alike over batch; a plan that splits the cache's length or
-    latent dim calls it on whole arrays."""
+    latent dim calls it on whole arrays. ``shardings`` (query, cache ``NamedSharding``) gives
+    the layouts instead of the plan's ``batch, heads`` / ``batch, length`` ones (DP attention:
+    ``transformer._latent_shardings``)."""
     if option == "xla":
         return xla(ql, qr, cc, rc, pos)
     if option != "auto":
@@ -509,8 +511,11 @@ def mla_decode(option: str, ql, qr, cc, rc, pos, scale: float, xla):
         return _dispatch(option, "decode", kernels, xla, (ql, qr, cc, rc, pos),
                          jax.ShapeDtypeStruct(ql.shape, ql.dtype), (1, cc.shape[1]))
 
-    sq = logical_sharding_of(("batch", "heads", None), tuple(ql.shape))
-    sc = logical_sharding_of(("batch", "length", None), tuple(cc.shape))
+    if shardings is not None:
+        sq, sc = shardings
+    else:
+        sq = logical_sharding_of(("batch", "heads", None), tuple(ql.shape))
+        sc = logical_sharding_of(("batch", "length", None), tuple(cc.shape))
     if not isinstance(sq, jax.sharding.NamedSharding) or not isinstance(sc, jax.sharding.NamedSharding):
         return run(ql, qr, cc, rc, pos)
     qb, qh, qd = tuple(sq.spec) + (None,) * (3 - len(sq.spec))

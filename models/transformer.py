@@ -62,6 +62,15 @@ KV cache layout (``[B, H_kv, S, D]``, heads before positions as ``jaxmove.zoo.gp
     scanned:  {"layers": {"k_cache": [L,B,Hkv,S,D], ...}}
     MLA:      "c_kv_cache" [B,S,r], "k_rope_cache" [B,S,dr] (+ "c_kv_scale", "k_rope_scale" [B,S])
 
+MLA's latent cache is one kv head that every query head attends with, and its batch dim is
+named so (``LATENT_CACHE_AXES``: batch with a size-1 kv_heads dim folded in, plans step 4):
+under ``tp`` the model axis, which cannot split one kv head, splits the cache over batch
+instead (the plan's ``kv_heads`` fallback), as it does a GQA cache with fewer kv heads than
+devices, and decode's latent attention runs batch-parallel over the model axis ("DP
+attention", SGLang's DeepSeek serving layout): the absorbed queries move to the devices that
+hold their rows' cache and the result moves back to the heads' split, two all-to-alls of
+[B, H, r] per layer instead of a cache replicated on every device.
+
 A model with ``dense_layers`` has a second stack ``dense_layers`` beside ``layers`` in the
 parameters and the cache. Decode writes only the new entries with ``dynamic_update_slice``
 (scanned layers: into the stacked cache carried by the loop) and attends over the updated
@@ -324,6 +333,11 @@ Q_AXES = ("batch", "length", "heads", "kv")
 #: cache is (under ``tp`` with more model devices than kv heads, split over batch like it)
 GROUPED_Q_AXES = ("batch", "length", "kv_heads", None, "kv")
 CACHE_AXES = ("batch", "kv_heads", "length", "kv")
+#: MLA's latent cache [B, S, r] (and its scales [B, S]): one kv head, folded into batch
+#: (module docstring), so split like a GQA cache with fewer kv heads than model devices; the
+#: latent dim is never split (scores sum over it)
+LATENT_BATCH = ("batch", "kv_heads")
+LATENT_CACHE_AXES = (LATENT_BATCH, "length", None)
 MLP_AXES = ("batch", "length", "mlp")
 LOGITS_AXES = ("batch", "length", "vocab")
 
@@ -609,6 +623,22 @@ class Attention(nnx.Module):
         return jnp.einsum("bkgts,bksd->btkgd", p.astype(vc.dtype), vc)
 
 
+def _latent_shardings(b: int, h: int, c_shape: tuple):
+    """(query, cache) ``NamedSharding`` of absorbed MLA decode's [B, H, r] queries and
+    [B, S, r] latent cache when the plan splits the latent cache (``LATENT_CACHE_AXES``) over
+    mesh axes the queries (``Q_AXES``) do not split their batch over (``tp``'s kv_heads
+    fallback: DP attention), else None (no plan, or the two agree)."""
+    from .sharding import logical_sharding_of
+    r = c_shape[-1]
+    sc = logical_sharding_of(LATENT_CACHE_AXES, c_shape)
+    sq = logical_sharding_of(("batch", "heads", None), (b, h, r))
+    if not isinstance(sc, jax.sharding.NamedSharding) or not isinstance(sq, jax.sharding.NamedSharding):
+        return None
+    if (tuple(sc.spec) + (None,))[0] == (tuple(sq.spec) + (None,))[0]:
+        return None
+    return logical_sharding_of((LATENT_BATCH, None, None), (b, h, r)), sc
+
+
 class MLAttention(nnx.Module):
     """Multi-head latent attention (DeepSeek-V2/V3; module docstring)."""
 
@@ -686,6 +716,14 @@ class MLAttention(nnx.Module):
         ql = jnp.einsum("bthn,rhn->bthr", q_nope, w_uk)
         cc = dequantize_kv(cache["c_kv_cache"], cache.get("c_kv_scale"), c.dtype)
         rc = dequantize_kv(cache["k_rope_cache"], cache.get("k_rope_scale"), kr.dtype)
+        # DP attention where the plan splits the latent cache over more of the batch than the
+        # queries (module docstring): the queries move to the cache's layout, not the cache
+        shardings = _latent_shardings(ql.shape[0], ql.shape[2], cc.shape)
+        if shardings is not None:
+            cc = constrain(cc, LATENT_CACHE_AXES)
+            rc = constrain(rc, LATENT_CACHE_AXES)
+            ql = constrain(ql, (LATENT_BATCH, None, None, None))
+            q_rope = constrain(q_rope, (LATENT_BATCH, None, None, None))
         def xla(ql, q_rope, cc, rc, pos):   # [B, H, r], [B, H, dr] (t = 1) -> [B, H, r]
             ql, q_rope = ql[:, None], q_rope[:, None]
             f32 = dict(preferred_element_type=jnp.float32)
@@ -697,7 +735,10 @@ class MLAttention(nnx.Module):
         quantized = jnp.dtype(self.cfg.kv_dtype) != self.cfg.jnp_dtype
         # the latent kernel (GPU) reads the cache in the model dtype, as the other kernels
         option = "xla" if self.cfg.attention != "auto" or quantized else "auto"
-        ol = attn_kernels.mla_decode(option, ql[:, 0], q_rope[:, 0], cc, rc, pos, self._scale, xla)[:, None]
+        ol = attn_kernels.mla_decode(option, ql[:, 0], q_rope[:, 0], cc, rc, pos, self._scale, xla,
+                                     shardings)[:, None]
+        if shardings is not None:   # back to the heads' split for W_uv and the output projection
+            ol = constrain(ol, Q_AXES)
         o = jnp.einsum("bthr,rhv->bthv", ol, w_uv)
         if kv_s is not None:
             o = o * kv_s[:, dn:]
@@ -1104,11 +1145,11 @@ def cache_entry_shapes(cfg: TransformerConfig, length: int) -> dict[str, tuple[t
     b, kv, dt = cfg.batch, jnp.dtype(cfg.kv_dtype), cfg.jnp_dtype
     quant = kv == jnp.int8
     if cfg.mla:
-        out = {"c_kv_cache": ((b, length, cfg.kv_lora_rank), kv, ("batch", "length", None)),
-               "k_rope_cache": ((b, length, cfg.qk_rope_dim), kv, ("batch", "length", None))}
+        out = {"c_kv_cache": ((b, length, cfg.kv_lora_rank), kv, LATENT_CACHE_AXES),
+               "k_rope_cache": ((b, length, cfg.qk_rope_dim), kv, LATENT_CACHE_AXES)}
         if quant:
-            out.update(c_kv_scale=((b, length), dt, ("batch", "length")),
-                       k_rope_scale=((b, length), dt, ("batch", "length")))
+            out.update(c_kv_scale=((b, length), dt, LATENT_CACHE_AXES[:2]),
+                       k_rope_scale=((b, length), dt, LATENT_CACHE_AXES[:2]))
         return out
     shape = (b, cfg.kv_heads, length, cfg.head_dim)
     out = {"k_cache": (shape, kv, CACHE_AXES), "v_cache": (shape, kv, CACHE_AXES)}

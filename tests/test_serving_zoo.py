@@ -49,6 +49,28 @@ def test_tp_kv_heads_fall_back_to_batch_then_length():
     assert PRESETS["dp"].partition_spec(("batch",), (3,), {"data": 2}, False) == (None,)
 
 
+def test_merged_dim_takes_the_fallback_of_its_unit_kv_heads():
+    """DeepSeek's latent cache [B, S, r] names its batch (batch, kv_heads): one kv head folded
+    in (plan.py step 4), so tp's model axis, which cannot split one head, splits the batch."""
+    tp, dp = PRESETS["tp"], PRESETS["dp"]
+    latent = (("batch", "kv_heads"), "length", None)
+    notes: list[str] = []
+    assert tp.partition_spec(latent, (32, 4096, 512), {"model": 16}, False, notes) == ("model", None, None)
+    assert notes == ["kv_heads (1) is not divisible by model=16: batch takes model instead"]
+    assert tp.partition_spec(latent, (32, 4096, 512), {"data": 2, "model": 8}, False) == \
+        (("data", "model"), None, None)
+    # batch 1 (prefill): the sequence takes model, as for a GQA cache
+    assert tp.partition_spec(latent, (1, 4096, 512), {"model": 16}, False) == (None, "model", None)
+    # the same as the 4-D cache with a size-1 kv_heads dim, under every preset
+    for plan in PRESETS.values():
+        for mesh in ({"model": 4}, {"data": 2, "model": 4}, {"data": 8}):
+            want = plan.partition_spec(("batch", "kv_heads", "length", None), (32, 1, 64, 512), mesh, False)
+            got = plan.partition_spec(latent, (32, 64, 512), mesh, False)
+            assert got[1:] == want[2:] and want[1] is None, (plan.name, mesh)
+            assert got[0] == want[0], (plan.name, mesh)
+    assert dp.partition_spec(latent, (32, 64, 512), {"data": 4}, False) == ("data", None, None)
+
+
 def test_toml_fallbacks(tmp_path):
     p = parse_plan('[rules]\nkv_heads = "model"\n[fallbacks]\nkv_heads = ["length"]\n', "f.toml")
     assert p.fallbacks == {"kv_heads": ("length",)}

@@ -297,6 +297,15 @@ _EP_WORKER = textwrap.dedent("""
             out[key + "/" + plan] = [[r.collective.kind, r.collective.group_size,
                                       r.collective.buffer_bytes, r.multiplicity.count]
                                      for r in rep.rows if r.collective is not None]
+            out[key + "/" + plan + "/moe"] = [r.collective.buffer_bytes for r in rep.rows if r.collective
+                                              is not None and "/moe/" in (r.instr.metadata.op_name or "")]
+    # DeepSeek's latent cache under tp, batch 8 (2 rows per device): split over batch
+    rep = analyze(capture_with_plan("deepseek-v3-decode", {**small, **extra, "batch": "8"}, PRESETS["tp"],
+                                    {"model": 4}))
+    out["deepseek/tp8"] = [[r.collective.kind, r.collective.buffer_bytes, r.instr.metadata.op_name]
+                           for r in rep.rows if r.collective is not None]
+    kv = rep.excess.by_role["kv_cache"]
+    out["deepseek/tp8/kv"] = [kv.compulsory_bytes, kv.compiled_bytes]
     json.dump(out, sys.stdout)
 """)
 
@@ -330,7 +339,25 @@ def test_tp_decode_all_reduces_the_hidden_state_not_the_expert_outputs(moe_colle
         reduces = [c for c in moe_collectives[key + "/tp"] if c[0] == "all-reduce"]
         assert reduces, key
         assert all(c[2] in (hidden, 2 * hidden) for c in reduces), (key, reduces)
-        assert max(c[2] for c in moe_collectives[key + "/tp"]) < slots, key
+        assert moe_collectives[key + "/tp/moe"] and max(moe_collectives[key + "/tp/moe"]) < slots, key
+
+
+def test_tp_decode_splits_the_latent_cache_over_batch(moe_collectives):
+    """DeepSeek's latent cache is one kv head (LATENT_CACHE_AXES): under tp over model=4 it
+    is split over batch (2 of 8 rows per device), not replicated. Per device, per layer: the
+    cache read is (B/n) x S x (2r + dr) x 4 B (c_kv twice: scores and output; k_rope once) and
+    the write (B/n) x (r + dr) x 4 B; attention runs batch-parallel (DP attention): the
+    absorbed queries [B, H, r] and rope queries [B, H, dr] move by all-to-all to the rows'
+    devices and the result [B, H, r] back, each (B x H x dim x 4 B) / n per device; no
+    collective moves the cache."""
+    b, n, s, h, r, dr, layers = 8, 4, 16, 4, 512, 64, 3
+    compulsory = layers * ((b // n) * s * (r + dr) * 4 + (b // n) * (r + dr) * 4)
+    assert moe_collectives["deepseek/tp8/kv"] == [compulsory, compulsory + layers * (b // n) * s * r * 4]
+    colls = moe_collectives["deepseek/tp8"]
+    for layer in ("dense_layers_0", "layers_1", "layers_2"):
+        a2a = sorted(c[1] for c in colls if c[0] == "all-to-all" and f"/{layer}/attn/" in c[2])
+        assert a2a == sorted([b * h * dr * 4 // n, b * h * r * 4 // n, b * h * r * 4 // n]), (layer, colls)
+    assert max(c[1] for c in colls) < b * s * r * 4 // n, colls   # (one device's share of a layer's cache)
 
 
 # ---- bad --set --------------------------------------------------------------------------------

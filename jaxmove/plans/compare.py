@@ -230,11 +230,14 @@ def workload_shardings(workload, plan: Plan, mesh, notes: list[str]):
     specs: dict[str, str] = {}
 
     def named(leaf, axes, is_param, path):
-        unknown = [a for a in (axes or ()) if a is not None and a not in LOGICAL_AXES]
+        def known(a):   # (a tuple names a merged dimension: plan.py, step 4)
+            return all(n in LOGICAL_AXES for n in a) if isinstance(a, tuple) else a in LOGICAL_AXES
+
+        unknown = [a for a in (axes or ()) if a is not None and not known(a)]
         if unknown:
             notes.append(f"logical axis {unknown[0]!r} is not one plans map ({', '.join(LOGICAL_AXES)}): "
                          "that dimension stays replicated")
-            axes = tuple(a if a in LOGICAL_AXES else None for a in axes)
+            axes = tuple(a if known(a) else None for a in axes)
         spec = plan.partition_spec(axes, leaf.shape, mesh_shape, is_param, notes, path)
         if any(s is not None for s in spec):
             specs[path] = _spec_text(spec)

@@ -20,6 +20,11 @@ Resolution of one tensor (``Plan.partition_spec``), dimension by dimension:
      batch when 16 chips exceed its 8 KV heads). The note names the dimension that took it.
      Parameters keep step 2: the k/v projection kernels stay replicated over the axis (split
      over their embed or head dim, XLA:TPU all-gathers them whole in every layer).
+  4. a dimension named by a tuple ``(name, unit, ...)`` is ``name``'s dimension with size-1
+     dimensions named ``unit, ...`` folded into it: resolved as if those dimensions were
+     there, and their mesh axes (none: size 1) and fallbacks land on it. DeepSeek's latent
+     cache [B, S, r] is ``(("batch", "kv_heads"), "length", None)``: one kv head, which
+     ``tp``'s model axis cannot split, so batch takes it (``models/transformer.py``).
 
 Presets (mesh axes ``data``, ``model`` and ``expert``; axes a mesh lacks are skipped):
 
@@ -103,6 +108,21 @@ class Plan:
           PlanError: ``logical_axes`` and ``shape`` differ in length.
         """
         axes = tuple(logical_axes) if logical_axes is not None else (None,) * len(shape)
+        if len(axes) == len(shape) and any(isinstance(a, tuple) for a in axes):
+            # a merged dimension (name, *unit names): ``name``'s dimension with size-1
+            # dimensions of the unit names folded into it (module docstring, step 4)
+            exp_axes, exp_shape, host = [], [], []
+            for j, (a, n) in enumerate(zip(axes, shape)):
+                names = a if isinstance(a, tuple) else (a,)
+                for i, name in enumerate(names):
+                    exp_axes.append(name)
+                    exp_shape.append(n if i == 0 else 1)
+                    host.append(j)
+            spec = self.partition_spec(tuple(exp_axes), tuple(exp_shape), mesh_shape, is_param, notes, what)
+            merged: list[list[str]] = [[] for _ in shape]
+            for j, s in zip(host, spec):
+                merged[j] += [] if s is None else [s] if isinstance(s, str) else list(s)
+            return tuple(None if not c else c[0] if len(c) == 1 else tuple(c) for c in merged)
         if len(axes) != len(shape):
             raise PlanError(f"{what or 'tensor'}: {len(axes)} logical axes {axes} for shape {tuple(shape)}")
         rules = self.rules(is_param)
