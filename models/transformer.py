@@ -69,7 +69,7 @@ instead (the plan's ``kv_heads`` fallback), as it does a GQA cache with fewer kv
 devices, and decode's latent attention runs batch-parallel over the model axis ("DP
 attention", SGLang's DeepSeek serving layout): the absorbed queries move to the devices that
 hold their rows' cache and the result moves back to the heads' split, two all-to-alls of
-[B, H, r] per layer instead of a cache replicated on every device.
+[B, H, r (+ dr)] per layer instead of a cache replicated on every device.
 
 A model with ``dense_layers`` has a second stack ``dense_layers`` beside ``layers`` in the
 parameters and the cache. Decode writes only the new entries with ``dynamic_update_slice``
@@ -722,8 +722,10 @@ class MLAttention(nnx.Module):
         if shardings is not None:
             cc = constrain(cc, LATENT_CACHE_AXES)
             rc = constrain(rc, LATENT_CACHE_AXES)
-            ql = constrain(ql, (LATENT_BATCH, None, None, None))
-            q_rope = constrain(q_rope, (LATENT_BATCH, None, None, None))
+            # the absorbed and rotary queries move together: one all-to-all, not two
+            qa = constrain(jnp.concatenate([ql, q_rope.astype(ql.dtype)], axis=-1),
+                           (LATENT_BATCH, None, None, None))
+            ql, q_rope = qa[..., :ql.shape[-1]], qa[..., ql.shape[-1]:].astype(q_rope.dtype)
         def xla(ql, q_rope, cc, rc, pos):   # [B, H, r], [B, H, dr] (t = 1) -> [B, H, r]
             ql, q_rope = ql[:, None], q_rope[:, None]
             f32 = dict(preferred_element_type=jnp.float32)

@@ -347,16 +347,16 @@ def test_tp_decode_splits_the_latent_cache_over_batch(moe_collectives):
     is split over batch (2 of 8 rows per device), not replicated. Per device, per layer: the
     cache read is (B/n) x S x (2r + dr) x 4 B (c_kv twice: scores and output; k_rope once) and
     the write (B/n) x (r + dr) x 4 B; attention runs batch-parallel (DP attention): the
-    absorbed queries [B, H, r] and rope queries [B, H, dr] move by all-to-all to the rows'
-    devices and the result [B, H, r] back, each (B x H x dim x 4 B) / n per device; no
-    collective moves the cache."""
+    absorbed and rope queries [B, H, r + dr] move by one all-to-all to the rows' devices and
+    the result [B, H, r] back, each (B x H x dim x 4 B) / n per device; no collective moves
+    the cache."""
     b, n, s, h, r, dr, layers = 8, 4, 16, 4, 512, 64, 3
     compulsory = layers * ((b // n) * s * (r + dr) * 4 + (b // n) * (r + dr) * 4)
     assert moe_collectives["deepseek/tp8/kv"] == [compulsory, compulsory + layers * (b // n) * s * r * 4]
     colls = moe_collectives["deepseek/tp8"]
     for layer in ("dense_layers_0", "layers_1", "layers_2"):
         a2a = sorted(c[1] for c in colls if c[0] == "all-to-all" and f"/{layer}/attn/" in c[2])
-        assert a2a == sorted([b * h * dr * 4 // n, b * h * r * 4 // n, b * h * r * 4 // n]), (layer, colls)
+        assert a2a == sorted([b * h * (r + dr) * 4 // n, b * h * r * 4 // n]), (layer, colls)
     assert max(c[1] for c in colls) < b * s * r * 4 // n, colls   # (one device's share of a layer's cache)
 
 
