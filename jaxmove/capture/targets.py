@@ -276,6 +276,7 @@ def _load_devices(t: Target) -> list:
                 devs = list(desc.devices)
                 return devs[:t.num_devices] if single else devs
             spec = t.spec()
+            _register_cuda_plugin()
             desc = topologies.get_topology_desc(spec.name, "cuda", target_config=gpu_target_config(spec),
                                                 topology=t.topology_text)
             return list(desc.devices)
@@ -285,6 +286,32 @@ def _load_devices(t: Target) -> list:
             msg = (str(e).strip().splitlines() or [type(e).__name__])[0]
             raise TargetNameError(f"--target {t.name}: the {t.platform.upper()} compiler refused the "
                                   f"topology: {msg}") from None
+
+
+def _register_cuda_plugin() -> None:
+    """Register the CUDA plugin for deviceless compiles where jax's own start-up did not.
+
+    jax registers it when it first starts its backends; with ``JAX_PLATFORMS`` unset or naming
+    cuda the plugin first checks the CUDA runtime, which a machine without a driver fails, and
+    the plugin is then never registered (``get_topology_desc`` says "topology not implemented
+    for cuda"): a notebook that ran any jax code before a GPU target hit this. The check is
+    about running on a GPU, not compiling for one, so it is skipped here
+    (``JAX_SKIP_CUDA_CONSTRAINTS_CHECK``, jax_plugins/xla_cuda12/__init__.py) and the
+    plugin's own ``initialize`` registers it."""
+    from jax._src import xla_bridge as xb
+    xb._discover_and_register_pjrt_plugins()
+    if "cuda" in getattr(xb, "_topology_factories", {"cuda": None}):
+        return
+    import jax_plugins.xla_cuda12 as cuda_plugin
+    old = os.environ.get("JAX_SKIP_CUDA_CONSTRAINTS_CHECK")
+    os.environ["JAX_SKIP_CUDA_CONSTRAINTS_CHECK"] = "1"
+    try:
+        cuda_plugin.initialize()
+    finally:
+        if old is None:
+            os.environ.pop("JAX_SKIP_CUDA_CONSTRAINTS_CHECK", None)
+        else:
+            os.environ["JAX_SKIP_CUDA_CONSTRAINTS_CHECK"] = old
 
 
 def gpu_target_config(spec) -> str:
