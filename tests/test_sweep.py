@@ -366,6 +366,8 @@ _FLAKY = textwrap.dedent("""
 def test_dead_and_hung_workers_retry_once_then_report_and_resume(tmp_path):
     from jaxmove import sweep
 
+    TIMEOUT_S = 8
+
     (tmp_path / "flaky.py").write_text(_FLAKY)
     (tmp_path / "SWEEP.toml").write_text(textwrap.dedent("""
         [[points]]
@@ -374,7 +376,9 @@ def test_dead_and_hung_workers_retry_once_then_report_and_resume(tmp_path):
         model = "flaky.py:hangs_once"
     """))
     out = tmp_path / "r.jsonl"
-    first = sweep(tmp_path / "SWEEP.toml", jobs=2, timeout_s=15, output=out)
+    # the hanging attempt costs the whole timeout; a worker that answers takes ~2.5 s here
+    # (python + jax import + compile), so 8 s leaves the retry 3x that on a loaded machine
+    first = sweep(tmp_path / "SWEEP.toml", jobs=2, timeout_s=TIMEOUT_S, output=out)
     rows = {r["model"].rsplit(":", 1)[-1]: r for r in first.rows}
     died, hung = rows["dies_twice"], rows["hangs_once"]
     assert died["status"] == "died" and died["attempts"] == 2 and "SIGKILL" in died["error"]
@@ -384,7 +388,7 @@ def test_dead_and_hung_workers_retry_once_then_report_and_resume(tmp_path):
     assert (tmp_path / "dies.count").read_text() == "2" and (tmp_path / "hangs.count").read_text() == "2"
     # resume: only the point whose worker died runs again (its third process succeeds)
     new_rows = []
-    second = sweep(tmp_path / "SWEEP.toml", jobs=2, timeout_s=15, output=out, resume=True,
+    second = sweep(tmp_path / "SWEEP.toml", jobs=2, timeout_s=TIMEOUT_S, output=out, resume=True,
                    on_row=new_rows.append)
     assert [r["model"].rsplit(":", 1)[-1] for r in new_rows] == ["dies_twice"]
     assert second.resumed == 1 and all(r["status"] == "ok" for r in second.rows)
