@@ -149,12 +149,21 @@ _WORKER = textwrap.dedent("""
 """)
 
 
-def _compile_all(target: str, cases: list) -> dict:
+def _start_compiles(target: str, cases: list) -> subprocess.Popen:
     env = dict(os.environ, JAX_PLATFORMS="cpu", ALLOW_MULTIPLE_LIBTPU_LOAD="1")
-    proc = subprocess.run([sys.executable, "-c", _WORKER, target, json.dumps(TINY), json.dumps(cases)],
-                          cwd=ROOT, env=env, capture_output=True, text=True, timeout=900)
-    assert proc.returncode == 0, proc.stderr[-3000:]
-    return json.loads(proc.stdout)
+    return subprocess.Popen([sys.executable, "-c", _WORKER, target, json.dumps(TINY), json.dumps(cases)],
+                            cwd=ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+
+
+def _results(proc: subprocess.Popen) -> dict:
+    try:
+        out, err = proc.communicate(timeout=900)
+    except subprocess.TimeoutExpired:
+        proc.kill()
+        proc.communicate()
+        raise
+    assert proc.returncode == 0, err[-3000:]
+    return json.loads(out)
 
 
 TPU_CASES = [("llama3-8b-prefill", "flash"), ("llama3-8b-prefill", "splash"), ("llama3-8b-train", "flash"),
@@ -167,17 +176,36 @@ GPU_CASES = [("llama3-8b-prefill", "flash"), ("llama3-8b-train", "flash"), ("lla
 
 
 @pytest.fixture(scope="module")
-def tpu_programs():
-    if not _have("libtpu"):
-        pytest.skip('libtpu is not installed (pip install "jaxmove[tpu]")')
-    return _compile_all("tpu-v5e", TPU_CASES)
+def _compiling(request):
+    """The TPU and the GPU compile processes (each ~10 s: python, jax, 9 compiles), both
+    started when the first is needed (for the tests selected that read them): they run side
+    by side on the machine's two cores instead of one after the other."""
+    need = {name for item in request.session.items if item.module is request.module
+            for name in ("tpu_programs", "gpu_programs") if name in item.fixturenames}
+    procs = {}
+    if "tpu_programs" in need and _have("libtpu"):
+        procs["tpu"] = _start_compiles("tpu-v5e", TPU_CASES)
+    if "gpu_programs" in need and _have("jax_plugins.xla_cuda12"):
+        procs["gpu"] = _start_compiles("h100-sxm", GPU_CASES)
+    yield procs
+    for proc in procs.values():       # a run stopped early (-x, Ctrl-C): leave no process behind
+        if proc.poll() is None:
+            proc.kill()
+            proc.communicate()
 
 
 @pytest.fixture(scope="module")
-def gpu_programs():
+def tpu_programs(_compiling):
+    if not _have("libtpu"):
+        pytest.skip('libtpu is not installed (pip install "jaxmove[tpu]")')
+    return _results(_compiling["tpu"])
+
+
+@pytest.fixture(scope="module")
+def gpu_programs(_compiling):
     if not _have("jax_plugins.xla_cuda12"):
         pytest.skip('the CUDA plugin is not installed (pip install "jaxmove[gpu]")')
-    return _compile_all("h100-sxm", GPU_CASES)
+    return _results(_compiling["gpu"])
 
 
 def test_tpu_kernels_compile_to_mosaic_custom_calls(tpu_programs):
