@@ -95,10 +95,8 @@ _WORKER = textwrap.dedent("""
 
 
 @pytest.fixture(scope="module")
-def partitioned():
-    env = dict(os.environ, XLA_FLAGS="--xla_force_host_platform_device_count=8", JAX_PLATFORMS="cpu")
-    proc = subprocess.run([sys.executable, "-c", _WORKER], cwd=ROOT, env=env, capture_output=True,
-                          text=True, timeout=600)
+def partitioned(processes):
+    proc = processes["partitioned"].result()
     assert proc.returncode == 0, proc.stderr[-3000:]
     return json.loads(proc.stdout)
 
@@ -145,8 +143,80 @@ def _cli(*argv, env_extra=None, timeout=900):
                           capture_output=True, text=True, timeout=timeout)
 
 
-def test_cli_plans_gpt2_small_prefill_on_2x4_mesh():
-    proc = _cli("plans", "gpt2-small-prefill", "--mesh", "data=2,model=4", "--json", "--no-progress")
+def _partitioned_worker():
+    env = dict(os.environ, XLA_FLAGS="--xla_force_host_platform_device_count=8", JAX_PLATFORMS="cpu")
+    return subprocess.run([sys.executable, "-c", _WORKER], cwd=ROOT, env=env, capture_output=True,
+                          text=True, timeout=600)
+
+
+_RERUN_CODE = textwrap.dedent("""
+    import jax, json
+    assert len(jax.devices()) == 1          # jax is up with one CPU device
+    from jaxmove.plans import compare_plans
+    cmp = compare_plans("mlp-tiny", {"data": 2, "model": 2}, ["tp"], {"batch": "8"})
+    r = cmp.results[0]
+    print(json.dumps([r.num_devices, r.wire_bytes_by_kind]))
+""")
+
+
+def _rerun_with_one_device():
+    env = dict(os.environ)
+    env.pop("XLA_FLAGS", None)
+    return subprocess.run([sys.executable, "-c", _RERUN_CODE], cwd=ROOT, env=env, capture_output=True,
+                          text=True, timeout=600)
+
+
+def _tiny_hbm_spec(directory: Path) -> Path:
+    """h100-sxm with 1 KiB of HBM: smaller than any program."""
+    import dataclasses
+
+    from jaxmove.hardware import load_spec, spec_to_toml
+    small = directory / "tiny-hbm.toml"
+    spec = dataclasses.replace(load_spec("h100-sxm"), name="tiny-hbm", hbm_capacity_bytes=1024)
+    small.write_text(spec_to_toml(spec))
+    return small
+
+
+#: the processes of this module's tests: (the tests that read it, how to run it), longest first
+_PROCESSES = {
+    "gpt2_plans": (("test_cli_plans_gpt2_small_prefill_on_2x4_mesh",), lambda d: _cli(
+        "plans", "gpt2-small-prefill", "--mesh", "data=2,model=4", "--json", "--no-progress")),
+    "plans_64": (("test_cli_plans_64_devices_and_marks_what_does_not_fit",), lambda d: _cli(
+        "plans", "gpt-tiny-prefill", "--set", "batch=8", "--mesh", "data=8,model=8",
+        "--plan", "dp", "--plan", "tp", "--hardware", "tpu-v5e", "--json", "--no-progress")),
+    "rerun": (("test_reruns_itself_when_jax_has_too_few_devices",), lambda d: _rerun_with_one_device()),
+    "analyze_mesh": (("test_analyze_mesh_plan_json_has_collectives",), lambda d: _cli(
+        "analyze", "mlp-tiny", "--set", "batch=16", "--mesh", "model=2", "--plan", "tp", "--json")),
+    "partitioned": (("test_tp_mlp_one_all_reduce_per_layer",
+                     "test_fsdp_all_gathers_each_weight_once_and_dp_has_none",
+                     "test_ep_moe_all_to_all_moves_three_quarters_of_dispatched_tokens"),
+                    lambda d: _partitioned_worker()),
+    "analyze_bad_plan": (("test_analyze_mesh_plan_json_has_collectives",), lambda d: _cli(
+        "analyze", "mlp-tiny", "--mesh", "data=2", "--plan", "nonesuch")),
+    "plans_tiny_hbm": (("test_cli_plans_64_devices_and_marks_what_does_not_fit",), lambda d: _cli(
+        "plans", "mlp-tiny", "--mesh", "data=2", "--plan", "dp", "--hardware", str(_tiny_hbm_spec(d)))),
+}
+
+
+@pytest.fixture(scope="module")
+def processes(request, tmp_path_factory):
+    """{name: Future of the CompletedProcess} for the subprocesses (python, jax, compiles: 2 to
+    10 s each) of the tests selected, all started when the first is needed, two at a time:
+    each is a process of its own, so running them side by side changes nothing they compute,
+    and the machine's second core is used (30 s one after the other, ~17 s so)."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    selected = {item.originalname for item in request.session.items if item.module is request.module}
+    tmp = tmp_path_factory.mktemp("plans_cli")
+    pool = ThreadPoolExecutor(max_workers=2, thread_name_prefix="test-plans")
+    futures = {name: pool.submit(run, tmp) for name, (tests, run) in _PROCESSES.items()
+               if selected & set(tests)}
+    yield futures
+    pool.shutdown(wait=True, cancel_futures=True)
+
+
+def test_cli_plans_gpt2_small_prefill_on_2x4_mesh(processes):
+    proc = processes["gpt2_plans"].result()
     assert proc.returncode == 0, proc.stderr[-3000:]
     out = json.loads(proc.stdout)
     assert out["mesh"] == {"data": 2, "model": 4} and out["hardware"] == "h100-sxm"
@@ -162,37 +232,20 @@ def test_cli_plans_gpt2_small_prefill_on_2x4_mesh():
     assert plans["tp"]["wire_bytes_by_kind"].get("all-reduce", 0) > 0
 
 
-def test_cli_plans_64_devices_and_marks_what_does_not_fit(tmp_path):
-    proc = _cli("plans", "gpt-tiny-prefill", "--set", "batch=8", "--mesh", "data=8,model=8",
-                "--plan", "dp", "--plan", "tp", "--hardware", "tpu-v5e", "--json", "--no-progress")
+def test_cli_plans_64_devices_and_marks_what_does_not_fit(processes):
+    proc = processes["plans_64"].result()
     assert proc.returncode == 0, proc.stderr[-3000:]
     out = json.loads(proc.stdout)
     assert [r["plan"] for r in out["plans"]] == ["dp", "tp"]
     assert all(r["num_devices"] == 64 and r["error"] is None for r in out["plans"])
-    # a spec whose HBM is smaller than the program: the plan is kept and marked
-    small = tmp_path / "tiny-hbm.toml"
-    from jaxmove.hardware import load_spec, spec_to_toml
-    import dataclasses
-    spec = dataclasses.replace(load_spec("h100-sxm"), name="tiny-hbm", hbm_capacity_bytes=1024)
-    small.write_text(spec_to_toml(spec))
-    proc = _cli("plans", "mlp-tiny", "--mesh", "data=2", "--plan", "dp", "--hardware", str(small))
+    # a spec whose HBM is smaller than the program (_tiny_hbm_spec): the plan is kept and marked
+    proc = processes["plans_tiny_hbm"].result()
     assert proc.returncode == 0, proc.stderr[-3000:]
     assert "NO" in proc.stdout and "tiny-hbm" in proc.stdout
 
 
-def test_reruns_itself_when_jax_has_too_few_devices():
-    code = textwrap.dedent("""
-        import jax, json
-        assert len(jax.devices()) == 1          # jax is up with one CPU device
-        from jaxmove.plans import compare_plans
-        cmp = compare_plans("mlp-tiny", {"data": 2, "model": 2}, ["tp"], {"batch": "8"})
-        r = cmp.results[0]
-        print(json.dumps([r.num_devices, r.wire_bytes_by_kind]))
-    """)
-    env = dict(os.environ)
-    env.pop("XLA_FLAGS", None)
-    proc = subprocess.run([sys.executable, "-c", code], cwd=ROOT, env=env, capture_output=True,
-                          text=True, timeout=600)
+def test_reruns_itself_when_jax_has_too_few_devices(processes):
+    proc = processes["rerun"].result()           # _RERUN_CODE: jax up with one device first
     assert proc.returncode == 0, proc.stderr[-3000:]
     n, kinds = json.loads(proc.stdout.strip().splitlines()[-1])
     # batch 8 over data=2: each model=2 group all-reduces a [4, 32] f32 block per layer
@@ -200,15 +253,15 @@ def test_reruns_itself_when_jax_has_too_few_devices():
     assert n == 4 and kinds == {"all-reduce": layers * 2 * (groups - 1) * local // groups}
 
 
-def test_analyze_mesh_plan_json_has_collectives():
-    proc = _cli("analyze", "mlp-tiny", "--set", "batch=16", "--mesh", "model=2", "--plan", "tp", "--json")
+def test_analyze_mesh_plan_json_has_collectives(processes):
+    proc = processes["analyze_mesh"].result()
     assert proc.returncode == 0, proc.stderr[-3000:]
     out = json.loads(proc.stdout)
     buffer = 16 * 32 * 4
     colls = [i["collective"] for i in out["instructions"] if i["collective"]]
     assert [(c["kind"], c["group_size"], c["wire_bytes"]) for c in colls] == [("all-reduce", 2, buffer)] * 2
     assert out["totals"]["collective_wire_bytes"] == 2 * buffer
-    bad = _cli("analyze", "mlp-tiny", "--mesh", "data=2", "--plan", "nonesuch")
+    bad = processes["analyze_bad_plan"].result()
     assert bad.returncode == 2 and "nonesuch" in bad.stderr and "Traceback" not in bad.stderr
 
 
