@@ -40,3 +40,13 @@ def corpus_file(name: str) -> Path:
     if not p.is_file():
         pytest.skip(f"corpus file {p} not found (the corpus lives in ../shared/corpus/hlo)")
     return p
+
+
+@pytest.fixture(scope="session")
+def gpt2_small_decode():
+    """``jaxmove.resolve_program("gpt2-small-decode")``, compiled once per session (~2 s on
+    XLA:CPU) for the tests that analyze it (test_analyze, test_annotate, test_timing):
+    ``analyze("gpt2-small-decode", ...)`` is ``analyze`` of this program (api.analyze resolves
+    the name the same way), and a Program is a frozen dataclass, so sharing it changes nothing."""
+    import jaxmove
+    return jaxmove.resolve_program("gpt2-small-decode")

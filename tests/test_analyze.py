@@ -172,8 +172,8 @@ def test_cli_bad_set_and_unknown_target(capsys):
     assert "not a zoo preset" in capsys.readouterr().err
 
 
-def test_gpt2_small_decode_runs():
-    r = jaxmove.analyze("gpt2-small-decode")
+def test_gpt2_small_decode_runs(gpt2_small_decode):
+    r = jaxmove.analyze(gpt2_small_decode)    # the program of "gpt2-small-decode" (conftest)
     # GPT-2 small: 124,439,808 bf16 parameters; the step reads at least all of them once.
     assert r.totals.weights_read_bytes >= 124_439_808 * 2 * 0.95
     assert r.program.backend == "cpu" and not r.unmodeled

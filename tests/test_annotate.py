@@ -164,8 +164,8 @@ def test_stack_frame_source(corpus_dir):
 
 
 @pytest.fixture(scope="module")
-def gpt2_decode():
-    program = jaxmove.resolve_program("gpt2-small-decode")
+def gpt2_decode(gpt2_small_decode):
+    program = gpt2_small_decode               # jaxmove.resolve_program("gpt2-small-decode") (conftest)
     return program, jaxmove.analyze(program)
 
 

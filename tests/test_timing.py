@@ -274,10 +274,11 @@ def test_collective_network_time_or_unmodeled():
 
 
 @pytest.fixture(scope="module")
-def gpt_decode_report():
+def gpt_decode_report(gpt2_small_decode):
     import jaxmove
 
-    return jaxmove.analyze("gpt2-small-decode", hardware=ROOFLINE_H100)  # the roofline's bounds
+    # the program of "gpt2-small-decode" (conftest); the roofline's bounds
+    return jaxmove.analyze(gpt2_small_decode, hardware=ROOFLINE_H100)
 
 
 def test_gpt_decode_on_h100_is_memory_bound(gpt_decode_report):
