@@ -50,3 +50,14 @@ def gpt2_small_decode():
     the name the same way), and a Program is a frozen dataclass, so sharing it changes nothing."""
     import jaxmove
     return jaxmove.resolve_program("gpt2-small-decode")
+
+
+def run_side_by_side(commands: list[list[str]], at_once: int = 2, **run_kwargs) -> list:
+    """``subprocess.run(command, **run_kwargs)`` for each command, ``at_once`` at a time (each
+    a process of its own: running them side by side changes nothing they compute); the
+    CompletedProcesses in the order of ``commands``."""
+    import subprocess
+    from concurrent.futures import ThreadPoolExecutor
+
+    with ThreadPoolExecutor(max_workers=at_once) as pool:
+        return list(pool.map(lambda cmd: subprocess.run(cmd, **run_kwargs), commands))

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import subprocess
 import sys
 
 import pytest
@@ -82,11 +81,16 @@ def test_role_globs_errors(hlo_path):
 def test_cli_role_option(hlo_path):
     import json
 
+    from .conftest import run_side_by_side
+
     run = [sys.executable, "-m", "jaxmove.cli", "analyze", str(hlo_path)]
-    p = subprocess.run(run + ["--role", "blob_*=weights", "--json"], capture_output=True, text=True)
+    bads = ("blob_b", "=weights", "typo*=weights")
+    # the four processes (python + jaxmove import, ~1.5 s each) two at a time
+    p, *bad_runs = run_side_by_side([run + ["--role", "blob_*=weights", "--json"]]
+                                    + [run + ["--role", bad] for bad in bads],
+                                    capture_output=True, text=True)
     assert p.returncode == 0, p.stderr
     assert json.loads(p.stdout)["by_role"]["weights"]["read_bytes"] == 768
-    for bad in ("blob_b", "=weights", "typo*=weights"):
-        p = subprocess.run(run + ["--role", bad], capture_output=True, text=True)
+    for bad, p in zip(bads, bad_runs):
         assert p.returncode == 2, (bad, p.stderr)
         assert "--role" in p.stderr.splitlines()[-1]
