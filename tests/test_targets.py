@@ -18,6 +18,7 @@ import importlib.util  # noqa: E402
 import json  # noqa: E402
 import subprocess  # noqa: E402
 import sys  # noqa: E402
+from pathlib import Path  # noqa: E402
 
 import pytest  # noqa: E402
 
@@ -263,16 +264,64 @@ def big():
 '''
 
 
-def test_cli_out_of_memory(tmp_path):
+def _sharded_cli(cwd: Path, kind: str):
+    env = dict(os.environ, JAX_PLATFORMS="cpu", XLA_FLAGS="--xla_force_host_platform_device_count=4")
+    return subprocess.run([sys.executable, "-m", "jaxmove.cli", "analyze", f"shardmod:{kind}", "--json"],
+                          capture_output=True, text=True, env=env, cwd=cwd, timeout=600)
+
+
+def _cli_runs_of(item) -> dict:
+    """{name: function of a scratch directory that runs the process} for one selected test."""
+    name = item.originalname
+    if name == "test_cli_out_of_memory" and _have(FAMILIES["tpu"][1]):
+        def in_dir(d: Path) -> Path:
+            (d / "usermod.py").write_text(_USER)
+            return d
+        return {"oom_analyze": lambda d: _cli("analyze", "usermod:big", "--target", "tpu-v5e:2x2",
+                                              cwd=in_dir(d / "oom_analyze")),
+                "oom_plans": lambda d: _cli("plans", "usermod:big", "--target", "tpu-v5e:2x2", "--plan", "dp",
+                                            "--json", "--no-progress", cwd=in_dir(d / "oom_plans"))}
+    if name == "test_sharded_lowered_and_compiled_use_shard_shapes":
+        kind = item.callspec.params["kind"]
+
+        def run(d: Path, kind=kind):
+            (d / f"sharded_{kind}" / "shardmod.py").write_text(_SHARDED)
+            return _sharded_cli(d / f"sharded_{kind}", kind)
+        return {f"sharded_{kind}": run}
+    if name == "test_annotate_takes_mesh_and_plan":
+        return {"annotate": lambda d: _cli("annotate", "mlp-tiny", "--mesh", "data=2", "--plan", "dp")}
+    return {}
+
+
+@pytest.fixture(scope="module")
+def cli_runs(request, tmp_path_factory):
+    """{name: Future of the CompletedProcess} of this module's CLI processes (python, jax and a
+    compile: 1.5 to 2.5 s each) for the tests selected, all started when the first is needed,
+    two at a time: each is a process of its own in a directory of its own, so running them
+    side by side changes nothing they compute (11 s one after the other, ~6.5 s so)."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    runs = {}
+    for item in request.session.items:
+        if item.module is request.module:
+            runs.update(_cli_runs_of(item))
+    tmp = tmp_path_factory.mktemp("targets_cli")
+    for name in runs:
+        (tmp / name).mkdir()
+    pool = ThreadPoolExecutor(max_workers=2, thread_name_prefix="test-targets")
+    futures = {name: pool.submit(run, tmp) for name, run in runs.items()}
+    yield futures
+    pool.shutdown(wait=True, cancel_futures=True)
+
+
+def test_cli_out_of_memory(cli_runs):
     _target_or_skip("tpu")
-    (tmp_path / "usermod.py").write_text(_USER)
-    p = _cli("analyze", "usermod:big", "--target", "tpu-v5e:2x2", cwd=tmp_path)
+    p = cli_runs["oom_analyze"].result()          # _USER's big() as usermod.py in the cwd
     assert p.returncode == 2, p.stderr
     lines = [ln for ln in p.stderr.splitlines() if ln.strip()]
     assert len(lines) == 1 and "does not fit on tpu-v5e:2x2: needs" in lines[0], p.stderr
     # plans: a plan that does not fit is a result (NO), exit 0; the user's own workload works
-    p = _cli("plans", "usermod:big", "--target", "tpu-v5e:2x2", "--plan", "dp", "--json",
-             "--no-progress", cwd=tmp_path)
+    p = cli_runs["oom_plans"].result()
     assert p.returncode == 0, p.stderr
     out = json.loads(p.stdout)
     assert out["target"] == "tpu-v5e:2x2" and out["mesh"] == {"data": 2, "model": 2}
@@ -304,11 +353,8 @@ def compiled():
 
 
 @pytest.mark.parametrize("kind", ["lowered", "compiled"])
-def test_sharded_lowered_and_compiled_use_shard_shapes(tmp_path, kind):
-    (tmp_path / "shardmod.py").write_text(_SHARDED)
-    env = dict(os.environ, JAX_PLATFORMS="cpu", XLA_FLAGS="--xla_force_host_platform_device_count=4")
-    p = subprocess.run([sys.executable, "-m", "jaxmove.cli", "analyze", f"shardmod:{kind}", "--json"],
-                       capture_output=True, text=True, env=env, cwd=tmp_path, timeout=600)
+def test_sharded_lowered_and_compiled_use_shard_shapes(cli_runs, kind):
+    p = cli_runs[f"sharded_{kind}"].result()      # _SHARDED as shardmod.py in the cwd
     assert p.returncode == 0, p.stderr
     out = json.loads(p.stdout)
     (param,) = out["parameters"]
@@ -316,7 +362,7 @@ def test_sharded_lowered_and_compiled_use_shard_shapes(tmp_path, kind):
     assert out["program"]["num_devices"] == 4
 
 
-def test_annotate_takes_mesh_and_plan():
-    p = _cli("annotate", "mlp-tiny", "--mesh", "data=2", "--plan", "dp")
+def test_annotate_takes_mesh_and_plan(cli_runs):
+    p = cli_runs["annotate"].result()
     assert p.returncode == 0, p.stderr
     assert "HloModule" in p.stdout and "jaxmove: error" not in p.stderr
