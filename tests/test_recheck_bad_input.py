@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import io
 import json
-import subprocess
 import sys
 import textwrap
 
@@ -96,11 +95,13 @@ USER = textwrap.dedent("""
 
 
 def test_user_code_that_exits_or_prints(tmp_path):
+    from .conftest import run_side_by_side
+
     (tmp_path / "u.py").write_text(USER)
-    p = subprocess.run(_CLI + ["analyze", "u.py:exits0"], cwd=tmp_path, capture_output=True, text=True)
-    assert p.returncode == 2 and p.stdout == ""
-    assert p.stderr.strip().splitlines() == ["jaxmove: error: u.py:exits0 called sys.exit(0)"]
-    p = subprocess.run(_CLI + ["analyze", "u.py:prints", "--json"], cwd=tmp_path, capture_output=True, text=True)
+    exits, p = run_side_by_side([_CLI + ["analyze", "u.py:exits0"], _CLI + ["analyze", "u.py:prints", "--json"]],
+                                cwd=tmp_path, capture_output=True, text=True)
+    assert exits.returncode == 2 and exits.stdout == ""
+    assert exits.stderr.strip().splitlines() == ["jaxmove: error: u.py:exits0 called sys.exit(0)"]
     assert p.returncode == 0, p.stderr
     assert json.loads(p.stdout)["totals"]  # stdout is only the JSON
     assert "hello from user code" in p.stderr
