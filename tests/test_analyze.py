@@ -141,17 +141,37 @@ ENTRY e {
     assert out["totals"]["flops"] == 2 * 4 * 64 * 64 + 4 * 64
 
 
-@pytest.mark.parametrize("content,expect", [
+_BAD_INPUTS = [
     (None, "no such file"),
     ("HloModule t\nENTRY e {\n  ROOT p = f32[8,128 parameter(0)\n", ":3:16: expected ']'"),
     ("HloModule t\nENTRY e {\n  p = f32[4] parameter(0)\n  ROOT a = f32[4] add(p, p", ":4:"),
-])
-def test_cli_bad_input_exits_2_with_one_line(tmp_path, content, expect):
-    path = tmp_path / "bad.hlo"
-    if content is not None:
-        path.write_text(content)
-    proc = subprocess.run([sys.executable, "-m", "jaxmove.cli", "analyze", str(path)],
-                          capture_output=True, text=True)
+]
+
+
+@pytest.fixture(scope="module")
+def bad_input_runs(tmp_path_factory):
+    """{case index: (bad.hlo path, Future of the CompletedProcess of ``jaxmove analyze`` on it)}:
+    the three processes (~1.5 s each, python and jaxmove's import) side by side, each on a
+    file in a directory of its own."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    pool = ThreadPoolExecutor(max_workers=3, thread_name_prefix="test-analyze")
+    runs = {}
+    for i, (content, _) in enumerate(_BAD_INPUTS):
+        path = tmp_path_factory.mktemp(f"bad_input_{i}") / "bad.hlo"
+        if content is not None:
+            path.write_text(content)
+        runs[i] = path, pool.submit(subprocess.run, [sys.executable, "-m", "jaxmove.cli", "analyze", str(path)],
+                                    capture_output=True, text=True)
+    yield runs
+    pool.shutdown(wait=True, cancel_futures=True)
+
+
+@pytest.mark.parametrize("case", range(len(_BAD_INPUTS)), ids=[f"{c}-{e}" for c, e in _BAD_INPUTS])
+def test_cli_bad_input_exits_2_with_one_line(bad_input_runs, case):
+    _content, expect = _BAD_INPUTS[case]
+    path, run = bad_input_runs[case]
+    proc = run.result()
     assert proc.returncode == 2
     lines = proc.stderr.strip().splitlines()
     assert len(lines) == 1 and expect in lines[0] and "Traceback" not in proc.stderr
