@@ -634,7 +634,10 @@ def _latent_shardings(b: int, h: int, c_shape: tuple):
     sq = logical_sharding_of(("batch", "heads", None), (b, h, r))
     if not isinstance(sc, jax.sharding.NamedSharding) or not isinstance(sq, jax.sharding.NamedSharding):
         return None
-    if (tuple(sc.spec) + (None,))[0] == (tuple(sq.spec) + (None,))[0]:
+    c_spec = tuple(sc.spec) + (None,) * 3
+    # a cache split over batch beyond the queries, or over length (a batch the mesh axis does
+    # not divide): its layout is kept, not gathered at the write
+    if c_spec[0] == (tuple(sq.spec) + (None,))[0] and c_spec[1] is None and c_spec[2] is None:
         return None
     return logical_sharding_of((LATENT_BATCH, None, None), (b, h, r)), sc
 

@@ -306,6 +306,10 @@ _EP_WORKER = textwrap.dedent("""
                            for r in rep.rows if r.collective is not None]
     kv = rep.excess.by_role["kv_cache"]
     out["deepseek/tp8/kv"] = [kv.compulsory_bytes, kv.compiled_bytes]
+    # batch 3, which model=4 does not divide: the cache splits over length instead
+    rep = analyze(capture_with_plan("deepseek-v3-decode", {**small, **extra, "batch": "3"}, PRESETS["tp"],
+                                    {"model": 4}))
+    out["deepseek/tp3/kv"] = rep.excess.by_role["kv_cache"].compiled_bytes
     json.dump(out, sys.stdout)
 """)
 
@@ -358,6 +362,10 @@ def test_tp_decode_splits_the_latent_cache_over_batch(moe_collectives):
         a2a = sorted(c[1] for c in colls if c[0] == "all-to-all" and f"/{layer}/attn/" in c[2])
         assert a2a == sorted([b * h * (r + dr) * 4 // n, b * h * r * 4 // n]), (layer, colls)
     assert max(c[1] for c in colls) < b * s * r * 4 // n, colls   # (one device's share of a layer's cache)
+    # batch 3 over model=4: split over length, read in place (was gathered whole at each write:
+    # 2.0 MB compiled); at most the latent twice + rotary key of S/n positions, + the new entries
+    b3 = 3
+    assert moe_collectives["deepseek/tp3/kv"] <= layers * (b3 * (s // n) * (2 * r + dr) * 4 + b3 * (r + dr) * 4 * 2)
 
 
 # ---- bad --set --------------------------------------------------------------------------------
