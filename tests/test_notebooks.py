@@ -24,11 +24,8 @@ def _client(path: Path, timeout_s: int = 300):
 
 #: the kernels' environment, this process's as the session starts (not when a kernel starts:
 #: kernels start in the background while other tests set and unset variables such as
-#: JAX_PLATFORMS), with matplotlib's Agg backend and jax on the CPU (as the tests leave it when
-#: the notebooks ran last, one by one; see the closing note of stop 35 on the start-up noise a
-#: kernel without JAX_PLATFORMS prints)
+#: JAX_PLATFORMS), with matplotlib's Agg backend
 _ENV = {**os.environ, "MPLBACKEND": "Agg"}
-_ENV.setdefault("JAX_PLATFORMS", "cpu")
 
 
 def _kernel_env() -> dict:
