@@ -22,15 +22,9 @@ def _client(path: Path, timeout_s: int = 300):
                                        resources={"metadata": {"path": str(path.parent)}})
 
 
-#: the kernels' environment, this process's as the session starts (not when a kernel starts:
-#: kernels start in the background while other tests set and unset variables such as
-#: JAX_PLATFORMS), with matplotlib's Agg backend
-_ENV = {**os.environ, "MPLBACKEND": "Agg"}
-
-
 def _kernel_env() -> dict:
-    """The kernel's environment (``_ENV``)."""
-    return dict(_ENV)
+    """The kernel's environment: this process's, with matplotlib's Agg backend."""
+    return {**os.environ, "MPLBACKEND": "Agg"}
 
 
 def execute(path: Path, timeout_s: int = 300):
