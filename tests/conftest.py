@@ -61,17 +61,3 @@ def run_side_by_side(commands: list[list[str]], at_once: int = 2, **run_kwargs) 
 
     with ThreadPoolExecutor(max_workers=at_once) as pool:
         return list(pool.map(lambda cmd: subprocess.run(cmd, **run_kwargs), commands))
-
-
-def pytest_collection_finish(session):
-    """Start the notebooks (tests/test_notebooks.py) in the background when the session runs
-    other tests before them: each notebook runs in a kernel process of its own, on the core
-    the tests in this process leave idle; test_notebook_runs then reads their results."""
-    if session.config.option.collectonly:
-        return
-    for item in session.items:
-        module = getattr(item, "module", None)
-        if module is not None and module.__name__.endswith("test_notebooks") and \
-                hasattr(module, "start_in_background"):
-            module.start_in_background(session.items)
-            return
