@@ -71,6 +71,31 @@ def test_merged_dim_takes_the_fallback_of_its_unit_kv_heads():
     assert dp.partition_spec(latent, (32, 64, 512), {"data": 4}, False) == ("data", None, None)
 
 
+def test_logical_axes_given_wrongly_get_a_clear_error_or_mean_the_same():
+    """A string for the per-dimension logical axes, an empty merged dimension or a non-name
+    entry is refused by name; a list for a merged dimension means the tuple; a parameter's
+    folded unit dimension (it is not in the tensor) gets no "kept replicated" note."""
+    tp = PRESETS["tp"]
+    with pytest.raises(PlanError, match=r"cache: logical axes must be one entry per dimension .*'batch'"):
+        tp.partition_spec("batch", (8,), {"model": 4}, False, what="cache")
+    with pytest.raises(PlanError, match="logical axis 0 is an empty tuple"):
+        tp.partition_spec(((), "length"), (8, 64), {"model": 4}, False)
+    with pytest.raises(PlanError, match=r"logical axis 1 is 3; expected a name, None or a tuple"):
+        tp.partition_spec(("batch", 3), (8, 64), {"model": 4}, False)
+    latent = (("batch", "kv_heads"), "length", None)
+    as_list = (["batch", "kv_heads"], "length", None)
+    assert tp.partition_spec(as_list, (32, 64, 512), {"model": 16}, False) == \
+        tp.partition_spec(latent, (32, 64, 512), {"model": 16}, False) == ("model", None, None)
+    notes: list[str] = []
+    # a parameter: no fallbacks, and the folded kv_heads is no dimension of the kernel
+    assert tp.partition_spec((("embed", "kv_heads"), "mlp"), (64, 256), {"model": 4}, True, notes) == \
+        (None, "model")
+    assert notes == []
+    # the dimension's own rule still notes what it cannot divide
+    tp.partition_spec((("vocab", "kv_heads"), None), (50257, 64), {"model": 4}, True, notes)
+    assert len(notes) == 1 and notes[0].startswith("vocab (50257)")
+
+
 def test_toml_fallbacks(tmp_path):
     p = parse_plan('[rules]\nkv_heads = "model"\n[fallbacks]\nkv_heads = ["length"]\n', "f.toml")
     assert p.fallbacks == {"kv_heads": ("length",)}
@@ -78,6 +103,13 @@ def test_toml_fallbacks(tmp_path):
         (None, None, "model")
     with pytest.raises(PlanError, match=r"f.toml:4: \[fallbacks\] kv_heads: unknown logical axis 'seq'"):
         parse_plan('[rules]\nkv_heads = "model"\n[fallbacks]\nkv_heads = ["seq"]\n', "f.toml")
+    # [fallbacks] names logical axes (its errors say so), never the axis itself
+    with pytest.raises(PlanError, match=r"f.toml:4: \[fallbacks\] kv_heads must be a logical axis name"):
+        parse_plan('[rules]\nkv_heads = "model"\n[fallbacks]\nkv_heads = [1]\n', "f.toml")
+    with pytest.raises(PlanError, match=r"names logical axis 'batch' twice; each logical axis"):
+        parse_plan('[rules]\nkv_heads = "model"\n[fallbacks]\nkv_heads = ["batch", "batch"]\n', "f.toml")
+    with pytest.raises(PlanError, match=r"f.toml:4: \[fallbacks\] kv_heads names itself"):
+        parse_plan('[rules]\nkv_heads = "model"\n[fallbacks]\nkv_heads = ["batch", "kv_heads"]\n', "f.toml")
 
 
 _WORKER = textwrap.dedent("""

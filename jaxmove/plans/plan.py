@@ -99,32 +99,57 @@ class Plan:
         """Mesh axes per dimension (None, a name, or a tuple of names) for one tensor.
 
         Args:
-          logical_axes: one name (or None) per dimension.
+          logical_axes: a tuple (or list) of one entry per dimension: a logical axis name,
+            None, or a tuple (list) of names for a merged dimension (step 4).
           shape: the tensor's global shape.
           mesh_shape: mesh axis name -> size.
           is_param: use the parameter rules.
           notes: receives a line for each rule dropped because a size does not divide.
         Raises:
-          PlanError: ``logical_axes`` and ``shape`` differ in length.
+          PlanError: ``logical_axes`` and ``shape`` differ in length; ``logical_axes`` is a
+            string (one name, not one per dimension); an entry is an empty tuple or not a
+            name, None or a tuple of names.
         """
+        what = what or "tensor"
+        if isinstance(logical_axes, str):
+            raise PlanError(f"{what}: logical axes must be one entry per dimension (a tuple), got "
+                            f"the string {logical_axes!r}; for one dimension write "
+                            f"({logical_axes!r},)")
         axes = tuple(logical_axes) if logical_axes is not None else (None,) * len(shape)
-        if len(axes) == len(shape) and any(isinstance(a, tuple) for a in axes):
+        for j, a in enumerate(axes):
+            if a is None or isinstance(a, str):
+                continue
+            if not isinstance(a, (tuple, list)) or not all(isinstance(x, str) for x in a):
+                raise PlanError(f"{what}: logical axis {j} is {a!r}; expected a name, None or a "
+                                f"tuple of names (a merged dimension)")
+            if not a:
+                raise PlanError(f"{what}: logical axis {j} is an empty tuple; write None for a "
+                                f"dimension no rule shards")
+        if len(axes) == len(shape) and any(not (a is None or isinstance(a, str)) for a in axes):
             # a merged dimension (name, *unit names): ``name``'s dimension with size-1
             # dimensions of the unit names folded into it (module docstring, step 4)
-            exp_axes, exp_shape, host = [], [], []
+            exp_axes, exp_shape, host, units = [], [], [], set()
             for j, (a, n) in enumerate(zip(axes, shape)):
-                names = a if isinstance(a, tuple) else (a,)
+                names = (a,) if a is None or isinstance(a, str) else tuple(a)
                 for i, name in enumerate(names):
                     exp_axes.append(name)
                     exp_shape.append(n if i == 0 else 1)
                     host.append(j)
-            spec = self.partition_spec(tuple(exp_axes), tuple(exp_shape), mesh_shape, is_param, notes, what)
+                    if i:
+                        units.add(name)
+            got: list[str] | None = [] if notes is not None else None
+            spec = self.partition_spec(tuple(exp_axes), tuple(exp_shape), mesh_shape, is_param, got, what)
+            if notes is not None:
+                # a folded unit dimension that only stays replicated is not a dimension of the
+                # tensor: no note (one whose mesh axis went to a fallback keeps its note)
+                notes += [n for n in got if not any(n.startswith(f"{u} (1) ") for u in units)
+                          or " takes " in n]
             merged: list[list[str]] = [[] for _ in shape]
             for j, s in zip(host, spec):
                 merged[j] += [] if s is None else [s] if isinstance(s, str) else list(s)
             return tuple(None if not c else c[0] if len(c) == 1 else tuple(c) for c in merged)
         if len(axes) != len(shape):
-            raise PlanError(f"{what or 'tensor'}: {len(axes)} logical axes {axes} for shape {tuple(shape)}")
+            raise PlanError(f"{what}: {len(axes)} logical axes {axes} for shape {tuple(shape)}")
         rules = self.rules(is_param)
         used: set[str] = set()
         taken: list[list[str]] = []
@@ -303,16 +328,18 @@ def _rules(table, where: str, path: str, text: str) -> Rules:
             line = _line_of(text, k, where)
             raise PlanError(f"{_at(path, line)}: [{where}] unknown logical axis {k!r}; "
                             f"expected one of {', '.join(LOGICAL_AXES)}")
+        # [fallbacks] maps a logical axis to logical axes; the other tables to mesh axes
+        kind = "logical axis" if where == "fallbacks" else "mesh axis"
         vals = [v] if isinstance(v, str) else v
         if not isinstance(vals, list) or not all(isinstance(x, str) for x in vals):
             line = _line_of(text, k, where)
-            raise PlanError(f"{_at(path, line)}: [{where}] {k} must be a mesh axis name or a "
+            raise PlanError(f"{_at(path, line)}: [{where}] {k} must be a {kind} name or a "
                             f"list of names, got {v!r}")
         dup = next((x for i, x in enumerate(vals) if x in vals[:i]), None)
         if dup is not None:  # jax rejects a mesh axis used twice in one dimension's sharding
             line = _line_of(text, k, where)
-            raise PlanError(f"{_at(path, line)}: [{where}] {k} = {vals!r} names mesh axis "
-                            f"{dup!r} twice; each mesh axis may appear once")
+            raise PlanError(f"{_at(path, line)}: [{where}] {k} = {vals!r} names {kind} "
+                            f"{dup!r} twice; each {kind} may appear once")
         out[k] = tuple(vals)
     return out
 
@@ -345,6 +372,10 @@ def parse_plan(text: str, path: str = "<string>") -> Plan:
         if bad is not None:
             raise PlanError(f"{_at(path, _line_of(text, k, 'fallbacks'))}: [fallbacks] {k}: unknown "
                             f"logical axis {bad!r}; expected one of {', '.join(LOGICAL_AXES)}")
+        if k in names:  # its own dimension already refused the mesh axis
+            raise PlanError(f"{_at(path, _line_of(text, k, 'fallbacks'))}: [fallbacks] {k} names "
+                            f"itself; a fallback is another logical axis whose dimension takes "
+                            f"the mesh axes {k}'s dimension does not divide")
     name = data.get("name", Path(path).stem)
     return Plan(str(name), str(data.get("description", "")), params, acts, path, fallbacks)
 
