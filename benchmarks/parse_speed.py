@@ -6,9 +6,10 @@
 The table is printed and written to ``benchmarks/parse_speed.md`` (``--out``; ``--out ''``
 writes nothing).
 
-For each module: the time to parse (``parse_module``), to run every pass (``analyze_module``)
-and the excess pass (``passes/excess/``, which ``jaxmove analyze`` runs too); the headline
-``total s`` is all three, what a user waits for; instructions per second and microseconds per
+For each module: the time to parse (``parse_module``), to run the passes (``analyze_module``),
+the reuse pass and the excess pass (``passes/excess/``), as ``jaxmove analyze FILE`` runs them;
+the headline ``total with excess s`` is all four, what a user waits for (``analyze() s``: the
+same end to end through ``jaxmove.analyze(path)``, the report included); instructions per second and microseconds per
 instruction of that total (flat when cost grows linearly), peak memory of the process, and the
 time of
 ``jaxlib._hlo.hlo_module_from_text`` (XLA's parser, no passes) on the same text in the same
@@ -69,26 +70,38 @@ def _child(kind: str, path: str, repeat: int) -> dict:
         out.update(parse_s=best)
     else:
         sys.path.insert(0, str(HERE.parent))
+        import jaxmove
         from jaxmove.hlo import parse_module
         from jaxmove.passes.pipeline import analyze_module
         from jaxmove.passes.excess import excess_pass
+        from jaxmove.passes.reuse import reuse_pass
         rss0 = _peak_rss_bytes()
-        best_p = best_a = best_e = float("inf")
+        best_p = best_a = best_r = best_e = best_api = float("inf")
         for _ in range(repeat):
             gc.collect()
+            # the passes `jaxmove analyze FILE` runs without --hardware (pipeline.run_pipeline
+            # with no spec), each timed
             t = time.perf_counter()
             module = parse_module(text)
             t1 = time.perf_counter()
             analysis = analyze_module(module)
             t2 = time.perf_counter()
-            excess_pass(analysis)  # what `jaxmove analyze` adds (passes/excess/, no spec)
+            reuse = reuse_pass(analysis, None)
             t3 = time.perf_counter()
-            best_p, best_a, best_e = min(best_p, t1 - t), min(best_a, t2 - t1), min(best_e, t3 - t2)
+            excess_pass(analysis, (), None, reuse, roles=analysis.roles)
+            t4 = time.perf_counter()
+            best_p, best_a = min(best_p, t1 - t), min(best_a, t2 - t1)
+            best_r, best_e = min(best_r, t3 - t2), min(best_e, t4 - t3)
             out["instructions"] = sum(len(c) for c in module.computations.values())
             out["rows"] = len(analysis.rows)
             out["unmodeled"] = len(analysis.unmodeled)
-            del module, analysis
-        out.update(parse_s=best_p, analyze_s=best_a, excess_s=best_e)
+            del module, analysis, reuse
+        for _ in range(repeat):  # end to end, as `jaxmove analyze FILE` calls it (the file read too)
+            gc.collect()
+            t = time.perf_counter()
+            jaxmove.analyze(path)
+            best_api = min(best_api, time.perf_counter() - t)
+        out.update(parse_s=best_p, analyze_s=best_a, reuse_s=best_r, excess_s=best_e, api_s=best_api)
     out["peak_rss_bytes"] = _peak_rss_bytes()
     out["rss_before_bytes"] = rss0
     return out
@@ -129,9 +142,9 @@ def main(argv: list[str] | None = None) -> int:
         cases.append(("wide: 25k-operand fusion, 25k-tuples", generate_wide(25_000)))
 
     load0 = os.getloadavg()
-    hdr = (f"{'module':<44} {'instrs':>9} {'MB':>6} {'parse s':>8} {'passes s':>8} {'excess s':>8} "
-           f"{'total with excess s':>19} {'instr/s':>9} {'us/instr':>8} {'peak MiB':>8} {'XLA s':>7} {'XLA MiB':>7} "
-           f"{'ours/XLA':>8} {'excess':>6} {'no-ex/XLA':>9}")
+    hdr = (f"{'module':<44} {'instrs':>9} {'MB':>6} {'parse s':>8} {'passes s':>8} {'reuse s':>8} "
+           f"{'excess s':>8} {'total with excess s':>19} {'instr/s':>9} {'us/instr':>8} {'peak MiB':>8} "
+           f"{'XLA s':>7} {'XLA MiB':>7} {'ours/XLA':>8} {'excess':>6} {'no-ex/XLA':>9} {'analyze() s':>11}")
     lines = [hdr, "-" * len(hdr)]
     print("\n".join(lines), flush=True)
     with tempfile.TemporaryDirectory() as tmp:
@@ -147,7 +160,7 @@ def main(argv: list[str] | None = None) -> int:
                 print(lines[-1], flush=True)
                 continue
             ex_s = ours["excess_s"]
-            no_ex = ours["parse_s"] + ours["analyze_s"]
+            no_ex = ours["parse_s"] + ours["analyze_s"] + ours["reuse_s"]
             total = no_ex + ex_s  # what `jaxmove analyze` waits for: parse + every pass + excess
             n = ours["instructions"]
             xs = xla.get("parse_s")
@@ -155,19 +168,23 @@ def main(argv: list[str] | None = None) -> int:
             ratio_no_ex = f"{no_ex / xs:9.2f}" if xs else f"{'-':>9}"
             xmib = f"{xla['peak_rss_bytes'] / 2**20:7.0f}" if xs else f"{'-':>7}"
             lines.append(f"{label:<44} {n:>9,} {len(text) / 1e6:>6.1f} {ours['parse_s']:>8.3f} "
-                         f"{ours['analyze_s']:>8.3f} {ex_s:>8.3f} {total:>19.3f} {n / total:>9,.0f} "
-                         f"{1e6 * total / n:>8.2f} {ours['peak_rss_bytes'] / 2**20:>8.0f} "
+                         f"{ours['analyze_s']:>8.3f} {ours['reuse_s']:>8.3f} {ex_s:>8.3f} {total:>19.3f} "
+                         f"{n / total:>9,.0f} {1e6 * total / n:>8.2f} {ours['peak_rss_bytes'] / 2**20:>8.0f} "
                          f"{xs if xs else float('nan'):>7.3f} {xmib} {ratio} "
-                         f"{100 * ex_s / total:>5.1f}% {ratio_no_ex}")
+                         f"{100 * ex_s / total:>5.1f}% {ratio_no_ex} {ours['api_s']:>11.3f}")
             print(lines[-1], flush=True)
     load1 = os.getloadavg()
-    foot = ("total with excess = parse + every pass (analyze_module) + the excess pass (passes/excess/, which "
-            "`jaxmove analyze` runs: what a user waits for), in the same process and run; peak = max "
-            "RSS of a fresh process that read the text and parsed it (Python + text + IR + analysis); "
-            "ours/XLA = total with excess / XLA's parse alone (issue 28's target: <= 1.5 at 100k, 1M and the wide "
-            "module); excess = the excess pass's share of total with excess (target <= 10%); no-ex/XLA = parse + "
-            f"analyze_module without the excess pass / XLA's parse. {os.cpu_count()} CPUs, Python "
-            f"{sys.version.split()[0]}.")
+    foot = ("passes = analyze_module (multiplicity, roles, traffic, flops, collectives); reuse = the reuse "
+            "pass (fusion reuse; run_pipeline runs it, and the earlier tables of this file left it out); "
+            "total with excess = parse + passes + reuse + the excess pass (passes/excess/): every pass "
+            "`jaxmove analyze FILE` runs without --hardware (passes/pipeline.run_pipeline), in the same "
+            "process and run; peak = max RSS of a fresh process that read the text and parsed it (Python + "
+            "text + IR + analysis); ours/XLA = total with excess / XLA's parse alone (issue 28's target: "
+            "<= 1.5 at 100k, 1M and the wide module); excess = the excess pass's share of total with excess "
+            "(target <= 10%); no-ex/XLA = the total without the excess pass / XLA's parse; analyze() = "
+            "`jaxmove.analyze(path)` end to end in the same process (file read, backend inference, parse, "
+            f"every pass, the report), what `jaxmove analyze FILE` adds to Python's and jax's import. "
+            f"{os.cpu_count()} CPUs, Python {sys.version.split()[0]}.")
     print("\n" + foot)
     if args.out:
         cmd = " ".join(["python benchmarks/parse_speed.py"] + (argv if argv is not None else sys.argv[1:]))

@@ -312,3 +312,42 @@ ENTRY main {
 def test_no_spec_no_tiling():
     ra = reuse_pass(analyze_module(parse_module(_dot_module(64, 64, 64))))
     assert ra.rows[("main", "d")].tilings == ()
+
+
+def test_structurally_identical_fusions_share_bytes_but_name_their_own_intermediates():
+    """Two copies of one fused computation under other names (an unrolled model's layers):
+    the pass answers the second from the first's class (hlo/structure.py); its intermediates
+    are its own instructions, and its bytes are the same hand count: 3 ops on n f32 elements,
+    unfused 2*3*n*4, fused 2*n*4."""
+    n = 512
+    text = f"""HloModule two
+
+fused_a {{
+  p0 = f32[{n}]{{0}} parameter(0)
+  a1 = f32[{n}]{{0}} negate(p0)
+  a2 = f32[{n}]{{0}} exponential(a1)
+  ROOT a3 = f32[{n}]{{0}} tanh(a2)
+}}
+
+fused_b {{
+  q0 = f32[{n}]{{0}} parameter(0)
+  b1 = f32[{n}]{{0}} negate(q0)
+  b2 = f32[{n}]{{0}} exponential(b1)
+  ROOT b3 = f32[{n}]{{0}} tanh(b2)
+}}
+
+ENTRY main {{
+  x = f32[{n}]{{0}} parameter(0)
+  f = f32[{n}]{{0}} fusion(x), kind=kLoop, calls=fused_a
+  ROOT g = f32[{n}]{{0}} fusion(f), kind=kLoop, calls=fused_b
+}}
+"""
+    m = parse_module(text)
+    assert m.structural_classes["fused_b"] == "fused_a"
+    ru = reuse_pass(analyze_module(m))
+    for fusion, names in (("f", {"a1", "a2"}), ("g", {"b1", "b2"})):
+        fr = ru.rows[("main", fusion)].fusion
+        assert (fr.fused_bytes, fr.unfused_bytes) == (2 * n * 4, 2 * 3 * n * 4)
+        assert {name for name, _b in fr.intermediates} == names
+        assert fr.intermediate_bytes == 2 * n * 4
+    assert ru.total_onchip_reuse_bytes == 2 * (2 * 3 - 2) * n * 4

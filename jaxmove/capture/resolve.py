@@ -272,10 +272,14 @@ def resolve_program(obj, /, *args, overrides: dict[str, str] | None = None, **ca
         s = os.fspath(target)
         if dump_module is not None and not Path(s).exists():
             raise TargetError(f"--module names a module of an XLA dump directory; '{s}' is no such path")
-        from jaxmove import zoo as models
+        # an HLO file by its suffix (no preset name has one): the zoo, and Flax with it, is not
+        # imported to look the name up (0.4 s of `jaxmove analyze file.hlo`)
+        hlo_file = s.endswith(HLO_SUFFIXES) and Path(s).is_file()
+        if not hlo_file:
+            from jaxmove import zoo as models
 
-        if s in models.PRESETS:
-            return cap.capture(models.build(s, overrides or {}), **capture_kwargs)
+            if s in models.PRESETS:
+                return cap.capture(models.build(s, overrides or {}), **capture_kwargs)
         if overrides:
             raise TargetError(f"--set applies to zoo presets only, not to '{s}'")
         if ":" in s and not Path(s).exists():

@@ -14,6 +14,7 @@ import math
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
+from .._perf import gc_paused
 from ..errors import Unmodeled
 from ..hlo import Computation, Instruction, Module, Shape
 from .callgraph import post_order
@@ -202,11 +203,22 @@ def unfused_traffic(fused: Computation, module: Module,
     hit = memo.get(fused.name)
     if hit is not None:
         return hit
+    # a structurally identical computation (hlo/structure.py: the same instructions up to
+    # their names) moves the same bytes unfused; its unmodeled reasons name its own
+    # instructions, so only an answer without them is shared
+    cls = module.structural_classes.get(fused.name)
+    if cls is not None:
+        hit = memo.get(("unfused", cls))
+        if hit is not None:
+            memo[fused.name] = hit
+            return hit
     # nested fused computations first, innermost first (iterative: any nesting depth)
     for name in post_order(module, [fused.name], _is_fusion)[:-1]:
         if name not in memo:
             memo[name] = _unfused_one(module.computations[name], module, memo)
     out = memo[fused.name] = _unfused_one(fused, module, memo)
+    if cls is not None and not out[1]:
+        memo[("unfused", cls)] = out
     return out
 
 
@@ -233,20 +245,31 @@ def _unfused_one(fused: Computation, module: Module,
     return total, tuple(dict.fromkeys(unmodeled))
 
 
-def onchip_intermediates(fused: Computation) -> tuple[tuple[str, int], ...]:
+def onchip_intermediates(fused: Computation, module: Module | None = None,
+                         _memo: dict | None = None) -> tuple[tuple[str, int], ...]:
     """(name, bytes) of fused values computed but never written to HBM, largest first:
     every instruction that is not free (parameter, constant, bitcast, tuple, ...) and is
-    not an output of the fusion."""
+    not an output of the fusion. With ``module`` and ``_memo``, structurally identical
+    computations (hlo/structure.py) share the positions and bytes; each names its own."""
+    cls = module.structural_classes.get(fused.name) if module is not None and _memo is not None else None
+    if cls is not None:
+        hit = _memo.get(("intermediates", cls))
+        if hit is not None:
+            instrs = fused.instructions
+            return tuple([(instrs[k].name, nb) for k, nb in hit])
     outputs = _root_names(fused)
-    out = [(i.name, i.shape.byte_size) for i in fused.instructions
-           if i.opcode not in FREE_OPCODES and i.name not in outputs and i.shape.is_array]
-    out.sort(key=lambda nb: -nb[1])
-    return tuple(out)
+    found = [(k, i.shape.byte_size) for k, i in enumerate(fused.instructions)
+             if i.opcode not in FREE_OPCODES and i.name not in outputs and i.shape.is_array]
+    found.sort(key=lambda knb: -knb[1])
+    if cls is not None:
+        _memo[("intermediates", cls)] = found
+    instrs = fused.instructions
+    return tuple([(instrs[k].name, nb) for k, nb in found])
 
 
 def fusion_reuse(instr: Instruction, comp: Computation, module: Module,
                  capacity_bytes: int | None = None,
-                 _memo: dict | None = None) -> FusionReuse:
+                 _memo: dict | None = None, traffic: InstrTraffic | None = None) -> FusionReuse:
     """Fused against unfused traffic of the fusion ``instr`` in ``comp``, per execution.
 
     ``onchip_reuse_bytes = unfused - fused``; the intermediates are the fused values that are
@@ -254,19 +277,33 @@ def fusion_reuse(instr: Instruction, comp: Computation, module: Module,
     fused HBM traffic, compared with ``capacity_bytes``. For a fused chain of k elementwise ops on
     N elements of b bytes: unfused = 2·k·N·b, fused = 2·N·b, reuse = (2k - 2)·N·b.
 
+    ``traffic``: the fusion's traffic when the caller has it (the pipeline's row: the traffic
+    pass's ``instruction_traffic(instr, comp, module)``), else computed here.
     Raises ValueError when ``instr`` is not a fusion with a fused computation.
     """
     if instr.opcode != "fusion" or not instr.called_computations \
             or instr.called_computations[0] not in module.computations:
         raise ValueError(f"'{instr.name}' is not a fusion with a fused computation")
     fused_comp = module.computations[instr.called_computations[0]]
-    fused = hbm_bytes(instruction_traffic(instr, comp, module))
+    if traffic is None:
+        traffic = instruction_traffic(instr, comp, module)
+        fused = hbm_bytes(traffic)
+    elif _memo is not None:  # (fusions of one traffic key share one record: traffic.py;
+        # the memo holds the record, so its id names it while the memo lives)
+        key = ("fused", id(traffic))
+        hit = _memo.get(key)
+        if hit is None:
+            hit = _memo[key] = (traffic, hbm_bytes(traffic))
+        fused = hit[1]
+    else:
+        fused = hbm_bytes(traffic)
     unfused, unmodeled = unfused_traffic(fused_comp, module, _memo)
     # Run unfused, the kernels still read the fusion's operands and write its results: never
     # less than the fusion itself (a fusion of bitcasts costs 0 unfused by the per-op rules,
     # yet its kernel moves its operand), so reuse is never negative.
     unfused = max(unfused, fused)
-    return FusionReuse(fused, unfused, onchip_intermediates(fused_comp), capacity_bytes, unmodeled)
+    return FusionReuse(fused, unfused, onchip_intermediates(fused_comp, module, _memo), capacity_bytes,
+                       unmodeled)
 
 
 # ---- tiling model -----------------------------------------------------------------------
@@ -456,6 +493,7 @@ def is_dot_like(instr: Instruction, module: Module) -> bool:
 
 # ---- the pass ---------------------------------------------------------------------------
 
+@gc_paused
 def reuse_pass(analysis: ModuleAnalysis, spec=None) -> ReuseAnalysis:
     """Reuse of every kernel-level instruction of ``analysis`` (a pipeline ModuleAnalysis).
 
@@ -479,7 +517,7 @@ def reuse_pass(analysis: ModuleAnalysis, spec=None) -> ReuseAnalysis:
         fr = None
         if instr.opcode == "fusion" and instr.called_computations \
                 and instr.called_computations[0] in module.computations:
-            fr = fusion_reuse(instr, comp, module, cap_bytes, memo)
+            fr = fusion_reuse(instr, comp, module, cap_bytes, memo, row.traffic)
         tilings: tuple[TilingEstimate, ...] = ()
         tnotes: tuple[str, ...] = ()
         if cap_bytes and is_dot_like(instr, module):
