@@ -14,7 +14,7 @@ import math
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
-from .._perf import gc_paused
+from .._perf import gc_paused, slots_constructor
 from ..errors import Unmodeled
 from ..hlo import Computation, Instruction, Module, Shape
 from .callgraph import post_order
@@ -288,13 +288,14 @@ def fusion_reuse(instr: Instruction, comp: Computation, module: Module,
     if traffic is None:
         traffic = instruction_traffic(instr, comp, module)
         fused = hbm_bytes(traffic)
-    elif _memo is not None:  # (fusions of one traffic key share one record: traffic.py;
-        # the memo holds the record, so its id names it while the memo lives)
-        key = ("fused", id(traffic))
+    elif _memo is not None:  # (fusions of one traffic key share its accesses: traffic.py;
+        # the memo holds them, so their ids name them while the memo lives)
+        reads, writes = traffic.reads, traffic.writes
+        key = ("fused", id(reads), id(writes))
         hit = _memo.get(key)
         if hit is None:
-            hit = _memo[key] = (traffic, hbm_bytes(traffic))
-        fused = hit[1]
+            hit = _memo[key] = (reads, writes, hbm_bytes(traffic))
+        fused = hit[2]
     else:
         fused = hbm_bytes(traffic)
     unfused, unmodeled = unfused_traffic(fused_comp, module, _memo)
@@ -302,8 +303,13 @@ def fusion_reuse(instr: Instruction, comp: Computation, module: Module,
     # less than the fusion itself (a fusion of bitcasts costs 0 unfused by the per-op rules,
     # yet its kernel moves its operand), so reuse is never negative.
     unfused = max(unfused, fused)
-    return FusionReuse(fused, unfused, onchip_intermediates(fused_comp, module, _memo), capacity_bytes,
-                       unmodeled)
+    return _fusion_reuse(fused, unfused, onchip_intermediates(fused_comp, module, _memo), capacity_bytes,
+                         unmodeled)
+
+
+# (records built once per kernel: set through their slots, _perf.slots_constructor)
+_fusion_reuse = slots_constructor(FusionReuse)
+_instruction_reuse = slots_constructor(InstructionReuse)
 
 
 # ---- tiling model -----------------------------------------------------------------------
@@ -509,20 +515,24 @@ def reuse_pass(analysis: ModuleAnalysis, spec=None) -> ReuseAnalysis:
     if spec is not None and cap is None:
         notes.append(f"hardware '{spec.name}' gives no on-chip size: the tiling model is off, "
                      "dot/convolution traffic is the compulsory traffic")
+    computations = module.computations
     for row in analysis.rows:
         instr = row.instr
-        if instr.opcode != "fusion" and not is_dot_like(instr, module):
+        fusion = instr.opcode == "fusion"
+        if not fusion and not is_dot_like(instr, module):
             continue
-        comp = module.computations[row.computation]
+        cname = row.computation
+        comp = computations[cname]
         fr = None
-        if instr.opcode == "fusion" and instr.called_computations \
-                and instr.called_computations[0] in module.computations:
-            fr = fusion_reuse(instr, comp, module, cap_bytes, memo, row.traffic)
-        tilings: tuple[TilingEstimate, ...] = ()
-        tnotes: tuple[str, ...] = ()
+        if fusion:
+            called = instr.called_computations
+            if called and called[0] in computations:
+                fr = fusion_reuse(instr, comp, module, cap_bytes, memo, row.traffic)
         if cap_bytes and is_dot_like(instr, module):
             tilings, tnotes = kernel_tilings(instr, comp, module, cap_bytes)
-        rows[(row.computation, instr.name)] = InstructionReuse(fr, tilings, tnotes)
+            rows[(cname, instr.name)] = InstructionReuse(fr, tilings, tnotes)
+        else:
+            rows[(cname, instr.name)] = _instruction_reuse(fr, (), ())
     total = _program_total(analysis, rows)
     return ReuseAnalysis(rows, total, cap_bytes, cap_key, notes)
 
