@@ -486,14 +486,17 @@ def _triton_mla(ql, qr, cc, rc, pos, *, scale):
     while (s // bk) % splits:
         splits -= 1
     lengths = jnp.broadcast_to(pos + 1, (b,)).astype(jnp.int32)
+    if cc.shape[-1] == ql.shape[-1] + qr.shape[-1]:   # one merged cache [c_kv | k_rope]: rc is cc
+        rc = None
     return triton_decode.mla(ql, qr, cc, rc, lengths, sm_scale=scale, block_h=bh, block_k=bk, k_splits=splits,
                              num_warps=4 if bh <= 16 else 8)
 
 
 def mla_decode(option: str, ql, qr, cc, rc, pos, scale: float, xla, shardings=None):
     """Absorbed latent attention of one query per head (``transformer.MLAttention.decode``):
-    ql [B, H, r], qr [B, H, dr] over the latent cache cc [B, S, r] and rope keys rc [B, S, dr],
-    positions <= pos -> [B, H, r] in ql's dtype. ``auto``: the Triton kernel on CUDA
+    ql [B, H, r], qr [B, H, dr] over the latent cache cc [B, S, r] and rope keys rc [B, S, dr]
+    (or the merged cache cc [B, S, r + dr], passed as rc too), positions <= pos -> [B, H, r] in
+    ql's dtype. ``auto``: the Triton kernel on CUDA
     (``models/triton_decode.mla``), ``xla(ql, qr, cc, rc, pos)`` elsewhere.
 
     Under a plan the kernel runs per device in ``shard_map``: heads as the plan splits them,

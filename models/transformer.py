@@ -23,8 +23,9 @@ Models" Table 3)::
 - Multi-head latent attention (DeepSeek-AI 2024, "DeepSeek-V2", section 2.1; "DeepSeek-V3"
   section 2.1) when ``kv_lora_rank`` is set: q = W_qb RMSNorm(W_qa x); the cache holds the
   compressed ``c_kv`` [B, S, kv_lora_rank] and the shared rotary key ``k_rope``
-  [B, S, qk_rope_dim]. Prefill expands keys and values per head; decode uses the absorbed
-  form (queries projected into the latent space, attention over ``c_kv`` directly).
+  [B, S, qk_rope_dim], in one [B, S, kv_lora_rank + qk_rope_dim] array (below). Prefill
+  expands keys and values per head; decode uses the absorbed form (queries projected into the
+  latent space, attention over ``c_kv`` directly).
   YaRN scaling and the MTP module are left out.
 - FFN: SwiGLU ``down(silu(gate x) * up x)`` (Shazeer 2020), GeGLU (tanh gelu) for Gemma-2;
   or a routed mixture of experts (``experts`` > 0): top-``top_k`` of ``experts`` SwiGLU
@@ -60,7 +61,9 @@ KV cache layout (``[B, H_kv, S, D]``, heads before positions as ``jaxmove.zoo.gp
 
     unrolled: {"layers": [{"k_cache": [B,Hkv,S,D], "v_cache": ..., ("k_scale": [B,Hkv,S], ...)}]}
     scanned:  {"layers": {"k_cache": [L,B,Hkv,S,D], ...}}
-    MLA:      "c_kv_cache" [B,S,r], "k_rope_cache" [B,S,dr] (+ "c_kv_scale", "k_rope_scale" [B,S])
+    MLA:      "latent_cache" [B,S,r+dr]: c_kv then k_rope, one array (FlashMLA's layout: one
+              score dot over r + dr); int8 KV keeps them apart, each with its scale:
+              "c_kv_cache" [B,S,r], "k_rope_cache" [B,S,dr], "c_kv_scale", "k_rope_scale" [B,S]
 
 MLA's latent cache is one kv head that every query head attends with, and its batch dim is
 named so (``LATENT_CACHE_AXES``: batch with a size-1 kv_heads dim folded in, plans step 4):
@@ -677,6 +680,8 @@ class MLAttention(nnx.Module):
 
     def _entries(self, c, kr) -> dict:
         cfg = self.cfg
+        if jnp.dtype(cfg.kv_dtype) == cfg.jnp_dtype:   # one latent cache: [c_kv | k_rope]
+            return {"latent_cache": jnp.concatenate([c, kr.astype(c.dtype)], axis=-1)}
         cq, cs = quantize_kv(c, cfg.kv_dtype, cfg.jnp_dtype)
         rq, rs = quantize_kv(kr, cfg.kv_dtype, cfg.jnp_dtype)
         out = {"c_kv_cache": cq, "k_rope_cache": rq}
@@ -717,14 +722,18 @@ class MLAttention(nnx.Module):
         if kv_s is not None:
             q_nope = q_nope * kv_s[:, :dn]
         ql = jnp.einsum("bthn,rhn->bthr", q_nope, w_uk)
-        cc = dequantize_kv(cache["c_kv_cache"], cache.get("c_kv_scale"), c.dtype)
-        rc = dequantize_kv(cache["k_rope_cache"], cache.get("k_rope_scale"), kr.dtype)
+        merged = "latent_cache" in cache
+        if merged:   # [c_kv | k_rope] in one array (cache_entry_shapes)
+            cc = rc = cache["latent_cache"]
+        else:
+            cc = dequantize_kv(cache["c_kv_cache"], cache.get("c_kv_scale"), c.dtype)
+            rc = dequantize_kv(cache["k_rope_cache"], cache.get("k_rope_scale"), kr.dtype)
         # DP attention where the plan splits the latent cache over more of the batch than the
         # queries (module docstring): the queries move to the cache's layout, not the cache
         shardings = _latent_shardings(ql.shape[0], ql.shape[2], cc.shape)
         if shardings is not None:
             cc = constrain(cc, LATENT_CACHE_AXES)
-            rc = constrain(rc, LATENT_CACHE_AXES)
+            rc = cc if merged else constrain(rc, LATENT_CACHE_AXES)
             # the absorbed and rotary queries move together: one all-to-all, not two
             qa = constrain(jnp.concatenate([ql, q_rope.astype(ql.dtype)], axis=-1),
                            (LATENT_BATCH, None, None, None))
@@ -732,8 +741,17 @@ class MLAttention(nnx.Module):
         def xla(ql, q_rope, cc, rc, pos):   # [B, H, r], [B, H, dr] (t = 1) -> [B, H, r]
             ql, q_rope = ql[:, None], q_rope[:, None]
             f32 = dict(preferred_element_type=jnp.float32)
-            s = jnp.einsum("bthr,bsr->bhts", ql, cc, **f32) + jnp.einsum("bthp,bsp->bhts", q_rope, rc, **f32)
             mask = (jnp.arange(cc.shape[1]) <= pos)[None, :]
+            if merged:
+                # one dot for the scores over [c_kv | k_rope] (r + dr), and one for the output,
+                # whose last dr columns (the rope keys' products) are dropped: the score tensor is
+                # written once (two dots plus their sum wrote and read it again: XLA:TPU, 16 MiB
+                # per layer and device for DeepSeek-V3 at batch 2 x 8192 positions x 128 heads)
+                qa = jnp.concatenate([ql, q_rope.astype(ql.dtype)], axis=-1)
+                s = jnp.einsum("bthk,bsk->bhts", qa, cc, **f32)
+                p, _ = _masked_softmax_parts(s * self._scale, mask)
+                return jnp.einsum("bhts,bsk->bthk", p.astype(cc.dtype), cc)[:, 0, :, :r]
+            s = jnp.einsum("bthr,bsr->bhts", ql, cc, **f32) + jnp.einsum("bthp,bsp->bhts", q_rope, rc, **f32)
             p, _ = _masked_softmax_parts(s * self._scale, mask)
             return jnp.einsum("bhts,bsr->bthr", p.astype(cc.dtype), cc)[:, 0]
 
@@ -1084,7 +1102,8 @@ class Transformer(nnx.Module):
 
 #: Position dim of each cache entry (without the stacked layers dim).
 POSITION_DIM = {"k_cache": 2, "v_cache": 2, "k_scale": 2, "v_scale": 2,
-                "c_kv_cache": 1, "k_rope_cache": 1, "c_kv_scale": 1, "k_rope_scale": 1}
+                "c_kv_cache": 1, "k_rope_cache": 1, "c_kv_scale": 1, "k_rope_scale": 1,
+                "latent_cache": 1}
 
 
 def _write(key, buf, entry, pos, layer=None):
@@ -1150,6 +1169,8 @@ def cache_entry_shapes(cfg: TransformerConfig, length: int) -> dict[str, tuple[t
     b, kv, dt = cfg.batch, jnp.dtype(cfg.kv_dtype), cfg.jnp_dtype
     quant = kv == jnp.int8
     if cfg.mla:
+        if not quant:   # [c_kv | k_rope] (MLAttention.decode: one score dot)
+            return {"latent_cache": ((b, length, cfg.kv_lora_rank + cfg.qk_rope_dim), kv, LATENT_CACHE_AXES)}
         out = {"c_kv_cache": ((b, length, cfg.kv_lora_rank), kv, LATENT_CACHE_AXES),
                "k_rope_cache": ((b, length, cfg.qk_rope_dim), kv, LATENT_CACHE_AXES)}
         if quant:

@@ -143,12 +143,21 @@ def mqa(q, k, v, start, length, *, sm_scale: float, softcap: float | None = None
     return jax.vmap(inner)(q, k, v, start, length)
 
 
+def _mla_merged_kernel(ql_ref, qr_ref, c_ref, length_ref, o_ref, l_ref, m_ref, **kw):
+    """``_mla_kernel`` over one merged cache c [split, r + dr]: the latent in its first r
+    columns, the rope keys in the last dr (the columns loaded apart, each a power of two)."""
+    rank, rope = ql_ref.shape[1], qr_ref.shape[1]
+    _mla_kernel(ql_ref, qr_ref, c_ref, None, length_ref, o_ref, l_ref, m_ref,
+                columns=(pl.ds(0, rank), pl.ds(rank, rope)), **kw)
+
+
 def _mla_kernel(ql_ref, qr_ref, c_ref, r_ref, length_ref, o_ref, l_ref, m_ref, *,
-                sm_scale: float, block_k: int, block_h: int, num_heads: int):
+                sm_scale: float, block_k: int, block_h: int, num_heads: int, columns=None):
     """Absorbed multi-head latent attention, one (block of heads, split of positions) of one
     sequence: latent queries ql [block_h, r] and rope queries qr [block_h, dr] over the latent
-    cache c [split, r] (keys and values both) and the rope keys [split, dr]. Each block of
-    ``c`` is loaded once and used for the scores and the output."""
+    cache c [split, r] (keys and values both) and the rope keys [split, dr] (``r_ref`` None:
+    both in c's ``columns``). Each block of ``c`` is loaded once and used for the scores and
+    the output."""
     _, rank = ql_ref.shape
     split_len, _ = c_ref.shape
     prog_i, prog_j = pl.program_id(0), pl.program_id(1)
@@ -164,8 +173,11 @@ def _mla_kernel(ql_ref, qr_ref, c_ref, r_ref, length_ref, o_ref, l_ref, m_ref, *
 
         def body(kb, carry):
             ks = pl.ds(kb * block_k, block_k)
-            c = c_ref[ks, :]
-            s = (plgpu.dot(ql, c.T) + plgpu.dot(qr, r_ref[ks, :].T)) * sm_scale   # [block_h, block_k]
+            if columns is None:
+                c, kr = c_ref[ks, :], r_ref[ks, :]
+            else:
+                c, kr = c_ref[ks, columns[0]], c_ref[ks, columns[1]]
+            s = (plgpu.dot(ql, c.T) + plgpu.dot(qr, kr.T)) * sm_scale   # [block_h, block_k]
             valid = ((start + kb * block_k + offsets) < length)[None, :]
             s += (~valid) * (0.7 * jnp.finfo(s.dtype).min)
             return _softmax_step(s, c, carry)
@@ -188,18 +200,26 @@ def _combine(o, l, m):
 
 def _mla_one(ql, qr, c, r, length, *, sm_scale, block_h, block_k, k_splits, num_warps, interpret):
     num_heads, rank = ql.shape
-    seq, rope = r.shape
+    rope = qr.shape[1]
+    seq = c.shape[0]
     split_len = _split_len(seq, block_k, k_splits)
     block_k = min(block_k, split_len)
-    kernel = functools.partial(_mla_kernel, sm_scale=sm_scale, block_k=block_k, block_h=block_h,
-                               num_heads=num_heads)
+    kw = dict(sm_scale=sm_scale, block_k=block_k, block_h=block_h, num_heads=num_heads)
+    if r is None:   # one merged cache [S, r + dr]
+        kernel = functools.partial(_mla_merged_kernel, **kw)
+        caches = [pl.BlockSpec((None, split_len, rank + rope), lambda i, j: (j, 0, 0))]
+        operands = (c.reshape(k_splits, split_len, rank + rope),)
+    else:
+        kernel = functools.partial(_mla_kernel, **kw)
+        caches = [pl.BlockSpec((None, split_len, rank), lambda i, j: (j, 0, 0)),
+                  pl.BlockSpec((None, split_len, rope), lambda i, j: (j, 0, 0))]
+        operands = (c.reshape(k_splits, split_len, rank), r.reshape(k_splits, split_len, rope))
     o, l, m = pl.pallas_call(
         kernel,
         grid=(pl.cdiv(num_heads, block_h), k_splits),
         in_specs=[pl.BlockSpec((block_h, rank), lambda i, j: (i, 0)),
-                  pl.BlockSpec((block_h, qr.shape[1]), lambda i, j: (i, 0)),
-                  pl.BlockSpec((None, split_len, rank), lambda i, j: (j, 0, 0)),
-                  pl.BlockSpec((None, split_len, rope), lambda i, j: (j, 0, 0)),
+                  pl.BlockSpec((block_h, rope), lambda i, j: (i, 0)),
+                  *caches,
                   pl.BlockSpec((), lambda i, j: ())],
         out_specs=[pl.BlockSpec((None, block_h, rank), lambda i, j: (j, i, 0)),
                    pl.BlockSpec((None, block_h), lambda i, j: (j, i)),
@@ -210,7 +230,7 @@ def _mla_one(ql, qr, c, r, length, *, sm_scale, block_h, block_k, k_splits, num_
                    jax.ShapeDtypeStruct((k_splits, num_heads), jnp.float32)],
         name="mla_decode",
         interpret=interpret,
-    )(ql, qr, c.reshape(k_splits, split_len, rank), r.reshape(k_splits, split_len, rope), length)
+    )(ql, qr, *operands, length)
     return _combine(o, l, m)
 
 
@@ -224,7 +244,8 @@ def mla(ql, qr, c, r, length, *, sm_scale: float, block_h: int = 16, block_k: in
     latent cache c [N, S, r] and rope keys r [N, S, dr]; positions ``< length[n]`` (int32 [N])
     valid. Returns ``softmax((ql c^T + qr r^T) * sm_scale) c`` [N, H, r] in ql's dtype (the
     caller applies W_uv). Each block of ``c`` is read once for both products, by each of the
-    ``ceil(H / block_h)`` blocks of heads (FlashMLA takes 64 heads per block).
+    ``ceil(H / block_h)`` blocks of heads (FlashMLA takes 64 heads per block). ``r`` None: ``c``
+    is one merged cache [N, S, r + dr], the latent then the rope keys (FlashMLA's layout).
 
     Raises:
       ValueError: S cannot be split ``k_splits`` ways in blocks of ``block_k`` (>= 16 each).

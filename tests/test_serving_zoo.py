@@ -226,3 +226,30 @@ def test_tpu_tp_moe_decode_all_reduces_only_the_hidden_state():
     reduces = [b for k, b in colls if k == "all-reduce"]
     assert reduces and all(b % hidden == 0 and b < slots for b in reduces), colls
     assert max(b for _, b in colls) < slots, colls
+
+
+# ---- DeepSeek's merged latent cache on a TPU-compiled program (deviceless) ----------------------
+
+def test_tpu_mla_decode_scores_the_merged_latent_cache_in_one_dot():
+    """DeepSeek-V3 decode's cache is one [B, S, r + dr] array ([c_kv | k_rope], FlashMLA's
+    layout): XLA:TPU computes each layer's scores in one dot over r + dr (the rope keys in a
+    second dot wrote the f32 scores and read them back: 16 MiB per layer and v5p chip at full
+    size, benchmarks/zoo_compile.md) and reads the cache at most twice (scores, output)."""
+    pytest.importorskip("libtpu", reason='libtpu is not installed (pip install "jaxmove[tpu]")')
+    from jaxmove.api import analyze
+    from jaxmove.capture import capture
+    from jaxmove import zoo
+    sets = dict(layers="2", dense_layers="1", d_model="256", d_ff="256", expert_d_ff="128",
+                vocab="1024", experts="4", top_k="2", heads="8", seq_len="512", batch="2")
+    wl = zoo.build("deepseek-v3-decode", sets)
+    rep = analyze(capture(wl, target="tpu-v5p"))
+    cfg = wl.config
+    r, dr = cfg["kv_lora_rank"], cfg["qk_rope_dim"]
+    names = [(r_.instr.metadata.op_name if r_.instr.metadata is not None else None) or "" for r_ in rep.rows]
+    assert not any("bthp,bsp->bhts" in n for n in names), "a separate rope score dot"
+    for layer in ("dense_layers_0", "layers_1"):
+        assert sum(f"/{layer}/" in n and "bthk,bsk->bhts" in n for n in names) == 1, layer
+    cache = 2 * 512 * (r + dr) * 2  # one layer's merged cache, bf16
+    kv = rep.excess.by_role["kv_cache"]
+    assert kv.compulsory_bytes == 2 * (cache + 2 * (r + dr) * 2)
+    assert kv.compiled_bytes <= 2 * 2 * cache + 2 * 2 * (r + dr) * 2 * 2

@@ -101,9 +101,13 @@ def test_mla_kernel_matches_latent_attention():
         sc[:, length[i]:] = -np.inf
         p = np.exp(sc - sc.max(-1, keepdims=True))
         want[i] = (p / p.sum(-1, keepdims=True)) @ c[i]      # the latent cache is the values too
+    merged = np.concatenate([c, kr], axis=-1)   # the zoo's cache: [c_kv | k_rope] in one array
     for splits in (1, 2, 4):
         got = triton_decode.mla(*map(jnp.asarray, (ql, qr, c, kr, length)), sm_scale=0.3, block_k=16,
                                 k_splits=splits, interpret=True)
+        np.testing.assert_allclose(np.asarray(got), want, rtol=2e-5, atol=2e-5)
+        got = triton_decode.mla(*map(jnp.asarray, (ql, qr, merged)), None, jnp.asarray(length), sm_scale=0.3,
+                                block_k=16, k_splits=splits, interpret=True)
         np.testing.assert_allclose(np.asarray(got), want, rtol=2e-5, atol=2e-5)
 
 
@@ -139,8 +143,8 @@ def test_deepseek_decode_on_gpu_reads_the_latent_cache_once(deepseek_reports):
     assert not calls(xla_program)
     assert auto.complete and not auto.unmodeled
     cfg = zoo.build("deepseek-v3-decode", DS_SETS).config
-    # per device and layer: c_kv [B/n, S, r] + k_rope [B/n, S, dr] bf16 read, one position of
-    # each written; the one latent kv head splits over batch under tp (B/n = 1 row)
+    # per device and layer: the latent cache [B/n, S, r + dr] ([c_kv | k_rope]) bf16 read, one
+    # position written; the one latent kv head splits over batch under tp (B/n = 1 row)
     rd = cfg["kv_lora_rank"] + cfg["qk_rope_dim"]
     cache, new = 2 * (4 // 4) * 512 * rd * 2, 2 * (4 // 4) * rd * 2
     kv = auto.excess.by_role["kv_cache"]

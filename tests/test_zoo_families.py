@@ -169,10 +169,11 @@ def test_gemma2_kv_uses_its_own_head_dim(reports):
 
 
 def test_mla_cache_is_the_compressed_latent_and_rotary_key(reports):
-    """Absorbed MLA decode: the latent c_kv serves as keys (scores) and values (output), two
-    dots, so it is read twice per layer; the rotary key once (scores)."""
+    """Absorbed MLA decode: one cache [B, S, r + dr] holds the latent c_kv and the rotary key
+    (FlashMLA's layout); the XLA form reads it whole twice per layer, by the score dot (over
+    r + dr) and the output dot (whose rotary columns it drops)."""
     r, dr = 512, 64   # DeepSeek-V3 kv_lora_rank and qk_rope_head_dim (not reduced)
-    assert role_read(reports["mla"], "kv_cache") == 2 * B * S * (2 * r + dr) * 4
+    assert role_read(reports["mla"], "kv_cache") == 2 * B * S * 2 * (r + dr) * 4
     assert role_written(reports["mla"], "kv_cache") == 2 * B * 1 * (r + dr) * 4
 
 
@@ -349,23 +350,23 @@ def test_tp_decode_all_reduces_the_hidden_state_not_the_expert_outputs(moe_colle
 def test_tp_decode_splits_the_latent_cache_over_batch(moe_collectives):
     """DeepSeek's latent cache is one kv head (LATENT_CACHE_AXES): under tp over model=4 it
     is split over batch (2 of 8 rows per device), not replicated. Per device, per layer: the
-    cache read is (B/n) x S x (2r + dr) x 4 B (c_kv twice: scores and output; k_rope once) and
+    cache read is (B/n) x S x 2(r + dr) x 4 B (the merged latent cache twice: scores and output) and
     the write (B/n) x (r + dr) x 4 B; attention runs batch-parallel (DP attention): the
     absorbed and rope queries [B, H, r + dr] move by one all-to-all to the rows' devices and
     the result [B, H, r] back, each (B x H x dim x 4 B) / n per device; no collective moves
     the cache."""
     b, n, s, h, r, dr, layers = 8, 4, 16, 4, 512, 64, 3
     compulsory = layers * ((b // n) * s * (r + dr) * 4 + (b // n) * (r + dr) * 4)
-    assert moe_collectives["deepseek/tp8/kv"] == [compulsory, compulsory + layers * (b // n) * s * r * 4]
+    assert moe_collectives["deepseek/tp8/kv"] == [compulsory, compulsory + layers * (b // n) * s * (r + dr) * 4]
     colls = moe_collectives["deepseek/tp8"]
     for layer in ("dense_layers_0", "layers_1", "layers_2"):
         a2a = sorted(c[1] for c in colls if c[0] == "all-to-all" and f"/{layer}/attn/" in c[2])
         assert a2a == sorted([b * h * (r + dr) * 4 // n, b * h * r * 4 // n]), (layer, colls)
     assert max(c[1] for c in colls) < b * s * r * 4 // n, colls   # (one device's share of a layer's cache)
     # batch 3 over model=4: split over length, read in place (was gathered whole at each write:
-    # 2.0 MB compiled); at most the latent twice + rotary key of S/n positions, + the new entries
+    # 2.0 MB compiled); at most the latent cache twice for S/n positions, + the new entries
     b3 = 3
-    assert moe_collectives["deepseek/tp3/kv"] <= layers * (b3 * (s // n) * (2 * r + dr) * 4 + b3 * (r + dr) * 4 * 2)
+    assert moe_collectives["deepseek/tp3/kv"] <= layers * (b3 * (s // n) * 2 * (r + dr) * 4 + b3 * (r + dr) * 4 * 2)
 
 
 # ---- bad --set --------------------------------------------------------------------------------
