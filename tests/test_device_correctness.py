@@ -281,8 +281,32 @@ def test_nested_gemm_split_k_partials_are_attributed_to_split_k():
     partials = S * M * Nd * 4  # f32 partial sums, written once and read back once
     assert ex.bytes_of("split_k_partials") == 2 * partials
     c = next(c for c in ex.causes if c.kind == "split_k_partials")
-    assert "heuristics, not by autotuning" in c.fix
+    assert "splitk_rewriter.cc" in c.fix and "xla_gpu_experimental_force_split_k" in c.fix
     assert ex.bytes_of("materialized_intermediate") == 0
+
+
+def test_xla_gpu_splits_a_skinny_dot_by_its_heuristic_and_the_fix_text_turns_it_off():
+    """What the split_k_partials fix text says of XLA:GPU (the installed plugin): a decode GEMM
+    [32, 8192] x [8192, 1024] bf16 compiled for h100-sxm becomes an [S, 1024, 32] f32 dot
+    summed over S (SplitkRewriter: no autotuning involved), and the compiler option the text
+    names compiles it as one bf16 dot."""
+    import importlib.util
+    if importlib.util.find_spec("jax_plugins.xla_cuda12") is None:
+        pytest.skip('the CUDA plugin is not installed (pip install "jaxmove[gpu]")')
+    import jax
+    import jax.numpy as jnp
+    from jax.sharding import SingleDeviceSharding
+    from jaxmove.capture.targets import Target, _load_devices
+    dev = SingleDeviceSharding(_load_devices(Target.parse("h100-sxm"))[0])
+    low = jax.jit(lambda x, w: x @ w).lower(jax.ShapeDtypeStruct((32, 8192), jnp.bfloat16, sharding=dev),
+                                            jax.ShapeDtypeStruct((8192, 1024), jnp.bfloat16, sharding=dev))
+
+    def dots(options):
+        return [line.split("=", 1)[1].split()[0] for line in low.compile(options).as_text().splitlines()
+                if " dot(" in line]
+    split = dots({})
+    assert len(split) == 1 and split[0].startswith("f32[") and split[0].endswith(",1024,32]{1,2,0}"), split
+    assert dots({"xla_gpu_experimental_force_split_k": 1}) == ["bf16[1024,32]{0,1}"]
 
 
 def test_a_batched_dot_summed_elsewhere_is_not_split_k():

@@ -420,8 +420,9 @@ def target_notes(target: Target | str | None) -> list[str]:
     t = Target.parse(target)
     if t.platform == "gpu":
         return [f"compiled for {t.name} without the device: XLA:GPU did no autotuning (Triton GEMM "
-                "tiles are its defaults and some dots are split-K), and it does not check device "
-                "memory (fit is judged from memory_analysis)"]
+                "tiles are its defaults; the split-K of skinny dots is its SplitkRewriter's heuristic, "
+                "the same on the device), and it does not check device memory (fit is judged from "
+                "memory_analysis)"]
     if t.platform == "tpu":
         return [f"compiled for {t.name} by XLA:TPU (libtpu) without the device"]
     return []

@@ -190,14 +190,19 @@ def _tile_padding(c: FixContext) -> str:
 
 @cause("split_k_partials", kernel=True, program_wide=True, reads_compulsory=True,
        matcher=kernels.split_k,
-       matches="a Triton gemm fusion with split_k > 1, or whose root dot's [S, M, N] result every "
-               "consumer sums over S (xla/service/gpu/split_k_gemm_rewriter.cc)",
+       matches="a Triton gemm fusion with split_k > 1 (xla/service/gpu/split_k_gemm_rewriter.cc), or "
+               "whose root dot's [S, M, N] result every consumer sums over S "
+               "(xla/service/gpu/transforms/splitk_rewriter.cc)",
        bytes="its partial sums written, and read back by the reduction")
 def _split_k_partials(c: FixContext) -> str:
-    return (f"split-K writes partial sums (`{c.first}`) and reads them back to reduce them: a larger "
-            f"output (M·N) or a shorter contraction lets XLA pick a tiling without split-K; compiled "
-            f"without the device, XLA:GPU chose split-K by its heuristics, not by autotuning (on the "
-            f"device the autotuner may pick another tiling) -- {c.saves}")
+    return (f"split-K writes partial sums (`{c.first}`) and reads them back to reduce them. A dot "
+            f"with an [S, M, N] result summed over S is XLA:GPU's SplitkRewriter "
+            f"(xla/service/gpu/transforms/splitk_rewriter.cc): its heuristics choose S from the "
+            f"dot's M, N, K and the GPU's core count, the same with or without the device; "
+            f"compiler_options={{'xla_gpu_experimental_force_split_k': 1}} turns it off (time both "
+            f"on the device: for a skinny GEMM the split buys parallelism). A Triton gemm config's "
+            f"split_k is the autotuner's choice (compiled without the device, its default). A "
+            f"larger output (M·N) or a shorter contraction needs no split -- {c.saves}")
 
 
 @cause("rematerialization", kernel=True, program_wide=True, read_priority=RECOMPUTE_PRIORITY,
