@@ -53,13 +53,23 @@ def default_platforms() -> None:
 
 
 @contextlib.contextmanager
-def quiet_stderr() -> Iterator[None]:
+def quiet_stderr(survive_exit: bool = False) -> Iterator[None]:
     """Capture fd 2 for the duration; re-emit every line that is not known plugin noise.
 
     A Python traceback printed by the plugins' own ``except`` blocks (jax logs the failed CUDA
     plugin initialisation as a warning with its traceback) is dropped with the noise line that
     introduced it.
+
+    ``survive_exit``: where the C++ code may end the process itself (XLA parses ``XLA_FLAGS``
+    when a backend or a plugin starts, and an unknown flag ends the process with exit status 1
+    after one ``F`` log line: parse_flags_from_env.cc), fd 2 goes to a small filtering process
+    instead of a file, which still writes what was kept when this process is gone; without it
+    a mistyped XLA_FLAGS exited silently. Costs one Python start-up (~20 ms).
     """
+    if survive_exit:
+        with _filtered_by_child():
+            yield
+        return
     try:
         fd = sys.stderr.fileno()
     except (AttributeError, OSError, ValueError):
@@ -96,6 +106,50 @@ def quiet_stderr() -> Iterator[None]:
         sys.stderr.flush()
 
 
+@contextlib.contextmanager
+def _filtered_by_child() -> Iterator[None]:
+    """``quiet_stderr(survive_exit=True)``: fd 2 into a pipe read by a child Python process
+    that applies ``_filter`` at end of input and writes to the original fd 2."""
+    import inspect
+    import subprocess
+
+    try:
+        fd = sys.stderr.fileno()
+    except (AttributeError, OSError, ValueError):
+        fd = 2
+    try:
+        os.fstat(fd)
+    except OSError:
+        yield
+        return
+    try:
+        sys.stderr.flush()
+    except (AttributeError, OSError, ValueError):
+        pass
+    code = (f"import re, sys\n_NOISE = re.compile({_NOISE.pattern!r})\n{inspect.getsource(_filter)}\n"
+            "sys.stderr.write(_filter(sys.stdin.buffer.read().decode('utf-8', 'replace')))\n")
+    try:
+        child = subprocess.Popen([sys.executable, "-I", "-S", "-c", code], stdin=subprocess.PIPE,
+                                 stdout=subprocess.DEVNULL, stderr=fd)
+    except OSError:  # no Python to start: capture in a file as usual
+        with quiet_stderr():
+            yield
+        return
+    saved = os.dup(fd)
+    os.dup2(child.stdin.fileno(), fd)
+    try:
+        yield
+    finally:
+        try:
+            sys.stderr.flush()
+        except (AttributeError, OSError, ValueError):
+            pass
+        os.dup2(saved, fd)
+        os.close(saved)
+        child.stdin.close()
+        child.wait()
+
+
 def _filter(text: str) -> str:
     out: list[str] = []
     in_traceback = False
@@ -123,7 +177,7 @@ def import_jax_quietly() -> None:
     if "jax" in sys.modules:
         return
     default_platforms()
-    with quiet_stderr():
+    with quiet_stderr(survive_exit="XLA_FLAGS" in os.environ):
         import jax
         import jax.extend  # noqa: F401
 

@@ -422,3 +422,16 @@ def test_every_input_error_is_one_family():
         assert issubclass(cls, JaxmoveInputError), cls
     with pytest.raises(JaxmoveInputError, match="kv_heads"):
         zoo.build("gpt-tiny-decode", {"kv_heads": "3"})   # 3 does not divide heads=4
+
+
+def test_a_mistyped_xla_flag_is_reported_not_swallowed():
+    """XLA ends the process (exit status 1) on an unknown flag in XLA_FLAGS when jax starts its
+    backend, while jaxmove filters the plugins' start-up noise from stderr: XLA's one line must
+    still reach the user (it was swallowed with the noise, and the run ended silently)."""
+    env = dict(os.environ, XLA_FLAGS="--xla_no_such_flag=1")
+    env.pop("JAX_PLATFORMS", None)
+    proc = subprocess.run(_CLI + ["analyze", "gpt2-small-decode", "--set", "layers=1"],
+                          capture_output=True, text=True, env=env)
+    assert proc.returncode != 0
+    assert "Unknown flag in XLA_FLAGS: --xla_no_such_flag=1" in proc.stderr, proc.stderr
+    assert "cudart_stub" not in proc.stderr

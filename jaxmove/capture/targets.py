@@ -263,7 +263,7 @@ def _load_devices(t: Target) -> list:
     _check_extra(t.platform)
     default_platforms()
     os.environ.setdefault("ALLOW_MULTIPLE_LIBTPU_LOAD", "1")  # several jaxmove runs on one machine
-    with quiet_stderr():
+    with quiet_stderr(survive_exit="XLA_FLAGS" in os.environ):  # (a plugin parses XLA_FLAGS too)
         from jax.experimental import topologies
         try:
             if t.platform == "tpu":
