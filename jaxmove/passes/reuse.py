@@ -231,6 +231,9 @@ def _unfused_one(fused: Computation, module: Module,
     """unfused_traffic of one computation whose nested fusions are in ``memo``."""
     total = 0
     unmodeled: list[str] = []
+    # HBM bytes by traffic record: instructions that read and write whole share one record per
+    # shapes (traffic.py's default_traffic); the dict holds the records, so ids stay theirs
+    seen: dict[int, tuple] = {}
     for instr in fused.instructions:
         if instr.opcode == "fusion" and instr.called_computations \
                 and instr.called_computations[0] in module.computations:
@@ -240,8 +243,12 @@ def _unfused_one(fused: Computation, module: Module,
             unmodeled.extend(u)
             continue
         t = instruction_traffic(instr, fused, module)
-        total += hbm_bytes(t)
-        unmodeled.extend(f"{instr.name}: {r}" for r in t.unmodeled)
+        hit = seen.get(id(t))
+        if hit is None:
+            hit = seen[id(t)] = (t, hbm_bytes(t))
+        total += hit[1]
+        if t.unmodeled:
+            unmodeled.extend(f"{instr.name}: {r}" for r in t.unmodeled)
     return total, tuple(dict.fromkeys(unmodeled))
 
 
