@@ -15,7 +15,7 @@ The key (:func:`cache_key`) is a SHA-256 of everything the compiler's output dep
 lowered StableHLO *with* its locations (the optimized HLO's metadata carries source files and
 lines), the target's name, the GPU target description (``gpu_target_config``: it follows the
 spec's numbers), the device ids of the device assignment, ``XLA_FLAGS`` / ``LIBTPU_INIT_ARGS``,
-and the versions of jax, jaxlib, libtpu and the CUDA plugin. Only accelerator targets are cached
+the ``--xla-option`` s (``$JAXMOVE_XLA_OPTIONS``), and the versions of jax, jaxlib, libtpu and the CUDA plugin. Only accelerator targets are cached
 (XLA:CPU compiles for the host it runs on, and is quick).
 
 Where: ``$JAXMOVE_COMPILE_CACHE_DIR``, else ``$XDG_CACHE_HOME/jaxmove/xla``, else
@@ -136,6 +136,8 @@ def cache_key(lowered, target) -> str:
         part("gpu_target_config", gpu_target_config(target.spec()))
     for env in ("XLA_FLAGS", "LIBTPU_INIT_ARGS"):
         part(env, os.environ.get(env, ""))
+    from .targets import xla_options
+    part("xla_options", json.dumps(xla_options(), sort_keys=True))   # (--xla-option)
     args = getattr(getattr(lowered, "_lowering", None), "compile_args", {}) or {}
     assignments = []
     for s in tuple(args.get("in_shardings", ())) + tuple(args.get("out_shardings", ())):

@@ -34,6 +34,7 @@ The plugins' start-up noise is filtered (``jaxmove._platform.quiet_stderr``).
 from __future__ import annotations
 
 import importlib.util
+import json
 import math
 import os
 import re
@@ -57,6 +58,36 @@ _TPU_3D = {"v4", "v5p"}
 
 class TargetNameError(JaxmoveInputError):
     """A ``--target`` name that names no compile target, or a malformed topology."""
+
+
+class XlaOptionError(JaxmoveInputError):
+    """An XLA compile option (``--xla-option``) the compiler does not know, or a value it
+    refuses."""
+
+
+#: The environment variable holding the XLA compile options every compile uses (a JSON object
+#: of option name -> value text), set by the CLI's ``--xla-option`` so the processes a command
+#: starts (plans on simulated devices, sweep workers) compile the same way.
+XLA_OPTIONS_ENV = "JAXMOVE_XLA_OPTIONS"
+
+
+def xla_options() -> dict[str, str]:
+    """The compile options of ``$JAXMOVE_XLA_OPTIONS`` (``--xla-option KEY=VALUE``), {} when unset.
+
+    Raises:
+      XlaOptionError: the variable is not a JSON object of names to values.
+    """
+    text = os.environ.get(XLA_OPTIONS_ENV, "").strip()
+    if not text:
+        return {}
+    try:
+        got = json.loads(text)
+    except ValueError:
+        got = None
+    if not isinstance(got, dict) or not all(isinstance(k, str) for k in got):
+        raise XlaOptionError(f"${XLA_OPTIONS_ENV}={text!r}: expected a JSON object of XLA option names "
+                             "to values, e.g. {\"xla_gpu_experimental_force_split_k\": \"1\"}")
+    return {k: str(v) for k, v in got.items()}
 
 
 class MissingExtraError(JaxmoveInputError):
@@ -386,21 +417,30 @@ def _bytes_text(n: int | None) -> str:
 
 
 def compile_lowered(lowered, target: Target | str | None, what: str = "the program"):
-    """``lowered.compile()`` with the plugins' noise filtered; ``target`` names the device in
-    messages (None: a stage built elsewhere, compiled for the devices it was lowered for).
+    """``lowered.compile()`` with the plugins' noise filtered and the XLA compile options of
+    ``xla_options()`` (``--xla-option``); ``target`` names the device in messages (None: a
+    stage built elsewhere, compiled for the devices it was lowered for).
 
     Raises:
       DoesNotFitError: the compiler ran out of device memory (``RESOURCE_EXHAUSTED``); the
         message is one line ``<what> does not fit on <target>: needs X, has Y (...)``.
+      XlaOptionError: the compiler refused an option (XLA's message: "No such compile option",
+        "... is not a valid bool value").
     """
     from .._platform import quiet_stderr
 
     where = Target.parse(target).name if target is not None else "its devices"
+    options = xla_options()
     try:
         with quiet_stderr():
-            return lowered.compile()
+            return lowered.compile(options) if options else lowered.compile()
     except Exception as e:  # noqa: BLE001 - jax's JaxRuntimeError; anything else re-raised
         text = str(e)
+        if options and ("compile option" in text or "While setting option" in text):
+            first = (text.strip().splitlines() or [""])[0].replace("INVALID_ARGUMENT: ", "")
+            given = ", ".join(f"{k}={v}" for k, v in options.items())
+            who = f"XLA compiling for {where}" if target is not None else "XLA"
+            raise XlaOptionError(f"--xla-option {given}: {who} refused it: {first}") from None
         if not _OOM.search(text):
             raise
         first = (text.strip().splitlines() or [""])[0]
@@ -416,13 +456,17 @@ def compile_lowered(lowered, target: Target | str | None, what: str = "the progr
 
 
 def target_notes(target: Target | str | None) -> list[str]:
-    """What a report compiled for ``target`` must say about how it was compiled."""
+    """What a report compiled for ``target`` must say about how it was compiled (and with which
+    ``--xla-option`` s)."""
     t = Target.parse(target)
+    options = xla_options()
+    out = ([f"compiled with XLA options {', '.join(f'{k}={v}' for k, v in options.items())} "
+            "(--xla-option)"] if options else [])
     if t.platform == "gpu":
         return [f"compiled for {t.name} without the device: XLA:GPU did no autotuning (Triton GEMM "
                 "tiles are its defaults; the split-K of skinny dots is its SplitkRewriter's heuristic, "
                 "the same on the device), and it does not check device memory (fit is judged from "
-                "memory_analysis)"]
+                "memory_analysis)"] + out
     if t.platform == "tpu":
-        return [f"compiled for {t.name} by XLA:TPU (libtpu) without the device"]
-    return []
+        return [f"compiled for {t.name} by XLA:TPU (libtpu) without the device"] + out
+    return out

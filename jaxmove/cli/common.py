@@ -115,6 +115,10 @@ def add_compile_target_option(p: argparse.ArgumentParser) -> None:
                         "its kernels read, every step: layout_change); auto: XLA picks the layout of "
                         "each weights argument that is not donated (Layout.AUTO), as a server that "
                         "loads weights once for the compiled program does")
+    p.add_argument("--xla-option", action=_XlaOption, metavar="KEY=VALUE", default=None,
+                   help="an XLA compile option for every compile (jax's compiler_options; e.g. "
+                        "xla_gpu_experimental_force_split_k=1 turns XLA:GPU's split-K of skinny dots "
+                        "off); repeatable. An option the compiler does not know is an error")
 
 
 def add_no_compile_cache_option(p: argparse.ArgumentParser) -> None:
@@ -133,6 +137,24 @@ class _WeightLayouts(argparse.Action):
         from ..capture.program import WEIGHT_LAYOUTS_ENV
         os.environ[WEIGHT_LAYOUTS_ENV] = values
         setattr(namespace, self.dest, values)
+
+
+class _XlaOption(argparse.Action):
+    """Adds KEY=VALUE to JAXMOVE_XLA_OPTIONS (capture/targets.py) while parsing, so the command
+    and every process it starts compile with the same options."""
+
+    def __call__(self, parser, namespace, values, option_string=None):
+        import json
+
+        from ..capture.targets import XLA_OPTIONS_ENV
+        key, sep, value = values.partition("=")
+        if not sep or not key.strip() or not value.strip():
+            parser.error(f"--xla-option {values!r}: expected KEY=VALUE, e.g. "
+                         "xla_gpu_experimental_force_split_k=1")
+        # (the options of this command line only: the first replaces what the environment held)
+        got = {**(getattr(namespace, self.dest, None) or {}), key.strip(): value.strip()}
+        os.environ[XLA_OPTIONS_ENV] = json.dumps(got)
+        setattr(namespace, self.dest, got)
 
 
 class _NoCompileCache(argparse.Action):
