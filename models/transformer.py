@@ -680,8 +680,10 @@ class MLAttention(nnx.Module):
 
     def _entries(self, c, kr) -> dict:
         cfg = self.cfg
-        if jnp.dtype(cfg.kv_dtype) == cfg.jnp_dtype:   # one latent cache: [c_kv | k_rope]
-            return {"latent_cache": jnp.concatenate([c, kr.astype(c.dtype)], axis=-1)}
+        if jnp.dtype(cfg.kv_dtype) != jnp.int8:   # one latent cache [c_kv | k_rope] (cache_entry_shapes)
+            merged, _ = quantize_kv(jnp.concatenate([c, kr.astype(c.dtype)], axis=-1), cfg.kv_dtype,
+                                    cfg.jnp_dtype)   # (a float cache: a plain cast, no scale)
+            return {"latent_cache": merged}
         cq, cs = quantize_kv(c, cfg.kv_dtype, cfg.jnp_dtype)
         rq, rs = quantize_kv(kr, cfg.kv_dtype, cfg.jnp_dtype)
         out = {"c_kv_cache": cq, "k_rope_cache": rq}
@@ -723,8 +725,8 @@ class MLAttention(nnx.Module):
             q_nope = q_nope * kv_s[:, :dn]
         ql = jnp.einsum("bthn,rhn->bthr", q_nope, w_uk)
         merged = "latent_cache" in cache
-        if merged:   # [c_kv | k_rope] in one array (cache_entry_shapes)
-            cc = rc = cache["latent_cache"]
+        if merged:   # [c_kv | k_rope] in one array (cache_entry_shapes), in the model dtype
+            cc = rc = dequantize_kv(cache["latent_cache"], None, c.dtype)
         else:
             cc = dequantize_kv(cache["c_kv_cache"], cache.get("c_kv_scale"), c.dtype)
             rc = dequantize_kv(cache["k_rope_cache"], cache.get("k_rope_scale"), kr.dtype)

@@ -253,3 +253,31 @@ def test_tpu_mla_decode_scores_the_merged_latent_cache_in_one_dot():
     kv = rep.excess.by_role["kv_cache"]
     assert kv.compulsory_bytes == 2 * (cache + 2 * (r + dr) * 2)
     assert kv.compiled_bytes <= 2 * 2 * cache + 2 * 2 * (r + dr) * 2 * 2
+
+
+@pytest.mark.parametrize("kv", ["fp8", "f32", "int8"])
+def test_mla_cache_in_every_kv_dtype(kv):
+    """DeepSeek decode with a KV dtype other than the model's: a float KV dtype (a plain cast)
+    keeps the one merged [B, S, r + dr] array in that dtype; int8 keeps c_kv and k_rope apart,
+    each with its per-position scale. Each compiles and reads every layer's cache (a float
+    KV dtype other than the model's is converted whole on XLA:CPU, so no upper bound here)."""
+    import jax.numpy as jnp
+    from jaxmove.api import analyze
+    from jaxmove import zoo
+    sets = dict(layers="2", dense_layers="1", d_model="256", d_ff="256", expert_d_ff="128",
+                vocab="1024", experts="4", top_k="2", heads="8", seq_len="64", batch="2", kv_dtype=kv)
+    wl = zoo.build("deepseek-v3-decode", sets)
+    r, dr = wl.config["kv_lora_rank"], wl.config["qk_rope_dim"]
+    layer = wl.args[1]["layers"][0]
+    if kv == "int8":
+        assert set(layer) == {"c_kv_cache", "k_rope_cache", "c_kv_scale", "k_rope_scale"}
+        cache_bytes = 2 * 64 * (r + dr) * 1 + 2 * 2 * 64 * 2
+    else:
+        assert set(layer) == {"latent_cache"}
+        assert layer["latent_cache"].shape == (2, 64, r + dr)
+        assert layer["latent_cache"].dtype == jnp.dtype({"fp8": "float8_e4m3fn", "f32": "float32"}[kv])
+        cache_bytes = 2 * 64 * (r + dr) * layer["latent_cache"].dtype.itemsize
+    rep = analyze(wl)
+    read, written = rep.totals.role_bytes("kv_cache")
+    assert rep.excess.by_role["kv_cache"].compulsory_bytes >= 2 * cache_bytes
+    assert 2 * cache_bytes <= read, (read, cache_bytes)
