@@ -108,6 +108,9 @@ def test_toml_fallbacks(tmp_path):
         parse_plan('[rules]\nkv_heads = "model"\n[fallbacks]\nkv_heads = [1]\n', "f.toml")
     with pytest.raises(PlanError, match=r"names logical axis 'batch' twice; each logical axis"):
         parse_plan('[rules]\nkv_heads = "model"\n[fallbacks]\nkv_heads = ["batch", "batch"]\n', "f.toml")
+    with pytest.raises(PlanError, match=r"f.toml:4: \[fallbacks\] kv_heads: unknown logical axis 'model'; "
+                       r".*'model' is a mesh axis of the rules"):
+        parse_plan('[rules]\nkv_heads = "model"\n[fallbacks]\nkv_heads = ["model"]\n', "f.toml")
     with pytest.raises(PlanError, match=r"f.toml:4: \[fallbacks\] kv_heads names itself"):
         parse_plan('[rules]\nkv_heads = "model"\n[fallbacks]\nkv_heads = ["batch", "kv_heads"]\n', "f.toml")
 

@@ -370,8 +370,11 @@ def parse_plan(text: str, path: str = "<string>") -> Plan:
     for k, names in fallbacks.items():
         bad = next((n for n in names if n not in LOGICAL_AXES), None)
         if bad is not None:
+            mesh_axes = {a for rules in (params, acts) for axes in rules.values() for a in axes}
+            hint = (f" ({bad!r} is a mesh axis of the rules: a fallback names the logical axis whose "
+                    "dimension takes the mesh axes instead)" if bad in mesh_axes else "")
             raise PlanError(f"{_at(path, _line_of(text, k, 'fallbacks'))}: [fallbacks] {k}: unknown "
-                            f"logical axis {bad!r}; expected one of {', '.join(LOGICAL_AXES)}")
+                            f"logical axis {bad!r}; expected one of {', '.join(LOGICAL_AXES)}{hint}")
         if k in names:  # its own dimension already refused the mesh axis
             raise PlanError(f"{_at(path, _line_of(text, k, 'fallbacks'))}: [fallbacks] {k} names "
                             f"itself; a fallback is another logical axis whose dimension takes "
