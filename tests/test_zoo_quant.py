@@ -11,7 +11,6 @@ from __future__ import annotations
 import importlib.util
 import json
 import os
-import subprocess
 import sys
 import textwrap
 from pathlib import Path
@@ -151,22 +150,39 @@ SMALL = dict(layers="2", d_model="512", heads="4", kv_heads="2", d_ff="1024", vo
              seq_len="256", batch="8")
 
 
-def _compile(target: str, cases: dict) -> dict:
+FP8_CASES = {
+    "fp8": ["llama3-8b-decode", {**SMALL, "weights_dtype": "fp8", "act_dtype": "fp8"}],
+    "weight_only": ["llama3-8b-decode", {**SMALL, "weights_dtype": "fp8"}],
+    "moe": ["mixtral-8x7b-decode", {**SMALL, "experts": "4", "weights_dtype": "fp8", "act_dtype": "fp8"}]}
+INT4_CASES = {"int4": ["llama3-8b-decode", {**SMALL, "weights_dtype": "int4"}]}
+# (test, target) -> (the plugin it needs, the cases its worker compiles)
+_RUNS = {("fp8", "h100-sxm"): ("jax_plugins.xla_cuda12", FP8_CASES),
+         ("fp8", "b200"): ("jax_plugins.xla_cuda12", FP8_CASES),
+         ("int4", "h100-sxm"): ("jax_plugins.xla_cuda12", INT4_CASES),
+         ("int4", "tpu-v5e"): ("libtpu", INT4_CASES)}
+
+
+@pytest.fixture(scope="module")
+def compiled() -> dict:
+    """Every compile worker of this file's compiled-program tests, two at a time (each its own
+    process, as before): (test, target) -> its output, for the plugins installed."""
+    from tests.conftest import run_side_by_side
+    runs = [(key, cases) for key, (module, cases) in _RUNS.items() if _have(module)]
     env = dict(os.environ, JAX_PLATFORMS="cpu", ALLOW_MULTIPLE_LIBTPU_LOAD="1")
-    proc = subprocess.run([sys.executable, "-c", _WORKER, target, json.dumps(cases)], cwd=ROOT, env=env,
-                          capture_output=True, text=True, timeout=900)
-    assert proc.returncode == 0, proc.stderr[-3000:]
-    return json.loads(proc.stdout)
+    procs = run_side_by_side([[sys.executable, "-c", _WORKER, key[1], json.dumps(cases)] for key, cases in runs],
+                             cwd=ROOT, env=env, capture_output=True, text=True, timeout=900)
+    out = {}
+    for (key, _cases), proc in zip(runs, procs):
+        assert proc.returncode == 0, (key, proc.stderr[-3000:])
+        out[key] = json.loads(proc.stdout)
+    return out
 
 
 @pytest.mark.parametrize("target", ["h100-sxm", "b200"])
-def test_fp8_activations_compile_to_fp8_x_fp8_dots(target):
+def test_fp8_activations_compile_to_fp8_x_fp8_dots(target, compiled):
     if not _have("jax_plugins.xla_cuda12"):
         pytest.skip('the CUDA plugin is not installed (pip install "jaxmove[gpu]")')
-    out = _compile(target, {
-        "fp8": ["llama3-8b-decode", {**SMALL, "weights_dtype": "fp8", "act_dtype": "fp8"}],
-        "weight_only": ["llama3-8b-decode", {**SMALL, "weights_dtype": "fp8"}],
-        "moe": ["mixtral-8x7b-decode", {**SMALL, "experts": "4", "weights_dtype": "fp8", "act_dtype": "fp8"}]})
+    out = compiled[("fp8", target)]
     f8 = ["f8e4m3fn", "f8e4m3fn"]
     # per layer q, k, v, o, gate, up, down (some fused by XLA) + the LM head: at least 2 x 4 + 1
     assert sum(d == f8 for d in out["fp8"]["dots"]) >= 9, out["fp8"]["dots"]
@@ -174,13 +190,12 @@ def test_fp8_activations_compile_to_fp8_x_fp8_dots(target):
     assert sum(d == f8 for d in out["moe"]["dots"]) >= 2 * 3, out["moe"]["dots"]   # the experts
 
 
-def test_int4_weights_compile_as_s4_parameters():
-    cases = {"int4": ["llama3-8b-decode", {**SMALL, "weights_dtype": "int4"}]}
+def test_int4_weights_compile_as_s4_parameters(compiled):
     ran = 0
     for target, module in (("h100-sxm", "jax_plugins.xla_cuda12"), ("tpu-v5e", "libtpu")):
         if not _have(module):
             continue
-        out = _compile(target, cases)["int4"]
+        out = compiled[("int4", target)]["int4"]
         # 2 layers x 7 kernels + the LM head, stored as s4
         assert out["params"].count("s4") == 2 * 7 + 1, (target, out["params"])
         ran += 1
