@@ -109,7 +109,7 @@ from .gpt import DTYPES
 from .attention import attention_name
 from . import attention as attn_kernels
 from .moe import _top_k
-from .sharding import constrain, is_sharded
+from .sharding import constrain, is_sharded, logical_sharding_of
 
 # ----------------------------------------------------------------------------- dtypes
 
@@ -868,17 +868,56 @@ class MoE(nnx.Module):
             with jax.named_scope("experts"):
                 g = self.w_gate.einsum("ebcd,edf->ebcf", xe)
                 u = self.w_up.einsum("ebcd,edf->ebcf", xe)
-                ye = self.w_down.einsum("ebcf,efd->ebcd", jax.nn.silu(g) * u)
-                if moved:  # ep: the expert outputs go back to their batch's devices
-                    ye = constrain(ye, ("expert", "batch", None, "embed"))
-            with jax.named_scope("combine"):
-                if moved:
-                    ye = constrain(ye, (None, "batch", None, "embed"))
-                y = constrain(jnp.einsum("bsec,ebcd->bsd", combine, ye), HIDDEN)
+                h = jax.nn.silu(g) * u
+                y = None if moved or "scale" in vars(self.w_down) else _reduce_after_combine(
+                    combine, h, self.w_down.kernel[...], (b, s, x.shape[-1]))
+                if y is None:
+                    ye = self.w_down.einsum("ebcf,efd->ebcd", h)
+                    if moved:  # ep: the expert outputs go back to their batch's devices
+                        ye = constrain(ye, ("expert", "batch", None, "embed"))
+            if y is None:
+                with jax.named_scope("combine"):
+                    if moved:
+                        ye = constrain(ye, (None, "batch", None, "embed"))
+                    y = constrain(jnp.einsum("bsec,ebcd->bsd", combine, ye), HIDDEN)
         if cfg.shared_experts:
             with jax.named_scope("shared"):
                 y = y + self.shared(x)
         return y
+
+
+def _reduce_after_combine(combine, h, w_down, out_shape):
+    """The slot form's down projection and combine where a plan splits expert_d_ff (``tp``,
+    experts on every device): y [B, S, d] = sum over e, c of combine [B, S, E, C] x (h
+    [E, B, C, f] @ w_down [E, f, d]), each device's partial sums over its share of f combined
+    first and then summed over the devices (``psum``), so the all-reduce carries [B, S, d]
+    instead of the expert outputs [E, B, C, d], E*C/S = top_k x capacity_factor times more
+    (Megatron-Core's MoE reduces after the token unpermutation the same way). Returns None
+    outside a plan or where the arrays' layouts are not that one (the caller's form then)."""
+    P = jax.sharding.PartitionSpec
+    sh = logical_sharding_of(("expert", "batch", None, "mlp"), tuple(h.shape))
+    sw = logical_sharding_of(("expert", "mlp", "embed"), tuple(w_down.shape))
+    sc = logical_sharding_of(("batch", None, None, None), tuple(combine.shape))
+    so = logical_sharding_of(HIDDEN, tuple(out_shape))
+    if not all(isinstance(x, jax.sharding.NamedSharding) for x in (sh, sw, sc, so)):
+        return None
+
+    def spec(x, n):
+        return tuple(x.spec) + (None,) * (n - len(x.spec))
+    hs, ws, cs, os_ = spec(sh, 4), spec(sw, 3), spec(sc, 4), spec(so, 3)
+    f_axes = hs[3]
+    if (f_axes is None or ws != (None, f_axes, None) or hs[:3] != (None, cs[0], None)
+            or cs[1:] != (None, None, None) or os_ != (cs[0], None, None)):
+        return None
+
+    def local(c, hl, wl):
+        yl = jnp.einsum("bsec,ebcd->bsd", c, jnp.einsum("ebcf,efd->ebcd", hl, wl))
+        return jax.lax.psum(yl, f_axes)
+
+    # (check_vma: jax tracks which values vary over the mesh axes, so the psum's transpose in
+    # a training step's backward pass is the right one)
+    return jax.shard_map(local, mesh=sh.mesh, in_specs=(P(*cs), P(*hs), P(*ws)), out_specs=P(*os_),
+                         check_vma=True)(combine, h, w_down)
 
 
 class Block(nnx.Module):

@@ -315,6 +315,34 @@ _EP_WORKER = textwrap.dedent("""
     rep = analyze(capture_with_plan("deepseek-v3-decode", {**small, **extra, "batch": "3"}, PRESETS["tp"],
                                     {"model": 4}))
     out["deepseek/tp3/kv"] = rep.excess.by_role["kv_cache"].compiled_bytes
+    # prefill's slot form under tp: the experts' partial sums combined, then all-reduced
+    rep = analyze(capture_with_plan("mixtral-8x7b-prefill", {**small, "layers": "2"}, PRESETS["tp"],
+                                    {"model": 4}))
+    out["mixtral/tp/prefill/moe"] = [[r.collective.kind, r.collective.buffer_bytes] for r in rep.rows
+                                     if r.collective is not None and "/moe/" in (r.instr.metadata.op_name or "")]
+    # ... and the same numbers as the einsums without a plan
+    import jax, numpy as np
+    from jax.sharding import Mesh, NamedSharding, PartitionSpec
+    from jaxmove.zoo.sharding import logical_sharding
+    from jaxmove.zoo.transformer import _reduce_after_combine
+    for mesh_shape in ({"model": 4}, {"data": 2, "model": 2}):
+        mesh = Mesh(np.array(jax.devices()[:4]).reshape(tuple(mesh_shape.values())), tuple(mesh_shape))
+        def resolve(axes, shape):
+            return NamedSharding(mesh, PartitionSpec(*PRESETS["tp"].partition_spec(axes, shape, mesh_shape, False)))
+        rng = np.random.default_rng(0)
+        c, h, w = (rng.standard_normal(sh).astype(np.float32) for sh in ((4, 16, 4, 8), (4, 4, 8, 64), (4, 64, 32)))
+        t = rng.standard_normal((4, 16, 32)).astype(np.float32)
+        def planned(c, h, w):
+            with logical_sharding(resolve):
+                return _reduce_after_combine(c, h, w, (4, 16, 32))
+        def plain(c, h, w):
+            return jax.numpy.einsum("bsec,ebcd->bsd", c, jax.numpy.einsum("ebcf,efd->ebcd", h, w))
+        errs = [np.abs(np.asarray(jax.jit(planned)(c, h, w)) - np.asarray(plain(c, h, w))).max()]
+        # a training step's backward pass: the gradients of <y, t> with respect to c, h, w
+        grads = [jax.jit(jax.grad(lambda *a, f=f: (f(*a) * t).sum(), argnums=(0, 1, 2)))(c, h, w)
+                 for f in (planned, plain)]
+        errs += [np.abs(np.asarray(x) - np.asarray(y)).max() for x, y in zip(*grads)]
+        out["reduce_after_combine_err/" + "x".join(mesh_shape)] = float(max(errs))
     json.dump(out, sys.stdout)
 """)
 
@@ -349,6 +377,17 @@ def test_tp_decode_all_reduces_the_hidden_state_not_the_expert_outputs(moe_colle
         assert reduces, key
         assert all(c[2] in (hidden, 2 * hidden) for c in reduces), (key, reduces)
         assert moe_collectives[key + "/tp/moe"] and max(moe_collectives[key + "/tp/moe"]) < slots, key
+
+
+def test_tp_prefill_combines_the_experts_before_all_reducing(moe_collectives):
+    """Prefill's slot form under tp over model=4 (expert_d_ff split): each device combines its
+    partial expert outputs into [B, S, d] first, so each MoE layer all-reduces B x S x d x 4 =
+    8192 B once, not the expert outputs [E, B, C, d] (4 x 4 x 8 x 32 x 4 = 16384 B, C =
+    ceil(k S / E) = 8); the sums, and their gradients, equal the einsums' without a plan."""
+    b, s, d = 4, 16, 32
+    assert moe_collectives["mixtral/tp/prefill/moe"] == [["all-reduce", b * s * d * 4]] * 2
+    for mesh in ("model", "dataxmodel"):
+        assert moe_collectives["reduce_after_combine_err/" + mesh] < 1e-4, mesh
 
 
 def test_tp_decode_splits_the_latent_cache_over_batch(moe_collectives):
