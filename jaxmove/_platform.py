@@ -66,10 +66,6 @@ def quiet_stderr(survive_exit: bool = False) -> Iterator[None]:
     instead of a file, which still writes what was kept when this process is gone; without it
     a mistyped XLA_FLAGS exited silently. Costs one Python start-up (~20 ms).
     """
-    if survive_exit:
-        with _filtered_by_child():
-            yield
-        return
     try:
         fd = sys.stderr.fileno()
     except (AttributeError, OSError, ValueError):
@@ -82,72 +78,60 @@ def quiet_stderr(survive_exit: bool = False) -> Iterator[None]:
     except OSError:  # no fd 2 at all: nothing to capture
         yield
         return
-    try:
-        sys.stderr.flush()
-    except (AttributeError, OSError, ValueError):
-        pass
-    saved = os.dup(fd)
-    with tempfile.TemporaryFile(mode="w+b") as tmp:
-        os.dup2(tmp.fileno(), fd)
+    _flush_stderr()
+    child = _filter_process(fd) if survive_exit else None
+    if child is not None:  # the child writes what it keeps to fd 2 when its input ends
         try:
-            yield
+            with _fd_redirected(fd, child.stdin.fileno()):
+                yield
         finally:
-            try:
-                sys.stderr.flush()
-            except (AttributeError, OSError, ValueError):
-                pass
-            os.dup2(saved, fd)
-            os.close(saved)
-            tmp.seek(0)
-            text = tmp.read().decode("utf-8", "replace")
+            child.stdin.close()
+            child.wait()
+        return
+    with tempfile.TemporaryFile(mode="w+b") as tmp:
+        with _fd_redirected(fd, tmp.fileno()):
+            yield
+        tmp.seek(0)
+        text = tmp.read().decode("utf-8", "replace")
     kept = _filter(text)
     if kept:
         sys.stderr.write(kept)
         sys.stderr.flush()
 
 
-@contextlib.contextmanager
-def _filtered_by_child() -> Iterator[None]:
-    """``quiet_stderr(survive_exit=True)``: fd 2 into a pipe read by a child Python process
-    that applies ``_filter`` at end of input and writes to the original fd 2."""
-    import inspect
-    import subprocess
-
-    try:
-        fd = sys.stderr.fileno()
-    except (AttributeError, OSError, ValueError):
-        fd = 2
-    try:
-        os.fstat(fd)
-    except OSError:
-        yield
-        return
+def _flush_stderr() -> None:
     try:
         sys.stderr.flush()
     except (AttributeError, OSError, ValueError):
         pass
-    code = (f"import re, sys\n_NOISE = re.compile({_NOISE.pattern!r})\n{inspect.getsource(_filter)}\n"
-            "sys.stderr.write(_filter(sys.stdin.buffer.read().decode('utf-8', 'replace')))\n")
-    try:
-        child = subprocess.Popen([sys.executable, "-I", "-S", "-c", code], stdin=subprocess.PIPE,
-                                 stdout=subprocess.DEVNULL, stderr=fd)
-    except OSError:  # no Python to start: capture in a file as usual
-        with quiet_stderr():
-            yield
-        return
+
+
+@contextlib.contextmanager
+def _fd_redirected(fd: int, to: int) -> Iterator[None]:
+    """``fd`` pointing at ``to`` for the duration (Python's buffered stderr flushed at the end)."""
     saved = os.dup(fd)
-    os.dup2(child.stdin.fileno(), fd)
+    os.dup2(to, fd)
     try:
         yield
     finally:
-        try:
-            sys.stderr.flush()
-        except (AttributeError, OSError, ValueError):
-            pass
+        _flush_stderr()
         os.dup2(saved, fd)
         os.close(saved)
-        child.stdin.close()
-        child.wait()
+
+
+def _filter_process(fd: int):
+    """A child Python process that reads its stdin to the end, applies ``_filter`` and writes
+    the rest to ``fd`` (``quiet_stderr(survive_exit=True)``); None where none can start."""
+    import inspect
+    import subprocess
+
+    code = (f"import re, sys\n_NOISE = re.compile({_NOISE.pattern!r})\n{inspect.getsource(_filter)}\n"
+            "sys.stderr.write(_filter(sys.stdin.buffer.read().decode('utf-8', 'replace')))\n")
+    try:
+        return subprocess.Popen([sys.executable, "-I", "-S", "-c", code], stdin=subprocess.PIPE,
+                                stdout=subprocess.DEVNULL, stderr=fd)
+    except OSError:  # no Python to start: the temporary file, as without survive_exit
+        return None
 
 
 def _filter(text: str) -> str:
