@@ -284,3 +284,21 @@ def test_mla_cache_in_every_kv_dtype(kv):
     read, written = rep.totals.role_bytes("kv_cache")
     assert rep.excess.by_role["kv_cache"].compulsory_bytes >= 2 * cache_bytes
     assert 2 * cache_bytes <= read, (read, cache_bytes)
+
+
+@pytest.mark.parametrize("target,plugin", [("tpu-v5e:2x2", "libtpu"), ("h100-sxm:1x1x4", "jax_plugins.xla_cuda12")])
+def test_tp_moe_prefill_all_reduces_the_combined_tokens_on_accelerators(target, plugin):
+    """Mixtral prefill, tp over 4 devices, compiled by XLA:TPU and XLA:GPU: each MoE layer's one
+    all-reduce carries the combined [B, S, d] bf16 tokens (8 x 128 x 256 x 2 = 524288 B), not
+    the [E, B, C, d] expert outputs (C = ceil(k S cf / E) = 80: 4 x 8 x 80 x 256 x 2 B)."""
+    import importlib.util
+    if importlib.util.find_spec(plugin) is None:
+        pytest.skip(f"{plugin} is not installed")
+    from jaxmove.api import analyze
+    from jaxmove.plans.compare import capture_with_plan
+    sets = dict(layers="2", d_model="256", heads="4", kv_heads="4", d_ff="512", vocab="1024",
+                seq_len="128", batch="8", experts="4", top_k="2")
+    rep = analyze(capture_with_plan("mixtral-8x7b-prefill", sets, PRESETS["tp"], {"model": 4}, target=target))
+    moe = [(r.collective.kind, r.collective.buffer_bytes) for r in rep.rows
+           if r.collective is not None and "/moe/" in (r.instr.metadata.op_name or "")]
+    assert moe == [("all-reduce", 8 * 128 * 256 * 2)] * 2, moe

@@ -236,6 +236,29 @@ def test_hlo_backend_is_inferred(family):
     assert infer_backend(capture(decode, sds((D, D)), sds((S, D)), sds((B, D))).hlo_text) == "cpu"
 
 
+def test_backend_literals_only_skip_texts_the_marks_cannot_match():
+    """infer_backend skips a backend's regex where none of its literal strings is in the text
+    (_MARK_LITERALS): every text of the HLO corpus gets the regex-only answer, and so does each
+    mark written alone (a literal missing from the list would turn one of them to 'unknown')."""
+    import re
+    from pathlib import Path
+    from jaxmove.capture.program import _BACKEND_MARKS, infer_backend
+
+    def regex_only(text):
+        return next((b for b, mark in _BACKEND_MARKS if mark.search(text)), "unknown")
+    samples = ['%a = f32[8,128]{1,0:T(8,128)} p', "x{0:S(1)}", '"estimated_cycles":"5"',
+               'custom_call_target="tpu_custom_call"', '"operation_queue_id":"0"',
+               '"fusion_backend_config":{}', 'custom_call_target="__cublas$gemm"',
+               '"kind":"__triton_gemm"', '"outer_dimension_partitions":[]', '"kind":"__onednn$x"',
+               'custom_call_target="xla.cpu.foo"', 'custom_call_target="__ynn_x"', "no marks at all"]
+    corpus = Path(__file__).resolve().parents[2] / "shared" / "corpus" / "hlo"
+    texts = samples + [p.read_text(errors="replace") for p in sorted(corpus.glob("*.hlo"))]
+    for text in texts:
+        assert infer_backend(text) == regex_only(text), text[:80]
+    assert [infer_backend(t) for t in samples[:4]] == ["tpu"] * 4
+    assert re.fullmatch(r"(gpu ){4}(cpu ){4}unknown ", "".join(infer_backend(t) + " " for t in samples[4:]))
+
+
 def test_out_of_memory_is_an_answer():
     t = _target_or_skip("tpu")
     big = sds((1 << 16, 1 << 16), dtype=jnp.float32)      # 16 GiB per operand, v5e has 16 GB

@@ -191,13 +191,17 @@ def _root_names(comp: Computation) -> set[str]:
 
 
 def unfused_traffic(fused: Computation, module: Module,
-                    _memo: dict[str, tuple[int, tuple[str, ...]]] | None = None
+                    _memo: dict | None = None
                     ) -> tuple[int, tuple[str, ...]]:
     """HBM bytes (read + written, per execution) of ``fused`` run one instruction per kernel.
 
     Each fused instruction is costed by the traffic pass's rule for it, as if unfused
     (``instruction_traffic(instr, fused, module)``); a nested fusion contributes its own
     unfused traffic, recursively. Returns (bytes, unmodeled reasons).
+
+    ``_memo``: the reuse pass's one memo of a module, keyed by computation name (this answer)
+    and by tuples: ("unfused", structural class), ("intermediates", class), ("fused", ids of a
+    traffic record's accesses).
     """
     memo = {} if _memo is None else _memo
     hit = memo.get(fused.name)
@@ -227,7 +231,7 @@ def _is_fusion(instr: Instruction) -> bool:
 
 
 def _unfused_one(fused: Computation, module: Module,
-                 memo: dict[str, tuple[int, tuple[str, ...]]]) -> tuple[int, tuple[str, ...]]:
+                 memo: dict) -> tuple[int, tuple[str, ...]]:
     """unfused_traffic of one computation whose nested fusions are in ``memo``."""
     total = 0
     unmodeled: list[str] = []
