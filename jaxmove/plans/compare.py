@@ -233,10 +233,8 @@ def workload_shardings(workload, plan: Plan, mesh, notes: list[str]):
         def known(a):   # (a tuple names a merged dimension: plan.py, step 4)
             return all(n in LOGICAL_AXES for n in a) if isinstance(a, (tuple, list)) else a in LOGICAL_AXES
 
-        if isinstance(axes, str):  # (one name, not one per dimension: partition_spec says so)
-            return NamedSharding(mesh, PartitionSpec(*plan.partition_spec(axes, leaf.shape, mesh_shape,
-                                                                          is_param, notes, path)))
-        unknown = [a for a in (axes or ()) if a is not None and not known(a)]
+        # (a string is one name, not one per dimension: partition_spec refuses it by name)
+        unknown = [] if isinstance(axes, str) else [a for a in (axes or ()) if a is not None and not known(a)]
         if unknown:
             notes.append(f"logical axis {unknown[0]!r} is not one plans map ({', '.join(LOGICAL_AXES)}): "
                          "that dimension stays replicated")
