@@ -113,10 +113,62 @@ def test_materialized_intermediate_that_fits_on_chip():
     assert control.excess_bytes == 0 and control.causes == []
 
 
-def test_without_capacity_an_intermediate_is_a_compulsory_spill():
+def test_without_capacity_an_intermediate_is_a_spill_and_compulsory_is_unchanged():
+    # DESIGN.md: compulsory traffic depends on the program's semantics alone, never on the
+    # on-chip capacity: read x, write y (2 x 4N B) with or without a spec
     ex, _ = excess_of(TWO_KERNELS, None)
-    assert ex.excess_bytes == 0 and ex.causes == []
+    assert ex.compulsory_bytes == 2 * 4 * N
+    c = ex.cause("spilled_intermediate")
+    assert c.bytes == 2 * 4 * N and c.by_path == {"onchip_to_hbm": 4 * N, "hbm_to_onchip": 4 * N}
+    assert ex.excess_bytes == 2 * 4 * N
     assert any("no on-chip capacity" in n for n in ex.notes)
+    fits, _ = excess_of(TWO_KERNELS, H100)
+    assert fits.compulsory_bytes == ex.compulsory_bytes
+
+
+# an intermediate of 64 MiB (f32[16M]): over H100's 50 MiB L2, under tpu-v5e's 128 MiB VMEM;
+# written once by %f1, read by two kernels
+BIG = 16 * 1024 * 1024
+SPILLED = f"""HloModule spilled
+%f1 (a: f32[{BIG}]) -> f32[{BIG}] {{
+  %a = f32[{BIG}] parameter(0)
+  ROOT %e = f32[{BIG}] exponential(%a)
+}}
+%f2 (b: f32[{BIG}]) -> f32[{BIG}] {{
+  %b = f32[{BIG}] parameter(0)
+  ROOT %n = f32[{BIG}] negate(%b)
+}}
+%f3 (c: f32[{BIG}], d: f32[{BIG}]) -> f32[{BIG}] {{
+  %c = f32[{BIG}] parameter(0)
+  %d = f32[{BIG}] parameter(1)
+  ROOT %s = f32[{BIG}] add(%c, %d)
+}}
+ENTRY %main (x: f32[{BIG}]) -> f32[{BIG}] {{
+  %x = f32[{BIG}] parameter(0)
+  %t = f32[{BIG}] fusion(%x), kind=kLoop, calls=%f1
+  %u = f32[{BIG}] fusion(%t), kind=kLoop, calls=%f2
+  ROOT %y = f32[{BIG}] fusion(%t, %u), kind=kLoop, calls=%f3
+}}
+"""
+
+
+def test_an_intermediate_over_the_capacity_is_spilled_excess_not_compulsory():
+    tpu = load_spec("tpu-v5e")
+    by_spec = {name: excess_of(SPILLED, spec)[0] for name, spec in
+               (("none", None), ("h100", H100), ("tpu", tpu))}
+    # compulsory: read x, write y, whatever the capacity
+    for ex in by_spec.values():
+        assert ex.compulsory_bytes == 2 * 4 * BIG
+    # t (64 MiB) and u (64 MiB) on H100 (50 MiB of L2): t written once, read twice (once
+    # spilled, once re_read); u written and read once
+    h = by_spec["h100"]
+    assert h.cause("spilled_intermediate").bytes == 4 * 4 * BIG
+    assert h.bytes_of("re_read") == 4 * BIG
+    assert h.bytes_of("materialized_intermediate") == 0
+    # on tpu-v5e (128 MiB of VMEM) both fit: a fusion boundary, every byte of it
+    t = by_spec["tpu"]
+    assert t.bytes_of("materialized_intermediate") == 5 * 4 * BIG and t.bytes_of("spilled_intermediate") == 0
+    assert h.excess_bytes == t.excess_bytes == by_spec["none"].excess_bytes == 5 * 4 * BIG
 
 
 def test_reread_weight():
@@ -141,7 +193,9 @@ ENTRY %main (x: f32[{N}], w_kernel: f32[{N}]) -> f32[{N}] {{
     ex, _ = excess_of(text, None)
     c = ex.cause("re_read", "w_kernel")
     assert c.bytes == 4 * N and c.by_role == {"weights": 4 * N}   # the second read of w
-    assert ex.excess_bytes == 4 * N
+    # and m's round trip (no spec: no capacity known, a spill)
+    assert ex.bytes_of("spilled_intermediate") == 2 * 4 * N
+    assert ex.excess_bytes == 4 * N + 2 * 4 * N
     assert ex.by_role["weights"].compulsory_bytes == 4 * N
     control, _ = excess_of(NO_EXCESS, None)
     assert control.cause("re_read") is None

@@ -90,7 +90,7 @@ from ...hlo.shape import HOST_MEMORY_SPACE
 from ..roles import entry_parameter_name, leaf_position, roles_pass
 from ..traffic import NO_TRAFFIC, ON_CHIP_MEMORY_SPACES
 from .buffers import NATIVE_STARTS, Buffers, resolve_copy, union_all, write_key
-from .causes import (RECOMPUTE_PRIORITY, KERNEL_WRITES, PROGRAM_WIDE, READ_PRIORITY, READS_COMPULSORY, UNATTRIBUTED,
+from .causes import (SPILL, RECOMPUTE_PRIORITY, KERNEL_WRITES, PROGRAM_WIDE, READ_PRIORITY, READS_COMPULSORY, UNATTRIBUTED,
                      FixContext, fix_text)
 from .kernels import REBUILD, classify
 from .lookups import table_lookup
@@ -587,6 +587,7 @@ class Accounting:
         read_both, write_both = ledger.read_both, ledger.write_both
         computations = module.computations
         no_cause = "materialized_intermediate"
+        spill_cause = SPILL
         kernel_write_causes = KERNEL_WRITES  # (causes.py: the kernel causes' writes are theirs)
         onchip_copy = self.onchip_copy
         onchip_reads: dict[tuple, list] = {}  # on-chip copy root -> [(row, operand, data bytes)]
@@ -682,10 +683,11 @@ class Accounting:
                                 wt[1] = g + give
                             else:
                                 give = 0
-                            if give == logical == phys:  # all compulsory: only the two sums move
-                                read_both[role] += phys
-                            else:
-                                add(role, HBM_READ, phys, give, logical, "re_read", "", k)
+                            # read back once: the spill's (excess, as its write); beyond: re_read
+                            if give:
+                                add(role, HBM_READ, phys - (logical - give), 0, give, spill_cause, "", k)
+                            if logical > give:
+                                add(role, HBM_READ, logical - give, 0, logical - give, "re_read", "", k)
                             continue
                     reads[root].append((prio, logical, logical, k, role, phys, root))
                 elif root in derived:  # (derived buffers are special)
@@ -743,10 +745,8 @@ class Accounting:
                         add(role, HBM_WRITE, phys, 0, logical, kc, "", k)
                     elif cap is not None and (leaf.logical_byte_size if leaf is not None else logical) <= cap:
                         add(role, HBM_WRITE, phys, 0, logical, no_cause, "", k)
-                    elif logical == phys:  # a spilled intermediate written once: compulsory
-                        write_both[role] += phys
-                    else:
-                        add(role, HBM_WRITE, phys, logical, logical, UNATTRIBUTED, "", k)
+                    else:  # too large for on chip (or no capacity known): a spill, excess all the same
+                        add(role, HBM_WRITE, phys, 0, logical, spill_cause, "", k)
                     continue
                 # (wt[0] - logical: the data bytes written into the buffer before this write)
                 o = out_root.get(root) if kc is None else None
@@ -932,19 +932,31 @@ class Accounting:
                 else:
                     normal = claims
                 budget = min(size, sum(min(size, c[1]) for c in normal))
+                spill = 0
                 subject = self._param_subject(pnum)
                 own = "re_read"
             else:
                 size = self._logical_size(broot)
                 fits = cap is not None and size is not None and size <= cap
                 wt = tally.get(broot)
-                budget = 0 if fits or wt is None else wt[0] - wt[1]
+                # a spilled intermediate: each byte written is read back once as the spill's
+                # excess (never compulsory: DESIGN.md), more often as re_read
+                spill = 0 if fits or wt is None else wt[0] - wt[1]
+                budget = 0
                 own = "materialized_intermediate" if fits else "re_read"
                 if broot in self.produced_cause:
-                    budget, own = 0, self.produced_cause[broot]
+                    spill, own = 0, self.produced_cause[broot]
                 subject = ""
             acc_role, acc = _NONE, 0  # compulsory bytes of a run of claims of one role, added once
             for prio, units, logical, k, role, phys, root in claims:
+                if spill > 0:
+                    g = units if units < spill else spill
+                    spill -= g
+                    s_b = g if g < logical else logical
+                    add(role, HBM_READ, phys - (logical - s_b), 0, s_b, SPILL, "", k)
+                    phys = logical = logical - s_b
+                    if not logical:
+                        continue
                 if budget > 0:
                     g = units if units < budget else budget
                     budget -= g

@@ -179,8 +179,9 @@ def build_result(ledger: Ledger, module: Module, rows, notes: list[str], capacit
     notes = list(notes)
     if capacity is None:
         notes.append("no on-chip capacity (no hardware spec, or one without l2_bytes/vmem_bytes): "
-                     "every intermediate is counted as a compulsory spill (written and read once); "
-                     "give a hardware spec to find the ones that fit on chip")
+                     "every intermediate written to HBM and read back is counted as spilled_intermediate "
+                     "(compulsory traffic is the same with or without a spec); give a hardware spec "
+                     "to find the ones that fit on chip (materialized_intermediate)")
     if any_unmodeled:
         notes.append("unmodeled instructions move bytes jaxmove cannot count: they are in neither "
                      "compiled nor compulsory")
