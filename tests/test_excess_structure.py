@@ -76,11 +76,12 @@ def test_cause_table_keeps_the_json_kinds_and_refuses_a_duplicate():
     from jaxmove.passes.excess import CAUSE_KINDS, CAUSES
     from jaxmove.passes.excess.causes import CauseRule, FixContext, register
     # the JSON's stable keys, in the order they always had (may be added to, never removed)
-    assert CAUSE_KINDS[:16] == (
+    assert CAUSE_KINDS[:19] == (
         "not_donated", "donated_but_copied", "materialized_intermediate", "layout_change",
         "dtype_conversion", "re_read", "tiling_re_read", "whole_rewrite", "tile_padding",
         "split_k_partials", "rematerialization", "all_gather_partly_used",
-        "collective_wider_than_data", "host_round_trip", "dot_as_multiply_reduce", "slice_copy")
+        "collective_wider_than_data", "host_round_trip", "dot_as_multiply_reduce", "slice_copy",
+        "whole_table_read", "concatenated_copy", "spilled_intermediate")
     for kind, rule in CAUSES.items():
         assert rule.kind == kind and rule.matches and rule.bytes
         text = rule.fix(FixContext(kind, "params/w", 3 * 2**20, "fusion.1", argnum=0))

@@ -127,23 +127,6 @@ def _materialized_intermediate(c: FixContext) -> str:
             f"sharding constraints between them) or write one Pallas kernel -- {c.saves}")
 
 
-SPILL = "spilled_intermediate"
-
-
-@cause(SPILL,
-       matches="an intermediate larger than the spec's on-chip capacity (or any intermediate when "
-               "no capacity is known: no spec), written to HBM and read back once per byte written "
-               "(reading it more often is re_read)",
-       bytes="its writes and its first read of each byte written (none of them compulsory: "
-             "compulsory traffic depends on the program's semantics alone, not on the on-chip "
-             "capacity, DESIGN.md)")
-def _spilled_intermediate(c: FixContext) -> str:
-    return (f"values too large for on-chip memory are written to HBM and read back (e.g. `{c.first}`): "
-            "compute them where they are consumed, tile by tile (a fused or Pallas kernel: flash "
-            "attention for attention scores), or, for a training step's saved activations, "
-            f"recompute them in the backward pass (jax.checkpoint) -- {c.saves}")
-
-
 @cause("layout_change", kernel=True, read_priority=1, matcher=kernels.copy_kind,
        matches="a copy kernel (copy / transpose / reshape, or a fusion whose root is a chain of them "
                "from one parameter) that keeps the element type and the whole buffer",
@@ -317,6 +300,23 @@ def _concatenated_copy(c: FixContext) -> str:
             "the dots different result types (e.g. preferred_element_type=float32 on the smaller "
             "one), or store the weights concatenated ahead of time and slice the result -- "
             f"{c.saves}")
+
+
+SPILL = "spilled_intermediate"
+
+
+@cause(SPILL,
+       matches="an intermediate larger than the spec's on-chip capacity (or any intermediate when "
+               "no capacity is known: no spec), written to HBM and read back once per byte written "
+               "(reading it more often is re_read)",
+       bytes="its writes and its first read of each byte written (none of them compulsory: "
+             "compulsory traffic depends on the program's semantics alone, not on the on-chip "
+             "capacity, DESIGN.md)")
+def _spilled_intermediate(c: FixContext) -> str:
+    return (f"values too large for on-chip memory are written to HBM and read back (e.g. `{c.first}`): "
+            "compute them where they are consumed, tile by tile (a fused or Pallas kernel: flash "
+            "attention for attention scores), or, for a training step's saved activations, "
+            f"recompute them in the backward pass (jax.checkpoint) -- {c.saves}")
 
 
 #: Stable cause keys of the JSON ``excess.causes[].kind`` (may be added to, never removed).

@@ -12,10 +12,11 @@ the ``ledger.py``'s, tiling and collectives the rules of ``wire.py``.
   output aliased to it, or built on a copy of it) writes only the update: the bytes of its
   in-place dynamic-update-slice / scatter writes (in a fusion that rebuilds the buffer, the
   update operand of its dynamic-update-slice);
-* an intermediate (a value written by one kernel and read by others) that fits on chip
-  (its data bytes at most the on-chip capacity of ``reuse.onchip_capacity_bytes(spec)``)
-  costs nothing; one that does not fit is written once and read once per time it is written;
-  without a hardware spec the capacity is unknown and every intermediate is such a spill;
+* an intermediate (a value written by one kernel and read by others) costs nothing, whatever
+  its size: compulsory traffic depends on the program's semantics alone, never on the on-chip
+  capacity (DESIGN.md); its round trip is excess, ``materialized_intermediate`` when it fits
+  on chip (its data bytes at most ``reuse.onchip_capacity_bytes(spec)``), else (or without a
+  spec) ``spilled_intermediate`` for its writes and one read of each byte written;
 * a collective sends its wire bytes (``passes/collectives.py``) at the width of the data
   (a bf16 value converted to f32 to be sent counts at bf16) and only the part of an
   all-gather's result that the program reads;
@@ -56,10 +57,12 @@ holds exactly (``ledger.py``). Causes (``causes.CAUSES``; the first that applies
    credited to the kernel that writes the result back to HBM. A result that updates a
    parameter in a buffer of its own (rebuilt whole) is read from the parameter's read budget.
 3. A read of a copy of a buffer beyond that buffer's footprint: the copy's cause.
-4. The buffer: a parameter read again beyond its footprint, or a spilled intermediate read
-   more often than written, is ``re_read`` (the same buffer read by several kernels, or in
-   every loop iteration); an intermediate that fits on chip is
-   ``materialized_intermediate`` (a fusion boundary); an update of a parameter written
+4. The buffer: a parameter read again beyond its footprint (several kernels looking up the
+   same rows of a table -- an embedding gather fused into each consumer -- need them once), or
+   a spilled intermediate read more often than written, is ``re_read`` (the same buffer read
+   by several kernels, or in every loop iteration); an intermediate that fits on chip is
+   ``materialized_intermediate`` (a fusion boundary), one that does not
+   ``spilled_intermediate``; an update of a parameter written
    beyond its update bytes is ``whole_rewrite``; a kernel that computes every element of the
    update anew (elementwise arithmetic: a training step's new parameters and optimizer state,
    on TPU computed in VMEM and copied to their buffers) writes update bytes only. A weights
@@ -93,7 +96,7 @@ from .buffers import NATIVE_STARTS, Buffers, resolve_copy, union_all, write_key
 from .causes import (SPILL, RECOMPUTE_PRIORITY, KERNEL_WRITES, PROGRAM_WIDE, READ_PRIORITY, READS_COMPULSORY, UNATTRIBUTED,
                      FixContext, fix_text)
 from .kernels import REBUILD, classify
-from .lookups import table_lookup
+from .lookups import lookup_rows, table_lookup
 from .ledger import HBM_READ, HBM_WRITE, Ledger, build_result
 from .records import ExcessAnalysis
 from .wire import collective_excess, tiling_excess
@@ -869,8 +872,14 @@ class Accounting:
                 wkey = write_key(instr, comp, a.index)[0] if a.index else (r.computation, instr.name, 0)
                 root = B.find(wkey)
                 uroot = root if root in self.update_of else None
-                if uroot is None and root in self.derived and self.derived[root][0] in self.param_root:
-                    uroot = self.update_root.get(self.param_root[self.derived[root][0]][0])
+                if uroot is None and root in self.derived:
+                    o = self.derived[root][0]
+                    if o not in self.param_root and o in self.onchip_copy:
+                        # a copy of the parameter's prefetch into on-chip memory (XLA:TPU:
+                        # copy-start into VMEM, a layout copy there, updated, copied back)
+                        o = self.onchip_copy[o][0]
+                    if o in self.param_root:
+                        uroot = self.update_root.get(self.param_root[o][0])
                 if uroot is None:
                     continue
                 lg = a.logical_nbytes if a.logical_nbytes is not None else a.nbytes
@@ -931,7 +940,12 @@ class Accounting:
                     normal += [c for c in claims if c[0] == RECOMPUTE_PRIORITY and self._orphan_clone(c[3])]
                 else:
                     normal = claims
-                budget = min(size, sum(min(size, c[1]) for c in normal))
+                if len(normal) > 1 and self._same_lookups(broot, normal):
+                    # every reader looks up the same rows (an embedding gather XLA fused into
+                    # each consumer): needed once, the other reads re_read
+                    budget = min(size, max(c[1] for c in normal))
+                else:
+                    budget = min(size, sum(min(size, c[1]) for c in normal))
                 spill = 0
                 subject = self._param_subject(pnum)
                 own = "re_read"
@@ -1002,6 +1016,32 @@ class Accounting:
                     by_row[k] += nbytes
             if acc_role is not _NONE:
                 read_both[acc_role] += acc
+
+    def _same_lookups(self, broot, claims) -> bool:
+        """Every claim reads parameter root ``broot`` directly through lookups of the same
+        rows (``lookups.lookup_rows``: the same gathers / dynamic-slices with the same index
+        buffers)."""
+        rows, find, module = self.rows, self.buffers.find, self.module
+        first = None
+        for c in claims:
+            k, root = c[3], c[6]
+            if root != broot:
+                return False
+            r = rows[k]
+            instr = r.instr
+            ops = [i for i, o in enumerate(instr.operands) if find((r.computation, o, 0)) == broot]
+            if len(ops) != 1:
+                return False
+            sig = lookup_rows(instr, ops[0], module)
+            if sig is None:
+                return False
+            sig = frozenset((op, attrs, tuple(find((r.computation, instr.operands[i], 0)) for i in idx))
+                            for op, attrs, idx in sig)
+            if first is None:
+                first = sig
+            elif sig != first:
+                return False
+        return True
 
     def _table_footprint(self, broot, claims) -> int | None:
         """The lookup footprint (data bytes) of parameter root ``broot`` when the program uses

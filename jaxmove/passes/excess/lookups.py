@@ -148,3 +148,79 @@ def _base(comp: Computation, instr: Instruction | None) -> Instruction | None:
             return instr
         instr = comp.by_name.get(instr.operands[0])
     return instr
+
+
+# ops an index passes through unchanged in value (XLA clamps and converts gather indices)
+_INDEX_CHAIN = frozenset({"bitcast", "copy", "convert", "reshape", "transpose", "broadcast"})
+# the attributes that, with the indices, decide which rows a lookup reads
+_LOOKUP_ATTRS = ("offset_dims", "collapsed_slice_dims", "start_index_map", "index_vector_dim",
+                 "slice_sizes", "operand_batching_dims", "start_indices_batching_dims",
+                 "dynamic_slice_sizes")
+
+
+def lookup_rows(instr: Instruction, operand: int, module: Module) -> frozenset | None:
+    """What decides the rows that kernel ``instr`` reads of its operand ``operand`` when it uses
+    that operand only as the table of ``gather`` / ``dynamic-slice`` lookups (directly, or in the
+    fusion it calls, through ``_TABLE_CHAIN`` ops): one ``(opcode, attributes, index operands)``
+    per lookup, the index operands the kernel's operand numbers whose values are the indices
+    (through ``_INDEX_CHAIN`` ops); None when a use is no such lookup or an index is computed in
+    the kernel. Two kernels whose lookups have the same signatures and whose index operands are
+    the same buffers read the same rows (XLA:GPU fuses an embedding's gather into each of its
+    consumers: the table's rows are read once per consumer, needed once)."""
+    op = instr.opcode
+    if op in LOOKUP_OPS:
+        if operand != 0 or not instr.shape.is_array:
+            return None
+        return frozenset({(op, _lookup_attrs(instr), tuple(range(1, len(instr.operands))))})
+    if op != "fusion" or not instr.called_computations:
+        return None
+    fused = module.computations.get(instr.called_computations[0])
+    if fused is None:
+        return None
+    param = next((p for p in fused.parameters if p.parameter_number == operand), None)
+    if param is None:
+        return None
+    out = set()
+    stack = [param]
+    steps = 0
+    while stack:
+        cur = stack.pop()
+        users = fused.users(cur.name)
+        if not users:
+            return None  # (the table, or a copy of it, is the result)
+        for u in users:
+            steps += 1
+            if steps > _MAX_STEPS:
+                return None
+            if u.opcode in _TABLE_CHAIN and u is not fused.root:
+                stack.append(u)
+            elif u.opcode in LOOKUP_OPS and u.shape.is_array and u.operands[0] == cur.name \
+                    and cur.name not in u.operands[1:]:
+                idx = []
+                for o in u.operands[1:]:
+                    src = _index_source(fused, fused.by_name.get(o))
+                    if src is None:
+                        return None
+                    idx.append(src)
+                out.add((u.opcode, _lookup_attrs(u), tuple(idx)))
+            else:
+                return None
+    return frozenset(out) if out else None
+
+
+def _lookup_attrs(instr: Instruction) -> tuple:
+    a = instr.attrs
+    return tuple(a.get(k) for k in _LOOKUP_ATTRS) + (tuple(instr.shape.dims),)
+
+
+def _index_source(comp: Computation, instr: Instruction | None) -> int | None:
+    """The parameter number of ``comp`` whose value ``instr`` is (through ``_INDEX_CHAIN``)."""
+    for _ in range(_MAX_STEPS):
+        if instr is None:
+            return None
+        if instr.opcode == "parameter":
+            return instr.parameter_number
+        if instr.opcode not in _INDEX_CHAIN or len(instr.operands) != 1:
+            return None
+        instr = comp.by_name.get(instr.operands[0])
+    return None
