@@ -271,3 +271,15 @@ def test_default_plans_offer_ep_for_models_with_experts():
     from jaxmove.plans import default_plans
     assert default_plans("moe-tiny") == ["dp", "fsdp", "tp", "fsdp_tp", "ep"]
     assert default_plans("mlp-tiny") == ["dp", "fsdp", "tp", "fsdp_tp"]
+
+
+def test_a_plan_given_twice_is_refused_before_compiling(tmp_path):
+    # the table names each plan: the same name twice compiled twice (or, for a file named like a
+    # preset, gave two rows of one name)
+    from jaxmove.plans import PlanError, compare_plans
+    f = tmp_path / "tp.toml"
+    f.write_text('[rules]\nmlp = "model"\n')
+    with pytest.raises(PlanError, match=r"^plan 'tp' is given twice \(preset\)"):
+        compare_plans("gpt2-small-prefill", {"model": 2}, ["tp", "dp", "tp"])
+    with pytest.raises(PlanError, match=r"^plan 'tp' is given twice \(preset and .*tp\.toml\): .*`name =`"):
+        compare_plans("gpt2-small-prefill", {"model": 2}, ["tp", str(f)])

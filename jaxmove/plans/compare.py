@@ -591,6 +591,15 @@ def compare_plans(model, mesh_shape: dict[str, int] | None, plans: list[str | Pl
         from ..hardware.overrides import with_slice_topology
         spec = with_slice_topology(spec, tgt.topology)
     loaded = [p if isinstance(p, Plan) else load_plan(p) for p in (plans or default_plans(workload))]
+    seen: dict[str, Plan] = {}
+    for p in loaded:  # the table names each plan: two of one name would compile twice or mislead
+        first = seen.get(p.name)
+        seen.setdefault(p.name, p)
+        if first is not None:
+            where = " and ".join(dict.fromkeys(q.source if q.source != "preset" else "preset"
+                                               for q in (first, p)))
+            raise PlanError(f"plan {p.name!r} is given twice ({where}): give each plan once; plans "
+                            "from files are named by their `name =` (else the file name)")
     n = math.prod(mesh_shape.values())
     if tgt.platform == "cpu" and n > MAX_SIMULATED_DEVICES:
         raise PlanError(f"mesh {mesh_shape}: {n} devices; at most {MAX_SIMULATED_DEVICES} simulated "
