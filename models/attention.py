@@ -32,7 +32,9 @@ these forms:
            Decode on CUDA also computes soft-capping and a sliding window, with the same Triton
            decode kernel adapted to them, and DeepSeek's absorbed latent attention with a
            Triton kernel of its own (``models/triton_decode.py``): Gemma-2 and DeepSeek-V3
-           decode with them on GPUs and with ``xla`` elsewhere.
+           decode with them on GPUs. DeepSeek-V3 decode on TPU uses a Pallas TPU kernel of
+           its own (``models/tpu_decode.py``: the merged latent cache read once); Gemma-2
+           keeps ``xla`` there.
 =========  ==========================================================================================
 
 The kernel is chosen when the program is lowered, by ``jax.lax.platform_dependent``
@@ -492,12 +494,35 @@ def _triton_mla(ql, qr, cc, rc, pos, *, scale):
                              num_warps=4 if bh <= 16 else 8)
 
 
+#: positions per grid step of the TPU latent-attention kernel: a [2048, 576] bf16 block of the
+#: merged DeepSeek cache is 2.25 MiB (double-buffered, with the [H, 2048] f32 scores, well in
+#: the 16 MiB of scoped VMEM); fewer, larger steps amortise the ~0.35 us per grid step
+TPU_MLA_BLOCK = 2048
+
+
+def _tpu_mla(ql, qr, cc, rc, pos, *, scale):
+    """``models/tpu_decode.mla`` (Pallas TPU) on ql [B, H, r], qr [B, H, dr] over the merged
+    cache cc [B, S, r + dr] (``rc`` is ``cc``), positions <= pos; the key block the largest
+    power of two <= ``TPU_MLA_BLOCK`` dividing S. Raises ValueError for a split cache (int8
+    KV: two arrays) or S not a multiple of 128 (``auto`` then takes the XLA form)."""
+    from . import tpu_decode
+    if cc.shape[-1] != ql.shape[-1] + qr.shape[-1]:
+        raise ValueError("the TPU latent kernel reads the merged cache [c_kv | k_rope] only")
+    s = cc.shape[1]
+    bk = TPU_MLA_BLOCK
+    while bk > 128 and s % bk:
+        bk //= 2
+    return tpu_decode.mla(ql, qr, cc, pos, sm_scale=scale, block_k=bk)
+
+
 def mla_decode(option: str, ql, qr, cc, rc, pos, scale: float, xla, shardings=None):
     """Absorbed latent attention of one query per head (``transformer.MLAttention.decode``):
     ql [B, H, r], qr [B, H, dr] over the latent cache cc [B, S, r] and rope keys rc [B, S, dr]
     (or the merged cache cc [B, S, r + dr], passed as rc too), positions <= pos -> [B, H, r] in
-    ql's dtype. ``auto``: the Triton kernel on CUDA
-    (``models/triton_decode.mla``), ``xla(ql, qr, cc, rc, pos)`` elsewhere.
+    ql's dtype. ``auto``: the Triton kernel on CUDA (``models/triton_decode.mla``), the Pallas
+    TPU kernel on TPU for the merged cache (``models/tpu_decode.mla``: each cache block read
+    once for the scores and the output; XLA's form reads the cache twice), ``xla(ql, qr, cc,
+    rc, pos)`` elsewhere.
 
     Under a plan the kernel runs per device in ``shard_map``: heads as the plan splits them,
     the cache and queries split alike over batch; a plan that splits the cache's length or
@@ -508,7 +533,8 @@ def mla_decode(option: str, ql, qr, cc, rc, pos, scale: float, xla, shardings=No
         return xla(ql, qr, cc, rc, pos)
     if option != "auto":
         raise AttentionError(f"--set attention={option}: no kernel computes latent attention")
-    kernels = {"cuda": functools.partial(_triton_mla, scale=scale)}
+    kernels = {"cuda": functools.partial(_triton_mla, scale=scale),
+               "tpu": functools.partial(_tpu_mla, scale=scale)}
 
     def run(ql, qr, cc, rc, pos):
         return _dispatch(option, "decode", kernels, xla, (ql, qr, cc, rc, pos),
