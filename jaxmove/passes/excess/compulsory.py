@@ -687,10 +687,13 @@ class Accounting:
                             else:
                                 give = 0
                             # read back once: the spill's (excess, as its write); beyond: re_read
+                            # (the tile padding goes with the first part charged)
+                            pad = phys - logical
                             if give:
-                                add(role, HBM_READ, phys - (logical - give), 0, give, spill_cause, "", k)
+                                add(role, HBM_READ, give + pad, 0, give, spill_cause, "", k)
+                                pad = 0
                             if logical > give:
-                                add(role, HBM_READ, logical - give, 0, logical - give, "re_read", "", k)
+                                add(role, HBM_READ, logical - give + pad, 0, logical - give, "re_read", "", k)
                             continue
                     reads[root].append((prio, logical, logical, k, role, phys, root))
                 elif root in derived:  # (derived buffers are special)
@@ -808,8 +811,14 @@ class Accounting:
             if left is None:
                 left = self._out_size(root)
             if not update and root in self.onchip_update:
-                # a whole write of the result after its updates ran on chip: it carries them
-                update = min(logical, self.onchip_update.pop(root))
+                # a whole write of the result after its updates ran on chip: it carries those
+                # made to the on-chip buffers it copies from (not a copy of the unchanged value)
+                made = self.onchip_update[root]
+                find = self.buffers.find
+                for o in dict.fromkeys(r.instr.operands):
+                    got = made.pop(find((r.computation, o, 0)), 0)
+                    update += got
+                update = min(logical, update)
             if not update and _copies_new_values_from_chip(r, self.module):
                 update = logical  # new values computed on chip, copied to the result's buffer
             comp_b = min(update, left)
@@ -843,12 +852,12 @@ class Accounting:
             subject = ""
         self.ledger.add(role, HBM_WRITE, phys, comp_b, logical, kind, subject, k)
 
-    def _onchip_updates(self, rows) -> dict[tuple, int]:
-        """Update result root -> bytes of in-place updates made to it (or to a copy of its
-        parameter) in on-chip memory (XLA:TPU: a cache copied into VMEM, updated there, and
-        copied back whole): the kernel that writes the result to HBM carries them, and they
-        are its compulsory part."""
-        out: dict[tuple, int] = {}
+    def _onchip_updates(self, rows) -> dict[tuple, dict[tuple, int]]:
+        """Update result root -> {on-chip buffer root: bytes of in-place updates made to it}:
+        updates made in on-chip memory to the result or to a copy of its parameter (XLA:TPU: a
+        cache copied into VMEM, updated there, and copied back whole): the kernel that writes
+        the result to HBM from that buffer carries them, and they are its compulsory part."""
+        out: dict[tuple, dict[tuple, int]] = {}
         if not self.update_of:
             return out
         B, module = self.buffers, self.module
@@ -884,7 +893,8 @@ class Accounting:
                     continue
                 lg = a.logical_nbytes if a.logical_nbytes is not None else a.nbytes
                 nbytes = (min(lg, inner) if inner else lg) * r.multiplicity.count
-                out[uroot] = out.get(uroot, 0) + nbytes
+                made = out.setdefault(uroot, {})
+                made[root] = made.get(root, 0) + nbytes
         return out
 
     def settle_reads(self, reads: dict, tally: dict) -> None:
@@ -1018,16 +1028,21 @@ class Accounting:
                 read_both[acc_role] += acc
 
     def _same_lookups(self, broot, claims) -> bool:
-        """Every claim reads parameter root ``broot`` directly through lookups of the same
-        rows (``lookups.lookup_rows``: the same gathers / dynamic-slices with the same index
-        buffers)."""
+        """Every claim reads parameter root ``broot`` directly, once per program run, through
+        lookups of the same rows: ``lookups.lookup_rows``'s signatures equal, and each index an
+        ENTRY ``parameter`` instruction (the same one): its value is the program's input, the
+        same for every reader. An index read from any other buffer may hold other values (a
+        loop carry, an in-place update), so such lookups count once each."""
         rows, find, module = self.rows, self.buffers.find, self.module
+        entry = module.entry
         first = None
         for c in claims:
             k, root = c[3], c[6]
             if root != broot:
                 return False
             r = rows[k]
+            if r.computation != entry.name or r.multiplicity.count != 1:
+                return False
             instr = r.instr
             ops = [i for i, o in enumerate(instr.operands) if find((r.computation, o, 0)) == broot]
             if len(ops) != 1:
@@ -1035,7 +1050,12 @@ class Accounting:
             sig = lookup_rows(instr, ops[0], module)
             if sig is None:
                 return False
-            sig = frozenset((op, attrs, tuple(find((r.computation, instr.operands[i], 0)) for i in idx))
+            for _op, _attrs, idx in sig:
+                for i in idx:
+                    src = entry.by_name.get(instr.operands[i])
+                    if src is None or src.opcode != "parameter":
+                        return False
+            sig = frozenset((op, attrs, tuple(entry.by_name[instr.operands[i]].parameter_number for i in idx))
                             for op, attrs, idx in sig)
             if first is None:
                 first = sig

@@ -150,8 +150,9 @@ def _base(comp: Computation, instr: Instruction | None) -> Instruction | None:
     return instr
 
 
-# ops an index passes through unchanged in value (XLA clamps and converts gather indices)
-_INDEX_CHAIN = frozenset({"bitcast", "copy", "convert", "reshape", "transpose", "broadcast"})
+# ops that keep a table's or an index's elements in order and value (a layout copy, a
+# conversion): a transpose / reshape / bitcast would make the same lookup read other elements
+_ORDER_CHAIN = frozenset({"copy", "convert"})
 # the attributes that, with the indices, decide which rows a lookup reads
 _LOOKUP_ATTRS = ("offset_dims", "collapsed_slice_dims", "start_index_map", "index_vector_dim",
                  "slice_sizes", "operand_batching_dims", "start_indices_batching_dims",
@@ -161,12 +162,14 @@ _LOOKUP_ATTRS = ("offset_dims", "collapsed_slice_dims", "start_index_map", "inde
 def lookup_rows(instr: Instruction, operand: int, module: Module) -> frozenset | None:
     """What decides the rows that kernel ``instr`` reads of its operand ``operand`` when it uses
     that operand only as the table of ``gather`` / ``dynamic-slice`` lookups (directly, or in the
-    fusion it calls, through ``_TABLE_CHAIN`` ops): one ``(opcode, attributes, index operands)``
-    per lookup, the index operands the kernel's operand numbers whose values are the indices
-    (through ``_INDEX_CHAIN`` ops); None when a use is no such lookup or an index is computed in
-    the kernel. Two kernels whose lookups have the same signatures and whose index operands are
-    the same buffers read the same rows (XLA:GPU fuses an embedding's gather into each of its
-    consumers: the table's rows are read once per consumer, needed once)."""
+    fusion it calls, through ``copy`` / ``convert`` only): one ``(opcode, attributes, index
+    operands)`` per lookup, the index operands the kernel's operand numbers whose values are the
+    indices (through ``copy`` / ``convert`` only); None when a use is no such lookup, the table
+    or an index passes through an op that reorders elements (transpose, reshape, bitcast) or an
+    index is computed in the kernel. Two kernels whose lookups have the same signatures, with
+    the same values as indices, read the same rows (XLA:GPU fuses an embedding's gather into
+    each of its consumers: the table's rows are read once per consumer, needed once); that the
+    index operands hold the same values is the caller's to establish."""
     op = instr.opcode
     if op in LOOKUP_OPS:
         if operand != 0 or not instr.shape.is_array:
@@ -192,7 +195,7 @@ def lookup_rows(instr: Instruction, operand: int, module: Module) -> frozenset |
             steps += 1
             if steps > _MAX_STEPS:
                 return None
-            if u.opcode in _TABLE_CHAIN and u is not fused.root:
+            if u.opcode in _ORDER_CHAIN and u is not fused.root:
                 stack.append(u)
             elif u.opcode in LOOKUP_OPS and u.shape.is_array and u.operands[0] == cur.name \
                     and cur.name not in u.operands[1:]:
@@ -214,13 +217,28 @@ def _lookup_attrs(instr: Instruction) -> tuple:
 
 
 def _index_source(comp: Computation, instr: Instruction | None) -> int | None:
-    """The parameter number of ``comp`` whose value ``instr`` is (through ``_INDEX_CHAIN``)."""
+    """The parameter number of ``comp`` whose value ``instr`` is (through ``copy`` / a
+    widening integer ``convert``)."""
     for _ in range(_MAX_STEPS):
         if instr is None:
             return None
         if instr.opcode == "parameter":
             return instr.parameter_number
-        if instr.opcode not in _INDEX_CHAIN or len(instr.operands) != 1:
+        if instr.opcode not in _ORDER_CHAIN or len(instr.operands) != 1:
             return None
-        instr = comp.by_name.get(instr.operands[0])
+        src = comp.by_name.get(instr.operands[0])
+        if instr.opcode == "convert" and (src is None or not _widens(src.shape, instr.shape)):
+            return None
+        instr = src
     return None
+
+
+def _widens(a, b) -> bool:
+    """Integer ``a`` converts to integer ``b`` without losing a value (s32 -> s64, u8 -> s32)."""
+    ta, tb = a.element_type, b.element_type
+    if not (ta[:1] in "su" and tb[:1] in "su" and ta[1:].isdigit() and tb[1:].isdigit()):
+        return False
+    ba, bb = int(ta[1:]), int(tb[1:])
+    if ta[0] == tb[0]:
+        return bb >= ba
+    return ta[0] == "u" and tb[0] == "s" and bb > ba
