@@ -237,13 +237,16 @@ def test_tpu_mla_decode_scores_the_merged_latent_cache_in_one_dot():
     """DeepSeek-V3 decode's cache is one [B, S, r + dr] array ([c_kv | k_rope], FlashMLA's
     layout): XLA:TPU computes each layer's scores in one dot over r + dr (the rope keys in a
     second dot wrote the f32 scores and read them back: 16 MiB per layer and v5p chip at full
-    size, benchmarks/zoo_compile.md) and reads the cache at most twice (scores, output)."""
+    size, benchmarks/zoo_compile.md) and reads the cache at most twice (scores, output). The
+    XLA form (``attention=xla``); ``auto`` takes the Pallas TPU kernel, which reads it once
+    (tests/test_tpu_decode_kernels.py)."""
     pytest.importorskip("libtpu", reason='libtpu is not installed (pip install "jaxmove[tpu]")')
     from jaxmove.api import analyze
     from jaxmove.capture import capture
     from jaxmove import zoo
     sets = dict(layers="2", dense_layers="1", d_model="256", d_ff="256", expert_d_ff="128",
-                vocab="1024", experts="4", top_k="2", heads="8", seq_len="512", batch="2")
+                vocab="1024", experts="4", top_k="2", heads="8", seq_len="512", batch="2",
+                attention="xla")
     wl = zoo.build("deepseek-v3-decode", sets)
     rep = analyze(capture(wl, target="tpu-v5p"))
     cfg = wl.config
