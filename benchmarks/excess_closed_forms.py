@@ -11,10 +11,16 @@ computed here and not by the passes:
 * KV cache: every layer's K and V read once (2 L B H_kv d S bf16) and one position written
   (2 L B H_kv d bf16);
 * weights: every layer's q, k, v, o, gate, up, down and two norms, the final norm and lm_head
-  once, and the B embedding rows the tokens gather.
+  once, and the B embedding rows the tokens gather;
+* activations: the tokens (s32 [B, 1]) and the position (s32) read, the logits (f32 [B, 1, V])
+  written.
 
-Also checked: compiled = compulsory + causes + unattributed per role, no split-K partials
-charged to ``weights``, unattributed <= 1% of compiled. The table goes to
+Compulsory traffic depends on the program's semantics alone (DESIGN.md), so the closed forms
+hold for every compiler's program of the step (XLA:CPU's, XLA:GPU's, XLA:TPU's, scanned or
+unrolled) and the excess pass run again without a hardware spec must give the same compulsory
+bytes per role and path (column *no spec*). Also checked: compiled = compulsory + causes +
+unattributed per role, no split-K partials charged to ``weights``, unattributed <= 1% of
+compiled. The table goes to
 ``benchmarks/excess_closed_forms.md`` (``--out``; ``--out ''`` writes nothing). Each case runs
 in a fresh process (one XLA compile at a time, its peak memory its own).
 """
@@ -33,7 +39,8 @@ HERE = Path(__file__).resolve().parent
 L, B, S = 32, 32, 8192
 D, HEADS, KV_HEADS, D_FF, VOCAB = 4096, 32, 8, 14336, 128256
 HEAD_DIM, BF16 = D // HEADS, 2
-CASES = [("h100-sxm", "true"), ("h100-sxm", "false"), ("tpu-v5p", "true")]  # (v5e: 16 GiB, does not fit)
+CASES = [("h100-sxm", "true"), ("h100-sxm", "false"), ("tpu-v5p", "true"), ("tpu-v5p", "false"),
+         ("b200", "false"), ("cpu", "false")]  # (v5e: 16 GiB, does not fit)
 
 
 def closed_forms() -> dict[str, int]:
@@ -41,7 +48,8 @@ def closed_forms() -> dict[str, int]:
                  + 3 * D * D_FF + 2 * D)
     per_position = 2 * L * B * KV_HEADS * HEAD_DIM * BF16
     return {"kv_cache": per_position * S + per_position,
-            "weights": (L * per_layer + VOCAB * D + D + B * D) * BF16}
+            "weights": (L * per_layer + VOCAB * D + D + B * D) * BF16,
+            "activations": B * 4 + 4 + B * VOCAB * 4}
 
 
 def _child(target: str, scan: str) -> dict:
@@ -55,6 +63,12 @@ def _child(target: str, scan: str) -> dict:
         causes = sum(c.by_role.get(role, 0) for c in ex.causes)
         out["identity_ok"] &= line.compiled_bytes == line.compulsory_bytes + causes + line.unattributed_bytes
         out["by_role"][role] = {"compulsory": line.compulsory_bytes, "compiled": line.compiled_bytes}
+    from jaxmove.passes.excess import excess_pass
+    from jaxmove.passes.reuse import reuse_pass
+    bare = excess_pass(r.analysis, r.parameters, None, reuse_pass(r.analysis, None))
+    out["same_without_spec"] = all(
+        bare.by_role[k].compulsory_bytes == ex.by_role[k].compulsory_bytes for k in ex.by_role) and all(
+        bare.by_path[k].compulsory_bytes == ex.by_path[k].compulsory_bytes for k in ex.by_path)
     sk = ex.cause("split_k_partials")
     out["split_k_weights_bytes"] = sk.by_role.get("weights", 0) if sk is not None else 0
     out["unattributed_fraction"] = ex.unattributed.bytes / ex.compiled_bytes if ex.compiled_bytes else 0.0
@@ -73,7 +87,8 @@ def main(argv: list[str] | None = None) -> int:
         return 0
     want = closed_forms()
     hdr = (f"{'target':<10} {'layers':<9} {'KV compulsory B':>16} {'closed form':>16} {'weights compulsory B':>21} "
-           f"{'closed form':>16} {'identity':>8} {'split-K->weights B':>18} {'unattr':>7} {'result':>6} {'s':>6}")
+           f"{'closed form':>16} {'act. compulsory B':>18} {'closed form':>12} {'no spec':>7} "
+           f"{'identity':>8} {'split-K->weights B':>18} {'unattr':>7} {'result':>6} {'s':>6}")
     lines = [hdr, "-" * len(hdr)]
     print(hdr, flush=True)
     failed = 0
@@ -89,19 +104,24 @@ def main(argv: list[str] | None = None) -> int:
             continue
         got = json.loads(proc.stdout.strip().splitlines()[-1])
         kv, w = got["by_role"]["kv_cache"]["compulsory"], got["by_role"]["weights"]["compulsory"]
+        act = got["by_role"]["activations"]["compulsory"]
         ok = (abs(kv - want["kv_cache"]) <= 0.01 * want["kv_cache"]
               and abs(w - want["weights"]) <= 0.01 * want["weights"]
+              and act == want["activations"] and got["same_without_spec"]
               and got["identity_ok"] and got["split_k_weights_bytes"] == 0
               and got["unattributed_fraction"] <= 0.01)
         failed += not ok
         lines.append(f"{target:<10} {form:<9} {kv:>16,} {want['kv_cache']:>16,} {w:>21,} {want['weights']:>16,} "
+                     f"{act:>18,} {want['activations']:>12,} {'same' if got['same_without_spec'] else 'DIFF':>7} "
                      f"{'yes' if got['identity_ok'] else 'NO':>8} {got['split_k_weights_bytes']:>18,} "
                      f"{100 * got['unattributed_fraction']:>6.2f}% {'ok' if ok else 'FAIL':>6} {got['analyze_s']:>6.1f}")
         print(lines[-1], flush=True)
     foot = ("Llama-3-8B decode, batch 32, KV cache 8192, bf16, compiled without the device (deviceless "
-            "XLA:GPU / XLA:TPU); compulsory bytes per program run and device, from `jaxmove analyze ... "
-            "--excess` (the excess pass); closed forms computed in this script from the shapes; ok = "
-            "KV and weights within 1% of the closed form, compiled = compulsory + causes + unattributed "
+            "XLA:GPU / XLA:TPU; XLA:CPU on this machine); compulsory bytes per program run and device, from `jaxmove analyze ... "
+            "--excess` (the excess pass); closed forms computed in this script from the shapes; no spec = "
+            "the compulsory bytes per role and path the same when the pass runs without a hardware spec; "
+            "ok = KV and weights within 1% of the closed form, activations equal to it, the same without "
+            "a spec, compiled = compulsory + causes + unattributed "
             "per role, no split-K partials charged to weights, unattributed <= 1% of compiled; "
             "s = compile + analysis, wall clock.")
     print("\n" + foot)
