@@ -70,3 +70,23 @@ def test_force_split_k_off_removes_the_split_k_partials(monkeypatch):
         line = whole.excess.by_role[role]
         assert line.compulsory_bytes == split.excess.by_role[role].compulsory_bytes
         assert line.compiled_bytes <= 1.002 * line.compulsory_bytes, role
+
+
+def test_an_in_process_command_leaves_no_options_to_the_next(monkeypatch, tmp_path, capsys):
+    """``jaxmove.cli.main([...])`` in a process that goes on (a notebook): the options its line
+    set for its child processes end with it, and what the environment held before comes back."""
+    from jaxmove.capture.compile_cache import DISABLE_ENV
+    from jaxmove.capture.program import WEIGHT_LAYOUTS_ENV
+    from jaxmove.cli import COMMAND_ENV, main
+    assert set(COMMAND_ENV) == {XLA_OPTIONS_ENV, WEIGHT_LAYOUTS_ENV, DISABLE_ENV}
+    monkeypatch.delenv(XLA_OPTIONS_ENV, raising=False)
+    monkeypatch.delenv(DISABLE_ENV, raising=False)
+    monkeypatch.setenv(WEIGHT_LAYOUTS_ENV, "default")
+    hlo = tmp_path / "m.hlo"
+    hlo.write_text("HloModule m\nENTRY %main (x: f32[8]) -> f32[8] {\n"
+                   "  %x = f32[8] parameter(0)\n  ROOT %y = f32[8] negate(%x)\n}\n")
+    rc = main(["analyze", str(hlo), "--xla-option", "xla_cpu_enable_fast_math=false",
+               "--weight-layouts", "auto", "--no-compile-cache", "--json"])
+    assert rc == 0
+    assert XLA_OPTIONS_ENV not in os.environ and DISABLE_ENV not in os.environ
+    assert os.environ[WEIGHT_LAYOUTS_ENV] == "default"

@@ -133,6 +133,12 @@ def _interrupted(console: bool, exc: BaseException | None = None) -> int:
     return 143 if terminated else 130
 
 
+#: environment variables a command line sets for itself and its child processes:
+#: capture/targets.XLA_OPTIONS_ENV, capture/program.WEIGHT_LAYOUTS_ENV,
+#: capture/compile_cache.DISABLE_ENV (literals here: the CLI starts without importing jax)
+COMMAND_ENV = ("JAXMOVE_XLA_OPTIONS", "JAXMOVE_WEIGHT_LAYOUTS", "JAXMOVE_NO_COMPILE_CACHE")
+
+
 def main(argv: list[str] | None = None) -> int:
     """Run the ``jaxmove`` command; returns its exit status (0, 1 internal error, 2 bad input,
     130 interrupted, 143 terminated). With ``argv`` None (the console script: the process's own
@@ -141,11 +147,22 @@ def main(argv: list[str] | None = None) -> int:
     interrupts = _SwallowedInterrupts()
     if argv is None:
         install_sigterm_handler()
+    # the options a command line passes to the processes it starts through the environment
+    # (--xla-option, --weight-layouts, --no-compile-cache) end with it when main() is called in
+    # a process that goes on (a notebook, a test): the next call compiles as its own line says
+    saved = {k: os.environ.get(k) for k in COMMAND_ENV} if argv is not None else None
     try:
         with interrupts:
             rc = _main(argv)
     except KeyboardInterrupt as e:
         return _interrupted(argv is None, e)
+    finally:
+        if saved is not None:
+            for k, v in saved.items():
+                if v is None:
+                    os.environ.pop(k, None)
+                else:
+                    os.environ[k] = v
     if interrupts.swallowed:  # re-delivered too late to stop the command: still interrupted
         return _interrupted(argv is None)
     return rc
