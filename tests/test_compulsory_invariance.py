@@ -1,7 +1,8 @@
 """Compulsory traffic depends on the program's semantics alone (DESIGN.md, "Compulsory and
 excess"): never on the hardware's on-chip capacity, nor on how a compiler happened to compile
 the program. One reduced Llama-3 decode step (unrolled, bf16) is compiled by XLA:CPU, XLA:TPU
-(tpu-v5e, without the device) and XLA:GPU (h100-sxm, without the device); each program's
+(tpu-v5e, without the device) and XLA:GPU (h100-sxm, without the device), with bf16 and
+with int8 weights and KV; each program's
 compulsory bytes per role and path must be the closed form of the model's shapes, the same on
 all three, with and without a hardware spec.
 
@@ -11,7 +12,10 @@ What the three compilers do differently here (found when this test was written):
   into the donated result: the update write is compulsory, the rest of the copy-back excess
   (it was all excess: 4096 B of KV writes short of the closed form);
 * XLA:GPU fuses the embedding's gather into each of its three consumers: the token rows are
-  needed once, read three times (the other two reads were compulsory: 4096 B too many).
+  needed once, read three times (the other two reads were compulsory: 4096 B too many);
+* with int8 weights and KV, XLA:TPU prefetches each cache layer into VMEM (copy-start),
+  updates it there and writes it back with an async copy: the update write is compulsory
+  (it was all whole_rewrite: 2112 B of KV writes short).
 """
 
 from __future__ import annotations
@@ -36,6 +40,15 @@ WEIGHTS = (L * (D * H * HD + 2 * D * HKV * HD + H * HD * D + 3 * D * F + 2 * D)
            + V * D + D + B * D) * BF16
 KV_READ = 2 * L * B * HKV * S * HD * BF16          # every cache read once
 KV_WRITE = 2 * L * B * HKV * HD * BF16             # one new position per layer, k and v
+# int8 weights and KV (models/transformer.py: each projection kernel and lm_head int8 with a
+# bf16 scale per output channel; norms and the embedding bf16; the cache int8 with a bf16
+# scale per (batch, kv head, position))
+Q_WEIGHTS = (L * (D * H * HD + 2 * D * HKV * HD + H * HD * D + 3 * D * F)     # int8 kernels
+             + L * (H * HD + 2 * HKV * HD + D + 2 * F + D) * BF16             # their scales
+             + L * 2 * D * BF16 + V * D + V * BF16 + D * BF16 + B * D * BF16)  # norms, lm_head, rows
+Q_KV_READ = 2 * L * B * HKV * S * (HD + BF16)
+Q_KV_WRITE = 2 * L * B * HKV * (HD + BF16)
+CLOSED = {"bf16": (WEIGHTS, KV_READ, KV_WRITE), "int8": (Q_WEIGHTS, Q_KV_READ, Q_KV_WRITE)}
 ACT_READ = B * 4 + 4                               # tokens s32[B, 1], pos s32[]
 ACT_WRITE = B * V * 4                              # logits f32[B, 1, V]
 
@@ -46,11 +59,15 @@ _WORKER = textwrap.dedent("""
     from jaxmove.passes.excess import excess_pass
     from jaxmove.passes.reuse import reuse_pass
     out = {}
-    for target in sys.argv[2:]:
+    for key in sys.argv[2:]:
+        target, dtype = key.split("/")
+        sets = json.loads(sys.argv[1])
+        if dtype == "int8":
+            sets.update(weights_dtype="int8", kv_dtype="int8")
         try:
-            rep = jaxmove.analyze("llama3-8b-decode", overrides=json.loads(sys.argv[1]), target=target)
+            rep = jaxmove.analyze("llama3-8b-decode", overrides=sets, target=target)
         except (MissingExtraError, TargetNameError) as e:
-            out[target] = {"skip": str(e)}
+            out[key] = {"skip": str(e)}
             continue
         got = {}
         # with the target's spec (the report's), and with none
@@ -59,7 +76,7 @@ _WORKER = textwrap.dedent("""
                                               reuse_pass(rep.analysis, None)))):
             got[name] = {"by_role": {r: v.compulsory_bytes for r, v in ex.by_role.items()},
                          "by_path": {p: v.compulsory_bytes for p, v in ex.by_path.items()}}
-        out[target] = got
+        out[key] = got
     json.dump(out, sys.stdout)
 """)
 
@@ -76,19 +93,22 @@ def _run(*targets: str) -> dict:
 def compulsory():
     """{target: {"spec" | "none": {"by_role": ..., "by_path": ...}}}; XLA:GPU in a process of its
     own (the CUDA plugin's compile-only topology does not start beside a running backend)."""
-    return {**_run("cpu", "tpu-v5e"), **_run("h100-sxm")}
+    return {**_run("cpu/bf16", "tpu-v5e/bf16", "cpu/int8", "tpu-v5e/int8"),
+            **_run("h100-sxm/bf16", "h100-sxm/int8")}
 
 
+@pytest.mark.parametrize("dtype", ["bf16", "int8"])
 @pytest.mark.parametrize("target", ["cpu", "tpu-v5e", "h100-sxm"])
 @pytest.mark.parametrize("spec", ["spec", "none"])
-def test_decode_compulsory_is_the_closed_form_on_every_compiler(compulsory, target, spec):
-    got = compulsory[target]
+def test_decode_compulsory_is_the_closed_form_on_every_compiler(compulsory, target, spec, dtype):
+    got = compulsory[f"{target}/{dtype}"]
     if "skip" in got:
         pytest.skip(got["skip"])
+    weights, kv_read, kv_write = CLOSED[dtype]
     role, path = got[spec]["by_role"], got[spec]["by_path"]
-    assert role["weights"] == WEIGHTS
-    assert role["kv_cache"] == KV_READ + KV_WRITE
+    assert role["weights"] == weights
+    assert role["kv_cache"] == kv_read + kv_write
     assert role["activations"] == ACT_READ + ACT_WRITE
     assert role["optimizer_state"] == 0
-    assert path["hbm_to_onchip"] == WEIGHTS + KV_READ + ACT_READ
-    assert path["onchip_to_hbm"] == KV_WRITE + ACT_WRITE
+    assert path["hbm_to_onchip"] == weights + kv_read + ACT_READ
+    assert path["onchip_to_hbm"] == kv_write + ACT_WRITE

@@ -881,11 +881,12 @@ class Accounting:
                 wkey = write_key(instr, comp, a.index)[0] if a.index else (r.computation, instr.name, 0)
                 root = B.find(wkey)
                 uroot = root if root in self.update_of else None
-                if uroot is None and root in self.derived:
-                    o = self.derived[root][0]
+                if uroot is None and (root in self.derived or root in self.onchip_copy):
+                    # a copy of the parameter, or its prefetch into on-chip memory (XLA:TPU:
+                    # copy-start into VMEM, updated there, or in a layout copy there, and
+                    # copied back), or a copy of that prefetch
+                    o = self.derived[root][0] if root in self.derived else root
                     if o not in self.param_root and o in self.onchip_copy:
-                        # a copy of the parameter's prefetch into on-chip memory (XLA:TPU:
-                        # copy-start into VMEM, a layout copy there, updated, copied back)
                         o = self.onchip_copy[o][0]
                     if o in self.param_root:
                         uroot = self.update_root.get(self.param_root[o][0])
