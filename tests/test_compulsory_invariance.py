@@ -60,12 +60,13 @@ _WORKER = textwrap.dedent("""
     from jaxmove.passes.reuse import reuse_pass
     out = {}
     for key in sys.argv[2:]:
-        target, dtype = key.split("/")
-        sets = json.loads(sys.argv[1])
+        target, dtype = key.split("/")[:2]
+        preset = key.split("/")[2] if key.count("/") == 2 else "llama3-8b-decode"
+        sets = json.loads(sys.argv[1]) if preset == "llama3-8b-decode" else {}
         if dtype == "int8":
             sets.update(weights_dtype="int8", kv_dtype="int8")
         try:
-            rep = jaxmove.analyze("llama3-8b-decode", overrides=sets, target=target)
+            rep = jaxmove.analyze(preset, overrides=sets, target=target)
         except (MissingExtraError, TargetNameError) as e:
             out[key] = {"skip": str(e)}
             continue
@@ -93,8 +94,9 @@ def _run(*targets: str) -> dict:
 def compulsory():
     """{target: {"spec" | "none": {"by_role": ..., "by_path": ...}}}; XLA:GPU in a process of its
     own (the CUDA plugin's compile-only topology does not start beside a running backend)."""
-    return {**_run("cpu/bf16", "tpu-v5e/bf16", "cpu/int8", "tpu-v5e/int8"),
-            **_run("h100-sxm/bf16", "h100-sxm/int8")}
+    return {**_run("cpu/bf16", "tpu-v5e/bf16", "cpu/int8", "tpu-v5e/int8",
+                   "cpu/f32/gpt-tiny-decode", "tpu-v5e/f32/gpt-tiny-decode"),
+            **_run("h100-sxm/bf16", "h100-sxm/int8", "h100-sxm/f32/gpt-tiny-decode")}
 
 
 @pytest.mark.parametrize("dtype", ["bf16", "int8"])
@@ -112,3 +114,15 @@ def test_decode_compulsory_is_the_closed_form_on_every_compiler(compulsory, targ
     assert role["optimizer_state"] == 0
     assert path["hbm_to_onchip"] == weights + kv_read + ACT_READ
     assert path["onchip_to_hbm"] == kv_write + ACT_WRITE
+
+
+def test_gpt_decode_compulsory_is_the_same_on_every_compiler(compulsory):
+    """gpt-tiny-decode (f32, learned positions): XLA:CPU computes jnp.take's index wrap-around
+    inside each of the three kernels it fuses the position lookup into; the row is needed once
+    (it was 768 B, two more rows, over the TPU and GPU programs)."""
+    got = {t: compulsory[f"{t}/f32/gpt-tiny-decode"] for t in ("cpu", "tpu-v5e", "h100-sxm")}
+    have = {t: g for t, g in got.items() if "skip" not in g}
+    assert "cpu" in have
+    for t, g in have.items():
+        for spec in ("spec", "none"):
+            assert g[spec] == have["cpu"]["none"], (t, spec)

@@ -227,6 +227,24 @@ def _logical(a, leaf) -> int:
     return a.nbytes * leaf.logical_byte_size // leaf.byte_size
 
 
+def _entry_value(entry, instr: Instruction, v):
+    """An index expression of ``lookups.lookup_rows`` (a kernel operand number, a constant, or a
+    pure expression of them) with each kernel operand replaced by the ENTRY value it is: a
+    ``parameter`` (its number) or a constant; None when an operand is any other value (one a
+    loop or an in-place update may change between readers)."""
+    if isinstance(v, int):
+        src = entry.by_name.get(instr.operands[v]) if v < len(instr.operands) else None
+        if src is not None and src.opcode == "parameter":
+            return ("entry_parameter", src.parameter_number)
+        if src is not None and src.opcode == "constant" and src.literal is not None:
+            return ("constant", src.literal.strip(), str(src.shape))
+        return None
+    if v[0] == "expr":
+        kids = tuple(_entry_value(entry, instr, k) for k in v[4])
+        return None if any(k is None for k in kids) else (*v[:4], kids)
+    return v   # a constant
+
+
 class Accounting:
     """One run of the excess pass over a ModuleAnalysis: the compulsory-traffic model (module
     docstring) applied to every access of every kernel, each byte put into the ledger with its
@@ -1031,8 +1049,8 @@ class Accounting:
     def _same_lookups(self, broot, claims) -> bool:
         """Every claim reads parameter root ``broot`` directly, once per program run, through
         lookups of the same rows: ``lookups.lookup_rows``'s signatures equal, and each index an
-        ENTRY ``parameter`` instruction (the same one): its value is the program's input, the
-        same for every reader. An index read from any other buffer may hold other values (a
+        ENTRY ``parameter`` instruction (the same one: its value is the program's input, the
+        same for every reader) or a constant of the same literal. An index read from any other buffer may hold other values (a
         loop carry, an in-place update), so such lookups count once each."""
         rows, find, module = self.rows, self.buffers.find, self.module
         entry = module.entry
@@ -1051,13 +1069,13 @@ class Accounting:
             sig = lookup_rows(instr, ops[0], module)
             if sig is None:
                 return False
-            for _op, _attrs, idx in sig:
-                for i in idx:
-                    src = entry.by_name.get(instr.operands[i])
-                    if src is None or src.opcode != "parameter":
-                        return False
-            sig = frozenset((op, attrs, tuple(entry.by_name[instr.operands[i]].parameter_number for i in idx))
-                            for op, attrs, idx in sig)
+            resolved = set()
+            for op, attrs, idx in sig:
+                vals = tuple(_entry_value(entry, instr, i) for i in idx)
+                if any(v is None for v in vals):
+                    return False
+                resolved.add((op, attrs, vals))
+            sig = frozenset(resolved)
             if first is None:
                 first = sig
             elif sig != first:

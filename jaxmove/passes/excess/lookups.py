@@ -216,20 +216,45 @@ def _lookup_attrs(instr: Instruction) -> tuple:
     return tuple(a.get(k) for k in _LOOKUP_ATTRS) + (tuple(instr.shape.dims),)
 
 
-def _index_source(comp: Computation, instr: Instruction | None) -> int | None:
-    """The parameter number of ``comp`` whose value ``instr`` is (through ``copy`` / a
-    widening integer ``convert``)."""
+# ops whose result is a pure function of their operands and attributes (an index XLA computes
+# in the kernel: jnp.take's wrap-around and clamp, ``select(lt(i, 0), i + n, i)``)
+_PURE_INDEX_OPS = frozenset({"add", "subtract", "multiply", "divide", "remainder", "negate", "abs",
+                             "minimum", "maximum", "clamp", "select", "compare", "and", "or", "xor",
+                             "not", "shift-left", "shift-right-logical", "shift-right-arithmetic",
+                             "broadcast", "reshape", "bitcast", "copy", "convert", "slice",
+                             "concatenate", "transpose", "iota"})
+_NOT_SEMANTIC = frozenset({"metadata", "backend_config", "frontend_attributes", "sharding",
+                           "statistics_viz", "origin"})
+
+
+def _index_source(comp: Computation, instr: Instruction | None, depth: int = 0):
+    """What ``instr`` (an index) is, as a value: the parameter number of ``comp`` it is
+    (through ``copy`` / a widening integer ``convert``), ``("constant", literal, shape)``, or an
+    expression of those through pure ops (``_PURE_INDEX_OPS``: opcode, shape, attributes and the
+    operands' expressions); None for anything else (a value the expression cannot name)."""
     for _ in range(_MAX_STEPS):
-        if instr is None:
+        if instr is None or depth > _MAX_STEPS:
             return None
-        if instr.opcode == "parameter":
+        op = instr.opcode
+        if op == "parameter":
             return instr.parameter_number
-        if instr.opcode not in _ORDER_CHAIN or len(instr.operands) != 1:
+        if op == "constant":
+            return ("constant", instr.literal.strip(), str(instr.shape)) if instr.literal is not None else None
+        if op in _ORDER_CHAIN and len(instr.operands) == 1:
+            src = comp.by_name.get(instr.operands[0])
+            if op == "copy" or (src is not None and _widens(src.shape, instr.shape)):
+                instr = src
+                continue
+        if op not in _PURE_INDEX_OPS:
             return None
-        src = comp.by_name.get(instr.operands[0])
-        if instr.opcode == "convert" and (src is None or not _widens(src.shape, instr.shape)):
-            return None
-        instr = src
+        kids = []
+        for o in instr.operands:
+            got = _index_source(comp, comp.by_name.get(o), depth + 1)
+            if got is None:
+                return None
+            kids.append(got)
+        attrs = tuple(sorted((k, v) for k, v in instr.attrs.items() if k not in _NOT_SEMANTIC))
+        return ("expr", op, str(instr.shape), attrs, tuple(kids))
     return None
 
 
