@@ -126,3 +126,48 @@ def test_gpt_decode_compulsory_is_the_same_on_every_compiler(compulsory):
     for t, g in have.items():
         for spec in ("spec", "none"):
             assert g[spec] == have["cpu"]["none"], (t, spec)
+
+
+# causes whose bytes depend on the on-chip capacity by definition (an intermediate that fits is
+# materialized, one that does not is spilled and each extra read of it re_read) or exist only
+# with a spec (the tiling model's re-reads); every other cause names the same bytes either way
+SPEC_DEPENDENT = {"spilled_intermediate", "materialized_intermediate", "re_read", "tiling_re_read"}
+
+
+@pytest.mark.parametrize("preset", ["gpt-tiny-decode", "moe-tiny"])
+def test_causes_other_than_fit_do_not_depend_on_the_spec(preset):
+    """A layout copy of an intermediate is layout_change with a spec or without (without one,
+    reading it back was called spilled_intermediate: moe-tiny's layout_change 160 KiB without
+    a spec, 240 KiB with h100-sxm's); compulsory bytes are the same too."""
+    import jaxmove
+    from jaxmove.hardware import load_spec
+    from jaxmove.passes.excess import excess_pass
+    from jaxmove.passes.reuse import reuse_pass
+    rep = jaxmove.analyze(preset)
+    got = []
+    for spec in (None, load_spec("h100-sxm"), load_spec("tpu-v5e")):
+        ex = excess_pass(rep.analysis, rep.parameters, spec, reuse_pass(rep.analysis, spec))
+        got.append(({(c.kind, c.subject): c.bytes for c in ex.causes if c.kind not in SPEC_DEPENDENT},
+                    {r: v.compulsory_bytes for r, v in ex.by_role.items()}))
+    assert got[0][0], "no cause to compare"
+    assert got[1] == got[0] and got[2] == got[0]
+
+
+def test_corpus_causes_other_than_fit_do_not_depend_on_the_spec():
+    from jaxmove.hardware import load_spec
+    from jaxmove.hlo import parse_module
+    from jaxmove.passes.excess import excess_pass
+    from jaxmove.passes.pipeline import analyze_module
+    from jaxmove.passes.reuse import reuse_pass
+    corpus = ROOT.parent / "shared" / "corpus" / "hlo"
+    files = sorted(corpus.glob("*.hlo"))
+    if not files:
+        pytest.skip(f"no HLO corpus at {corpus} (the shared directory is absent)")
+    for f in files:
+        a = analyze_module(parse_module(f.read_text(errors="replace")))
+        got = []
+        for spec in (None, load_spec("h100-sxm"), load_spec("tpu-v5e")):
+            ex = excess_pass(a, (), spec, reuse_pass(a, spec))
+            got.append(({(c.kind, c.subject): c.bytes for c in ex.causes if c.kind not in SPEC_DEPENDENT},
+                        {p: v.compulsory_bytes for p, v in ex.by_path.items()}))
+        assert got[1] == got[0] and got[2] == got[0], f.name

@@ -707,8 +707,8 @@ class Accounting:
                             # read back once: the spill's (excess, as its write); beyond: re_read
                             # (the tile padding goes with the first part charged)
                             pad = phys - logical
-                            if give:
-                                add(role, HBM_READ, give + pad, 0, give, spill_cause, "", k)
+                            if give:  # (a kernel cause of the reader's own names it, as where it fits)
+                                add(role, HBM_READ, give + pad, 0, give, rkc or spill_cause, "", k)
                                 pad = 0
                             if logical > give:
                                 add(role, HBM_READ, logical - give + pad, 0, logical - give, "re_read", "", k)
@@ -996,7 +996,13 @@ class Accounting:
                     g = units if units < spill else spill
                     spill -= g
                     s_b = g if g < logical else logical
-                    add(role, HBM_READ, phys - (logical - s_b), 0, s_b, SPILL, "", k)
+                    # (named as where the intermediate fits, below: the reader's kernel cause,
+                    # else the cause of the copy it reads; a layout copy of a spilled
+                    # intermediate is layout_change with a spec or without)
+                    rk = kcause.get(k)
+                    if rk is None or rk in READS_COMPULSORY:
+                        rk = kcause.get(derived[root][4], derived[root][3]) if root in derived else SPILL
+                    add(role, HBM_READ, phys - (logical - s_b), 0, s_b, rk, "", k)
                     phys = logical = logical - s_b
                     if not logical:
                         continue
