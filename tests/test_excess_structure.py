@@ -87,6 +87,11 @@ def test_cause_table_keeps_the_json_kinds_and_refuses_a_duplicate():
         text = rule.fix(FixContext(kind, "params/w", 3 * 2**20, "fusion.1", argnum=0))
         assert "saves 3.00 MiB per step" in text, (kind, text)
         assert rule.matcher is None or rule.kernel, kind  # only kernel causes have matchers
+    # the spill's fix says what it can: without a spec, which values fit is unknown
+    spill = CAUSES["spilled_intermediate"].fix
+    assert "without a hardware spec" in spill(FixContext("spilled_intermediate", "", 1, "f"))
+    assert "larger than the 50.00 MiB of on-chip memory" in spill(
+        FixContext("spilled_intermediate", "", 1, "f", onchip_capacity_bytes=50 * 2**20))
     with pytest.raises(ValueError, match="slice_copy"):
         register(CauseRule("slice_copy", "", "", lambda c: ""))
     with pytest.raises(ValueError, match="unattributed"):

@@ -419,3 +419,25 @@ def test_unlabeled_cache_has_the_role_its_dump_gives(tmp_path):
     # the cache: read where the sum reads it, f32[2,128,64] = 65536 B; written: the new row
     # f32[2,1,64] = 512 B in place
     assert captured["kv_cache"] == {"read_bytes": 2 * 128 * 64 * 4, "write_bytes": 2 * 64 * 4}
+
+
+FP8_DOT = """HloModule fp8dot
+ENTRY %main (a: f8e4m3fn[128,128], b: f8e4m3fn[128,128]) -> f32[128,128] {
+  %a = f8e4m3fn[128,128]{1,0} parameter(0)
+  %b = f8e4m3fn[128,128]{1,0} parameter(1)
+  ROOT %d = f32[128,128]{1,0} dot(%a, %b), lhs_contracting_dims={1}, rhs_contracting_dims={0}
+}
+"""
+
+
+def test_a_program_timed_in_part_says_its_bytes_are_complete(tmp_path, capsys):
+    # tpu-v5e's spec has no fp8 peak: the dot's time is incomplete, its bytes are not (the
+    # headline said "totals and time are lower bounds")
+    path = tmp_path / "fp8.hlo"
+    path.write_text(FP8_DOT)
+    assert main(["analyze", str(path), "--hardware", "tpu-v5e"]) == 0
+    first = capsys.readouterr().out.splitlines()[0]
+    assert first == ("incomplete: 1 instruction with incomplete time (the estimated time is a lower "
+                     "bound; the byte totals are complete; listed below)")
+    d = _cli_json("analyze", str(path), "--hardware", "tpu-v5e", "--json")
+    assert d["totals"]["hbm_read_bytes"] == 2 * 128 * 128 and d["unmodeled_count"] == 0

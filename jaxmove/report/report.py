@@ -142,11 +142,17 @@ class Report:
         if n:
             parts.append(f"{n} instruction{'s' if n != 1 else ''} unmodeled")
         if m:
-            parts.append(f"{m} more with incomplete time")
+            parts.append(f"{m} {'more ' if n else ''}instruction{'s' if m != 1 else ''} with "
+                         "incomplete time")
         if k:
             parts.append(f"{k} while loop{'s' if k != 1 else ''} with an unknown trip count (its body "
                          "counted once)")
-        what = "totals and time are lower bounds" if self.times is not None else "totals are lower bounds"
+        # what is a lower bound: the byte totals only where bytes are missing (an unmodeled
+        # instruction, a loop counted once); a row without a full time leaves the bytes whole
+        if n or k:
+            what = "totals and time are lower bounds" if self.times is not None else "totals are lower bounds"
+        else:
+            what = "the estimated time is a lower bound; the byte totals are complete"
         return f"incomplete: {', '.join(parts)} ({what}; listed below)"
 
     def to_dataframe(self):

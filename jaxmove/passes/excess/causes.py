@@ -25,8 +25,9 @@ UNATTRIBUTED = "unattributed"
 class FixContext:
     """What a fix text is written from: the cause's kind and subject (a parameter path or an
     argument name; "" program-wide), its bytes per step, the costliest instruction's name
-    (``first``), the argument number of a not-donated argument (or None) and whether the
-    costliest instruction evicts a buffer from on-chip memory (a TPU ``copy-start`` VMEM -> HBM)."""
+    (``first``), the argument number of a not-donated argument (or None), whether the
+    costliest instruction evicts a buffer from on-chip memory (a TPU ``copy-start`` VMEM -> HBM)
+    and the spec's on-chip capacity in bytes (None: no spec, so no capacity known)."""
 
     kind: str
     subject: str
@@ -34,6 +35,7 @@ class FixContext:
     first: str
     argnum: int | None = None
     vmem_eviction: bool = False
+    onchip_capacity_bytes: int | None = None
 
     @property
     def saves(self) -> str:
@@ -313,10 +315,16 @@ SPILL = "spilled_intermediate"
              "compulsory traffic depends on the program's semantics alone, not on the on-chip "
              "capacity, DESIGN.md)")
 def _spilled_intermediate(c: FixContext) -> str:
-    return (f"values too large for on-chip memory are written to HBM and read back (e.g. `{c.first}`): "
-            "compute them where they are consumed, tile by tile (a fused or Pallas kernel: flash "
-            "attention for attention scores), or, for a training step's saved activations, "
-            f"recompute them in the backward pass (jax.checkpoint) -- {c.saves}")
+    if c.onchip_capacity_bytes is None:
+        return (f"values written by one kernel to HBM and read back by another (e.g. `{c.first}`); "
+                "without a hardware spec jaxmove cannot tell which fit on chip: pass --hardware "
+                "(or --target) to split them into fusion boundaries (materialized_intermediate) "
+                f"and spills -- {c.saves}")
+    return (f"values larger than the {human_bytes(c.onchip_capacity_bytes)} of on-chip memory are "
+            f"written to HBM and read back (e.g. `{c.first}`): compute them where they are consumed, "
+            "tile by tile (a fused or Pallas kernel: flash attention for attention scores); in a "
+            f"training step, recompute saved activations in the backward pass (jax.checkpoint) -- "
+            f"{c.saves}")
 
 
 #: Stable cause keys of the JSON ``excess.causes[].kind`` (may be added to, never removed).

@@ -1183,13 +1183,14 @@ class Accounting:
     def fix(self, kind: str, subject: str, nbytes: int, items) -> str:
         """The fix text of a cause (``causes.fix_text``) with what its rule needs of the
         program: a not-donated argument's number, whether the costliest instruction evicts a
-        buffer from on-chip memory."""
+        buffer from on-chip memory, the on-chip capacity (None: no spec)."""
         argnum = None
         if kind == "not_donated":
             p = next((p for p in self.params.values() if self._argument(p.number)[0] == subject), None)
             argnum = getattr(p, "argnum", None) if p is not None else None
         evicts = kind == "whole_rewrite" and bool(items) and self._is_vmem_eviction(items[0])
-        return fix_text(FixContext(kind, subject, nbytes, items[0].name if items else "?", argnum, evicts))
+        return fix_text(FixContext(kind, subject, nbytes, items[0].name if items else "?", argnum, evicts,
+                                   self.capacity))
 
     def _is_vmem_eviction(self, item) -> bool:
         """``item`` (a listed instruction) is a copy-start from on-chip memory to HBM."""
