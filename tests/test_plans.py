@@ -283,3 +283,12 @@ def test_a_plan_given_twice_is_refused_before_compiling(tmp_path):
         compare_plans("gpt2-small-prefill", {"model": 2}, ["tp", "dp", "tp"])
     with pytest.raises(PlanError, match=r"^plan 'tp' is given twice \(preset and .*tp\.toml\): .*`name =`"):
         compare_plans("gpt2-small-prefill", {"model": 2}, ["tp", str(f)])
+
+
+@pytest.mark.parametrize("value", ["3", '"x\\ny"', '""', '"  "'])
+def test_a_plan_name_that_is_no_printable_string_is_refused(tmp_path, value):
+    from jaxmove.plans import load_plan
+    f = tmp_path / "p.toml"
+    f.write_text(f'name = {value}\n[rules]\nmlp = "model"\n')
+    with pytest.raises(PlanError, match=r"p\.toml:1: name = .*: expected a non-empty string of printable"):
+        load_plan(str(f))

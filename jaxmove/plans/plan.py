@@ -380,6 +380,10 @@ def parse_plan(text: str, path: str = "<string>") -> Plan:
                             f"itself; a fallback is another logical axis whose dimension takes "
                             f"the mesh axes {k}'s dimension does not divide")
     name = data.get("name", Path(path).stem)
+    if "name" in data and (not isinstance(name, str) or not name.strip()
+                           or any(not ch.isprintable() for ch in name)):
+        raise PlanError(f"{_at(path, _line_of(text, 'name'))}: name = {name!r}: expected a non-empty "
+                        "string of printable characters (the plan's row in the table)")
     return Plan(str(name), str(data.get("description", "")), params, acts, path, fallbacks)
 
 
