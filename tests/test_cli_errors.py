@@ -435,3 +435,16 @@ def test_a_mistyped_xla_flag_is_reported_not_swallowed():
     assert proc.returncode != 0
     assert "Unknown flag in XLA_FLAGS: --xla_no_such_flag=1" in proc.stderr, proc.stderr
     assert "cudart_stub" not in proc.stderr
+
+
+def test_a_hardware_spec_of_another_accelerator_than_the_target_is_refused():
+    """``--target tpu-v5e --hardware h100-sxm`` costed the TPU program with the GPU's models
+    (CUDA-graph command buffers on TPU kernels): refused before anything compiles."""
+    import jaxmove
+    from jaxmove.errors import UsageError
+    from jaxmove.plans import PlanError, compare_plans
+    with pytest.raises(UsageError, match=r"^--hardware h100-sxm is a GPU spec, but --target tpu-v5e:2x2 "
+                                         r"compiles the program for TPU: drop --hardware"):
+        jaxmove.analyze("gpt-tiny-decode", target="tpu-v5e", hardware="h100-sxm")
+    with pytest.raises(PlanError, match=r"^--hardware tpu-v5p is a TPU spec, but --target h100-sxm"):
+        compare_plans("gpt-tiny-decode", {"model": 2}, ["tp"], target="h100-sxm:1x1x2", hardware="tpu-v5p")

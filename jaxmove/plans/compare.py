@@ -587,6 +587,11 @@ def compare_plans(model, mesh_shape: dict[str, int] | None, plans: list[str | Pl
     label = model if isinstance(model, str) else workload.name
     hardware = hardware or (tgt.spec_name if tgt.platform != "cpu" else DEFAULT_HARDWARE)
     spec = hardware if isinstance(hardware, HardwareSpec) else load_spec(hardware)
+    if tgt.platform != "cpu" and spec.kind != tgt.platform:
+        raise PlanError(f"--hardware {spec.name} is a {spec.kind.upper()} spec, but --target {tgt.name} "
+                        f"compiles the plans for {tgt.platform.upper()}: drop --hardware (the target's "
+                        f"own spec, {tgt.spec_name}, is the default) or compile for a "
+                        f"{spec.kind.upper()} target")
     if tgt.platform == "tpu":  # the slice's chip grid: which ICI axes have wraparound links
         from ..hardware.overrides import with_slice_topology
         spec = with_slice_topology(spec, tgt.topology)
