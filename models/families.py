@@ -52,6 +52,10 @@ _NAMES = {"llama3-8b": "Llama 3 8B", "llama3-70b": "Llama 3 70B", "llama3-405b":
           "mixtral-8x7b": "Mixtral 8x7B", "deepseek-v3": "DeepSeek-V3", "gemma2-9b": "Gemma 2 9B"}
 #: Families whose attention the kernels compute (jaxmove.zoo.attention.unsupported_feature).
 _FLASH = ("llama3-8b", "llama3-70b", "llama3-405b", "mixtral-8x7b")
+#: decode kernels of the families without flash attention (models/attention.py, ``auto``)
+_DECODE_KERNELS = {"deepseek-v3": ", latent-attention kernels on GPU (Triton) and TPU (Pallas; cache "
+                                  "length a multiple of 128) where they compile",
+                   "gemma2-9b": ", a soft-capping Triton decode kernel on GPU"}
 _TRAITS = {"mixtral-8x7b": ", top-2 of 8 experts", "deepseek-v3": ", MLA, top-8 of 256 experts + 1 shared",
            "gemma2-9b": ", local/global attention, soft-capping"}
 
@@ -110,7 +114,8 @@ def presets(preset_cls) -> dict:
             out[f"{fam}-{mode}"] = preset_cls(
                 f"{_NAMES[fam]}, {billions:.3g}B params{_TRAITS.get(fam, '')}: {what}, bf16, "
                 f"{'scanned' if MODE_SCAN[mode] else 'unrolled'} layers"
-                f"{', flash attention where a kernel compiles' if MODE_ATTENTION[mode] == 'auto' and fam in _FLASH else ''}",
+                f"{', flash attention where a kernel compiles' if MODE_ATTENTION[mode] == 'auto' and fam in _FLASH else ''}"
+                f"{_DECODE_KERNELS.get(fam, '') if mode == 'decode' else ''}",
                 transformer.TransformerConfig, builder,
                 dict(dims, batch=b, seq_len=s, dtype="bfloat16", scan_layers=MODE_SCAN[mode],
                      attention=MODE_ATTENTION[mode]))
