@@ -292,3 +292,16 @@ def test_a_plan_name_that_is_no_printable_string_is_refused(tmp_path, value):
     f.write_text(f'name = {value}\n[rules]\nmlp = "model"\n')
     with pytest.raises(PlanError, match=r"p\.toml:1: name = .*: expected a non-empty string of printable"):
         load_plan(str(f))
+
+
+def test_a_plan_from_a_file_is_labelled_with_its_file():
+    from dataclasses import asdict
+
+    from jaxmove.plans.compare import PlanResult
+    from jaxmove.report.plans_table import _label
+    r = PlanResult("tp", "", 2, plan_source="/some/dir/tp.toml")
+    assert _label(r) == "tp [dim](tp.toml)[/dim]" and _label(PlanResult("tp", "", 2)) == "tp"
+    assert PlanResult.from_json(asdict(r)).plan_source == "/some/dir/tp.toml"
+    old = asdict(PlanResult("tp", "", 2))
+    del old["plan_source"]            # JSON of an older jaxmove: keys are only ever added
+    assert PlanResult.from_json(old).plan_source == "preset"

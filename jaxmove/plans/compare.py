@@ -62,7 +62,8 @@ class PlanResult:
     instruction's time is unmodeled (the step time is then a lower bound). None without a
     time estimate.
     ``collectives_note``: what the partitioner did when the program's collectives are not
-    those the plan implies (``plan_collective_note``), else None.
+    those the plan implies (``plan_collective_note``), else None. ``plan_source``: ``preset``
+    or the TOML file the plan was read from.
     """
 
     plan: str
@@ -98,6 +99,8 @@ class PlanResult:
     step_network_s: float | None = None
     step_launch_s: float | None = None
     step_bound: str | None = None
+    # where the plan came from: "preset" or its TOML file (a file may be named like a preset)
+    plan_source: str = "preset"
     step_time_complete: bool | None = None
     collectives_note: str | None = None
 
@@ -375,7 +378,7 @@ def summarize(report, plan: Plan, spec, num_devices: int, memory_stats: dict[str
     """
     from ..passes.collectives import collective_time_s
 
-    res = PlanResult(plan.name, plan.description, num_devices)
+    res = PlanResult(plan.name, plan.description, num_devices, plan_source=plan.source)
     ms = memory_stats
     if ms:
         res.argument_bytes = ms.get("argument_size_in_bytes")
@@ -464,13 +467,14 @@ def run_plan(preset, overrides: dict[str, str] | None, plan: Plan, mesh_shape: d
         report = analyze(program)
     except DoesNotFitError as e:
         res = PlanResult(plan.name, plan.description, n, fits=False, does_not_fit=e.compiler_message,
-                         needs_bytes=e.needs_bytes, has_bytes=e.has_bytes)
+                         needs_bytes=e.needs_bytes, has_bytes=e.has_bytes, plan_source=plan.source)
         res.notes = _count_notes(notes) + [str(e)]
         res.shardings = specs
         res.compile_s = time.perf_counter() - t0
         return res
     except (PlanError, ValueError, KeyError) as e:  # CaptureError is a ValueError
-        res = PlanResult(plan.name, plan.description, n, error=f"{type(e).__name__}: {e}")
+        res = PlanResult(plan.name, plan.description, n, error=f"{type(e).__name__}: {e}",
+                         plan_source=plan.source)
         res.compile_s = time.perf_counter() - t0
         return res
     res = summarize(report, plan, spec, n, dict(program.memory_stats), Target.parse(target).platform,

@@ -33,6 +33,14 @@ def _step(r) -> str:
     return f"[bold]{low}{_time(r.step_time_s)}[/bold] {r.step_bound or ''}\n{parts}"
 
 
+def _label(r) -> str:
+    """The plan's name, and the file it came from when it is no preset (``tp.toml`` and the
+    ``tp`` preset are told apart)."""
+    from pathlib import Path
+    source = getattr(r, "plan_source", "preset")
+    return escape(r.plan) if source == "preset" else f"{escape(r.plan)} [dim]({escape(Path(source).name)})[/dim]"
+
+
 def render_plans(cmp, console: Console | None = None) -> None:
     """One row per plan: per-device memory, HBM bytes, wire bytes by kind, collective time,
     the three costliest collectives; then each plan's notes and errors."""
@@ -57,7 +65,7 @@ def render_plans(cmp, console: Console | None = None) -> None:
         table.add_column(col, justify=just, no_wrap=col in ("plan", "costliest collectives"))
     for r in cmp.results:
         if r.error:
-            table.add_row(escape(r.plan), "", "", "", "", "", "", "", f"[red]failed: {escape(str(r.error))}[/red]",
+            table.add_row(_label(r), "", "", "", "", "", "", "", f"[red]failed: {escape(str(r.error))}[/red]",
                           "", "")
             continue
         fits = ("?" if r.fits is None else "yes" if r.fits else
@@ -72,7 +80,7 @@ def render_plans(cmp, console: Console | None = None) -> None:
             f"{c.kind} n={c.group_size} x{c.executions} {human_bytes(c.wire_bytes)} {_time(c.time_s)}"
             + (f" @{c.source.rsplit('/', 1)[-1]}" if c.source else f" {c.name}")
             for c in r.top_collectives) or "-"
-        table.add_row(escape(r.plan), _step(r), _b(r.argument_bytes), _b(r.temp_bytes), _b(r.peak_bytes), fits,
+        table.add_row(_label(r), _step(r), _b(r.argument_bytes), _b(r.temp_bytes), _b(r.peak_bytes), fits,
                       human_bytes(r.hbm_bytes), _excess(r), kinds, _time(r.collective_time_s), top)
     console.print(table)
     compiler = "XLA:CPU" if target == "cpu" else "XLA:TPU" if target.startswith("tpu") else "XLA:GPU"
