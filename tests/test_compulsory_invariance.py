@@ -51,6 +51,9 @@ Q_KV_WRITE = 2 * L * B * HKV * (HD + BF16)
 CLOSED = {"bf16": (WEIGHTS, KV_READ, KV_WRITE), "int8": (Q_WEIGHTS, Q_KV_READ, Q_KV_WRITE)}
 ACT_READ = B * 4 + 4                               # tokens s32[B, 1], pos s32[]
 ACT_WRITE = B * V * 4                              # logits f32[B, 1, V]
+# a reduced DeepSeek-V3 decode (MLA r = 512, dr = 64; 1 dense + 1 MoE layer), one chip
+DS_SETS = {"layers": "2", "dense_layers": "1", "d_model": "256", "d_ff": "256", "expert_d_ff": "128",
+           "vocab": "1024", "experts": "8", "top_k": "2", "heads": "16", "seq_len": "512", "batch": "2"}
 
 _WORKER = textwrap.dedent("""
     import json, sys
@@ -62,7 +65,7 @@ _WORKER = textwrap.dedent("""
     for key in sys.argv[2:]:
         target, dtype = key.split("/")[:2]
         preset = key.split("/")[2] if key.count("/") == 2 else "llama3-8b-decode"
-        sets = json.loads(sys.argv[1]) if preset == "llama3-8b-decode" else {}
+        sets = dict(json.loads(sys.argv[1]).get(preset, {}))
         if dtype == "int8":
             sets.update(weights_dtype="int8", kv_dtype="int8")
         try:
@@ -84,8 +87,9 @@ _WORKER = textwrap.dedent("""
 
 def _run(*targets: str) -> dict:
     env = dict(os.environ, JAX_PLATFORMS="cpu")
-    proc = subprocess.run([sys.executable, "-c", _WORKER, json.dumps({k: str(v) for k, v in CFG.items()}),
-                           *targets], cwd=ROOT, env=env, capture_output=True, text=True, timeout=600)
+    sets = {"llama3-8b-decode": {k: str(v) for k, v in CFG.items()}, "deepseek-v3-decode": DS_SETS}
+    proc = subprocess.run([sys.executable, "-c", _WORKER, json.dumps(sets), *targets], cwd=ROOT, env=env,
+                          capture_output=True, text=True, timeout=600)
     assert proc.returncode == 0, proc.stderr[-3000:]
     return json.loads(proc.stdout)
 
@@ -95,7 +99,8 @@ def compulsory():
     """{target: {"spec" | "none": {"by_role": ..., "by_path": ...}}}; XLA:GPU in a process of its
     own (the CUDA plugin's compile-only topology does not start beside a running backend)."""
     return {**_run("cpu/bf16", "tpu-v5e/bf16", "cpu/int8", "tpu-v5e/int8",
-                   "cpu/f32/gpt-tiny-decode", "tpu-v5e/f32/gpt-tiny-decode"),
+                   "cpu/f32/gpt-tiny-decode", "tpu-v5e/f32/gpt-tiny-decode",
+                   "cpu/bf16/deepseek-v3-decode", "tpu-v5e/bf16/deepseek-v3-decode"),
             **_run("h100-sxm/bf16", "h100-sxm/int8", "h100-sxm/f32/gpt-tiny-decode")}
 
 
@@ -171,3 +176,17 @@ def test_corpus_causes_other_than_fit_do_not_depend_on_the_spec():
             got.append(({(c.kind, c.subject): c.bytes for c in ex.causes if c.kind not in SPEC_DEPENDENT},
                         {p: v.compulsory_bytes for p, v in ex.by_path.items()}))
         assert got[1] == got[0] and got[2] == got[0], f.name
+
+
+def test_deepseek_decode_compulsory_is_the_same_on_xla_cpu_and_tpu(compulsory):
+    """XLA:TPU stages each small latent-cache layer into VMEM by batch row (two slice-starts put
+    back together by a ConcatBitcast custom call), updates it there and copies it back: the
+    update is the compulsory write (one layer's new position, 2304 B, was missing). KV =
+    each layer's cache read once + one position written, 2 x B x (S + 1) x (r + dr) x 2."""
+    cpu, tpu = compulsory["cpu/bf16/deepseek-v3-decode"], compulsory["tpu-v5e/bf16/deepseek-v3-decode"]
+    b, s_len = int(DS_SETS["batch"]), int(DS_SETS["seq_len"])
+    assert cpu["none"]["by_role"]["kv_cache"] == 2 * b * (s_len + 1) * (512 + 64) * 2
+    if "skip" in tpu:
+        pytest.skip(tpu["skip"])
+    for spec in ("spec", "none"):
+        assert tpu[spec] == cpu["none"], spec

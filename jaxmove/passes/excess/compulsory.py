@@ -870,6 +870,33 @@ class Accounting:
             subject = ""
         self.ledger.add(role, HBM_WRITE, phys, comp_b, logical, kind, subject, k)
 
+    def _assembled_in_vmem(self) -> dict[tuple, tuple]:
+        """On-chip buffer root -> parameter root, for XLA:TPU's ``ConcatBitcast`` custom calls
+        that put a parameter's slices, each prefetched into VMEM by a ``slice-start`` (a cache
+        staged per batch row), back together in place: the buffer is the parameter's on-chip
+        copy (an update made to it is the parameter's, ``_onchip_updates``)."""
+        out: dict[tuple, tuple] = {}
+        find, param_root = self.buffers.find, self.param_root
+        computations = self.module.computations
+        for r in self.rows:
+            instr = r.instr
+            if instr.opcode != "custom-call" or instr.custom_call_target != "ConcatBitcast" \
+                    or not instr.shape.is_array or instr.shape.memory_space not in ON_CHIP_MEMORY_SPACES:
+                continue
+            by_name = computations[r.computation].by_name
+            srcs = set()
+            for o in instr.operands:
+                done = by_name.get(o)
+                start = by_name.get(done.operands[0]) if done is not None and done.opcode == "slice-done" \
+                    and done.operands else None
+                if start is None or start.opcode != "slice-start" or not start.operands:
+                    srcs = set()
+                    break
+                srcs.add(find((r.computation, start.operands[0], 0)))
+            if len(srcs) == 1 and next(iter(srcs)) in param_root:
+                out[find((r.computation, instr.name, 0))] = next(iter(srcs))
+        return out
+
     def _onchip_updates(self, rows) -> dict[tuple, dict[tuple, int]]:
         """Update result root -> {on-chip buffer root: bytes of in-place updates made to it}:
         updates made in on-chip memory to the result or to a copy of its parameter (XLA:TPU: a
@@ -879,6 +906,7 @@ class Accounting:
         if not self.update_of:
             return out
         B, module = self.buffers, self.module
+        assembled = self._assembled_in_vmem()
         for r in rows:
             t = r.traffic
             if not t.writes:
@@ -899,6 +927,8 @@ class Accounting:
                 wkey = write_key(instr, comp, a.index)[0] if a.index else (r.computation, instr.name, 0)
                 root = B.find(wkey)
                 uroot = root if root in self.update_of else None
+                if uroot is None and root in assembled:   # (its slices' parameter, below)
+                    uroot = self.update_root.get(self.param_root[assembled[root]][0])
                 if uroot is None and (root in self.derived or root in self.onchip_copy):
                     # a copy of the parameter, or its prefetch into on-chip memory (XLA:TPU:
                     # copy-start into VMEM, updated there, or in a layout copy there, and
