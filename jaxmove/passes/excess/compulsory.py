@@ -169,6 +169,9 @@ def _computes_every_element(instr: Instruction, module: Module, element: int | N
     dynamic-update-slice / scatter (the update is the slice), a select (a masked write keeps the
     unselected old values: ``whole_rewrite``), a copy or a concatenate."""
     if instr.opcode != "fusion":
+        if instr.opcode == "select" and len(instr.operands) == 3:   # (as in a fusion, below)
+            comp = module.computations.get(instr.computation)
+            return comp is not None and all(_new_value(comp, comp.by_name.get(o)) for o in instr.operands[1:])
         return instr.opcode in _ARITHMETIC
     fused = module.computations.get(instr.called_computations[0]) if instr.called_computations else None
     if fused is None:
@@ -180,9 +183,24 @@ def _computes_every_element(instr: Instruction, module: Module, element: int | N
     for e in elems:
         while e is not None and e.opcode in ("bitcast", "convert") and e.operands:
             e = fused.by_name.get(e.operands[0])
+        if e is not None and e.opcode == "select" and len(e.operands) == 3:
+            # a select between new values (optax's saturating step count: select(count < max,
+            # count + 1, max)) computes every element; one with an operand passed through
+            # (select(mask, new, old)) keeps old values
+            if all(_new_value(fused, fused.by_name.get(o)) for o in e.operands[1:]):
+                continue
+            return False
         if e is None or e.opcode not in _ARITHMETIC:
             return False
     return True
+
+
+def _new_value(comp, e) -> bool:
+    """``e`` (through bitcast / convert / broadcast) is arithmetic or a constant, not a
+    parameter of ``comp`` passed through."""
+    while e is not None and e.opcode in ("bitcast", "convert", "broadcast") and e.operands:
+        e = comp.by_name.get(e.operands[0])
+    return e is not None and (e.opcode in _ARITHMETIC or e.opcode in ("constant", "iota"))
 
 
 def _update_bytes(r, logical: int, module: Module) -> int:
