@@ -291,10 +291,7 @@ class TransformerConfig:
                 raise ValueError(f"{k} must be a positive int, got {v!r}")
         if self.heads % self.kv_heads:
             raise ValueError(f"kv_heads={self.kv_heads} must divide heads={self.heads}")
-        if self.mla and self.kv_heads != self.heads:   # (a key that would change nothing is an error)
-            raise ValueError(f"kv_heads={self.kv_heads}: latent attention (MLA) has no kv heads, every "
-                             "query head attends over the one latent cache")
-        if self.mla and self.sliding_window is not None:
+        if self.mla and self.sliding_window is not None:   # (a key that would change nothing)
             raise ValueError(f"sliding_window={self.sliding_window}: latent attention (MLA) attends "
                              "over the whole cache; the zoo's local window is Gemma 2's")
         if self.experts and self.top_k > self.experts:

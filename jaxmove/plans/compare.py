@@ -106,7 +106,11 @@ class PlanResult:
 
     @classmethod
     def from_json(cls, d: dict) -> "PlanResult":
-        d = dict(d)
+        """From ``asdict``'s JSON; keys this version does not know are left out (JSON keys are
+        only ever added: a newer jaxmove's child process may send more)."""
+        from dataclasses import fields
+        known = {f.name for f in fields(cls)}
+        d = {k: v for k, v in d.items() if k in known}
         d["top_collectives"] = [CollectiveSummary(**c) for c in d.get("top_collectives", [])]
         return cls(**d)
 
