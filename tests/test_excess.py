@@ -902,3 +902,20 @@ def test_an_onchip_update_is_credited_only_to_the_copy_back_of_the_updated_buffe
     ex, _ = excess_of(_text("ou_wrong_result.hlo"), None)
     kv = 2 * 16 * 64 * 4
     assert ex.by_role["kv_cache"].compulsory_bytes == kv           # read once, no update written
+
+
+def test_lookups_by_elided_constants_are_each_needed():
+    # two gathers of 16 rows (1 KiB each) by two different constant index arrays, printed
+    # elided as constant({...}) (XLA's as_text for large literals): they name no equal value
+    ex, _ = excess_of(_text("lk_elided_const.hlo"), None)
+    assert ex.cause("re_read", "w_table") is None
+    assert ex.by_role["unknown"].compulsory_bytes >= 2 * 16 * 1024
+
+
+def test_an_update_on_a_layout_copy_of_a_vmem_assembled_cache_is_compulsory():
+    # XLA:TPU's ConcatBitcast of slice-started rows, then a layout copy in VMEM, updated there
+    # and copied back: the same compulsory bytes as without the layout copy (one position)
+    base, _ = excess_of(_text("cb_base.hlo"), None)
+    ex, _ = excess_of(_text("cb_layoutcopy.hlo"), None)
+    kv = 2 * 16 * 64 * 4 + 2 * 64 * 4            # the cache read once, one position written
+    assert ex.by_role["kv_cache"].compulsory_bytes == base.by_role["kv_cache"].compulsory_bytes == kv

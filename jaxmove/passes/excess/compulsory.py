@@ -254,7 +254,8 @@ def _entry_value(entry, instr: Instruction, v):
         src = entry.by_name.get(instr.operands[v]) if v < len(instr.operands) else None
         if src is not None and src.opcode == "parameter":
             return ("entry_parameter", src.parameter_number)
-        if src is not None and src.opcode == "constant" and src.literal is not None:
+        if src is not None and src.opcode == "constant" and src.literal is not None \
+                and "..." not in src.literal:   # (an elided literal, ``{...}``, names no value)
             return ("constant", src.literal.strip(), str(src.shape))
         return None
     if v[0] == "expr":
@@ -954,6 +955,8 @@ class Accounting:
                     o = self.derived[root][0] if root in self.derived else root
                     if o not in self.param_root and o in self.onchip_copy:
                         o = self.onchip_copy[o][0]
+                    elif o not in self.param_root and o in assembled:   # (a copy of such a buffer)
+                        o = assembled[o]
                     if o in self.param_root:
                         uroot = self.update_root.get(self.param_root[o][0])
                 if uroot is None:

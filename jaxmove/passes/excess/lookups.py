@@ -238,8 +238,9 @@ def _index_source(comp: Computation, instr: Instruction | None, depth: int = 0):
         op = instr.opcode
         if op == "parameter":
             return instr.parameter_number
-        if op == "constant":
-            return ("constant", instr.literal.strip(), str(instr.shape)) if instr.literal is not None else None
+        if op == "constant":   # (an elided literal, ``{...}``, names no value)
+            lit = instr.literal
+            return ("constant", lit.strip(), str(instr.shape)) if lit is not None and "..." not in lit else None
         if op in _ORDER_CHAIN and len(instr.operands) == 1:
             src = comp.by_name.get(instr.operands[0])
             if op == "copy" or (src is not None and _widens(src.shape, instr.shape)):
