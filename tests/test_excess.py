@@ -919,3 +919,10 @@ def test_an_update_on_a_layout_copy_of_a_vmem_assembled_cache_is_compulsory():
     ex, _ = excess_of(_text("cb_layoutcopy.hlo"), None)
     kv = 2 * 16 * 64 * 4 + 2 * 64 * 4            # the cache read once, one position written
     assert ex.by_role["kv_cache"].compulsory_bytes == base.by_role["kv_cache"].compulsory_bytes == kv
+
+
+def test_slices_assembled_out_of_order_are_no_copy_of_the_cache():
+    # rows [1:2] then [0:1] put together: another array than the cache, so updating it and
+    # writing it back is no in-place update of the cache (no update bytes credited)
+    ex, _ = excess_of(_text("cb_swapped.hlo"), None)
+    assert ex.by_role["kv_cache"].compulsory_bytes == 2 * 16 * 64 * 4          # the read only

@@ -216,6 +216,37 @@ def _update_bytes(r, logical: int, module: Module) -> int:
     return logical if _computes_every_element(r.instr, module) else 0
 
 
+def _slice_ranges(text: str) -> list[tuple[int, int]] | None:
+    """``[a:b]`` per dimension of a ``slice={[a:b], ...}`` attribute (stride 1), else None."""
+    import re
+    got = re.findall(r"\[\s*(\d+)\s*:\s*(\d+)\s*(?::\s*(\d+)\s*)?\]", text)
+    if not got or any(st not in ("", "1") for _a, _b, st in got):
+        return None
+    return [(int(a), int(b)) for a, b, _st in got]
+
+
+def _tile_in_order(ranges: list, shape) -> bool:
+    """The slices ``ranges`` (one list of per-dimension ranges each) put back together in order
+    along one dimension are ``shape`` whole: each covers every other dimension, and along the
+    split one they are contiguous, increasing and cover it (XLA:TPU's ConcatBitcast of a
+    cache staged by batch row)."""
+    if not ranges or any(rg is None or len(rg) != len(shape.dims) for rg in ranges) or not shape.is_array:
+        return False
+    dims = shape.dims
+    split = [d for d in range(len(dims)) if any(rg[d] != (0, dims[d]) for rg in ranges)]
+    if len(split) > 1:
+        return False
+    if not split:
+        return len(ranges) == 1
+    d = split[0]
+    at = 0
+    for rg in ranges:
+        if rg[d][0] != at or rg[d][1] <= at:
+            return False
+        at = rg[d][1]
+    return at == dims[d]
+
+
 def _leaf_shapes(shape) -> list:
     """The leaves of ``shape`` in tuple order (``Shape.leaves``, without a call per array)."""
     if not shape.is_tuple:
@@ -904,6 +935,7 @@ class Accounting:
                 continue
             by_name = computations[r.computation].by_name
             srcs = set()
+            ranges = []
             for o in instr.operands:
                 done = by_name.get(o)
                 start = by_name.get(done.operands[0]) if done is not None and done.opcode == "slice-done" \
@@ -912,7 +944,9 @@ class Accounting:
                     srcs = set()
                     break
                 srcs.add(find((r.computation, start.operands[0], 0)))
-            if len(srcs) == 1 and next(iter(srcs)) in param_root:
+                ranges.append(_slice_ranges(start.attrs.get("slice", "")))
+            if len(srcs) == 1 and next(iter(srcs)) in param_root \
+                    and _tile_in_order(ranges, param_root[next(iter(srcs))][2]):
                 out[find((r.computation, instr.name, 0))] = next(iter(srcs))
         return out
 
