@@ -84,6 +84,7 @@ The pass is a pure function of (analysis, entry parameters, spec, reuse); passes
 
 from __future__ import annotations
 
+import re
 from collections import defaultdict
 from operator import itemgetter
 
@@ -218,7 +219,6 @@ def _update_bytes(r, logical: int, module: Module) -> int:
 
 def _slice_ranges(text: str) -> list[tuple[int, int]] | None:
     """``[a:b]`` per dimension of a ``slice={[a:b], ...}`` attribute (stride 1), else None."""
-    import re
     got = re.findall(r"\[\s*(\d+)\s*:\s*(\d+)\s*(?::\s*(\d+)\s*)?\]", text)
     if not got or any(st not in ("", "1") for _a, _b, st in got):
         return None
