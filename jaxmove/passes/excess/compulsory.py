@@ -655,10 +655,13 @@ class Accounting:
                 gathered.add(find(wkey))
         reuse_rows = self.reuse.rows if self.reuse is not None else None
         add = ledger.add
-        read_both, write_both = ledger.read_both, ledger.write_both
+        events = ledger.events  # (ledger.add's events, appended inline below for the common causes)
+        spill_r = ledger.codes_for(SPILL, "", HBM_READ)
+        spill_w = ledger.codes_for(SPILL, "", HBM_WRITE)
+        re_read_r = ledger.codes_for("re_read", "", HBM_READ)
+        write_both = ledger.write_both
         computations = module.computations
         no_cause = "materialized_intermediate"
-        spill_cause = SPILL
         kernel_write_causes = KERNEL_WRITES  # (causes.py: the kernel causes' writes are theirs)
         onchip_copy = self.onchip_copy
         onchip_reads: dict[tuple, list] = {}  # on-chip copy root -> [(row, operand, data bytes)]
@@ -708,7 +711,40 @@ class Accounting:
                 # the leaf's shape only where a rule asks (a tuple index, no logical size, an
                 # all-gather's buffer, an on-chip capacity): reading it touches the operand
                 idx = a.index
-                if idx:
+                if not idx:
+                    role = roles[(cname, oname)][0]
+                    root = (cname, oname, 0)
+                    p = parent.get(root)
+                    if p is not None:
+                        root = p if p not in parent else find(root)
+                    lg = a.logical_nbytes
+                    if (rkc is None and cap is None and lg is not None and root not in special
+                            and (not gathered or root not in gathered)
+                            and (not produced_cause or root not in produced_cause)):
+                        # (the common case, an intermediate: the rules below without the
+                        # questions they answer)
+                        logical = lg * count
+                        wt = tally.get(root)
+                        if wt is not None:  # a spilled intermediate already written: read it back once
+                            phys = a.nbytes * count
+                            g = wt[1]
+                            give = wt[0] - g
+                            if logical < give:
+                                give = logical
+                            if give > 0:
+                                wt[1] = g + give
+                                events += (k, spill_r[role], give + phys - logical, 0, give)
+                                if logical > give:
+                                    events += (k, re_read_r[role], logical - give, 0, logical - give)
+                            elif logical > 0:
+                                events += (k, re_read_r[role], phys, 0, logical)
+                        else:
+                            reads[root].append((0, logical, logical, k, role, a.nbytes * count, root))
+                        continue
+                    leaf = None
+                    resolved = True
+                else:
+                    resolved = False
                     leaf = by_name[oname].shape
                     if leaf.is_tuple:
                         pos = leaf_position(leaf, idx)
@@ -719,10 +755,6 @@ class Accounting:
                     else:
                         role = roles[(cname, oname)][0]
                         root = (cname, oname, 0)
-                else:
-                    leaf = None
-                    role = roles[(cname, oname)][0]
-                    root = (cname, oname, 0)
                 phys = a.nbytes * count
                 lg = a.logical_nbytes
                 if lg is None:
@@ -730,9 +762,10 @@ class Accounting:
                         leaf = by_name[oname].shape
                     lg = _logical(a, leaf)
                 logical = lg * count
-                p = parent.get(root)
-                if p is not None:
-                    root = p if p not in parent else find(root)
+                if not resolved:
+                    p = parent.get(root)
+                    if p is not None:
+                        root = p if p not in parent else find(root)
                 if gathered and root in gathered:
                     if leaf is None:
                         leaf = by_name[oname].shape
@@ -758,10 +791,13 @@ class Accounting:
                             # (the tile padding goes with the first part charged)
                             pad = phys - logical
                             if give:  # (a kernel cause of the reader's own names it, as where it fits)
-                                add(role, HBM_READ, give + pad, 0, give, rkc or spill_cause, "", k)
+                                if rkc is None:
+                                    events += (k, spill_r[role], give + pad, 0, give)
+                                else:
+                                    add(role, HBM_READ, give + pad, 0, give, rkc, "", k)
                                 pad = 0
                             if logical > give:
-                                add(role, HBM_READ, logical - give + pad, 0, logical - give, "re_read", "", k)
+                                events += (k, re_read_r[role], logical - give + pad, 0, logical - give)
                             continue
                     reads[root].append((prio, logical, logical, k, role, phys, root))
                 elif root in derived:  # (derived buffers are special)
@@ -812,15 +848,18 @@ class Accounting:
                 logical = (lg if lg is not None else _logical(a, leaf)) * count
                 p = parent.get(wkey)
                 root = wkey if p is None else p if p not in parent else find(wkey)
-                wt = tally.setdefault(root, [0, 0])
-                wt[0] += logical
+                wt = tally.get(root)
+                if wt is None:
+                    wt = tally[root] = [logical, 0]
+                else:
+                    wt[0] += logical
                 if root not in special:  # an intermediate
                     if kc is not None and kc in kernel_write_causes:
                         add(role, HBM_WRITE, phys, 0, logical, kc, "", k)
                     elif cap is not None and (leaf.logical_byte_size if leaf is not None else logical) <= cap:
                         add(role, HBM_WRITE, phys, 0, logical, no_cause, "", k)
                     else:  # too large for on chip (or no capacity known): a spill, excess all the same
-                        add(role, HBM_WRITE, phys, 0, logical, spill_cause, "", k)
+                        events += (k, spill_w[role], phys, 0, logical)
                     continue
                 # (wt[0] - logical: the data bytes written into the buffer before this write)
                 o = out_root.get(root) if kc is None else None
@@ -863,7 +902,6 @@ class Accounting:
             collective_excess(self, k, r, read_units)
 
     # -- accesses ------------------------------------------------------------------------
-
 
     def _special_write(self, root, k, role, phys, logical, r, before, update_left) -> None:
         """A write into a result, a parameter or a copy of one (see the module docstring) by
@@ -1008,9 +1046,10 @@ class Accounting:
         cap = self.capacity
         add, param_root = ledger.add, self.param_root
         read_both, read_compiled, read_compulsory = ledger.read_both, ledger.read_compiled, ledger.read_compulsory
-        l_kind = l_subj = l_role = _NONE  # the cause of the last claim charged, its keys and bytes per row
-        l_crp = l_g = None
-        cause_rp, cause_instr, by_row = ledger.cause_rp, ledger.cause_instr, ledger.by_row
+        l_kind = l_subj = l_role = _NONE  # the cause of the last claim charged, and its code
+        l_code = None
+        code = ledger.code
+        events = ledger.events
         for broot, claims in reads.items():
             if len(claims) == 1:
                 c0 = claims[0]
@@ -1120,20 +1159,15 @@ class Accounting:
                     add(role, HBM_READ, phys, comp_b, logical, kind, subj, k)
                     continue
                 # (ledger.add inline, the same steps: no tile padding here)
-                read_compiled[role] += phys
-                if comp_b:
-                    read_compulsory[role] += comp_b
                 if logical > comp_b:
-                    nbytes = logical - comp_b
                     if kind is not l_kind or subj is not l_subj or role is not l_role:
                         l_kind, l_subj, l_role = kind, subj, role
-                        l_crp = (kind, subj, role, HBM_READ)
-                        l_g = cause_instr.get((kind, subj))
-                        if l_g is None:
-                            l_g = cause_instr[(kind, subj)] = defaultdict(int)
-                    cause_rp[l_crp] += nbytes
-                    l_g[k] += nbytes
-                    by_row[k] += nbytes
+                        l_code = code(kind, subj, role, HBM_READ)
+                    events += (k, l_code, phys, comp_b, logical)
+                else:
+                    read_compiled[role] += phys
+                    if comp_b:
+                        read_compulsory[role] += comp_b
             if acc_role is not _NONE:
                 read_both[acc_role] += acc
 

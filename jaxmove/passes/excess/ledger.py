@@ -9,60 +9,84 @@ nothing (``compulsory.py`` decides what is compulsory, ``causes.py`` names the c
 
 from __future__ import annotations
 
-import heapq
 from collections import defaultdict
-from operator import itemgetter
+
+import numpy as np
 
 from ...hlo import Module
 from ...vocab import PATHS, ROLES
 from .causes import UNATTRIBUTED
-from .records import CauseInstruction, ExcessAnalysis, ExcessCause, ExcessLine, _PerInstruction
+from .records import CauseInstruction, ExcessAnalysis, ExcessCause, ExcessLine, _PerInstruction, group_sums
 
 #: Instructions listed per cause (the costliest); ``num_instructions`` counts them all.
 MAX_LISTED = 10
 
 HBM_READ, HBM_WRITE = "hbm_to_onchip", "onchip_to_hbm"
 
+class _Codes(dict):
+    """role -> event code of one (kind, subject, path) (``Ledger.codes_for``), interned on
+    first use."""
+
+    __slots__ = ("_ledger", "_kind", "_subject", "_path")
+
+    def __init__(self, ledger, kind, subject, path):
+        super().__init__()
+        self._ledger, self._kind, self._subject, self._path = ledger, kind, subject, path
+
+    def __missing__(self, role):
+        c = self[role] = self._ledger.code(self._kind, self._subject, role, self._path)
+        return c
+
+
 class Ledger:
     """Bytes per role and path: compiled, compulsory, per cause and per instruction (by its
-    row number in the pass's row list). (defaultdicts: only ever added to, then iterated.)"""
+    row number in the pass's row list).
+
+    Accesses with excess are kept as events, five ints each in ``events`` (row number, code of
+    (kind, subject, role, path), physical bytes, compulsory bytes, data bytes: ``add``'s
+    arguments), summed once by ``build_result`` (numpy): appending one is a few times cheaper
+    than the five dict updates it replaces, and the pass makes one per access of every
+    intermediate. Accesses without excess are summed per role at once (``read_both`` ...)."""
 
     def __init__(self, hbm_s_per_byte: float | None):
-        self.compiled: dict[tuple, int] = defaultdict(int)      # (role, path) -> bytes
+        # (role, path) -> bytes of the accesses that are no events (add_compulsory, add_wire)
+        self.compiled: dict[tuple, int] = defaultdict(int)
         self.compulsory: dict[tuple, int] = defaultdict(int)
         # role -> bytes of HBM reads / writes all of whose bytes are data and needed (each
         # counts in compiled and compulsory alike: ``fold`` adds them there)
         self.read_both: dict = defaultdict(int)
         self.write_both: dict = defaultdict(int)
-        # role -> compiled / compulsory bytes of other HBM reads (``compulsory.Accounting.settle_reads``; ``fold``)
+        # role -> compiled / compulsory bytes of other HBM reads without excess
         self.read_compiled: dict = defaultdict(int)
         self.read_compulsory: dict = defaultdict(int)
-        self.cause_rp: dict[tuple, int] = defaultdict(int)      # (kind, subject, role, path) -> bytes
-        # (kind, subject) -> {row number: bytes}, and row number -> bytes of every cause
-        self.cause_instr: dict[tuple, dict[int, int]] = {}
-        self.by_row: dict[int, int] = defaultdict(int)
+        self.events: list[int] = []   # (row, code, phys, compulsory, logical) per access, flat
+        self.codes: dict[tuple, int] = {}  # (kind, subject, role, path) -> code
+        self.keys: list[tuple] = []        # code -> (kind, subject, role, path)
         self.cause_s: dict[tuple, float] = {}     # (kind, subject) -> seconds of wire bytes
         self.hbm_s_per_byte = hbm_s_per_byte
+
+    def code(self, kind: str, subject: str, role, path: str) -> int:
+        """The event code of (kind, subject, role, path), interned."""
+        key = (kind, subject, role, path)
+        c = self.codes.get(key)
+        if c is None:
+            c = self.codes[key] = len(self.keys)
+            self.keys.append(key)
+        return c
+
+    def codes_for(self, kind: str, subject: str, path: str) -> dict:
+        """role -> code of (kind, subject, role, path): for a loop that charges one cause."""
+        return _Codes(self, kind, subject, path)
 
     def add(self, role, path: str, phys: int, compulsory: int, logical: int, kind: str,
             subject: str, k: int) -> None:
         """One access of row ``k``: ``phys`` bytes moved, ``logical`` of them data,
         ``compulsory`` of those needed; the padding is ``tile_padding``, the rest of the data
         ``kind``."""
-        rp = (role, path)
-        self.compiled[rp] += phys
-        if compulsory:
-            self.compulsory[rp] += compulsory
-        if phys > logical:
-            self._cause("tile_padding", "", role, path, phys - logical, k)
-        if logical > compulsory:  # (_cause, inline)
-            nbytes = logical - compulsory
-            self.cause_rp[(kind, subject, role, path)] += nbytes
-            g = self.cause_instr.get((kind, subject))
-            if g is None:
-                g = self.cause_instr[(kind, subject)] = defaultdict(int)
-            g[k] += nbytes
-            self.by_row[k] += nbytes
+        c = self.codes.get((kind, subject, role, path))
+        if c is None:
+            c = self.code(kind, subject, role, path)
+        self.events += (k, c, phys, compulsory, logical)
 
     def fold(self) -> None:
         """Add ``read_both`` / ``write_both`` into compiled and compulsory (once, at the end)."""
@@ -83,26 +107,48 @@ class Ledger:
         self.compiled[rp] += nbytes
         self.compulsory[rp] += nbytes
 
-    def _cause(self, kind, subject, role, path, nbytes, k: int) -> None:
-        self.cause_rp[(kind, subject, role, path)] += nbytes
-        g = self.cause_instr.get((kind, subject))
-        if g is None:
-            g = self.cause_instr[(kind, subject)] = defaultdict(int)
-        g[k] += nbytes
-        self.by_row[k] += nbytes
-
     def add_wire(self, path: str, wire: int, compulsory: int, parts, k: int, s_per_byte) -> None:
         """A collective's wire bytes (row ``k``): ``parts`` are (kind, bytes) of the excess."""
         rp = (None, path)
-        self.compiled[rp] += wire
-        self.compulsory[rp] += compulsory
+        excess = 0
         for kind, nbytes in parts:
             if nbytes > 0:
-                self._cause(kind, "", None, path, nbytes, k)
+                excess += nbytes
+                self.events += (k, self.code(kind, "", None, path), nbytes, 0, nbytes)
                 if s_per_byte is not None:
                     self.cause_s[(kind, "")] = self.cause_s.get((kind, ""), 0.0) + nbytes * s_per_byte
+        self.compiled[rp] += wire - excess
+        self.compulsory[rp] += compulsory
 
-
+    def charges(self):
+        """The excess of the events, settled (once, after ``fold``): the events' compiled and
+        compulsory bytes added into ``compiled`` / ``compulsory``, and per charge (the tile
+        padding of an event, then the rest of its excess, each where positive), in the order
+        charged, numpy arrays (code, row, bytes)."""
+        n = len(self.events)
+        ev = np.fromiter(self.events, np.int64, n).reshape(-1, 5) if n else np.zeros((0, 5), np.int64)
+        self.events = []
+        row, code, phys, comp, logical = ev.T
+        s_phys, s_comp = np.zeros(len(self.keys), np.int64), np.zeros(len(self.keys), np.int64)
+        np.add.at(s_phys, code, phys)
+        np.add.at(s_comp, code, comp)
+        codes = np.flatnonzero(np.bincount(code, minlength=len(self.keys)))
+        s_phys, s_comp = s_phys[codes], s_comp[codes]
+        keys = self.keys
+        for c, p, q in zip(codes.tolist(), s_phys.tolist(), s_comp.tolist()):
+            _kind, _subj, role, path = keys[c]
+            self.compiled[(role, path)] += p
+            if q:
+                self.compulsory[(role, path)] += q
+        pad, exc = phys - logical, logical - comp
+        pad_code = np.array([self.code("tile_padding", "", role, path) for _k, _s, role, path in list(keys)],
+                            np.int64) if keys else np.zeros(0, np.int64)
+        # (interleaved: event i's padding, then its excess)
+        ch_code = np.stack([pad_code[code] if len(code) else code, code], axis=1).ravel()
+        ch_row = np.repeat(row, 2)
+        ch_bytes = np.stack([pad, exc], axis=1).ravel()
+        keep = ch_bytes > 0
+        return ch_code[keep], ch_row[keep], ch_bytes[keep]
 
 
 def build_result(ledger: Ledger, module: Module, rows, notes: list[str], capacity: int | None,
@@ -113,29 +159,53 @@ def build_result(ledger: Ledger, module: Module, rows, notes: list[str], capacit
     ``fix(kind, subject, bytes, items)``'s text, timed at the ledger's seconds per HBM byte and
     per wire byte."""
     ledger.fold()
-    groups: dict[tuple[str, str], list] = {}  # (kind, subject) -> [by_role, by_path, instrs]
-    for (kind, subject, role, path), nbytes in ledger.cause_rp.items():
-        g = groups.setdefault((kind, subject), [{}, {}, {}])
+    ch_code, ch_row, ch_bytes = ledger.charges()
+    keys = ledger.keys
+    # per (kind, subject, role, path), in the order first charged
+    per_code = np.zeros(len(keys), np.int64)
+    np.add.at(per_code, ch_code, ch_bytes)
+    first_code = np.full(len(keys), len(ch_code), np.int64)
+    np.minimum.at(first_code, ch_code, np.arange(len(ch_code)))
+    codes = np.flatnonzero(first_code < len(ch_code))
+    codes = codes[np.argsort(first_code[codes])]
+    per_code = per_code[codes]
+    groups: dict[tuple[str, str], list] = {}  # (kind, subject) -> [by_role, by_path, (rows, bytes)]
+    un_rp: dict[tuple, int] = {}
+    for c, nbytes in zip(codes.tolist(), per_code.tolist()):
+        kind, subject, role, path = keys[c]
+        g = groups.setdefault((kind, subject), [{}, {}, None])
         if role is not None:
             g[0][role] = g[0].get(role, 0) + nbytes
         g[1][path] = g[1].get(path, 0) + nbytes
-    for ks, by_k in ledger.cause_instr.items():
-        groups[ks][2] = by_k  # row number -> bytes, in the order the rows were charged
+        if kind == UNATTRIBUTED:
+            un_rp[(role, path)] = un_rp.get((role, path), 0) + nbytes
+    # per (kind, subject) and row, in the order first charged; each cause's rows sorted by
+    # bytes, ties in that order (the costliest MAX_LISTED are listed)
+    ks_id = {ks: i for i, ks in enumerate(groups)}
+    ks_of_code = np.array([ks_id.get(key[:2], -1) for key in keys], np.int64)
+    span = len(rows) + 1
+    kr, first, (kr_bytes,) = group_sums(ks_of_code[ch_code] * span + ch_row, ch_bytes)
+    g_ks, g_row = kr // span, kr % span
+    order = np.lexsort((first, -kr_bytes, g_ks))
+    s_ks, s_row, s_bytes = g_ks[order], g_row[order], kr_bytes[order]
+    bounds = np.searchsorted(s_ks, np.arange(len(groups) + 1)).tolist()
+    for i, g in enumerate(groups.values()):
+        a, b = bounds[i], bounds[i + 1]
+        g[2] = (s_row[a:b], s_bytes[a:b])
     # (built on first use; a copy of the row list, which may be the analysis's own)
-    per_instruction = _PerInstruction(rows[:], ledger.by_row)
+    per_instruction = _PerInstruction(rows[:], (ch_row, ch_bytes))
     causes: list[ExcessCause] = []
     unattributed = None
     spb = ledger.hbm_s_per_byte
-    for (kind, subject), (by_role, by_path, instrs) in groups.items():
+    for (kind, subject), (by_role, by_path, (g_rows, g_bytes)) in groups.items():
         total = sum(by_path.values())
         if not total:
             continue
         items = []
         flops = 0
         if kind == "rematerialization":
-            flops = sum(rows[k].total.flops for k in instrs)
-        # the costliest MAX_LISTED, ties in row order (= a stable sort by -bytes, cut)
-        for k, b in heapq.nlargest(MAX_LISTED, instrs.items(), key=itemgetter(1)):
+            flops = sum(rows[k].total.flops for k in g_rows.tolist())
+        for k, b in zip(g_rows[:MAX_LISTED].tolist(), g_bytes[:MAX_LISTED].tolist()):
             row = rows[k]
             loc = module.source_location(row.instr)
             md = row.instr.metadata
@@ -152,7 +222,7 @@ def build_result(ledger: Ledger, module: Module, rows, notes: list[str], capacit
         if spb is None:
             untimed = total
         cause = ExcessCause(kind, subject, total, by_role, by_path, time_s, untimed,
-                            fix(kind, subject, total, items), flops, tuple(items), len(instrs))
+                            fix(kind, subject, total, items), flops, tuple(items), len(g_rows))
         if kind == UNATTRIBUTED:
             unattributed = cause
         else:
@@ -164,11 +234,6 @@ def build_result(ledger: Ledger, module: Module, rows, notes: list[str], capacit
         causes.sort(key=lambda c: (-(c.time_s or 0.0), -c.bytes, c.kind, c.subject))
     else:
         causes.sort(key=lambda c: (-c.bytes, c.kind, c.subject))
-    un_rp: dict[tuple, int] = {}
-    for (kind, _s, role, path), nbytes in ledger.cause_rp.items():
-        if kind == UNATTRIBUTED:
-            un_rp[(role, path)] = un_rp.get((role, path), 0) + nbytes
-
     def line(pick):
         return ExcessLine(sum(v for rp, v in ledger.compulsory.items() if pick(rp)),
                           sum(v for rp, v in ledger.compiled.items() if pick(rp)),

@@ -8,26 +8,44 @@ from __future__ import annotations
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 
+import numpy as np
+
 from ...vocab import PATHS, ROLES
+
+
+def group_sums(key, *values):
+    """(unique keys in the order of their first element, index of that first element, the sum
+    of each of ``values`` per key): exact int64 sums (numpy int64 arrays in, arrays out)."""
+    if not len(key):
+        return key, key, tuple(v for v in values)
+    order = np.argsort(key)
+    sk = key[order]
+    starts = np.flatnonzero(np.r_[True, sk[1:] != sk[:-1]])
+    firsts = np.minimum.reduceat(order, starts)
+    sums = [np.add.reduceat(v[order], starts) for v in values]
+    by_first = np.argsort(firsts)
+    return sk[starts][by_first], firsts[by_first], tuple(s[by_first] for s in sums)
 
 
 class _PerInstruction(Mapping):
     """``ExcessAnalysis.per_instruction``: (computation, instruction) -> excess bytes, the
-    dict built on first use from the pass's bytes per row number (most callers never read
-    it: ``jaxmove analyze`` without a frame). Read-only; iterates in the order the rows were
-    first charged; pickles and deep-copies as a plain dict."""
+    dict built on first use from the pass's charges (``by_row``: numpy arrays of row numbers
+    and bytes, in the order charged; most callers never read it: ``jaxmove analyze`` without a
+    frame). Read-only; iterates in the order the rows were first charged; pickles and
+    deep-copies as a plain dict."""
 
     __slots__ = ("_rows", "_by_row", "_dict")
 
-    def __init__(self, rows, by_row: dict[int, int]):
+    def __init__(self, rows, by_row):
         self._rows, self._by_row, self._dict = rows, by_row, None
 
     def _d(self) -> dict[tuple[str, str], int]:
         d = self._dict
         if d is None:
             rows = self._rows
-            d = self._dict = {(rows[k].computation, rows[k].instr.name): nbytes
-                              for k, nbytes in self._by_row.items()}
+            ks, _first, (nbytes,) = group_sums(*self._by_row)
+            d = self._dict = {(rows[k].computation, rows[k].instr.name): b
+                              for k, b in zip(ks.tolist(), nbytes.tolist())}
             self._rows = self._by_row = None
         return d
 
