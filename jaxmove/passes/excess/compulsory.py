@@ -654,6 +654,8 @@ class Accounting:
                 wkey, _leaf = write_key(r.instr, module.computations[r.computation], ())
                 gathered.add(find(wkey))
         reuse_rows = self.reuse.rows if self.reuse is not None else None
+        # the kernels with a tiling estimate (none without an on-chip capacity): their re-reads
+        tiled = {key for key, ru in reuse_rows.items() if ru.tilings} if reuse_rows is not None else ()
         add = ledger.add
         events = ledger.events  # (ledger.add's events, appended inline below for the common causes)
         spill_r = ledger.codes_for(SPILL, "", HBM_READ)
@@ -890,10 +892,8 @@ class Accounting:
                         add(role, HBM_WRITE, phys, 0, logical, kind, subject, k)
                         continue
                 self._special_write(root, k, role, phys, logical, r, wt[0] - logical, update_left)
-            if reuse_rows is not None:
-                ru = reuse_rows.get(key)
-                if ru is not None and ru.tilings:
-                    tilings.append((k, r, ru))
+            if tiled and key in tiled:
+                tilings.append((k, r, reuse_rows[key]))
         self.onchip_reads = onchip_reads
         self.settle_reads(reads, tally)
         for k, r, ru in tilings:
