@@ -1,12 +1,12 @@
 """The excess pass's compulsory bytes at full size, against closed forms (issue 23 items 3-4).
 
     python benchmarks/excess_closed_forms.py              # the default cases below
-    python benchmarks/excess_closed_forms.py --quick      # scanned forms only
+    python benchmarks/excess_closed_forms.py --quick      # scanned decode forms only
 
-For Llama-3-8B decode (batch 32, KV cache 8192; models/families.py, meta-llama/Meta-Llama-3-8B's
-config.json) compiled without the device for each target, the compulsory bytes the excess pass
-(jaxmove/passes/excess/) reports per role are compared with closed forms of the model's shapes,
-computed here and not by the passes:
+Llama-3-8B (models/families.py, meta-llama/Meta-Llama-3-8B's config.json) compiled without the
+device for each target: the compulsory bytes the excess pass (jaxmove/passes/excess/) reports
+per role are compared with closed forms of the model's shapes, computed here and not by the
+passes. Decode (batch 32, KV cache 8192), bf16:
 
 * KV cache: every layer's K and V read once (2 L B H_kv d S bf16) and one position written
   (2 L B H_kv d bf16);
@@ -15,6 +15,22 @@ computed here and not by the passes:
 * activations: the tokens (s32 [B, 1]) and the position (s32) read, the logits (f32 [B, 1, V])
   written.
 
+Decode with int8 weights and int8 KV (``--set weights_dtype=int8 --set kv_dtype=int8``;
+models/transformer.py): each projection kernel and lm_head int8 with a bf16 scale per output
+channel, norms and the embedding bf16; the cache int8 with a bf16 scale per (batch, kv head,
+position): KV read 2 L B H_kv S (d + 2), written 2 L B H_kv (d + 2).
+
+The AdamW training step (``llama3-8b-train``: micro-batch 1 x 8192, scanned layers; models/train.py,
+optax.adamw): every parameter read and written once (bf16, 2 P bytes each way), both moments
+read and written once (bf16, the parameters' dtype) and the step count (s32), the tokens and
+targets (s32 [1, 8192]) read and the loss (f32) written.
+
+Decode under ``--plan tp`` over ``model`` = every device of h100-sxm:1x1x8 and tpu-v5p:2x2x1
+(*tp/8*, *tp/4*: no more devices than the 8 kv heads), per device: the projections split n ways,
+lm_head and the logits over vocab, the cache over kv heads, the norms replicated, and each
+device's embedding gather reads the B rows the tokens give (of its vocab shard: which tokens
+fall in it is not known before the run).
+
 Compulsory traffic depends on the program's semantics alone (DESIGN.md), so the closed forms
 hold for every compiler's program of the step (XLA:CPU's, XLA:GPU's, XLA:TPU's, scanned or
 unrolled) and the excess pass run again without a hardware spec must give the same compulsory
@@ -22,7 +38,8 @@ bytes per role and path (column *no spec*). Also checked: compiled = compulsory 
 unattributed per role, no split-K partials charged to ``weights``, unattributed <= 1% of
 compiled. The table goes to
 ``benchmarks/excess_closed_forms.md`` (``--out``; ``--out ''`` writes nothing). Each case runs
-in a fresh process (one XLA compile at a time, its peak memory its own).
+in a fresh process (one XLA compile at a time, its peak memory its own). The reduced copies of
+these checks are ``tests/test_compulsory_invariance.py``.
 """
 
 from __future__ import annotations
@@ -39,24 +56,78 @@ HERE = Path(__file__).resolve().parent
 L, B, S = 32, 32, 8192
 D, HEADS, KV_HEADS, D_FF, VOCAB = 4096, 32, 8, 14336, 128256
 HEAD_DIM, BF16 = D // HEADS, 2
-CASES = [("h100-sxm", "true"), ("h100-sxm", "false"), ("tpu-v5p", "true"), ("tpu-v5p", "false"),
-         ("b200", "false"), ("cpu", "false")]  # (v5e: 16 GiB, does not fit)
+# (case, preset, overrides, target, scan_layers); (v5e: 16 GiB, does not fit an 8B decode; the
+# training step fits no single TPU chip: XLA:TPU refuses it, XLA:GPU and XLA:CPU do not check)
+_Q = {"weights_dtype": "int8", "kv_dtype": "int8"}
+CASES = [("bf16", "llama3-8b-decode", {}, "h100-sxm", "true"),
+         ("bf16", "llama3-8b-decode", {}, "h100-sxm", "false"),
+         ("bf16", "llama3-8b-decode", {}, "tpu-v5p", "true"),
+         ("bf16", "llama3-8b-decode", {}, "tpu-v5p", "false"),
+         ("bf16", "llama3-8b-decode", {}, "b200", "false"),
+         ("bf16", "llama3-8b-decode", {}, "cpu", "false"),
+         ("int8", "llama3-8b-decode", _Q, "h100-sxm", "true"),
+         ("int8", "llama3-8b-decode", _Q, "h100-sxm", "false"),
+         ("int8", "llama3-8b-decode", _Q, "tpu-v5p", "true"),
+         ("int8", "llama3-8b-decode", _Q, "tpu-v5p", "false"),
+         ("train", "llama3-8b-train", {}, "h100-sxm", "true"),
+         ("train", "llama3-8b-train", {}, "cpu", "true"),
+         ("tp/8", "llama3-8b-decode", {}, "h100-sxm:1x1x8", "false"),
+         ("tp/4", "llama3-8b-decode", {}, "tpu-v5p:2x2x1", "false")]
+# the roles each case's closed form gives (the second is KV for decode, optimizer state for training)
+ROLES = {"bf16": ("weights", "kv_cache", "activations"), "int8": ("weights", "kv_cache", "activations"),
+         "train": ("weights", "optimizer_state", "activations"),
+         "tp/8": ("weights", "kv_cache", "activations"), "tp/4": ("weights", "kv_cache", "activations")}
+TRAIN_B, TRAIN_S = 1, 8192  # models/families.py MODE_SIZES["train"]
 
 
-def closed_forms() -> dict[str, int]:
-    per_layer = (D * HEADS * HEAD_DIM + 2 * D * KV_HEADS * HEAD_DIM + HEADS * HEAD_DIM * D
-                 + 3 * D * D_FF + 2 * D)
+def _tp(n: int) -> dict[str, int]:
+    """Per device, bf16 decode under ``--plan tp`` over ``model`` = n (n <= kv heads; the
+    module docstring): the projections split n ways (q, k, v, gate, up by output features, o
+    and down by input features), lm_head and the logits split over vocab, the cache over kv
+    heads; the norms replicated, and each device's gather reads the B rows its tokens give
+    (of its vocab shard of the table: which tokens fall in it is not known before the run)."""
+    kernels = D * HEADS * HEAD_DIM + 2 * D * KV_HEADS * HEAD_DIM + HEADS * HEAD_DIM * D + 3 * D * D_FF
+    per_position = 2 * L * B * (KV_HEADS // n) * HEAD_DIM * BF16
+    return {"weights": (L * (kernels // n + 2 * D) + VOCAB * D // n + D + B * D) * BF16,
+            "kv_cache": per_position * S + per_position, "activations": B * 4 + 4 + B * VOCAB * 4 // n}
+
+
+def closed_forms() -> dict[str, dict[str, int]]:
+    """case -> role -> compulsory bytes per program run and device (the module docstring's forms)."""
+    kernels = D * HEADS * HEAD_DIM + 2 * D * KV_HEADS * HEAD_DIM + HEADS * HEAD_DIM * D + 3 * D * D_FF
+    per_layer = kernels + 2 * D
     per_position = 2 * L * B * KV_HEADS * HEAD_DIM * BF16
-    return {"kv_cache": per_position * S + per_position,
-            "weights": (L * per_layer + VOCAB * D + D + B * D) * BF16,
-            "activations": B * 4 + 4 + B * VOCAB * 4}
+    act = B * 4 + 4 + B * VOCAB * 4
+    # int8: kernels 1 B per element, a bf16 scale per output channel (q: H d, k / v: H_kv d,
+    # o: D, gate / up: F, down: D); lm_head int8 + V scales; norms, final norm, embedding rows bf16
+    scales = HEADS * HEAD_DIM + 2 * KV_HEADS * HEAD_DIM + D + 2 * D_FF + D
+    q_weights = (L * kernels + L * scales * BF16 + L * 2 * D * BF16 + VOCAB * D + VOCAB * BF16
+                 + D * BF16 + B * D * BF16)
+    q_per_position = 2 * L * B * KV_HEADS * (HEAD_DIM + BF16)
+    p = L * per_layer + 2 * VOCAB * D + D  # every parameter (embedding and lm_head untied)
+    return {"bf16": {"weights": (L * per_layer + VOCAB * D + D + B * D) * BF16,
+                     "kv_cache": per_position * S + per_position, "activations": act},
+            "int8": {"weights": q_weights, "kv_cache": q_per_position * S + q_per_position,
+                     "activations": act},
+            "train": {"weights": 2 * p * BF16, "optimizer_state": 2 * 2 * p * BF16 + 2 * 4,
+                      "activations": 2 * TRAIN_B * TRAIN_S * 4 + 4},
+            "tp/8": _tp(8), "tp/4": _tp(4)}
 
 
-def _child(target: str, scan: str) -> dict:
+def _child(preset: str, overrides: str, target: str, scan: str) -> dict:
     sys.path.insert(0, str(HERE.parent))
     import jaxmove
     t = time.perf_counter()
-    r = jaxmove.analyze("llama3-8b-decode", overrides={"scan_layers": scan}, target=target)
+    over = {**json.loads(overrides), "scan_layers": scan}
+    if ":" in target:  # a topology: --plan tp over model = every device (jaxmove analyze --mesh --plan)
+        from jaxmove.capture.targets import Target
+        from jaxmove.plans import capture_with_plan, load_plan
+        tgt = Target.parse(target)
+        program = capture_with_plan(preset, over, load_plan("tp"), {"model": tgt.num_devices}, [],
+                                    target=target)
+        r = jaxmove.analyze(program, hardware=target.split(":")[0])
+    else:
+        r = jaxmove.analyze(preset, overrides=over, target=target)
     ex = r.excess
     out = {"analyze_s": time.perf_counter() - t, "by_role": {}, "identity_ok": True}
     for role, line in ex.by_role.items():
@@ -78,52 +149,62 @@ def _child(target: str, scan: str) -> dict:
 
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    ap.add_argument("--quick", action="store_true", help="scanned forms only (seconds to compile)")
+    ap.add_argument("--quick", action="store_true", help="scanned decode forms only (seconds to compile)")
     ap.add_argument("--out", default=str(HERE / "excess_closed_forms.md"))
-    ap.add_argument("--child", nargs=2, help=argparse.SUPPRESS)
+    ap.add_argument("--child", nargs=4, help=argparse.SUPPRESS)
     args = ap.parse_args(argv)
     if args.child:
         print(json.dumps(_child(*args.child)))
         return 0
-    want = closed_forms()
-    hdr = (f"{'target':<10} {'layers':<9} {'KV compulsory B':>16} {'closed form':>16} {'weights compulsory B':>21} "
-           f"{'closed form':>16} {'act. compulsory B':>18} {'closed form':>12} {'no spec':>7} "
-           f"{'identity':>8} {'split-K->weights B':>18} {'unattr':>7} {'result':>6} {'s':>6}")
+    wants = closed_forms()
+    hdr = (f"{'case':<6} {'target':<15} {'layers':<9} {'weights compulsory B':>21} {'closed form':>16} "
+           f"{'KV / opt. state B':>17} {'closed form':>16} {'act. compulsory B':>18} {'closed form':>12} "
+           f"{'no spec':>7} {'identity':>8} {'split-K->weights B':>18} {'unattr':>7} {'result':>6} {'s':>6}")
     lines = [hdr, "-" * len(hdr)]
     print(hdr, flush=True)
     failed = 0
-    for target, scan in CASES:
-        if args.quick and scan != "true":
+    for case, preset, overrides, target, scan in CASES:
+        if args.quick and (scan != "true" or case == "train"):
             continue
-        proc = subprocess.run([sys.executable, __file__, "--child", target, scan], capture_output=True, text=True)
+        proc = subprocess.run([sys.executable, __file__, "--child", preset, json.dumps(overrides), target, scan],
+                              capture_output=True, text=True)
         form = "scanned" if scan == "true" else "unrolled"
         if proc.returncode != 0:
-            lines.append(f"{target:<10} {form:<9} error: {(proc.stderr.strip().splitlines() or ['?'])[-1][:120]}")
+            lines.append(f"{case:<6} {target:<15} {form:<9} error: "
+                         f"{(proc.stderr.strip().splitlines() or ['?'])[-1][:120]}")
             print(lines[-1], flush=True)
             failed += 1
             continue
         got = json.loads(proc.stdout.strip().splitlines()[-1])
-        kv, w = got["by_role"]["kv_cache"]["compulsory"], got["by_role"]["weights"]["compulsory"]
-        act = got["by_role"]["activations"]["compulsory"]
-        ok = (abs(kv - want["kv_cache"]) <= 0.01 * want["kv_cache"]
-              and abs(w - want["weights"]) <= 0.01 * want["weights"]
-              and act == want["activations"] and got["same_without_spec"]
+        want = wants[case]
+        w_role, s_role, a_role = ROLES[case]
+        w, second, act = (got["by_role"].get(k, {"compulsory": 0})["compulsory"] for k in ROLES[case])
+        ok = (abs(w - want[w_role]) <= 0.01 * want[w_role]
+              and abs(second - want[s_role]) <= 0.01 * want[s_role]
+              and act == want[a_role] and got["same_without_spec"]
               and got["identity_ok"] and got["split_k_weights_bytes"] == 0
               and got["unattributed_fraction"] <= 0.01)
         failed += not ok
-        lines.append(f"{target:<10} {form:<9} {kv:>16,} {want['kv_cache']:>16,} {w:>21,} {want['weights']:>16,} "
-                     f"{act:>18,} {want['activations']:>12,} {'same' if got['same_without_spec'] else 'DIFF':>7} "
+        lines.append(f"{case:<6} {target:<15} {form:<9} {w:>21,} {want[w_role]:>16,} {second:>17,} "
+                     f"{want[s_role]:>16,} {act:>18,} {want[a_role]:>12,} "
+                     f"{'same' if got['same_without_spec'] else 'DIFF':>7} "
                      f"{'yes' if got['identity_ok'] else 'NO':>8} {got['split_k_weights_bytes']:>18,} "
                      f"{100 * got['unattributed_fraction']:>6.2f}% {'ok' if ok else 'FAIL':>6} {got['analyze_s']:>6.1f}")
         print(lines[-1], flush=True)
-    foot = ("Llama-3-8B decode, batch 32, KV cache 8192, bf16, compiled without the device (deviceless "
-            "XLA:GPU / XLA:TPU; XLA:CPU on this machine); compulsory bytes per program run and device, from `jaxmove analyze ... "
-            "--excess` (the excess pass); closed forms computed in this script from the shapes; no spec = "
+    foot = ("Llama-3-8B: *bf16* = decode, batch 32, KV cache 8192, bf16; *int8* = the same with "
+            "`--set weights_dtype=int8 --set kv_dtype=int8`; *train* = `llama3-8b-train`, the AdamW step "
+            "(micro-batch 1 x 8192; the second role is the optimizer state); *tp/n* = bf16 decode under "
+            "`--plan tp` over model = n devices, per device; compiled without the device "
+            "(deviceless XLA:GPU / XLA:TPU; XLA:CPU on this machine); compulsory bytes per program run "
+            "and device, from `jaxmove analyze ... "
+            "--excess` (the excess pass); closed forms computed in this script from the shapes (the "
+            "module docstring); no spec = "
             "the compulsory bytes per role and path the same when the pass runs without a hardware spec; "
-            "ok = KV and weights within 1% of the closed form, activations equal to it, the same without "
+            "ok = weights and KV / optimizer state within 1% of the closed form, activations equal to it, the same without "
             "a spec, compiled = compulsory + causes + unattributed "
             "per role, no split-K partials charged to weights, unattributed <= 1% of compiled; "
-            "s = compile + analysis, wall clock.")
+            "s = compile + analysis, wall clock (jaxmove's compile cache on, as `jaxmove analyze "
+            "--target` runs: a warm cache skips the accelerator compiles).")
     print("\n" + foot)
     if args.out:
         cmd = " ".join(["python benchmarks/excess_closed_forms.py"] + (argv if argv is not None else sys.argv[1:]))

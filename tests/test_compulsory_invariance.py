@@ -4,7 +4,9 @@ the program. One reduced Llama-3 decode step (unrolled, bf16) is compiled by XLA
 (tpu-v5e, without the device) and XLA:GPU (h100-sxm, without the device), with bf16 and
 with int8 weights and KV; each program's
 compulsory bytes per role and path must be the closed form of the model's shapes, the same on
-all three, with and without a hardware spec.
+all three, with and without a hardware spec; under ``--plan tp`` over 4 devices (tpu-v5e:2x2,
+h100-sxm:1x1x4) the per-device closed form. Reduced copies of
+``benchmarks/excess_closed_forms.py``'s full-size checks.
 
 What the three compilers do differently here (found when this test was written):
 
@@ -58,6 +60,17 @@ TRAIN_B = 2
 P = L * (D * H * HD + 2 * D * HKV * HD + H * HD * D + 3 * D * F + 2 * D) + 2 * V * D + D
 TRAIN = {"weights": 2 * P * BF16, "optimizer_state": 2 * 2 * P * BF16 + 2 * 4,
          "activations": 2 * TRAIN_B * S * 4 + 4}
+# the decode step under --plan tp over model = 4 devices (4 kv heads: one per device), per
+# device: the projections split 4 ways, lm_head and the logits over vocab, the cache over kv
+# heads, the norms replicated, each device's gather the B rows of its vocab shard the tokens give
+TP_N, TP_HKV = 4, 4
+TP_SETS = {**{k: str(v) for k, v in CFG.items()}, "kv_heads": str(TP_HKV)}
+TP_TARGETS = ("tpu-v5e:2x2", "h100-sxm:1x1x4")
+TP_WEIGHTS = (L * ((D * H * HD + 2 * D * TP_HKV * HD + H * HD * D + 3 * D * F) // TP_N + 2 * D)
+              + V * D // TP_N + D + B * D) * BF16
+TP_KV_READ = 2 * L * B * (TP_HKV // TP_N) * S * HD * BF16
+TP_KV_WRITE = 2 * L * B * (TP_HKV // TP_N) * HD * BF16
+TP_ACT_WRITE = B * V * 4 // TP_N
 # a reduced DeepSeek-V3 decode (MLA r = 512, dr = 64; 1 dense + 1 MoE layer), one chip
 DS_SETS = {"layers": "2", "dense_layers": "1", "d_model": "256", "d_ff": "256", "expert_d_ff": "128",
            "vocab": "1024", "experts": "8", "top_k": "2", "heads": "16", "seq_len": "512", "batch": "2"}
@@ -72,11 +85,19 @@ _WORKER = textwrap.dedent("""
     for key in sys.argv[2:]:
         target, dtype = key.split("/")[:2]
         preset = key.split("/")[2] if key.count("/") == 2 else "llama3-8b-decode"
-        sets = dict(json.loads(sys.argv[1]).get(preset, {}))
+        given = json.loads(sys.argv[1])
+        sets = dict(given[key] if key in given else given.get(preset, {}))
         if dtype == "int8":
             sets.update(weights_dtype="int8", kv_dtype="int8")
         try:
-            rep = jaxmove.analyze(preset, overrides=sets, target=target)
+            if ":" in target:  # a topology: --plan tp over model = every device
+                from jaxmove.capture.targets import Target
+                from jaxmove.plans import capture_with_plan, load_plan
+                prog = capture_with_plan(preset, sets, load_plan("tp"),
+                                         {"model": Target.parse(target).num_devices}, [], target=target)
+                rep = jaxmove.analyze(prog, hardware=target.split(":")[0])
+            else:
+                rep = jaxmove.analyze(preset, overrides=sets, target=target)
         except (MissingExtraError, TargetNameError) as e:
             out[key] = {"skip": str(e)}
             continue
@@ -95,7 +116,8 @@ _WORKER = textwrap.dedent("""
 def _run(*targets: str) -> dict:
     env = dict(os.environ, JAX_PLATFORMS="cpu")
     sets = {"llama3-8b-decode": {k: str(v) for k, v in CFG.items()}, "deepseek-v3-decode": DS_SETS,
-            "llama3-8b-train": {**{k: str(v) for k, v in CFG.items()}, "batch": str(TRAIN_B)}}
+            "llama3-8b-train": {**{k: str(v) for k, v in CFG.items()}, "batch": str(TRAIN_B)},
+            **{f"{t}/bf16/llama3-8b-decode": TP_SETS for t in TP_TARGETS}}
     proc = subprocess.run([sys.executable, "-c", _WORKER, json.dumps(sets), *targets], cwd=ROOT, env=env,
                           capture_output=True, text=True, timeout=600)
     assert proc.returncode == 0, proc.stderr[-3000:]
@@ -109,9 +131,10 @@ def compulsory():
     return {**_run("cpu/bf16", "tpu-v5e/bf16", "cpu/int8", "tpu-v5e/int8",
                    "cpu/f32/gpt-tiny-decode", "tpu-v5e/f32/gpt-tiny-decode",
                    "cpu/bf16/deepseek-v3-decode", "tpu-v5e/bf16/deepseek-v3-decode",
-                   "cpu/bf16/llama3-8b-train", "tpu-v5e/bf16/llama3-8b-train"),
+                   "cpu/bf16/llama3-8b-train", "tpu-v5e/bf16/llama3-8b-train",
+                   f"{TP_TARGETS[0]}/bf16/llama3-8b-decode"),
             **_run("h100-sxm/bf16", "h100-sxm/int8", "h100-sxm/f32/gpt-tiny-decode",
-                   "h100-sxm/bf16/llama3-8b-train")}
+                   "h100-sxm/bf16/llama3-8b-train", f"{TP_TARGETS[1]}/bf16/llama3-8b-decode")}
 
 
 @pytest.mark.parametrize("dtype", ["bf16", "int8"])
@@ -129,6 +152,22 @@ def test_decode_compulsory_is_the_closed_form_on_every_compiler(compulsory, targ
     assert role["optimizer_state"] == 0
     assert path["hbm_to_onchip"] == weights + kv_read + ACT_READ
     assert path["onchip_to_hbm"] == kv_write + ACT_WRITE
+
+
+@pytest.mark.parametrize("target", TP_TARGETS)
+@pytest.mark.parametrize("spec", ["spec", "none"])
+def test_tp_decode_compulsory_per_device_is_the_closed_form(compulsory, target, spec):
+    """The closed form holds per device under a plan too (benchmarks/excess_closed_forms.py
+    checks Llama-3-8B under tp over 8 H100s and 4 v5p chips)."""
+    got = compulsory[f"{target}/bf16/llama3-8b-decode"]
+    if "skip" in got:
+        pytest.skip(got["skip"])
+    role, path = got[spec]["by_role"], got[spec]["by_path"]
+    assert role["weights"] == TP_WEIGHTS
+    assert role["kv_cache"] == TP_KV_READ + TP_KV_WRITE
+    assert role["activations"] == ACT_READ + TP_ACT_WRITE
+    assert path["hbm_to_onchip"] == TP_WEIGHTS + TP_KV_READ + ACT_READ
+    assert path["onchip_to_hbm"] == TP_KV_WRITE + TP_ACT_WRITE
 
 
 def test_gpt_decode_compulsory_is_the_same_on_every_compiler(compulsory):
