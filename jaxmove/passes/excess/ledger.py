@@ -23,6 +23,7 @@ MAX_LISTED = 10
 
 HBM_READ, HBM_WRITE = "hbm_to_onchip", "onchip_to_hbm"
 
+
 class _Codes(dict):
     """role -> event code of one (kind, subject, path) (``Ledger.codes_for``), interned on
     first use."""
