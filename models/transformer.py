@@ -872,8 +872,11 @@ class MoE(nnx.Module):
                 g = self.w_gate.einsum("ebcd,edf->ebcf", xe)
                 u = self.w_up.einsum("ebcd,edf->ebcf", xe)
                 h = jax.nn.silu(g) * u
-                y = None if moved or "scale" in vars(self.w_down) else _reduce_after_combine(
-                    combine, h, self.w_down.kernel[...], (b, s, x.shape[-1]))
+                wd = self.w_down
+                quantized = "scale" in vars(wd)
+                y = None if moved or (quantized and wd.act_fp8) else _reduce_after_combine(
+                    combine, h, wd.kernel[...], (b, s, x.shape[-1]),
+                    wd.scale[...] if quantized else None, wd.dtype)
                 if y is None:
                     ye = self.w_down.einsum("ebcf,efd->ebcd", h)
                     if moved:  # ep: the expert outputs go back to their batch's devices
@@ -889,20 +892,25 @@ class MoE(nnx.Module):
         return y
 
 
-def _reduce_after_combine(combine, h, w_down, out_shape):
+def _reduce_after_combine(combine, h, w_down, out_shape, scale=None, dtype=None):
     """The slot form's down projection and combine where a plan splits expert_d_ff (``tp``,
     experts on every device): y [B, S, d] = sum over e, c of combine [B, S, E, C] x (h
     [E, B, C, f] @ w_down [E, f, d]), each device's partial sums over its share of f combined
     first and then summed over the devices (``psum``), so the all-reduce carries [B, S, d]
     instead of the expert outputs [E, B, C, d], E*C/S = top_k x capacity_factor times more
-    (Megatron-Core's MoE reduces after the token unpermutation the same way). Returns None
-    outside a plan or where the arrays' layouts are not that one (the caller's form then)."""
+    (Megatron-Core's MoE reduces after the token unpermutation the same way). A weight-only
+    quantized ``w_down`` comes with its per-output-channel ``scale`` [E, d] and the model
+    ``dtype``: each device converts its share of the kernel inside the dot and scales the
+    partial sums (``Dense.einsum``'s order; the scale is per output channel, so it scales each
+    device's share of the sum alike). Returns None outside a plan or where the arrays' layouts
+    are not that one (the caller's form then)."""
     P = jax.sharding.PartitionSpec
     sh = logical_sharding_of(("expert", "batch", None, "mlp"), tuple(h.shape))
     sw = logical_sharding_of(("expert", "mlp", "embed"), tuple(w_down.shape))
     sc = logical_sharding_of(("batch", None, None, None), tuple(combine.shape))
     so = logical_sharding_of(HIDDEN, tuple(out_shape))
-    if not all(isinstance(x, jax.sharding.NamedSharding) for x in (sh, sw, sc, so)):
+    ss = logical_sharding_of(("expert", "embed"), tuple(scale.shape)) if scale is not None else so
+    if not all(isinstance(x, jax.sharding.NamedSharding) for x in (sh, sw, sc, so, ss)):
         return None
 
     def spec(x, n):
@@ -910,17 +918,25 @@ def _reduce_after_combine(combine, h, w_down, out_shape):
     hs, ws, cs, os_ = spec(sh, 4), spec(sw, 3), spec(sc, 4), spec(so, 3)
     f_axes = hs[3]
     if (f_axes is None or ws != (None, f_axes, None) or hs[:3] != (None, cs[0], None)
-            or cs[1:] != (None, None, None) or os_ != (cs[0], None, None)):
+            or cs[1:] != (None, None, None) or os_ != (cs[0], None, None)
+            or (scale is not None and spec(ss, 2) != (None, None))):
         return None
 
-    def local(c, hl, wl):
-        yl = jnp.einsum("bsec,ebcd->bsd", c, jnp.einsum("ebcf,efd->ebcd", hl, wl))
-        return jax.lax.psum(yl, f_axes)
+    if scale is None:
+        def local(c, hl, wl):
+            yl = jnp.einsum("bsec,ebcd->bsd", c, jnp.einsum("ebcf,efd->ebcd", hl, wl))
+            return jax.lax.psum(yl, f_axes)
+        args, in_specs = (combine, h, w_down), (P(*cs), P(*hs), P(*ws))
+    else:
+        def local(c, hl, wl, sl):
+            ye = jnp.einsum("ebcf,efd->ebcd", hl, wl.astype(dtype)) * sl[:, None, None, :]
+            return jax.lax.psum(jnp.einsum("bsec,ebcd->bsd", c, ye), f_axes)
+        args, in_specs = (combine, h, w_down, scale), (P(*cs), P(*hs), P(*ws), P(None, None))
 
     # (check_vma: jax tracks which values vary over the mesh axes, so the psum's transpose in
     # a training step's backward pass is the right one)
-    return jax.shard_map(local, mesh=sh.mesh, in_specs=(P(*cs), P(*hs), P(*ws)), out_specs=P(*os_),
-                         check_vma=True)(combine, h, w_down)
+    return jax.shard_map(local, mesh=sh.mesh, in_specs=in_specs, out_specs=P(*os_),
+                         check_vma=True)(*args)
 
 
 class Block(nnx.Module):

@@ -289,11 +289,13 @@ def test_mla_cache_in_every_kv_dtype(kv):
     assert 2 * cache_bytes <= read, (read, cache_bytes)
 
 
+@pytest.mark.parametrize("weights", ["bf16", "int8"])
 @pytest.mark.parametrize("target,plugin", [("tpu-v5e:2x2", "libtpu"), ("h100-sxm:1x1x4", "jax_plugins.xla_cuda12")])
-def test_tp_moe_prefill_all_reduces_the_combined_tokens_on_accelerators(target, plugin):
+def test_tp_moe_prefill_all_reduces_the_combined_tokens_on_accelerators(target, plugin, weights):
     """Mixtral prefill, tp over 4 devices, compiled by XLA:TPU and XLA:GPU: each MoE layer's one
     all-reduce carries the combined [B, S, d] bf16 tokens (8 x 128 x 256 x 2 = 524288 B), not
-    the [E, B, C, d] expert outputs (C = ceil(k S cf / E) = 80: 4 x 8 x 80 x 256 x 2 B)."""
+    the [E, B, C, d] expert outputs (C = ceil(k S cf / E) = 80: 4 x 8 x 80 x 256 x 2 B), with
+    int8 weights too (each device's share of w_down converted inside its dot)."""
     import importlib.util
     if importlib.util.find_spec(plugin) is None:
         pytest.skip(f"{plugin} is not installed")
@@ -301,6 +303,8 @@ def test_tp_moe_prefill_all_reduces_the_combined_tokens_on_accelerators(target, 
     from jaxmove.plans.compare import capture_with_plan
     sets = dict(layers="2", d_model="256", heads="4", kv_heads="4", d_ff="512", vocab="1024",
                 seq_len="128", batch="8", experts="4", top_k="2")
+    if weights == "int8":
+        sets["weights_dtype"] = "int8"
     rep = analyze(capture_with_plan("mixtral-8x7b-prefill", sets, PRESETS["tp"], {"model": 4}, target=target))
     moe = [(r.collective.kind, r.collective.buffer_bytes) for r in rep.rows
            if r.collective is not None and "/moe/" in (r.instr.metadata.op_name or "")]

@@ -320,6 +320,11 @@ _EP_WORKER = textwrap.dedent("""
                                     {"model": 4}))
     out["mixtral/tp/prefill/moe"] = [[r.collective.kind, r.collective.buffer_bytes] for r in rep.rows
                                      if r.collective is not None and "/moe/" in (r.instr.metadata.op_name or "")]
+    # ... with int8 weights too (each device converts its share of w_down inside the dot)
+    rep = analyze(capture_with_plan("mixtral-8x7b-prefill", {**small, "layers": "2", "weights_dtype": "int8"},
+                                    PRESETS["tp"], {"model": 4}))
+    out["mixtral/tp/prefill/int8/moe"] = [[r.collective.kind, r.collective.buffer_bytes] for r in rep.rows
+                                          if r.collective is not None and "/moe/" in (r.instr.metadata.op_name or "")]
     # ... and the same numbers as the einsums without a plan
     import jax, numpy as np
     from jax.sharding import Mesh, NamedSharding, PartitionSpec
@@ -342,6 +347,15 @@ _EP_WORKER = textwrap.dedent("""
         grads = [jax.jit(jax.grad(lambda *a, f=f: (f(*a) * t).sum(), argnums=(0, 1, 2)))(c, h, w)
                  for f in (planned, plain)]
         errs += [np.abs(np.asarray(x) - np.asarray(y)).max() for x, y in zip(*grads)]
+        # an int8 w_down with its per-channel scale [E, d]: (h @ q) * s, partial sums scaled
+        q = rng.integers(-127, 128, (4, 64, 32)).astype(np.int8)
+        sc = (rng.random((4, 32)) / 127).astype(np.float32)
+        def planned_q(c, h):
+            with logical_sharding(resolve):
+                return _reduce_after_combine(c, h, q, (4, 16, 32), sc, jax.numpy.float32)
+        ref = plain(c, h, q.astype(np.float32) * sc[:, None, :])
+        errs.append(np.abs(np.asarray(jax.jit(planned_q)(c, h)) - np.asarray(ref)).max()
+                    / np.abs(np.asarray(ref)).max())
         out["reduce_after_combine_err/" + "x".join(mesh_shape)] = float(max(errs))
     json.dump(out, sys.stdout)
 """)
@@ -383,9 +397,12 @@ def test_tp_prefill_combines_the_experts_before_all_reducing(moe_collectives):
     """Prefill's slot form under tp over model=4 (expert_d_ff split): each device combines its
     partial expert outputs into [B, S, d] first, so each MoE layer all-reduces B x S x d x 4 =
     8192 B once, not the expert outputs [E, B, C, d] (4 x 4 x 8 x 32 x 4 = 16384 B, C =
-    ceil(k S / E) = 8); the sums, and their gradients, equal the einsums' without a plan."""
+    ceil(k S / E) = 8), with bf16/f32 and with int8 weights; the sums, and their gradients,
+    equal the einsums' without a plan (an int8 kernel with its scale: relative error)."""
     b, s, d = 4, 16, 32
     assert moe_collectives["mixtral/tp/prefill/moe"] == [["all-reduce", b * s * d * 4]] * 2
+    # int8 weights (w_down converted inside each device's dot, its partial sums scaled)
+    assert moe_collectives["mixtral/tp/prefill/int8/moe"] == [["all-reduce", b * s * d * 4]] * 2
     for mesh in ("model", "dataxmodel"):
         assert moe_collectives["reduce_after_combine_err/" + mesh] < 1e-4, mesh
 
