@@ -874,9 +874,9 @@ class MoE(nnx.Module):
                 h = jax.nn.silu(g) * u
                 wd = self.w_down
                 quantized = "scale" in vars(wd)
-                y = None if moved or (quantized and wd.act_fp8) else _reduce_after_combine(
+                y = None if moved else _reduce_after_combine(
                     combine, h, wd.kernel[...], (b, s, x.shape[-1]),
-                    wd.scale[...] if quantized else None, wd.dtype)
+                    wd.scale[...] if quantized else None, wd.dtype, wd.act_fp8)
                 if y is None:
                     ye = self.w_down.einsum("ebcf,efd->ebcd", h)
                     if moved:  # ep: the expert outputs go back to their batch's devices
@@ -892,7 +892,7 @@ class MoE(nnx.Module):
         return y
 
 
-def _reduce_after_combine(combine, h, w_down, out_shape, scale=None, dtype=None):
+def _reduce_after_combine(combine, h, w_down, out_shape, scale=None, dtype=None, act_fp8=False):
     """The slot form's down projection and combine where a plan splits expert_d_ff (``tp``,
     experts on every device): y [B, S, d] = sum over e, c of combine [B, S, E, C] x (h
     [E, B, C, f] @ w_down [E, f, d]), each device's partial sums over its share of f combined
@@ -902,8 +902,12 @@ def _reduce_after_combine(combine, h, w_down, out_shape, scale=None, dtype=None)
     quantized ``w_down`` comes with its per-output-channel ``scale`` [E, d] and the model
     ``dtype``: each device converts its share of the kernel inside the dot and scales the
     partial sums (``Dense.einsum``'s order; the scale is per output channel, so it scales each
-    device's share of the sum alike). Returns None outside a plan or where the arrays' layouts
-    are not that one (the caller's form then)."""
+    device's share of the sum alike). With ``act_fp8`` (an fp8 kernel, ``act_dtype=fp8``) each
+    row of h is quantized to e4m3 as ``Dense.einsum`` does, with the same scale max|h| / 448
+    over the whole row: each device's max over its share of f, then the max over the devices
+    (an all-gather of the [E, B, C, 1] maxima, then their max: differentiable, so the gradients
+    are ``Dense.einsum``'s, the rows' largest elements included). Returns None outside a plan
+    or where the arrays' layouts are not that one (the caller's form then)."""
     P = jax.sharding.PartitionSpec
     sh = logical_sharding_of(("expert", "batch", None, "mlp"), tuple(h.shape))
     sw = logical_sharding_of(("expert", "mlp", "embed"), tuple(w_down.shape))
@@ -927,9 +931,20 @@ def _reduce_after_combine(combine, h, w_down, out_shape, scale=None, dtype=None)
             yl = jnp.einsum("bsec,ebcd->bsd", c, jnp.einsum("ebcf,efd->ebcd", hl, wl))
             return jax.lax.psum(yl, f_axes)
         args, in_specs = (combine, h, w_down), (P(*cs), P(*hs), P(*ws))
-    else:
+    elif not act_fp8:
         def local(c, hl, wl, sl):
             ye = jnp.einsum("ebcf,efd->ebcd", hl, wl.astype(dtype)) * sl[:, None, None, :]
+            return jax.lax.psum(jnp.einsum("bsec,ebcd->bsd", c, ye), f_axes)
+        args, in_specs = (combine, h, w_down, scale), (P(*cs), P(*hs), P(*ws), P(None, None))
+    else:
+        def local(c, hl, wl, sl):
+            h32 = hl.astype(jnp.float32)
+            # (the devices' maxima gathered and maxed here: max is differentiable, pmax is not)
+            amax = jnp.max(jax.lax.all_gather(jnp.max(jnp.abs(h32), axis=3, keepdims=True), f_axes), axis=0)
+            sx = jnp.maximum(amax, 1e-12) / QMAX[wl.dtype.name]                 # [E, B, C, 1]
+            y = jnp.einsum("ebcf,efd->ebcd", (h32 / sx).astype(wl.dtype), wl,
+                           preferred_element_type=jnp.float32)
+            ye = (y * sx * sl[:, None, None, :].astype(jnp.float32)).astype(dtype)
             return jax.lax.psum(jnp.einsum("bsec,ebcd->bsd", c, ye), f_axes)
         args, in_specs = (combine, h, w_down, scale), (P(*cs), P(*hs), P(*ws), P(None, None))
 

@@ -325,6 +325,10 @@ _EP_WORKER = textwrap.dedent("""
                                     PRESETS["tp"], {"model": 4}))
     out["mixtral/tp/prefill/int8/moe"] = [[r.collective.kind, r.collective.buffer_bytes] for r in rep.rows
                                           if r.collective is not None and "/moe/" in (r.instr.metadata.op_name or "")]
+    rep = analyze(capture_with_plan("mixtral-8x7b-prefill", {**small, "layers": "2", "weights_dtype": "fp8",
+                                                             "act_dtype": "fp8"}, PRESETS["tp"], {"model": 4}))
+    out["mixtral/tp/prefill/fp8act/moe"] = [[r.collective.kind, r.collective.buffer_bytes] for r in rep.rows
+                                            if r.collective is not None and "/moe/" in (r.instr.metadata.op_name or "")]
     # ... and the same numbers as the einsums without a plan
     import jax, numpy as np
     from jax.sharding import Mesh, NamedSharding, PartitionSpec
@@ -356,6 +360,22 @@ _EP_WORKER = textwrap.dedent("""
         ref = plain(c, h, q.astype(np.float32) * sc[:, None, :])
         errs.append(np.abs(np.asarray(jax.jit(planned_q)(c, h)) - np.asarray(ref)).max()
                     / np.abs(np.asarray(ref)).max())
+        # an fp8 w_down with fp8 activations (act_dtype=fp8): each row of h quantized with the
+        # scale of the whole row (the devices' max), as Dense.einsum quantizes it unsplit
+        q8 = jax.numpy.asarray(rng.standard_normal((4, 64, 32)) * 64, jax.numpy.float8_e4m3fn)
+        def planned_fp8(c, h):
+            with logical_sharding(resolve):
+                return _reduce_after_combine(c, h, q8, (4, 16, 32), sc, jax.numpy.float32, True)
+        def plain_fp8(c, h):
+            jnp = jax.numpy
+            sx = jnp.maximum(jnp.max(jnp.abs(h), axis=3, keepdims=True), 1e-12) / 448.0
+            y = jnp.einsum("ebcf,efd->ebcd", (h / sx).astype(q8.dtype), q8, preferred_element_type=jnp.float32)
+            return jnp.einsum("bsec,ebcd->bsd", c, y * sx * sc[:, None, None, :])
+        ref = np.asarray(plain_fp8(c, h))
+        errs.append(np.abs(np.asarray(jax.jit(planned_fp8)(c, h)) - ref).max() / np.abs(ref).max())
+        g8 = [np.asarray(jax.jit(jax.grad(lambda c, h, f=f: (f(c, h) * t).sum(), argnums=1))(c, h))
+              for f in (planned_fp8, plain_fp8)]
+        errs.append(np.abs(g8[0] - g8[1]).max() / np.abs(g8[1]).max())
         out["reduce_after_combine_err/" + "x".join(mesh_shape)] = float(max(errs))
     json.dump(out, sys.stdout)
 """)
@@ -401,8 +421,13 @@ def test_tp_prefill_combines_the_experts_before_all_reducing(moe_collectives):
     equal the einsums' without a plan (an int8 kernel with its scale: relative error)."""
     b, s, d = 4, 16, 32
     assert moe_collectives["mixtral/tp/prefill/moe"] == [["all-reduce", b * s * d * 4]] * 2
-    # int8 weights (w_down converted inside each device's dot, its partial sums scaled)
+    # int8 weights (w_down converted inside each device's dot, its partial sums scaled), and
+    # fp8 x fp8 (each row's scale the max over the devices)
     assert moe_collectives["mixtral/tp/prefill/int8/moe"] == [["all-reduce", b * s * d * 4]] * 2
+    # (and before it an all-gather of each device's row maxima [E, B, C, 1] f32, 4 x 4 x 8 x 4 B
+    # per device, 4 devices' worth gathered)
+    assert moe_collectives["mixtral/tp/prefill/fp8act/moe"] == [["all-gather", 4 * 4 * b * 8 * 4],
+                                                                ["all-reduce", b * s * d * 4]] * 2
     for mesh in ("model", "dataxmodel"):
         assert moe_collectives["reduce_after_combine_err/" + mesh] < 1e-4, mesh
 
