@@ -926,3 +926,18 @@ def test_slices_assembled_out_of_order_are_no_copy_of_the_cache():
     # writing it back is no in-place update of the cache (no update bytes credited)
     ex, _ = excess_of(_text("cb_swapped.hlo"), None)
     assert ex.by_role["kv_cache"].compulsory_bytes == 2 * 16 * 64 * 4          # the read only
+
+
+def test_sums_past_int64_stay_exact():
+    """The ledger sums its charges with numpy: in int64 only where no sum can reach 2**63,
+    else in Python ints. A loop of 5e8 trips over 16 GiB f32 buffers moves ~4.3e19 bytes per
+    run (the sums wrapped around silently once, and a single access past 2**63 raised
+    OverflowError); the totals must equal the traffic pass's (Python ints) to the byte."""
+    ex, analysis = excess_of(_text("ov_sums_past_int64.hlo"))  # check_identity: the totals
+    assert analysis.totals.hbm_read_bytes > 2 ** 63
+    assert ex.by_path["hbm_to_onchip"].compiled_bytes == analysis.totals.hbm_read_bytes
+    assert all(type(c.bytes) is int and type(i.bytes) is int for c in ex.causes for i in c.instructions)
+    # one access past 2**63: the same loop at 2e10 trips (fusion.2 reads 2 x 16 GiB per trip)
+    text = _text("ov_sums_past_int64.hlo").replace('"n":"500000000"', '"n":"20000000000"')
+    ex, analysis = excess_of(text)
+    assert analysis.totals.hbm_read_bytes > 2 ** 64

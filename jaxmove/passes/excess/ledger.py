@@ -24,6 +24,22 @@ MAX_LISTED = 10
 HBM_READ, HBM_WRITE = "hbm_to_onchip", "onchip_to_hbm"
 
 
+def _event_array(events: list[int]):
+    """The events as an [n, 5] array: int64 where every sum of them fits (each value and 4x the
+    count times the largest below 2**63: the charges sum up to two parts per event), else
+    Python ints (dtype object: exact at any size, e.g. a loop of 5e8 trips over 16 GiB)."""
+    n = len(events)
+    if not n:
+        return np.zeros((0, 5), np.int64)
+    try:
+        ev = np.fromiter(events, np.int64, n)
+    except OverflowError:
+        ev = None
+    if ev is not None and max(int(ev.max()), -int(ev.min())) * 4 * n < 2 ** 63:
+        return ev.reshape(-1, 5)
+    return np.array(events, dtype=object).reshape(-1, 5)
+
+
 class _Codes(dict):
     """role -> event code of one (kind, subject, path) (``Ledger.codes_for``), interned on
     first use."""
@@ -126,11 +142,12 @@ class Ledger:
         compulsory bytes added into ``compiled`` / ``compulsory``, and per charge (the tile
         padding of an event, then the rest of its excess, each where positive), in the order
         charged, numpy arrays (code, row, bytes)."""
-        n = len(self.events)
-        ev = np.fromiter(self.events, np.int64, n).reshape(-1, 5) if n else np.zeros((0, 5), np.int64)
+        ev = _event_array(self.events)
         self.events = []
         row, code, phys, comp, logical = ev.T
-        s_phys, s_comp = np.zeros(len(self.keys), np.int64), np.zeros(len(self.keys), np.int64)
+        if ev.dtype == object:  # (Python ints: the row numbers and codes index)
+            row, code = row.astype(np.int64), code.astype(np.int64)
+        s_phys, s_comp = np.zeros(len(self.keys), ev.dtype), np.zeros(len(self.keys), ev.dtype)
         np.add.at(s_phys, code, phys)
         np.add.at(s_comp, code, comp)
         codes = np.flatnonzero(np.bincount(code, minlength=len(self.keys)))
@@ -163,7 +180,7 @@ def build_result(ledger: Ledger, module: Module, rows, notes: list[str], capacit
     ch_code, ch_row, ch_bytes = ledger.charges()
     keys = ledger.keys
     # per (kind, subject, role, path), in the order first charged
-    per_code = np.zeros(len(keys), np.int64)
+    per_code = np.zeros(len(keys), ch_bytes.dtype)
     np.add.at(per_code, ch_code, ch_bytes)
     first_code = np.full(len(keys), len(ch_code), np.int64)
     np.minimum.at(first_code, ch_code, np.arange(len(ch_code)))

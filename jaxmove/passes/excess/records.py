@@ -15,7 +15,8 @@ from ...vocab import PATHS, ROLES
 
 def group_sums(key, *values):
     """(unique keys in the order of their first element, index of that first element, the sum
-    of each of ``values`` per key): exact int64 sums (numpy int64 arrays in, arrays out)."""
+    of each of ``values`` per key): exact sums (numpy arrays in, int64 or Python-int object
+    arrays; arrays out, of the values' dtypes)."""
     if not len(key):
         return key, key, tuple(v for v in values)
     order = np.argsort(key)
