@@ -713,40 +713,7 @@ class Accounting:
                 # the leaf's shape only where a rule asks (a tuple index, no logical size, an
                 # all-gather's buffer, an on-chip capacity): reading it touches the operand
                 idx = a.index
-                if not idx:
-                    role = roles[(cname, oname)][0]
-                    root = (cname, oname, 0)
-                    p = parent.get(root)
-                    if p is not None:
-                        root = p if p not in parent else find(root)
-                    lg = a.logical_nbytes
-                    if (rkc is None and cap is None and lg is not None and root not in special
-                            and (not gathered or root not in gathered)
-                            and (not produced_cause or root not in produced_cause)):
-                        # (the common case, an intermediate: the rules below without the
-                        # questions they answer)
-                        logical = lg * count
-                        wt = tally.get(root)
-                        if wt is not None:  # a spilled intermediate already written: read it back once
-                            phys = a.nbytes * count
-                            g = wt[1]
-                            give = wt[0] - g
-                            if logical < give:
-                                give = logical
-                            if give > 0:
-                                wt[1] = g + give
-                                events += (k, spill_r[role], give + phys - logical, 0, give)
-                                if logical > give:
-                                    events += (k, re_read_r[role], logical - give, 0, logical - give)
-                            elif logical > 0:
-                                events += (k, re_read_r[role], phys, 0, logical)
-                        else:
-                            reads[root].append((0, logical, logical, k, role, a.nbytes * count, root))
-                        continue
-                    leaf = None
-                    resolved = True
-                else:
-                    resolved = False
+                if idx:
                     leaf = by_name[oname].shape
                     if leaf.is_tuple:
                         pos = leaf_position(leaf, idx)
@@ -757,6 +724,10 @@ class Accounting:
                     else:
                         role = roles[(cname, oname)][0]
                         root = (cname, oname, 0)
+                else:
+                    leaf = None
+                    role = roles[(cname, oname)][0]
+                    root = (cname, oname, 0)
                 phys = a.nbytes * count
                 lg = a.logical_nbytes
                 if lg is None:
@@ -764,10 +735,9 @@ class Accounting:
                         leaf = by_name[oname].shape
                     lg = _logical(a, leaf)
                 logical = lg * count
-                if not resolved:
-                    p = parent.get(root)
-                    if p is not None:
-                        root = p if p not in parent else find(root)
+                p = parent.get(root)
+                if p is not None:
+                    root = p if p not in parent else find(root)
                 if gathered and root in gathered:
                     if leaf is None:
                         leaf = by_name[oname].shape
