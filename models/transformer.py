@@ -926,27 +926,24 @@ def _reduce_after_combine(combine, h, w_down, out_shape, scale=None, dtype=None,
             or (scale is not None and spec(ss, 2) != (None, None))):
         return None
 
-    if scale is None:
-        def local(c, hl, wl):
-            yl = jnp.einsum("bsec,ebcd->bsd", c, jnp.einsum("ebcf,efd->ebcd", hl, wl))
-            return jax.lax.psum(yl, f_axes)
-        args, in_specs = (combine, h, w_down), (P(*cs), P(*hs), P(*ws))
-    elif not act_fp8:
-        def local(c, hl, wl, sl):
-            ye = jnp.einsum("ebcf,efd->ebcd", hl, wl.astype(dtype)) * sl[:, None, None, :]
-            return jax.lax.psum(jnp.einsum("bsec,ebcd->bsd", c, ye), f_axes)
-        args, in_specs = (combine, h, w_down, scale), (P(*cs), P(*hs), P(*ws), P(None, None))
-    else:
-        def local(c, hl, wl, sl):
-            h32 = hl.astype(jnp.float32)
-            # (the devices' maxima gathered and maxed here: max is differentiable, pmax is not)
-            amax = jnp.max(jax.lax.all_gather(jnp.max(jnp.abs(h32), axis=3, keepdims=True), f_axes), axis=0)
-            sx = jnp.maximum(amax, 1e-12) / QMAX[wl.dtype.name]                 # [E, B, C, 1]
-            y = jnp.einsum("ebcf,efd->ebcd", (h32 / sx).astype(wl.dtype), wl,
-                           preferred_element_type=jnp.float32)
-            ye = (y * sx * sl[:, None, None, :].astype(jnp.float32)).astype(dtype)
-            return jax.lax.psum(jnp.einsum("bsec,ebcd->bsd", c, ye), f_axes)
-        args, in_specs = (combine, h, w_down, scale), (P(*cs), P(*hs), P(*ws), P(None, None))
+    def down(hl, wl, sl):  # this device's expert outputs [E, B, C, d], partial over f
+        if sl is None:
+            return jnp.einsum("ebcf,efd->ebcd", hl, wl)
+        if not act_fp8:  # (Dense.einsum's weight-only form)
+            return jnp.einsum("ebcf,efd->ebcd", hl, wl.astype(dtype)) * sl[:, None, None, :]
+        h32 = hl.astype(jnp.float32)  # (Dense.einsum's fp8 x fp8 form, the row max over devices)
+        # (the devices' maxima gathered and maxed here: max is differentiable, pmax is not)
+        amax = jnp.max(jax.lax.all_gather(jnp.max(jnp.abs(h32), axis=3, keepdims=True), f_axes), axis=0)
+        sx = jnp.maximum(amax, 1e-12) / QMAX[wl.dtype.name]                 # [E, B, C, 1]
+        y = jnp.einsum("ebcf,efd->ebcd", (h32 / sx).astype(wl.dtype), wl, preferred_element_type=jnp.float32)
+        return (y * sx * sl[:, None, None, :].astype(jnp.float32)).astype(dtype)
+
+    def local(c, hl, wl, *sl):  # (sl: the scale's share, where there is one)
+        return jax.lax.psum(jnp.einsum("bsec,ebcd->bsd", c, down(hl, wl, sl[0] if sl else None)), f_axes)
+
+    args, in_specs = (combine, h, w_down), (P(*cs), P(*hs), P(*ws))
+    if scale is not None:
+        args, in_specs = args + (scale,), in_specs + (P(None, None),)
 
     # (check_vma: jax tracks which values vary over the mesh axes, so the psum's transpose in
     # a training step's backward pass is the right one)
