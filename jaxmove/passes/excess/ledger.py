@@ -159,6 +159,7 @@ class Ledger:
             if q:
                 self.compulsory[(role, path)] += q
         pad, exc = phys - logical, logical - comp
+        # (each code's tile_padding code; interning may append to keys: a copy is walked)
         pad_code = np.array([self.code("tile_padding", "", role, path) for _k, _s, role, path in list(keys)],
                             np.int64) if keys else np.zeros(0, np.int64)
         # (interleaved: event i's padding, then its excess)
