@@ -11,14 +11,22 @@ import pytest
 
 # jaxmove's compile cache (capture/compile_cache.py): one fresh directory per test session, never
 # the user's ~/.cache/jaxmove/xla (no stale entries read, nothing left behind); tests that compile
-# the same TPU/GPU program share its compile
-_COMPILE_CACHE = tempfile.mkdtemp(prefix="jaxmove-test-xla-")
+# the same TPU/GPU program share its compile. Under pytest-xdist the controller makes the
+# directory and its workers inherit it (_SESSION_CACHE_ENV in their environment), so a compile
+# one worker made is a hit in the other (the cache writes each entry atomically); the process
+# that made it removes it.
+_SESSION_CACHE_ENV = "JAXMOVE_TEST_SESSION_COMPILE_CACHE"
+_INHERITED = os.environ.get(_SESSION_CACHE_ENV)
+_OWNS_CACHE = not (_INHERITED and os.environ.get("PYTEST_XDIST_WORKER") and os.path.isdir(_INHERITED))
+_COMPILE_CACHE = tempfile.mkdtemp(prefix="jaxmove-test-xla-") if _OWNS_CACHE else _INHERITED
+os.environ[_SESSION_CACHE_ENV] = _COMPILE_CACHE
 os.environ["JAXMOVE_COMPILE_CACHE_DIR"] = _COMPILE_CACHE
 os.environ.pop("JAXMOVE_NO_COMPILE_CACHE", None)
 
 
 def pytest_sessionfinish(session, exitstatus):
-    shutil.rmtree(_COMPILE_CACHE, ignore_errors=True)
+    if _OWNS_CACHE:
+        shutil.rmtree(_COMPILE_CACHE, ignore_errors=True)
 
 ROOT = Path(__file__).resolve().parents[1]
 CORPUS = ROOT.parent / "shared" / "corpus" / "hlo"

@@ -814,11 +814,16 @@ def _default(instr, comp, module) -> InstrTraffic:
     """Every distinct operand read whole, every result leaf written: one (shared) record per
     (result shape, operand shapes, which operands repeat) of the module."""
     operands = instr.operands
-    repeats = None
-    if len(set(operands)) != len(operands):  # (rare) which operands are one value
+    n = len(operands)
+    repeats = None  # (which operands are one value: rare, but an elementwise x op x has it)
+    if n == 2:
+        if operands[0] == operands[1]:
+            repeats = (0, 0)
+    elif n > 2 and len(set(operands)) != n:
         first: dict[str, int] = {}
-        repeats = tuple(first.setdefault(o, k) for k, o in enumerate(operands))
-    key = (id(instr.shape), repeats, tuple(map(id, map(_shape, map(comp.by_name.__getitem__, operands)))))
+        repeats = tuple([first.setdefault(o, k) for k, o in enumerate(operands)])
+    by_name = comp.by_name
+    key = (id(instr.shape), repeats, tuple([id(by_name[o].shape) for o in operands]))
     cache = memo_of(module).default_traffic
     t = cache.get(key)
     if t is None:
