@@ -18,18 +18,43 @@ def backend_mismatch_note(backend: str, spec_name: str) -> str:
             "target backend for device-accurate figures")
 
 
-def does_not_fit_note(module, spec) -> str | None:
-    """A note when the program's arguments (its ENTRY parameters, per device: the bytes
-    that must sit in device memory before it runs) exceed the spec's
-    ``hbm_capacity_bytes``, else None. Starts with ``does not fit:``."""
-    need = sum(p.shape.byte_size for p in module.entry.parameters)
+def does_not_fit_note(module, spec, memory_stats: dict | None = None, backend: str | None = None) -> str | None:
+    """A note when the program does not fit the spec's ``hbm_capacity_bytes`` per device, else
+    None. Starts with ``does not fit:``.
+
+    The rule ``plans`` applies (plans/compare.py ``summarize``): where the compiler's
+    ``memory_analysis()`` is known (``memory_stats``, a program jaxmove compiled), the program
+    needs arguments + outputs - aliased + temporaries, all live at once; an XLA:TPU program is
+    the exception, its compiler checked the memory itself and refuses what does not fit
+    (``backend="tpu"`` with ``memory_stats``: no note; its refusal is capture/targets.py
+    ``DoesNotFitError``). Otherwise, and for an HLO file (no ``memory_analysis``), arguments
+    larger than the capacity do not fit: the bytes that must sit in device memory before the
+    program runs (its ENTRY parameters)."""
     cap = getattr(spec, "hbm_capacity_bytes", None)
-    if not cap or need <= cap:
+    if not cap:
         return None
+    ms = memory_stats or {}
+    if backend == "tpu" and ms:
+        return None  # (XLA:TPU compiled it: it fits by the compiler's own figures)
     from .report.table import human_bytes
-    return (f"does not fit: the program's arguments take {human_bytes(need)} per device, more than the "
-            f"{human_bytes(cap)} of device memory of {spec.name} ({need / cap:.3g}x; {capacity_source(spec)}); "
-            "it cannot run there as compiled (shard it over more devices, e.g. --mesh/--plan, or shrink it)")
+    need = sum(p.shape.byte_size for p in module.entry.parameters)
+    fix = "it cannot run there as compiled (shard it over more devices, e.g. --mesh/--plan, or shrink it)"
+    if need > cap:
+        return (f"does not fit: the program's arguments take {human_bytes(need)} per device, more than the "
+                f"{human_bytes(cap)} of device memory of {spec.name} ({need / cap:.3g}x; {capacity_source(spec)}); "
+                + fix)
+    parts = [ms.get(k) for k in ("argument_size_in_bytes", "output_size_in_bytes", "temp_size_in_bytes")]
+    if None in parts:
+        return None
+    arg, out, temp = parts
+    alias = ms.get("alias_size_in_bytes", 0) or 0
+    peak = arg + out - alias + temp
+    if peak <= cap:
+        return None
+    return (f"does not fit: the program needs {human_bytes(peak)} per device (XLA's memory_analysis: "
+            f"arguments {human_bytes(arg)} + outputs {human_bytes(out)} - aliased {human_bytes(alias)} + "
+            f"temporaries {human_bytes(temp)}), more than the {human_bytes(cap)} of device memory of "
+            f"{spec.name} ({peak / cap:.3g}x; {capacity_source(spec)}); " + fix)
 
 
 def capacity_source(spec) -> str:
@@ -128,7 +153,8 @@ def analyze(obj, /, *args, overrides: dict[str, str] | None = None, hardware=Non
     analysis.notes.extend(getattr(program, "notes", ()))
     if spec is not None and program.backend in ("cpu", "gpu", "tpu") and program.backend != spec.kind:
         analysis.notes.append(backend_mismatch_note(program.backend, spec.name))
-    fit = does_not_fit_note(module, spec) if spec is not None else None
+    fit = (does_not_fit_note(module, spec, getattr(program, "memory_stats", None), program.backend)
+           if spec is not None else None)
     if fit:
         analysis.notes.insert(0, fit)
     from .capture.xla_figures import xla_figures

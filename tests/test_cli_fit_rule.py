@@ -64,3 +64,25 @@ def test_annotate_without_hardware_checks_nothing(tmp_path, capsys, sizes):
     f.write_text(_hlo(sizes[0]))
     assert main(["annotate", str(f)]) == 0
     assert "does not fit" not in capsys.readouterr().err
+
+
+def test_a_compiled_program_needs_its_outputs_and_temporaries_too(capsys):
+    """A compiled program (memory_analysis known) needs arguments + outputs - aliased +
+    temporaries, the sum ``plans`` compares (plans/compare.py summarize): a capacity one byte
+    short of it does not fit although the arguments alone do; exactly that much fits."""
+    import jaxmove
+
+    ms = jaxmove.resolve_program("mlp-tiny").memory_stats   # XLA:CPU's own figures
+    need = (ms["argument_size_in_bytes"] + ms["output_size_in_bytes"] - ms["alias_size_in_bytes"]
+            + ms["temp_size_in_bytes"])
+    assert ms["argument_size_in_bytes"] < need - 1 and ms["temp_size_in_bytes"] > 0
+    rc = main(["analyze", "mlp-tiny", "--hardware", "cpu-generic", "--spec", f"hbm_capacity_bytes={need - 1}"])
+    out, err = capsys.readouterr()
+    assert rc == 2, err
+    (line,) = _lines(err)
+    assert line.startswith("jaxmove: error: mlp-tiny does not fit: the program needs")
+    assert f"temporaries {ms['temp_size_in_bytes'] / 1024:.2f} KiB" in line
+    assert out.strip()                                    # the report is still printed, first
+    rc = main(["analyze", "mlp-tiny", "--hardware", "cpu-generic", "--spec", f"hbm_capacity_bytes={need}"])
+    out, err = capsys.readouterr()
+    assert rc == 0 and "does not fit" not in out + err
