@@ -185,6 +185,21 @@ def test_target_names():
             Target.parse(bad)
 
 
+def test_v5e_slices_larger_than_the_compiler_takes_are_refused_before_libtpu_aborts(capsys):
+    """XLA:TPU (libtpu 0.0.42) builds a v5e:16x32 topology's devices, then aborts the process
+    while compiling for it ('Check failed: Topology()->chip_bounds().y <= 16'): no error to
+    catch, exit 134 and nothing said. ``--target`` refuses it first, with one line, exit 2;
+    v5e:16x16, the largest v5e slice (Google's docs: a pod of 256 chips), is a target."""
+    assert Target.parse("tpu-v5e:16x16").num_devices == 256
+    for bad in ("tpu-v5e:16x32", "tpu-v5e:32x1", "tpu-v5e:64x64", "tpu-v5e:17x2"):
+        with pytest.raises(TargetNameError, match=r"at most 16 chips along each dimension"):
+            Target.parse(bad)
+    from jaxmove.cli import main
+    assert main(["analyze", "gpt-tiny-decode", "--target", "tpu-v5e:16x32"]) == 2
+    err = capsys.readouterr().err.strip()
+    assert err.startswith("jaxmove: error: --target 'tpu-v5e:16x32'") and "\n" not in err
+
+
 def test_mesh_larger_than_topology_names_both():
     _target_or_skip("tpu")
     with pytest.raises(TargetNameError, match=r"data=16 needs 16 devices but --target tpu-v5e:2x2 has 4"):

@@ -193,6 +193,12 @@ class Target:
         if len(dims) != rank:
             raise TargetNameError(f"--target {name!r}: a TPU {family} topology has {rank} dimensions, "
                                   f"e.g. {spec.name}:{'x'.join(map(str, _TPU_BASE[rank]))}")
+        limit = spec.target.get("max_topology_dim")
+        if limit and max(dims) > int(limit):
+            # (libtpu makes such a topology's devices, then its compiler aborts the process)
+            raise TargetNameError(f"--target {name!r}: the TPU compiler compiles {family} slices of at "
+                                  f"most {int(limit)} chips along each dimension (the spec's [target] "
+                                  f"max_topology_dim), e.g. {spec.name}:{int(limit)}x{int(limit)}")
         return cls(f"{spec.name}:{'x'.join(map(str, dims))}", spec.name, "tpu", dims)
 
     def devices(self) -> list:

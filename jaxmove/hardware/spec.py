@@ -40,8 +40,11 @@ KINDS: tuple[str, ...] = ("gpu", "tpu", "cpu")
 #: Keys of a TPU spec's ``[target]`` table (strings): the libtpu topology family
 #: (``jax.experimental.topologies.get_topology_desc(topology_name="v5e:2x2")``).
 #: ``clock_hz`` is the TensorCore clock, Hz: it turns the TPU compiler's per-fusion
-#: ``estimated_cycles`` into seconds (optional).
-TPU_TARGET_KEYS: dict[str, type] = {"tpu_family": str, "clock_hz": float}
+#: ``estimated_cycles`` into seconds (optional). ``max_topology_dim`` is the largest size of
+#: one topology dimension the TPU compiler compiles for (optional): libtpu builds a larger
+#: topology's devices but its compiler then aborts the process (a CHECK, no error to catch),
+#: so ``--target`` refuses it first (capture/targets.py ``Target.parse``).
+TPU_TARGET_KEYS: dict[str, type] = {"tpu_family": str, "clock_hz": float, "max_topology_dim": int}
 
 #: Keys of a GPU spec's ``[target]`` table: the ``GpuTargetConfigProto`` fields (XLA
 #: xla/stream_executor/device_description.proto; XLA's own files for each GPU are
