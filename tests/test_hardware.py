@@ -314,6 +314,10 @@ def test_calibrate_quick_gives_positive_finite_numbers(quick_spec):
     for key in s.numeric_fields():
         assert s.sources[key].startswith("measured by jaxmove calibrate"), key
     assert s.calibration and s.calibration["quick"] is True
+    # each figure's spread is over its own repeats (--quick: 3 per probe, 7 for the launch
+    # overheads, calibrate.py's plan), which the unstable-figure warning quotes
+    assert s.calibration["flops_per_s_f32_repeats"] == s.calibration["hbm_bytes_per_s_repeats"] == 3
+    assert s.calibration["kernel_launch_overhead_s_repeats"] == 7
 
 
 def test_calibrate_quick_measures_host_runtime_terms(quick_spec):

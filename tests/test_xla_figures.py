@@ -150,6 +150,10 @@ def test_dataframe_columns_carry_xla_cycles(loop_file):
     assert df.loc["f", "xla_estimated_s"] == pytest.approx(5 * 3000 / clock)
     # rows XLA gave no estimate have none (NaN in the frame), not a made-up zero
     assert df["xla_estimated_cycles"].isna().sum() == len(df) - 2
+    # a program XLA gave no estimate for (XLA:CPU here) has the columns too, all empty
+    cpu = jaxmove.analyze("mlp-tiny", hardware="h100-sxm").to_dataframe()
+    for col in ("xla_estimated_cycles", "xla_executions", "xla_estimated_s"):
+        assert cpu[col].isna().all(), col
 
 
 def test_html_instruction_table_has_xla_column(loop_file, tmp_path):

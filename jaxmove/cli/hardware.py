@@ -135,8 +135,10 @@ def cmd_calibrate(args: argparse.Namespace) -> int:
     print(f"{spec.label}")
     print_calibrated_figures(spec, unstable)
     for key in unstable:
-        sp = (spec.calibration or {}).get(f"{key.replace('.', '_')}_spread")
-        how = (f"spread {sp:.0%} over {spec.calibration.get('repeats')} repeats exceeds "
+        cal = spec.calibration or {}
+        sp = cal.get(f"{key.replace('.', '_')}_spread")
+        reps = cal.get(f"{key.replace('.', '_')}_repeats", cal.get("repeats"))  # (older files: one count)
+        how = (f"spread {sp:.0%} over {reps} repeats exceeds "
                f"{spread_limit(key):.0%}" if isinstance(sp, float) and sp >= 0 else "no stable estimate")
         print(f"jaxmove: warning: {key}: {how}; the machine is probably busy", file=sys.stderr)
     if unstable and not args.force:

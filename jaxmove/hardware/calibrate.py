@@ -462,6 +462,7 @@ def calibrate(quick: bool = False, progress: Progress | None = None) -> Hardware
         overheads), and whether it is unstable."""
         sp = robust_spread(values) if key in _OVERHEAD_KEYS else spread(values)
         details[f"{key.replace('.', '_')}_spread"] = round(sp, 4) if sp != float("inf") else -1.0
+        details[f"{key.replace('.', '_')}_repeats"] = len(values)  # (the overheads run more)
         if sp > spread_limit(key):
             unstable.append(key)
         return statistics.median(values)

@@ -109,7 +109,14 @@ def to_dataframe(report):
         for k in rec:
             if k not in cols:
                 cols.append(k)
+    # XLA's own figures: columns in every frame (README), empty where XLA gave none (XLA:CPU
+    # and XLA:GPU give no per-instruction estimate; XLA:TPU none for some instructions)
+    cols += [k for k in XLA_COLUMNS if k not in cols]
     return pd.DataFrame.from_records(recs, columns=cols)
+
+
+#: to_dataframe's columns of XLA:TPU's per-instruction estimate (capture/xla_figures.py)
+XLA_COLUMNS = ("xla_estimated_cycles", "xla_executions", "xla_estimated_s")
 
 
 def repr_html(report, top: int = 10) -> str:
