@@ -210,7 +210,30 @@ def _config(name: str, overrides: dict[str, str] | None = None):
         hint = "; use --set scan_layers=true" if "scan_layers" in fields else ""
         raise ValueError(f"--set layers={config['layers']}: at most {MAX_UNROLLED_LAYERS} unrolled "
                          f"layers (each is traced separately){hint}")
-    return preset, preset.config_cls(**config), config
+    cfg = preset.config_cls(**config)
+    _check_applicable(name, preset, cfg, overrides or {})
+    return preset, cfg, config
+
+
+#: ``--set`` keys of a transformer config that only a mixture-of-experts model reads
+#: (``experts`` > 0: models/transformer.py ``TransformerConfig``)
+MOE_ONLY_KEYS = ("top_k", "expert_d_ff", "shared_experts", "dense_layers")
+
+
+def _check_applicable(name: str, preset: Preset, cfg, overrides: dict) -> None:
+    """Raise ValueError for a given key the preset's program never reads (it would compile the
+    same program, silently): ``remat`` outside a training step (nothing is rematerialised
+    without a backward pass), the MoE keys of a dense model."""
+    from . import train
+    if "remat" in overrides and preset.builder is not train.train_workload:
+        raise ValueError(f"--set remat={overrides['remat']}: remat applies to the training presets "
+                         f"(it rematerialises activations for the backward pass); {name!r} has none")
+    if getattr(cfg, "experts", None) == 0:
+        given = [k for k in MOE_ONLY_KEYS if k in overrides]
+        if given:
+            raise ValueError(f"--set {given[0]}={overrides[given[0]]}: {', '.join(given)} "
+                             f"{'applies' if len(given) == 1 else 'apply'} to "
+                             f"mixture-of-experts models; {name!r} has experts=0 (set experts too)")
 
 
 def _build(name: str, overrides: dict[str, str] | None = None) -> Workload:

@@ -45,6 +45,22 @@ def test_presets_listed_and_unknown_preset():
         models.build("nope")
 
 
+def test_keys_the_program_never_reads_are_refused():
+    """A ``--set`` key that would compile the same program (silently) is an error naming it:
+    remat outside a training step, the MoE keys of a dense model; where they apply they pass."""
+    small = {"layers": "1", "d_model": "64", "heads": "2", "kv_heads": "1", "d_ff": "128",
+             "vocab": "256", "seq_len": "16", "batch": "1"}
+    for preset in ("llama3-8b-decode", "llama3-8b-prefill"):
+        with pytest.raises(models.PresetError, match=r"remat=full: remat applies to the training presets"):
+            models.check_overrides(preset, {**small, "remat": "full"})
+    models.check_overrides("llama3-8b-train", {**small, "remat": "full"})
+    for key, value in (("top_k", "1"), ("expert_d_ff", "64"), ("shared_experts", "1"), ("dense_layers", "1")):
+        with pytest.raises(models.PresetError, match=rf"--set {key}={value}: {key} applies to mixture-of-experts"):
+            models.check_overrides("llama3-8b-decode", {**small, key: value})
+    models.check_overrides("llama3-8b-decode", {**small, "experts": "4", "top_k": "1", "expert_d_ff": "64"})
+    models.check_overrides("mixtral-8x7b-decode", {**small, "top_k": "1"})
+
+
 def test_gpt2_small_is_abstract_and_has_124m_params():
     wl = models.build("gpt2-small-decode")
     assert all(isinstance(x, jax.ShapeDtypeStruct) for x in leaves(wl.args))
