@@ -38,7 +38,23 @@ Checks, with their XLA source:
   fit its operand and are its result's dimensions; a dynamic-update-slice's update fits in
   its operand, whose shape is the result's; a concatenation's operands agree off its
   dimension and sum along it; a broadcast maps each operand dimension to a result dimension
-  of the same size; a transpose's ``dimensions`` permute its operand's into the result's.
+  of the same size; a transpose's ``dimensions`` permute its operand's into the result's;
+* the result shapes of the opcodes whose bytes and FLOPs the passes read from their result
+  (``ShapeInference::InferDotOpShape`` / ``InferUnaryOpShape`` / ``InferSelectShape`` /
+  ``InferPadShape`` / ``InferReduceShape`` / ``InferGatherShape`` / ``InferReverseShape`` /
+  ``InferBinaryOpShape``, ``HloVerifier::HandleIota``): a plain ``dot``'s result is its batch
+  dimensions, then lhs's and then rhs's other non-contracted ones (sparse dots, ragged-dot,
+  scaled-dot and cuBLAS custom calls: dimension numbers only); a copy keeps its operand's
+  shape up to the layout; a select's on_true/on_false have the result's shape and its pred the
+  result's dimensions (or is a scalar pred); a pad adds ``lo + hi + interior * (n - 1)`` per
+  dimension and pads with a scalar; a reduce removes its ``dimensions`` from each input (one
+  result per input); a gather's result holds its slice sizes (less the collapsed and batching
+  ones) at ``offset_dims`` and its indices' batch dimensions elsewhere; a reverse keeps its
+  operand's shape and names distinct dimensions of it; an iota's ``iota_dimension`` is a
+  result dimension; a compare gives ``pred``. Element types are compared only where the rule
+  fixes them (copy, select, compare), and between floating-point types not at all: XLA's
+  float-normalization passes narrow results to bf16 in place, which its verifier accepts
+  with ``allow_mixed_precision``.
   Shapes with dynamic (``<=``) dimensions are not compared.
 """
 
@@ -51,19 +67,12 @@ from .errors import HloParseError
 from .ints import ascii_int, is_uint
 from .ir import CALLED_COMPUTATION_ATTRS, Computation, Instruction, Module
 from .opcodes import OPCODES, arity_check, names
-from .shape import Shape
+from .shape import FLOAT_TYPES, Shape
 
 # opcode -> (description, predicate on the operand count): the arity column of the opcode
 # table (opcodes.py, after HloOpcodeArity and the Create* factories)
 _ARITY: dict[str, tuple[str, object]] = {
     op: chk for op in OPCODES if (chk := arity_check(op)) is not None}
-
-# Opcodes whose only check is a fixed operand count (no shapes to compare, nothing called).
-_CHEAP: dict[str, int] = {
-    op: rec.arity for op, rec in OPCODES.items() if isinstance(rec.arity, int)
-    and op not in ("reshape", "bitcast", "bitcast-convert", "get-tuple-element", "while",
-                   "ragged-dot", "scaled-dot", "slice", "broadcast", "transpose")
-}
 
 # Attributes that must be present, per opcode, because they name the called computations.
 _REQUIRED_CALLS: dict[str, tuple[str, ...]] = {
@@ -171,8 +180,12 @@ _DOT_DIM_KEYS = {side: tuple((kind, f"{side}_{kind}_dims") for kind in ("contrac
 
 
 def _check_dot_dims(filename: str, instr: Instruction, lhs: Shape, rhs: Shape) -> None:
-    """Dimension numbers name dimensions the operands have, and contracted/batch sizes agree
-    (``ShapeInference::InferDotOpShape``)."""
+    """Dimension numbers name dimensions the operands have, contracted/batch sizes agree, and a
+    plain ``dot``'s result has the batch dimensions (in ``lhs_batch_dims`` order), then lhs's
+    and then rhs's other dimensions, each in operand order (``ShapeInference::InferDotOpShape``).
+    Element types are not compared (``preferred_element_type`` picks the result's). A sparse
+    dot (``sparsity=L.1@2:4``) stores its sparse operand compressed along a contracting
+    dimension: only its dimension numbers are checked; ragged-dot and scaled-dot likewise."""
     if not (lhs.is_array and rhs.is_array):
         raise _err(filename, instr, f"'{instr.opcode}' '{instr.name}' of {lhs} and {rhs}: operands "
                    "must be arrays")
@@ -188,13 +201,30 @@ def _check_dot_dims(filename: str, instr: Instruction, lhs: Shape, rhs: Shape) -
                                f"'{instr.name}': operand {shape} has no dimension {d}")
             got.append(dims)
         pairs.append(got)
-    if instr.opcode != "dot":
+    if instr.opcode != "dot" or "sparsity" in instr.attrs:
         return
     for j, kind in enumerate(("contracting", "batch")):
         ls, rs = pairs[0][j], pairs[1][j]
         if len(ls) != len(rs) or any(lhs.dims[a] != rhs.dims[b] for a, b in zip(ls, rs)):
             raise _err(filename, instr, f"dot '{instr.name}': {kind} dimensions {list(ls)} of {lhs} "
                        f"and {list(rs)} of {rhs} differ in number or size")
+    out = instr.shape
+    if any(lhs.dynamic) or any(rhs.dynamic) or (out.is_array and any(out.dynamic)):
+        return
+    (lc, lb), (rc, rb) = pairs
+    want = (tuple(lhs.dims[d] for d in lb)
+            + tuple(n for d, n in enumerate(lhs.dims) if d not in lc and d not in lb)
+            + tuple(n for d, n in enumerate(rhs.dims) if d not in rc and d not in rb))
+    if not out.is_array or out.dims != want:
+        attrs = instr.attrs
+        dnums = ", ".join(f"{k}={attrs[k]}" for k in _DOT_PRINT_ORDER if k in attrs)
+        raise _err(filename, instr, f"dot '{instr.name}' has shape {out} but {lhs} x {rhs} with "
+                   f"{dnums or 'no dimension numbers'} gives dimensions {_dims_text(want)} (the "
+                   "batch dimensions, then lhs's and then rhs's that are neither batch nor contracting)")
+
+
+_DOT_PRINT_ORDER = ("lhs_batch_dims", "lhs_contracting_dims", "rhs_batch_dims",
+                    "rhs_contracting_dims")
 
 
 _GEMM_DIM_KEYS = {"lhs": ("lhs_contracting_dimensions", "lhs_batch_dimensions"),
@@ -289,8 +319,9 @@ def _check_instruction(filename: str, mod: Module, comp: Computation, instr: Ins
             _check_dot_dims(filename, instr, lhs, rhs)
         else:  # (the layers of a model repeat a few dots: each checked once)
             attrs = instr.attrs
-            key = (op, id(lhs), id(rhs), attrs.get("lhs_contracting_dims"), attrs.get("lhs_batch_dims"),
-                   attrs.get("rhs_contracting_dims"), attrs.get("rhs_batch_dims"))
+            key = (op, id(lhs), id(rhs), id(instr.shape), attrs.get("lhs_contracting_dims"),
+                   attrs.get("lhs_batch_dims"), attrs.get("rhs_contracting_dims"),
+                   attrs.get("rhs_batch_dims"), "sparsity" in attrs)
             if key not in dots_ok:
                 _check_dot_dims(filename, instr, lhs, rhs)
                 dots_ok.add(key)
@@ -315,10 +346,18 @@ def _check_instruction(filename: str, mod: Module, comp: Computation, instr: Ins
             raise _err(filename, instr, f"tuple '{instr.name}' has shape {instr.shape}, which is not "
                        f"the tuple of its {n} operands' shapes")
     rule = _SHAPE_RULES.get(op)
-    if rule is not None and n >= 1 and instr.shape.is_array and not any(instr.shape.dynamic):
-        src = by_name[instr.operands[0]].shape
-        if src.is_array and not any(src.dynamic):
-            rule(filename, comp, instr, src)
+    if rule is not None and n >= 1:
+        shape, src = instr.shape, by_name[instr.operands[0]].shape
+        if shape.is_array and src.is_array:
+            if not any(shape.dynamic) and not any(src.dynamic):
+                rule(filename, comp, instr, src)
+        elif op == "copy" and not _compatible_up_to_fp(src, shape):  # a tuple copy
+            raise _err(filename, instr, f"copy '{instr.name}' has shape {shape} but its operand is "
+                       f"{src}: a copy keeps its operand's shape; only layouts may differ")
+    elif rule is None:
+        rule = _OWN_SHAPE_RULES.get(op)
+        if rule is not None:
+            rule(filename, comp, instr)
     for key in _REQUIRED_CALLS.get(op, ()):
         if key not in instr.attrs:
             raise _err(filename, instr, f"'{op}' instruction '{instr.name}' has no {key}= attribute")
@@ -474,6 +513,235 @@ def _check_transpose(filename: str, comp: Computation, instr: Instruction, src: 
         raise _result_error(filename, instr, want, f"transposing {src} by {{{','.join(map(str, perm))}}}")
 
 
+# Floating-point element types (complex ones excluded): XLA's float-normalization passes
+# (BFloat16Propagation) narrow some results to bf16 in place, and the verifier built with
+# ``allow_mixed_precision`` compares such shapes with ``ShapeUtil::CompatibleIgnoringFpPrecision``.
+_FP_TYPES = frozenset(t for t in FLOAT_TYPES if not t.startswith("c"))
+
+
+def _same_type_up_to_fp(a: str, b: str) -> bool:
+    """``ShapeUtil::SameElementTypeIgnoringFpPrecision``: equal, or both floating point."""
+    return a == b or (a in _FP_TYPES and b in _FP_TYPES)
+
+
+def _compatible_up_to_fp(a: Shape, b: Shape) -> bool:
+    """``ShapeUtil::CompatibleIgnoringFpPrecision``, not comparing dynamic dimensions."""
+    if a.is_tuple or b.is_tuple:
+        return (a.is_tuple and b.is_tuple and len(a.tuple_shapes) == len(b.tuple_shapes)
+                and all(_compatible_up_to_fp(x, y) for x, y in zip(a.tuple_shapes, b.tuple_shapes)))
+    if not (a.is_array and b.is_array):
+        return a.element_type == b.element_type
+    return _same_type_up_to_fp(a.element_type, b.element_type) and (
+        a.dims == b.dims or any(a.dynamic) or any(b.dynamic))
+
+
+def _dims_list(dims) -> str:
+    return "{" + ",".join(map(str, dims)) + "}"
+
+
+def _check_copy(filename: str, comp: Computation, instr: Instruction, src: Shape) -> None:
+    """A copy's result is its operand's shape; only the layout may differ
+    (``ShapeInference::InferUnaryOpShape`` returns the operand's shape for kCopy), and the
+    element type only between floating-point types (``_FP_TYPES``)."""
+    out = instr.shape
+    if src.dims != out.dims:
+        raise _result_error(filename, instr, src.dims, f"copying its operand {src}")
+    if not _same_type_up_to_fp(src.element_type, out.element_type):
+        raise _err(filename, instr, f"copy '{instr.name}' has shape {out} but its operand is {src}: a "
+                   f"copy keeps its operand's element type ({src.element_type}); only the layout "
+                   "may differ")
+
+
+def _check_select(filename: str, comp: Computation, instr: Instruction, src: Shape) -> None:
+    """``select(pred, on_true, on_false)``: pred is a ``pred`` array of the result's dimensions
+    (or a scalar ``pred[]``, which older XLA broadcast), on_true and on_false have the
+    result's dimensions and its element type, up to floating-point precision
+    (``ShapeInference::InferSelectShape``). ``src`` is pred's shape."""
+    out = instr.shape
+    if src.element_type != "pred" or (src.dims and src.dims != out.dims):
+        raise _err(filename, instr, f"select '{instr.name}' has shape {out} but its predicate "
+                   f"'{instr.operands[0]}' is {src}: expected pred{_dims_text(out.dims)} (or a "
+                   "scalar pred[])")
+    by_name = comp.by_name
+    for role, o in zip(("on_true", "on_false"), instr.operands[1:]):
+        s = by_name[o].shape
+        if not s.is_array or any(s.dynamic):
+            continue
+        if s.dims != out.dims or not _same_type_up_to_fp(s.element_type, out.element_type):
+            raise _err(filename, instr, f"select '{instr.name}' has shape {out} but its {role} "
+                       f"operand '{o}' is {s}: on_true and on_false must have the result's "
+                       "shape")
+
+
+def _padding_config(filename: str, instr: Instruction, text: str) -> list[tuple[int, int, int]]:
+    """``padding=lo_hi[_interior]x...`` (one per dimension, ``x`` between them; lo and hi may
+    be negative) as (lo, hi, interior) triples; XLA's parser (``ParsePaddingConfig``)."""
+    out = []
+    for part in text.strip().split("x") if text.strip() else ():
+        try:
+            nums = [ascii_int(x) for x in part.split("_")]
+        except ValueError:
+            nums = []
+        if len(nums) not in (2, 3):
+            raise _err(filename, instr, f"pad '{instr.name}': expected lo_hi or lo_hi_interior per "
+                       f"dimension in padding={text}, found '{part}'")
+        out.append((nums[0], nums[1], nums[2] if len(nums) == 3 else 0))
+    return out
+
+
+def _check_pad(filename: str, comp: Computation, instr: Instruction, src: Shape) -> None:
+    """The padding value is a scalar; ``padding=`` has one ``lo_hi[_interior]`` per operand
+    dimension, interior >= 0; result dimension d is ``n + lo + hi + interior * max(n - 1, 0)``
+    for operand size n, never negative (``ShapeInference::InferPadShape``)."""
+    value = comp.by_name[instr.operands[1]].shape
+    if not value.is_array or value.dims:
+        raise _err(filename, instr, f"pad '{instr.name}': its padding value '{instr.operands[1]}' is "
+                   f"{value}, expected a scalar")
+    text = instr.attrs.get("padding", "")
+    config = _padding_config(filename, instr, text)
+    if len(config) != len(src.dims):
+        raise _err(filename, instr, f"pad '{instr.name}' of a rank-{len(src.dims)} operand {src} needs "
+                   f"{len(src.dims)} lo_hi[_interior] entries, padding={text} has {len(config)}")
+    want = []
+    for d, ((lo, hi, interior), n) in enumerate(zip(config, src.dims)):
+        size = n + lo + hi + interior * max(n - 1, 0)
+        if interior < 0 or size < 0:
+            raise _err(filename, instr, f"pad '{instr.name}': padding {lo}_{hi}_{interior} of dimension "
+                       f"{d} (size {n}) of {src} " + ("has negative interior padding" if interior < 0
+                                                       else f"gives a negative size {size}"))
+        want.append(size)
+    if tuple(want) != instr.shape.dims:
+        raise _result_error(filename, instr, want, f"padding={text} of {src}")
+
+
+def _check_reverse(filename: str, comp: Computation, instr: Instruction, src: Shape) -> None:
+    """``dimensions`` names distinct dimensions of the operand, whose shape is the result's
+    (``ShapeInference::InferReverseShape``)."""
+    dims = _dims_attr(filename, instr, "dimensions")
+    if len(set(dims)) != len(dims) or any(not 0 <= d < len(src.dims) for d in dims):
+        raise _err(filename, instr, f"reverse '{instr.name}': dimensions={_dims_list(dims)} must name "
+                   f"distinct dimensions of its operand {src}")
+    if src.dims != instr.shape.dims:
+        raise _result_error(filename, instr, src.dims, f"reversing its operand {src}")
+
+
+def _check_compare(filename: str, comp: Computation, instr: Instruction, src: Shape) -> None:
+    """A comparison gives ``pred`` of its operands' dimensions (``ShapeInference::
+    InferBinaryOpShape``, ``ChangeElementType(shape, PRED)``)."""
+    out = instr.shape
+    if out.element_type != "pred" or out.dims != src.dims:
+        raise _err(filename, instr, f"compare '{instr.name}' has shape {out} but comparing {src} "
+                   f"gives pred{_dims_text(src.dims)}")
+
+
+_GATHER_REQUIRED = ("offset_dims", "collapsed_slice_dims", "start_index_map", "index_vector_dim",
+                    "slice_sizes")
+
+
+def _check_gather(filename: str, comp: Computation, instr: Instruction, src: Shape) -> None:
+    """The result of ``gather(operand, start_indices)`` (``ShapeInference::InferGatherShape``):
+    the indices' dimensions without ``index_vector_dim`` (which may be their rank: an implicit
+    trailing 1) are the batch dimensions; ``slice_sizes`` without ``collapsed_slice_dims`` and
+    ``operand_batching_dims`` are the offset dimensions, at the result positions
+    ``offset_dims`` (ascending); batch dimensions fill the other positions in order. Each slice
+    size is at most its operand dimension; collapsed and batching ones at most 1. A gather
+    printed without these attributes (the 2018 names ``output_window_dims`` ...) is not
+    checked."""
+    attrs = instr.attrs
+    if any(k not in attrs for k in _GATHER_REQUIRED):
+        return
+    idx = comp.by_name[instr.operands[1]].shape
+    if not idx.is_array or any(idx.dynamic):
+        return
+    ivd_text = attrs["index_vector_dim"].strip()
+    if not is_uint(ivd_text) or int(ivd_text) > len(idx.dims):
+        raise _err(filename, instr, f"gather '{instr.name}': index_vector_dim={ivd_text} must lie in "
+                   f"[0, {len(idx.dims)}] for start indices {idx}")
+    ivd = int(ivd_text)
+    offset = _dims_attr(filename, instr, "offset_dims")
+    collapsed = _dims_attr(filename, instr, "collapsed_slice_dims")
+    batching = _dims_attr(filename, instr, "operand_batching_dims")
+    start_map = _dims_attr(filename, instr, "start_index_map")
+    sizes = _dims_attr(filename, instr, "slice_sizes")
+    batch = idx.dims[:ivd] + idx.dims[ivd + 1:]
+    vector = idx.dims[ivd] if ivd < len(idx.dims) else 1
+    rank = len(src.dims)
+    result_rank = len(offset) + len(batch)
+
+    def bad(what: str) -> HloParseError:
+        return _err(filename, instr, f"gather '{instr.name}' of {src} with start indices {idx}: {what}")
+
+    if len(sizes) != rank or any(not 0 <= k <= n for k, n in zip(sizes, src.dims)):
+        raise bad(f"slice_sizes={_dims_list(sizes)} must give one size in [0, n] per operand dimension")
+    for key, dims in (("collapsed_slice_dims", collapsed), ("operand_batching_dims", batching)):
+        if any(not 0 <= d < rank or sizes[d] > 1 for d in dims):
+            raise bad(f"{key}={_dims_list(dims)} must name operand dimensions of slice size 0 or 1")
+    if len(offset) + len(collapsed) + len(batching) != rank:
+        raise bad(f"offset_dims={_dims_list(offset)} ({len(offset)}), collapsed_slice_dims "
+                  f"({len(collapsed)}) and operand_batching_dims ({len(batching)}) must account for "
+                  f"the {rank} operand dimensions")
+    if list(offset) != sorted(set(offset)) or any(not 0 <= d < result_rank for d in offset):
+        raise bad(f"offset_dims={_dims_list(offset)} must be ascending dimensions of the rank-"
+                  f"{result_rank} result")
+    if len(start_map) != vector or any(not 0 <= d < rank for d in start_map):
+        raise bad(f"start_index_map={_dims_list(start_map)} must map the {vector} index component(s) "
+                  "to operand dimensions")
+    dropped = set(collapsed) | set(batching)
+    window = iter([k for d, k in enumerate(sizes) if d not in dropped])
+    batches = iter(batch)
+    want = tuple(next(window) if i in offset else next(batches) for i in range(result_rank))
+    if want != instr.shape.dims:
+        raise _result_error(filename, instr, want, f"gathering slices {_dims_list(sizes)} of {src} at "
+                            f"start indices {idx} (offset_dims={_dims_list(offset)})")
+
+
+def _check_reduce(filename: str, comp: Computation, instr: Instruction) -> None:
+    """``reduce(inputs..., init_values...)``: the inputs share their dimensions, ``dimensions``
+    names dimensions of theirs, and the result (one array for one input, else a tuple of one
+    per input) has the inputs' dimensions without the reduced ones; the element types are
+    ``to_apply``'s (``ShapeInference::InferReduceShape``)."""
+    n = len(instr.operands) // 2
+    by_name = comp.by_name
+    ins = [by_name[o].shape for o in instr.operands[:n]]
+    if any(not s.is_array or any(s.dynamic) for s in ins):
+        return
+    src = ins[0]
+    for o, s in zip(instr.operands[1:n], ins[1:]):
+        if s.dims != src.dims:
+            raise _err(filename, instr, f"reduce '{instr.name}': input '{o}' {s} does not have the "
+                       f"dimensions of input '{instr.operands[0]}' {src}")
+    dims = _dims_attr(filename, instr, "dimensions")
+    if any(not 0 <= d < len(src.dims) for d in dims):
+        raise _err(filename, instr, f"reduce '{instr.name}': dimensions={_dims_list(dims)} names a "
+                   f"dimension its input {src} does not have")
+    want = tuple(k for d, k in enumerate(src.dims) if d not in dims)
+    out = instr.shape
+    leaves = out.tuple_shapes if out.is_tuple else (out,)
+    if len(leaves) != n:
+        raise _err(filename, instr, f"reduce '{instr.name}' of {n} input(s) has shape {out}: expected "
+                   + ("one array" if n == 1 else f"a tuple of {n} arrays"))
+    for k, leaf in enumerate(leaves):
+        if leaf.is_array and any(leaf.dynamic):
+            continue
+        if not leaf.is_array or leaf.dims != want:
+            which = f" (element {k} is {leaf})" if out.is_tuple else ""
+            raise _err(filename, instr, f"reduce '{instr.name}' has shape {out}{which} but reducing "
+                       f"{src} over dimensions={_dims_list(dims)} gives dimensions {_dims_text(want)}")
+
+
+def _check_iota(filename: str, comp: Computation, instr: Instruction) -> None:
+    """``iota_dimension`` is a dimension of the (array) result (``HloVerifier::HandleIota``)."""
+    out = instr.shape
+    text = instr.attrs.get("iota_dimension")
+    if text is None:
+        raise _err(filename, instr, f"iota '{instr.name}' has no iota_dimension= attribute")
+    rank = len(out.dims) if out.is_array else 0
+    t = text.strip()
+    if not is_uint(t) or int(t) >= rank:
+        raise _err(filename, instr, f"iota '{instr.name}': iota_dimension={t} is not a dimension of "
+                   f"its result {out}" + (f" (rank {rank})" if out.is_array else ""))
+
+
 # opcode -> the check of its result shape against its operands (called with operand 0's shape)
 _SHAPE_RULES = {
     "slice": _check_slice,
@@ -482,6 +750,30 @@ _SHAPE_RULES = {
     "concatenate": _check_concatenate,
     "broadcast": _check_broadcast,
     "transpose": _check_transpose,
+    "copy": _check_copy,
+    "select": _check_select,
+    "pad": _check_pad,
+    "reverse": _check_reverse,
+    "compare": _check_compare,
+    "gather": _check_gather,
+}
+
+# opcode -> the check of its result shape that reads its operands itself (a variadic reduce's
+# result is a tuple; an iota has no operand)
+_OWN_SHAPE_RULES = {
+    "reduce": _check_reduce,
+    "iota": _check_iota,
+}
+
+
+# Opcodes whose only check is a fixed operand count (no shapes to compare, nothing called):
+# validate_module skips _check_instruction for them. Every opcode with a shape rule above, or
+# a check of its own in _check_instruction, is left out, so no rule can be skipped.
+_CHEAP: dict[str, int] = {
+    op: rec.arity for op, rec in OPCODES.items() if isinstance(rec.arity, int)
+    and op not in _SHAPE_RULES and op not in _OWN_SHAPE_RULES
+    and op not in ("reshape", "bitcast", "bitcast-convert", "get-tuple-element", "while",
+                   "ragged-dot", "scaled-dot")
 }
 
 
