@@ -43,14 +43,12 @@ def does_not_fit_note(module, spec, memory_stats: dict | None = None, backend: s
         return (f"does not fit: the program's arguments take {human_bytes(need)} per device, more than the "
                 f"{human_bytes(cap)} of device memory of {spec.name} ({need / cap:.3g}x; {capacity_source(spec)}); "
                 + fix)
-    parts = [ms.get(k) for k in ("argument_size_in_bytes", "output_size_in_bytes", "temp_size_in_bytes")]
-    if None in parts:
+    from .capture.program import memory_analysis_peak_bytes
+    peak = memory_analysis_peak_bytes(ms)
+    if peak is None or peak <= cap:
         return None
-    arg, out, temp = parts
-    alias = ms.get("alias_size_in_bytes", 0) or 0
-    peak = arg + out - alias + temp
-    if peak <= cap:
-        return None
+    arg, out, temp = ms["argument_size_in_bytes"], ms["output_size_in_bytes"], ms["temp_size_in_bytes"]
+    alias = ms.get("alias_size_in_bytes") or 0
     return (f"does not fit: the program needs {human_bytes(peak)} per device (XLA's memory_analysis: "
             f"arguments {human_bytes(arg)} + outputs {human_bytes(out)} - aliased {human_bytes(alias)} + "
             f"temporaries {human_bytes(temp)}), more than the {human_bytes(cap)} of device memory of "

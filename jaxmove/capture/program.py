@@ -122,6 +122,19 @@ _KEY_TOKEN = re.compile(
 )
 
 
+def memory_analysis_peak_bytes(memory_stats: dict | None) -> int | None:
+    """Bytes a compiled program needs on one device with everything live at once: arguments +
+    outputs - aliased + temporaries of XLA's ``memory_analysis()`` (``Program.memory_stats``;
+    an upper bound on XLA's own ``peak_memory_in_bytes``, which frees some temporaries before
+    others are made). None where a figure is missing (an HLO file has none). The one rule of
+    ``plans`` (``fits``) and ``analyze`` (``api.does_not_fit_note``)."""
+    ms = memory_stats or {}
+    parts = [ms.get(k) for k in ("argument_size_in_bytes", "output_size_in_bytes", "temp_size_in_bytes")]
+    if None in parts:
+        return None
+    return parts[0] + parts[1] - (ms.get("alias_size_in_bytes") or 0) + parts[2]
+
+
 def keystr_to_path(name: str) -> str:
     """``p['layers'][0].w.value`` -> ``p/layers/0/w`` (trailing ``.value`` dropped).
 

@@ -389,8 +389,8 @@ def summarize(report, plan: Plan, spec, num_devices: int, memory_stats: dict[str
         res.output_bytes = ms.get("output_size_in_bytes")
         res.alias_bytes = ms.get("alias_size_in_bytes", 0)
         res.temp_bytes = ms.get("temp_size_in_bytes")
-        if None not in (res.argument_bytes, res.output_bytes, res.temp_bytes):
-            res.peak_bytes = res.argument_bytes + res.output_bytes - res.alias_bytes + res.temp_bytes
+        from ..capture.program import memory_analysis_peak_bytes
+        res.peak_bytes = memory_analysis_peak_bytes(ms)
     if platform == "tpu":
         res.fits = True  # XLA:TPU checks device memory and refuses what does not fit
     elif res.peak_bytes is not None:
