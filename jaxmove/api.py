@@ -6,6 +6,7 @@ from .capture.resolve import (NestingTooDeepError, TargetError, UserCodeError,  
                               load_target, resolve_program)
 from .hlo import parse_module
 from .passes.pipeline import run_pipeline
+from .report.attribution import excess_with_sources
 from .report.report import ProgramInfo, Report
 
 
@@ -167,7 +168,7 @@ def analyze(obj, /, *args, overrides: dict[str, str] | None = None, hardware=Non
     return Report(ProgramInfo(program.name, program.backend, program.num_devices, program.source,
                               getattr(program, "target", None)),
                   analysis, program.parameters, dict(program.memory_stats), program.xla_cost_analysis,
-                  reuse=results.reuse, times=results.times, excess=results.excess, xla=xla)
+                  reuse=results.reuse, times=results.times, excess=excess_with_sources(module, results.excess), xla=xla)
 
 
 def _with_target_topology(spec, target_name):

@@ -480,6 +480,34 @@ def attribute(module: Module, instr: Instruction) -> Attribution:
     return att
 
 
+def excess_with_sources(module: Module, excess):
+    """``excess`` (an ExcessAnalysis) with each listed instruction that has no source line of
+    its own given the line ``attribute`` infers from its neighbours (``source_inferred``), as
+    the report's instruction table shows it; ``excess`` itself when none changes."""
+    import dataclasses
+
+    if excess is None:
+        return None
+    changed = False
+
+    def sourced(c):
+        nonlocal changed
+        items = []
+        for i in c.instructions:
+            if i.source is None:
+                comp = module.computations.get(i.computation)
+                instr = comp.by_name.get(i.name) if comp is not None else None
+                att = attribute(module, instr) if instr is not None else None
+                if att is not None and att.source is not None:
+                    i = dataclasses.replace(i, source=att.source_key, source_inferred=att.source_inferred)
+                    changed = True
+            items.append(i)
+        return dataclasses.replace(c, instructions=tuple(items))
+
+    causes, unattributed = [sourced(c) for c in excess.causes], sourced(excess.unattributed)
+    return dataclasses.replace(excess, causes=causes, unattributed=unattributed) if changed else excess
+
+
 def row_key(report, row: InstructionCost, by: str, rollup: bool = False) -> str:
     """The group of one row under ``by`` (one of BY_KEYS except ``role``); with ``rollup``
     a module path has its repeated layers merged (``rollup_path``)."""

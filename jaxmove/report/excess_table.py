@@ -70,7 +70,8 @@ def render_excess(report, console: Console | None = None) -> None:
         for c in causes:
             shown = []
             for i in c.instructions[:SHOWN_INSTRUCTIONS]:
-                src = f" @{i.source.rsplit('/', 1)[-1]}" if i.source else ""
+                src = (f" @{'≈ ' if i.source_inferred else ''}{i.source.rsplit('/', 1)[-1]}"
+                       if i.source else "")
                 shown.append(f"{i.name}{src}")
             more = c.num_instructions - len(shown)
             if more > 0:

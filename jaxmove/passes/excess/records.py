@@ -94,6 +94,9 @@ class CauseInstruction:
     bytes: int
     source: str | None
     op_name: str | None
+    #: True when ``source`` is a neighbouring instruction's line (the report's attribution,
+    #: report/attribution.py ``attribute``: this instruction's metadata has none)
+    source_inferred: bool = False
 
 
 @dataclass(frozen=True)
@@ -130,7 +133,8 @@ class ExcessCause:
                 "by_role": dict(self.by_role), "by_path": dict(self.by_path), "fix": self.fix,
                 "flops": self.flops, "num_instructions": self.num_instructions,
                 "instructions": [{"computation": i.computation, "name": i.name, "opcode": i.opcode,
-                                  "bytes": i.bytes, "source": i.source, "op_name": i.op_name}
+                                  "bytes": i.bytes, "source": i.source, "op_name": i.op_name,
+                                  "source_inferred": i.source_inferred}
                                  for i in self.instructions]}
 
 
