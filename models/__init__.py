@@ -224,7 +224,6 @@ def _check_applicable(name: str, preset: Preset, cfg, overrides: dict) -> None:
     """Raise ValueError for a given key the preset's program never reads (it would compile the
     same program, silently): ``remat`` outside a training step (nothing is rematerialised
     without a backward pass), the MoE keys of a dense model."""
-    from . import train
     if "remat" in overrides and preset.builder is not train.train_workload:
         raise ValueError(f"--set remat={overrides['remat']}: remat applies to the training presets "
                          f"(it rematerialises activations for the backward pass); {name!r} has none")
