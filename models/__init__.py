@@ -223,12 +223,19 @@ MOE_ONLY_KEYS = ("top_k", "expert_d_ff", "shared_experts", "dense_layers")
 def _check_applicable(name: str, preset: Preset, cfg, overrides: dict) -> None:
     """Raise ValueError for a given key the preset's program never reads (it would compile the
     same program, silently): ``remat`` outside a training step (nothing is rematerialised
-    without a backward pass), the MoE keys of a dense model."""
-    if "remat" in overrides and preset.builder is not train.train_workload:
+    without a backward pass), the MoE keys of a dense model. A key given its default value
+    (``remat=none``, ``shared_experts=0``: what the program does anyway) passes, so one sweep
+    grid can span both kinds of preset."""
+    defaults = {f.name: f.default for f in dataclasses.fields(cfg)}
+
+    def changes(key: str) -> bool:
+        return key in overrides and getattr(cfg, key) != defaults.get(key)
+
+    if changes("remat") and preset.builder is not train.train_workload:
         raise ValueError(f"--set remat={overrides['remat']}: remat applies to the training presets "
                          f"(it rematerialises activations for the backward pass); {name!r} has none")
     if getattr(cfg, "experts", None) == 0:
-        given = [k for k in MOE_ONLY_KEYS if k in overrides]
+        given = [k for k in MOE_ONLY_KEYS if k in overrides and (k == "expert_d_ff" or changes(k))]
         if given:
             raise ValueError(f"--set {given[0]}={overrides[given[0]]}: {', '.join(given)} "
                              f"{'applies' if len(given) == 1 else 'apply'} to "

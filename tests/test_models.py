@@ -54,6 +54,7 @@ def test_keys_the_program_never_reads_are_refused():
         with pytest.raises(models.PresetError, match=r"remat=full: remat applies to the training presets"):
             models.check_overrides(preset, {**small, "remat": "full"})
     models.check_overrides("llama3-8b-train", {**small, "remat": "full"})
+    models.check_overrides("llama3-8b-decode", {**small, "remat": "none", "shared_experts": "0"})  # defaults
     for key, value in (("top_k", "1"), ("expert_d_ff", "64"), ("shared_experts", "1"), ("dense_layers", "1")):
         with pytest.raises(models.PresetError, match=rf"--set {key}={value}: {key} applies to mixture-of-experts"):
             models.check_overrides("llama3-8b-decode", {**small, key: value})
