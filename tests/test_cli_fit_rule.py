@@ -86,3 +86,27 @@ def test_a_compiled_program_needs_its_outputs_and_temporaries_too(capsys):
     rc = main(["analyze", "mlp-tiny", "--hardware", "cpu-generic", "--spec", f"hbm_capacity_bytes={need}"])
     out, err = capsys.readouterr()
     assert rc == 0 and "does not fit" not in out + err
+
+
+@pytest.mark.parametrize("target,module", [("h100-sxm:1x1x1", "jax_plugins.xla_cuda12"), ("tpu-v5e:1x1", "libtpu")])
+def test_the_needs_bytes_rule_on_accelerator_programs(capsys, target, module):
+    """XLA:GPU compiled without the device checks no memory: its program is judged by the
+    memory_analysis sum like XLA:CPU's. XLA:TPU checks itself and refuses what does not fit,
+    so a TPU program it compiled keeps that verdict (no note, whatever the spec's capacity)."""
+    import importlib.util
+
+    import jaxmove
+
+    if importlib.util.find_spec(module) is None:
+        pytest.skip(f"{module} is not installed (the gpu / tpu extra)")
+    ms = jaxmove.resolve_program("mlp-tiny", target=target).memory_stats   # the compiler's figures
+    need = (ms["argument_size_in_bytes"] + ms["output_size_in_bytes"] - ms["alias_size_in_bytes"]
+            + ms["temp_size_in_bytes"])
+    assert ms["argument_size_in_bytes"] < need - 1
+    rc = main(["analyze", "mlp-tiny", "--target", target, "--spec", f"hbm_capacity_bytes={need - 1}"])
+    err = capsys.readouterr().err
+    if target.startswith("tpu"):
+        assert rc == 0 and "does not fit" not in err
+    else:
+        assert rc == 2 and _lines(err)[-1].startswith("jaxmove: error: mlp-tiny does not fit: the program needs")
+        assert main(["analyze", "mlp-tiny", "--target", target, "--spec", f"hbm_capacity_bytes={need}"]) == 0
