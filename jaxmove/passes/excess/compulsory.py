@@ -681,6 +681,9 @@ class Accounting:
                 comp = computations[cname]
                 by_name = comp.by_name
                 count = r.multiplicity.count  # (one Multiplicity per computation)
+                # a leaf-0 value read or written in this computation: name -> (its role, its
+                # buffer's root, whether that buffer is special), resolved at its first access
+                vinfo: dict[str, tuple] = {}
             operands = instr.operands
             key = (cname, instr.name)
             kc = kc_of[k]
@@ -724,10 +727,20 @@ class Accounting:
                     else:
                         role = roles[(cname, oname)][0]
                         root = (cname, oname, 0)
+                    p = parent.get(root)
+                    if p is not None:
+                        root = p if p not in parent else find(root)
+                    is_special = root in special
                 else:
                     leaf = None
-                    role = roles[(cname, oname)][0]
-                    root = (cname, oname, 0)
+                    v = vinfo.get(oname)
+                    if v is None:
+                        root = (cname, oname, 0)
+                        p = parent.get(root)
+                        if p is not None:
+                            root = p if p not in parent else find(root)
+                        v = vinfo[oname] = (roles[(cname, oname)][0], root, root in special)
+                    role, root, is_special = v
                 phys = a.nbytes * count
                 lg = a.logical_nbytes
                 if lg is None:
@@ -735,14 +748,11 @@ class Accounting:
                         leaf = by_name[oname].shape
                     lg = _logical(a, leaf)
                 logical = lg * count
-                p = parent.get(root)
-                if p is not None:
-                    root = p if p not in parent else find(root)
                 if gathered and root in gathered:
                     if leaf is None:
                         leaf = by_name[oname].shape
                     read_units[root] = read_units.get(root, 0) + min(logical, leaf.logical_byte_size * count)
-                if root not in special:
+                if not is_special:
                     if cap is not None and (leaf if leaf is not None else by_name[oname].shape).logical_byte_size <= cap:
                         # an intermediate that fits on chip: reading it back is excess
                         add(role, HBM_READ, phys, 0, logical,
@@ -812,20 +822,25 @@ class Accounting:
                         wkey, leaf = write_key(instr, comp, idx)
                         rl = roles.get((wkey[0], wkey[1]))
                         role = rl[wkey[2]] if rl and wkey[2] < len(rl) else "activations"
+                    p = parent.get(wkey)
+                    root = wkey if p is None else p if p not in parent else find(wkey)
+                    is_special = root in special
                 else:
                     wkey, leaf = (cname, iname, 0), shape
                     role = out_roles[0]
+                    p = parent.get(wkey)
+                    root = wkey if p is None else p if p not in parent else find(wkey)
+                    is_special = root in special
+                    vinfo[iname] = (role, root, is_special)  # (for its readers)
                 phys = a.nbytes * count
                 lg = a.logical_nbytes
                 logical = (lg if lg is not None else _logical(a, leaf)) * count
-                p = parent.get(wkey)
-                root = wkey if p is None else p if p not in parent else find(wkey)
                 wt = tally.get(root)
                 if wt is None:
                     wt = tally[root] = [logical, 0]
                 else:
                     wt[0] += logical
-                if root not in special:  # an intermediate
+                if not is_special:  # an intermediate
                     if kc is not None and kc in kernel_write_causes:
                         add(role, HBM_WRITE, phys, 0, logical, kc, "", k)
                     elif cap is not None and (leaf.logical_byte_size if leaf is not None else logical) <= cap:
