@@ -230,3 +230,26 @@ def test_excess_instructions_carry_the_source_lines_the_report_shows(gpt2_small_
         row = rows[(i["computation"], i["name"])]
         assert i["source"] is not None and i["source"] == row["source"], i
         assert i["source_inferred"] == row["source_inferred"], i
+
+
+def test_excess_tables_mark_inferred_source_lines(gpt2_small_decode):
+    """The text and HTML cause tables prefix an inferred line with ``≈`` and a line from the
+    instruction's own metadata with nothing (the instruction table's convention)."""
+    from rich.console import Console
+    from jaxmove.report.excess_html import excess_section
+    from jaxmove.report.excess_table import SHOWN_INSTRUCTIONS, render_excess
+    report = jaxmove.analyze(gpt2_small_decode)
+    console = Console(record=True, width=400)
+    render_excess(report, console)
+    text = console.export_text()
+    html = excess_section(report)
+    shown = [i for c in report.excess.causes for i in c.instructions[:5] if i.source]  # (HTML: 5)
+    assert any(i.source_inferred for i in shown) and any(not i.source_inferred for i in shown)
+    for i in shown:
+        mark = "≈ " if i.source_inferred else ""
+        assert f'<span class="meta">{mark}{i.source}</span>' in html, i
+    listed = [i for c in report.excess.causes for i in c.instructions[:SHOWN_INSTRUCTIONS] if i.source]
+    assert any(i.source_inferred for i in listed) and any(not i.source_inferred for i in listed)
+    for i in listed:
+        mark = "≈ " if i.source_inferred else ""
+        assert f"{i.name} @{mark}{i.source.rsplit('/', 1)[-1]}" in text, i

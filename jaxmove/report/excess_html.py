@@ -45,8 +45,8 @@ def excess_section(report) -> str:
           _th("fix")]
     rows = []
     for c in causes:
-        instrs = "<br>".join(_e(i.name) + (f' <span class="meta">{"≈ " if i.source_inferred else ""}'
-                                           f'{_e(i.source)}</span>' if i.source else "")
+        instrs = "<br>".join(_e(i.name) + (f' <span class="meta">{_e(i.source_label())}</span>'
+                                           if i.source else "")
                              for i in c.instructions[:5])
         if c.num_instructions > 5:
             instrs += f"<br>+{c.num_instructions - 5} more"

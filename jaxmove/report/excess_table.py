@@ -70,9 +70,7 @@ def render_excess(report, console: Console | None = None) -> None:
         for c in causes:
             shown = []
             for i in c.instructions[:SHOWN_INSTRUCTIONS]:
-                src = (f" @{'≈ ' if i.source_inferred else ''}{i.source.rsplit('/', 1)[-1]}"
-                       if i.source else "")
-                shown.append(f"{i.name}{src}")
+                shown.append(f"{i.name} @{i.source_label(basename=True)}" if i.source else i.name)
             more = c.num_instructions - len(shown)
             if more > 0:
                 shown.append(f"+{more} more")

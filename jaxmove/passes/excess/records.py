@@ -98,6 +98,15 @@ class CauseInstruction:
     #: report/attribution.py ``attribute``: this instruction's metadata has none)
     source_inferred: bool = False
 
+    def source_label(self, basename: bool = False) -> str:
+        """``file:line`` of ``source`` (its base name with ``basename``), prefixed with ``≈``
+        when inferred (the convention of report/attribution.py ``Attribution.source_label``);
+        ``""`` when there is no source."""
+        if not self.source:
+            return ""
+        src = self.source.rsplit("/", 1)[-1] if basename else self.source
+        return ("≈ " if self.source_inferred else "") + src
+
 
 @dataclass(frozen=True)
 class ExcessCause:
