@@ -33,6 +33,22 @@ def fmt_num(x: float | None, digits: int = 2) -> str:
     return "-" if x is None else f"{x:.{digits}f}"
 
 
+def instruction_time_table(title: str, rows, top: int, executions: str) -> Table:
+    """The measured-against-estimated table of ``rows`` (CompareRow-like: name, opcode, bound,
+    executions, measured_time_s, share, est_time_s, ratio), the ``top`` first; ``title`` may
+    hold ``{scope}`` ("all n" or "top k of n"); ``executions`` heads the executions column."""
+    scope = f"all {len(rows)}" if top >= len(rows) else f"top {top} of {len(rows)}"
+    t = Table(title=title.format(scope=scope))
+    for col, just in (("instruction", "left"), ("opcode", "left"), ("bound", "left"), (executions, "right"),
+                      ("measured", "right"), ("share", "right"), ("estimate", "right"), ("est/meas", "right")):
+        t.add_column(col, justify=just, no_wrap=(col != "instruction"))
+    for r in rows[:top]:
+        t.add_row(escape(r.name), r.opcode, r.bound or "-",
+                  "-" if r.executions is None else f"{r.executions:g}",
+                  fmt_s(r.measured_time_s), fmt_pct(r.share), fmt_s(r.est_time_s), fmt_num(r.ratio))
+    return t
+
+
 def render_comparison(c, top: int = 20, console: Console | None = None) -> None:
     """Print a Comparison (jaxmove.measure.compare): instruction table, program summary, fit."""
     console = console or make_console()
@@ -52,16 +68,7 @@ def render_comparison(c, top: int = 20, console: Console | None = None) -> None:
         parts = ", ".join(f"{escape(k)} {fmt_s(v)}" for k, v in list(prof.unjoined_s.items())[:5])
         console.print(f"[yellow]unjoined events (named after no instruction): {parts}[/yellow]")
 
-    scope = f"all {len(c.rows)}" if top >= len(c.rows) else f"top {top} of {len(c.rows)}"
-    t = Table(title=f"instructions by measured time ({scope})")
-    for col, just in (("instruction", "left"), ("opcode", "left"), ("bound", "left"), ("runs/prog", "right"),
-                      ("measured", "right"), ("share", "right"), ("estimate", "right"), ("est/meas", "right")):
-        t.add_column(col, justify=just, no_wrap=(col != "instruction"))
-    for r in c.rows[:top]:
-        t.add_row(escape(r.name), r.opcode, r.bound or "-",
-                  "-" if r.executions is None else f"{r.executions:g}",
-                  fmt_s(r.measured_time_s), fmt_pct(r.share), fmt_s(r.est_time_s), fmt_num(r.ratio))
-    console.print(t)
+    console.print(instruction_time_table("instructions by measured time ({scope})", c.rows, top, "runs/prog"))
 
     console.print(f"program: estimated {fmt_s(s.est_program_s)} vs measured wall {fmt_s(s.measured_wall_s)} "
                   f"({fmt_pct(s.program_error, signed=True)})"

@@ -6,7 +6,7 @@ from rich.console import Console
 from rich.markup import escape
 from rich.table import Table
 
-from .compare_table import fmt_num, fmt_pct, fmt_s
+from .compare_table import fmt_num, fmt_pct, fmt_s, instruction_time_table
 from .table import make_console
 
 
@@ -42,17 +42,9 @@ def render_profile_comparison(c, top: int = 20, console: Console | None = None) 
     for n in c.notes + cap.notes:
         console.print(f"[yellow]note: {escape(n)}[/yellow]")
 
-    scope = f"all {len(c.rows)}" if top >= len(c.rows) else f"top {top} of {len(c.rows)}"
     what = "kernel duration" if c.est_field == "duration_s" else "est_time_s"
-    t = Table(title=f"instructions by measured time per execution ({scope}); estimate = {what}")
-    for col, just in (("instruction", "left"), ("opcode", "left"), ("bound", "left"), ("kernels/exec", "right"),
-                      ("measured", "right"), ("share", "right"), ("estimate", "right"), ("est/meas", "right")):
-        t.add_column(col, justify=just, no_wrap=(col != "instruction"))
-    for r in c.rows[:top]:
-        t.add_row(escape(r.name), r.opcode, r.bound or "-",
-                  "-" if r.executions is None else f"{r.executions:g}",
-                  fmt_s(r.measured_time_s), fmt_pct(r.share), fmt_s(r.est_time_s), fmt_num(r.ratio))
-    console.print(t)
+    console.print(instruction_time_table(
+        "instructions by measured time per execution ({scope}); estimate = " + what, c.rows, top, "kernels/exec"))
     console.print(_group_table("per-kernel error by opcode", c.by_opcode, top))
     if any(g.key != "-" for g in c.by_fusion_kind):
         console.print(_group_table("per-kernel error by fusion kind", c.by_fusion_kind, top))

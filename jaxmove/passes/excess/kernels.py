@@ -183,25 +183,7 @@ def _split_k_by_shape(instr: Instruction, comp: Computation, module: Module) -> 
 
 def _reduces_dim0(fused: Computation, params: list) -> bool:
     """Every use of ``params`` inside ``fused`` (through bitcast/convert) is a reduce over dim 0."""
-    if not params:
-        return False
-    users: dict[str, list[Instruction]] = {}
-    for i in fused.instructions:
-        for o in i.operands:
-            users.setdefault(o, []).append(i)
-    stack = list(params)
-    while stack:
-        v = stack.pop()
-        us = users.get(v.name, ())
-        if not us:
-            return False
-        for u in us:
-            if u.opcode in ("bitcast", "convert"):
-                stack.append(u)
-            elif not (u.opcode == "reduce" and u.operands[0] == v.name
-                      and u.attrs.get("dimensions", "").strip("{} ") == "0"):
-                return False
-    return True
+    return bool(params) and _only_reduced(fused, params, dim0=True)
 
 
 def is_dot_as_multiply_reduce(instr: Instruction, comp: Computation, module: Module) -> bool:
@@ -247,8 +229,9 @@ def is_dot_as_multiply_reduce(instr: Instruction, comp: Computation, module: Mod
     return True
 
 
-def _only_reduced(fused: Computation, params: list) -> bool:
-    """Every use of ``params`` (through bitcast/convert) is a reduce's operand."""
+def _only_reduced(fused: Computation, params: list, dim0: bool = False) -> bool:
+    """Every use of ``params`` (through bitcast/convert) is a reduce's operand (with ``dim0``:
+    the reduced operand, over dimension 0 alone)."""
     users: dict[str, list[Instruction]] = {}
     for i in fused.instructions:
         for o in i.operands:
@@ -262,7 +245,8 @@ def _only_reduced(fused: Computation, params: list) -> bool:
         for u in us:
             if u.opcode in ("bitcast", "convert"):
                 stack.append(u)
-            elif u.opcode != "reduce":
+            elif u.opcode != "reduce" or dim0 and not (
+                    u.operands[0] == v.name and u.attrs.get("dimensions", "").strip("{} ") == "0"):
                 return False
     return True
 
