@@ -107,6 +107,18 @@ ENTRY e {
     ("HloModule t\nENTRY e {\n  ROOT p = f32[4] parameter(0), metadata={op_name=\"x\"\n}\n", 5, 1, "expected '}' closing computation 'e'"),
     ("HloModule t\nENTRY e {\n  ROOT p = f32[4]{0 parameter(0)\n}\n", 3, 18, "expected '}' closing the layout of f32[4]"),
     ("HloModule t\nENTRY e {\n  ROOT c = f32[4] call(), to_apply=nowhere\n}\n", 3, 8, "undefined computation 'nowhere'"),
+    # the parameter list of a computation: its shapes are read as XLA reads them (a user trial
+    # found an unknown type there accepted): the one-line form XLA prints, and the general form
+    # (a comment before '{', a tuple, a line break)
+    ("HloModule t\nENTRY %e (p: f33[4]) -> f32[4] {\n  ROOT p = f32[4] parameter(0)\n}\n", 2, 14,
+     "unknown element type 'f33' in shape of parameter list of computation 'e'"),
+    ("HloModule t\nENTRY %e (p: f32[4,x]) -> f32[4] {\n  ROOT p = f32[4] parameter(0)\n}\n", 2, 20,
+     "expected a dimension size"),
+    ("HloModule t\nENTRY %e (p: (s32[], /*index=1*/f33[4])) -> s32[] /* c */ {\n"
+     "  p = (s32[], f32[4]) parameter(0)\n  ROOT g = s32[] get-tuple-element(p), index=0\n}\n", 2, 33,
+     "unknown element type 'f33'"),
+    ("HloModule t\nENTRY %e (p: f32[4],\n    q: bf17[2]) -> f32[4] {\n  p = f32[4] parameter(0)\n"
+     "  q = f32[2] parameter(1)\n  ROOT a = f32[4] add(p, p)\n}\n", 3, 8, "unknown element type 'bf17'"),
 ])
 def test_errors_name_line_column_and_expectation(text, line, col, expected):
     with pytest.raises(HloParseError) as ei:
@@ -114,6 +126,24 @@ def test_errors_name_line_column_and_expectation(text, line, col, expected):
     e = ei.value
     assert expected in e.expected, str(e)
     assert (e.filename, e.line, e.column) == ("bad.hlo", line, col), str(e)
+
+
+def test_parameter_lists_xla_prints_take_the_fast_header():
+    """Every shape form XLA prints in a parameter list (each element type, dynamic and
+    unbounded dimensions, tiled layouts with memory spaces, tuples with ``/*index=N*/``) takes
+    the one-line header path, and the module parses."""
+    from jaxmove.hlo.parser import _HEADER
+    from jaxmove.hlo.shape import PRIMITIVE_BIT_WIDTHS
+    arrays = [f"{t}[2]" for t in sorted(PRIMITIVE_BIT_WIDTHS) if t not in ("token", "opaque")]
+    arrays += ["f32[<=4,?]", "bf16[8,128]{1,0:T(8,128)(2,1)S(1)}", "s4[2]{0:E(4)}", "token[]"]
+    params = ", ".join(f"p{i}: {a}" for i, a in enumerate(arrays))
+    params += ", t: (s32[], f32[], f32[], f32[], f32[], /*index=5*/f32[2]{0})"
+    header = f"%c ({params}) -> f32[] {{"
+    assert _HEADER.match(header) is not None
+    body = "\n".join(f"  p{i} = {a} parameter({i})" for i, a in enumerate(arrays))
+    text = (f"HloModule t\n\nENTRY {header}\n{body}\n  t = (s32[], f32[], f32[], f32[], f32[], f32[2]{{0}}) "
+            f"parameter({len(arrays)})\n  ROOT r = f32[] constant(0)\n}}\n")
+    assert len(parse_module(text).entry.parameters) == len(arrays) + 1
 
 
 def test_truncated_corpus_file_raises_clean_error(corpus_dir):

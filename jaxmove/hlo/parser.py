@@ -80,13 +80,23 @@ _S_PARENS = rf'\((?:{_S_ATOM}|{_S_GROUP})*+\)'
 for _ in range(3):
     _S_PARENS = rf'\((?:{_S_ATOM}|{_S_GROUP}|{_S_PARENS})*+\)'
 _SIGNATURE = re.compile(_S_PARENS)
+# A parameter list in the form XLA prints, each array's element type known and its
+# dimensions numbers (what XLA's parser checks there: hlo_parser.cc, ParseParamList reads each
+# parameter's shape), tuples one level deep (with XLA's ``/*index=5*/``): ``_HEADER``'s; any other list goes to the general
+# code, which reads each of its arrays with ``shape`` (``_check_signature``)
+_ETYPES = "|".join(sorted(PRIMITIVE_BIT_WIDTHS, key=len, reverse=True))
+_SIG_ARRAY = rf"(?:{_ETYPES})\[[0-9,<=?]*+\](?:\{{[^{{}}\n]*+\}})?"
+_SIG_SHAPE = (rf"(?:{_SIG_ARRAY}|\((?:{_SIG_ARRAY}(?:,[ \t]*+(?:/\*index=[0-9]++\*/)?{_SIG_ARRAY})*+)?\))")
+_SIG_PARAMS = rf"\((?:{_F_NAME}:[ \t]*+{_SIG_SHAPE}(?:,[ \t]*+{_F_NAME}:[ \t]*+{_SIG_SHAPE})*+)?\)"
+# Where an array starts in a parameter list: its element type (any word), then '['
+_SIG_ARRAY_AT = re.compile(r"(?<![\w.\-$%])[A-Za-z][A-Za-z0-9]*\[")
 # A tuple of arrays in the form XLA prints (``_F_SHAPE``'s tuple), and one of its arrays.
 _FLAT_TUPLE = re.compile(rf"\((?:{_F_ARRAY}(?:,[ \t]*+{_F_ARRAY})*+)?\)")
 _ARRAY_AT = re.compile(_F_ARRAY)
 # A computation header in the form XLA prints, on one line: ``[ENTRY] %name (params) ->
 # shape {`` (groups: ENTRY, name, result shape). Anything else (comments, attributes, no
 # signature, line breaks) is read by the general code, which also reports every error.
-_HEADER = re.compile(rf"(ENTRY[ \t]++)?+({_F_NAME})[ \t]*+{_S_PARENS}[ \t]*+->[ \t]*+({_F_SHAPE})"
+_HEADER = re.compile(rf"(ENTRY[ \t]++)?+({_F_NAME})[ \t]*+{_SIG_PARAMS}[ \t]*+->[ \t]*+({_F_SHAPE})"
                      rf"[ \t]++\{{")  # a blank before '{': 'f32[]{' is a broken layout
 
 # Device groups are expanded into explicit lists; a count above MAX_DEVICES
@@ -396,7 +406,10 @@ class _Parser:
         unbounded: list[bool] = []
         dtext = m.group(2).strip()
         if dtext:
+            off = m.start(2) + len(m.group(2)) - len(m.group(2).lstrip())  # (the part's position)
             for part in dtext.split(","):
+                part_pos = off + len(part) - len(part.lstrip())
+                off += len(part) + 1
                 p = part.strip()
                 d = p.startswith("<=")
                 if d:
@@ -409,7 +422,7 @@ class _Parser:
                 unbounded.append(False)
                 if not is_uint(p):
                     raise self.error(f"expected a dimension size (integer or <=integer) in "
-                                     f"{key}, found {part.strip()!r}", m.start(2))
+                                     f"{key}, found {part.strip()!r}", part_pos)
                 dims.append(int(p))
                 dyn.append(d)
         if dims and (max(dims) >= _MAX_DIM or prod(dims) * PRIMITIVE_BIT_WIDTHS[etype] >= _MAX_BITS):
@@ -647,6 +660,16 @@ class _Parser:
         self.pos = hm.end()
         return hm.group(1) is not None, name[1:] if name[0] == "%" else name
 
+    def _check_signature(self, start: int, end: int, name: str) -> None:
+        """Computation ``name``'s parameter list in ``text[start:end]``: an array with an
+        unknown element type or dimensions that are not numbers raises, at its position, the
+        error its shape would raise in an instruction; ``pos`` is kept."""
+        save = self.pos
+        for m in _SIG_ARRAY_AT.finditer(self.text, start, end):
+            self.pos = m.start()
+            self.shape(f"parameter list of computation '{name}'")
+        self.pos = save
+
     def computation(self) -> Computation:
         self.ws()
         self._comp_pos = self.pos
@@ -724,11 +747,14 @@ class _Parser:
         self.ws()
         sig = _SIGNATURE.match(self.text, self.pos) if self.peek("(") else None
         if sig is not None:  # the common, well-nested case: what balanced() accepts, faster
+            self._check_signature(sig.start(), sig.end(), name)
             self.pos = sig.end()
             self.expect("->", f"after parameter list of computation '{name}'")
             self.shape(f"result of computation '{name}'")
         elif self.peek("("):
+            sig_start = self.pos
             self.balanced(f"parameter list of computation '{name}'")
+            self._check_signature(sig_start, self.pos, name)
             self.expect("->", f"after parameter list of computation '{name}'")
             self.shape(f"result of computation '{name}'")
         extra: dict[str, str] = {}
