@@ -50,10 +50,13 @@ def does_not_fit_note(module, spec, memory_stats: dict | None = None, backend: s
         return None
     arg, out, temp = ms["argument_size_in_bytes"], ms["output_size_in_bytes"], ms["temp_size_in_bytes"]
     alias = ms.get("alias_size_in_bytes") or 0
-    return (f"does not fit: the program needs {human_bytes(peak)} per device (XLA's memory_analysis: "
-            f"arguments {human_bytes(arg)} + outputs {human_bytes(out)} - aliased {human_bytes(alias)} + "
-            f"temporaries {human_bytes(temp)}), more than the {human_bytes(cap)} of device memory of "
-            f"{spec.name} ({peak / cap:.3g}x; {capacity_source(spec)}); " + fix)
+    live = (f"arguments {human_bytes(arg)} + outputs {human_bytes(out)} - aliased {human_bytes(alias)} + "
+            f"temporaries {human_bytes(temp)}")
+    how = (f"XLA's memory_analysis: peak_memory_in_bytes, above {live}" if peak > arg + out - alias + temp
+           else f"XLA's memory_analysis: {live}")
+    return (f"does not fit: the program needs {human_bytes(peak)} per device ({how}), more than the "
+            f"{human_bytes(cap)} of device memory of {spec.name} ({peak / cap:.3g}x; {capacity_source(spec)}); "
+            + fix)
 
 
 def capacity_source(spec) -> str:

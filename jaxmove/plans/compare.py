@@ -48,8 +48,9 @@ class PlanResult:
     """One plan, per device, per program run.
 
     Memory fields are XLA:CPU's ``memory_analysis`` of the partitioned program;
-    ``peak_bytes`` is arguments + outputs - aliased + temporaries (all live at once: an
-    upper bound; XLA:CPU's ``peak_memory_in_bytes`` leaves temporaries out, so it is not used).
+    ``peak_bytes`` is ``capture.program.memory_analysis_peak_bytes``: arguments + outputs -
+    aliased + temporaries (all live at once), or XLA's ``peak_memory_in_bytes`` where that is
+    larger (XLA:TPU, which reports no temporaries); never below the compiler's own peak.
     ``collective_time_s`` sums every collective's time, the one the step time uses
     (passes/timing.py: NCCL's model on GPU specs, passes/collectives.py otherwise), with no
     overlap with compute assumed; None when the spec lacks interconnect numbers.
@@ -73,6 +74,7 @@ class PlanResult:
     output_bytes: int | None = None
     alias_bytes: int | None = None
     temp_bytes: int | None = None
+    xla_peak_bytes: int | None = None  # XLA's own peak_memory_in_bytes (None where not reported)
     peak_bytes: int | None = None
     fits: bool | None = None
     hbm_bytes: int = 0
@@ -389,6 +391,7 @@ def summarize(report, plan: Plan, spec, num_devices: int, memory_stats: dict[str
         res.output_bytes = ms.get("output_size_in_bytes")
         res.alias_bytes = ms.get("alias_size_in_bytes", 0)
         res.temp_bytes = ms.get("temp_size_in_bytes")
+        res.xla_peak_bytes = ms.get("peak_memory_in_bytes")
         from ..capture.program import memory_analysis_peak_bytes
         res.peak_bytes = memory_analysis_peak_bytes(ms)
     if platform == "tpu":
@@ -698,6 +701,16 @@ def compare_plans(model, mesh_shape: dict[str, int] | None, plans: list[str | Pl
     cmp = PlanComparison(label, dict(overrides or {}), dict(mesh_shape), spec.name,
                          spec.hbm_capacity_bytes, step_time_order(results), tgt.name)
     cmp.notes = target_notes(tgt)
+    if tgt.platform == "cpu" and spec.kind != "cpu":
+        from ..api import backend_mismatch_note
+        try:
+            as_target = f"--target {Target.parse(spec.name).name}"
+        except Exception:  # noqa: BLE001 - a spec that names no target (a TOML file's)
+            as_target = f"a {spec.kind.upper()} --target"
+        cmp.notes.append(backend_mismatch_note("cpu", spec.name) + "; the collectives too are XLA:CPU's "
+                         "(it can all-reduce bf16 values in f32, twice the bytes on the wire, and "
+                         f"partition differently): compare the plans with {as_target} (compiled "
+                         "without the device) for the accelerator's program")
     if tgt.platform != "cpu":
         after = cache_stats()
         root = cache_dir()

@@ -85,7 +85,7 @@ def render_plans(cmp, console: Console | None = None) -> None:
     console.print(table)
     compiler = "XLA:CPU" if target == "cpu" else "XLA:TPU" if target.startswith("tpu") else "XLA:GPU"
     console.print(f"peak = XLA's arguments + outputs - aliased + temporaries of the partitioned "
-                  f"program ({compiler} buffer assignment); step time = the estimated time of one run on "
+                  f"program ({compiler} buffer assignment), or its own peak_memory_in_bytes where larger; step time = the estimated time of one run on "
                   f"{cmp.hardware} along the schedule (async collectives overlap), below it the summed "
                   "compute / memory / network / launch time of its kernels; coll. time sums the "
                   "collectives without overlap.")

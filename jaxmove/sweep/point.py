@@ -25,7 +25,9 @@ fits                    peak_bytes <= the spec's HBM capacity (None when XLA gav
 does_not_fit,           the target compiler refused the program for lack of device memory: its
 needs_bytes, has_bytes  message and figures (``capture.targets.DoesNotFitError``); else None
 peak_bytes              memory per device: arguments + outputs - aliased + temporaries (XLA's
-                        ``memory_analysis`` of the compiled program; see ``plans.PlanResult``)
+                        ``memory_analysis`` of the compiled program), or ``xla_peak_bytes`` where
+                        larger (see ``plans.PlanResult``)
+xla_peak_bytes          XLA's own ``peak_memory_in_bytes``, where the compiler reports one
 argument_bytes,         XLA's memory_analysis fields
 output_bytes,
 alias_bytes, temp_bytes
@@ -75,6 +77,7 @@ ROW_KEYS = (
     "bound", "compute_time_s", "memory_time_s", "network_time_s", "unmodeled", "time_unmodeled",
     "compile_s", "analysis_s", "wall_s", "attempts", "notes", "jaxmove_version", "jax_version",
     "does_not_fit", "needs_bytes", "has_bytes", "excess_bytes", "compulsory_bytes", "excess_top_cause",
+    "xla_peak_bytes",
 )
 
 
@@ -166,7 +169,8 @@ def run_point(point: Point) -> dict:
     row.update(
         backend=program.backend, num_devices=program.num_devices, fits=res.fits,
         peak_bytes=res.peak_bytes, argument_bytes=res.argument_bytes, output_bytes=res.output_bytes,
-        alias_bytes=res.alias_bytes, temp_bytes=res.temp_bytes, flops=t.flops, hbm_bytes=t.hbm_bytes,
+        alias_bytes=res.alias_bytes, temp_bytes=res.temp_bytes, xla_peak_bytes=res.xla_peak_bytes,
+        flops=t.flops, hbm_bytes=t.hbm_bytes,
         hbm_read_bytes=t.hbm_read_bytes, hbm_write_bytes=t.hbm_write_bytes,
         hbm_bytes_by_role={r: sum(t.role_bytes(r)) for r in ROLES},
         wire_bytes=res.wire_bytes, wire_bytes_by_kind=dict(sorted(res.wire_bytes_by_kind.items())),
