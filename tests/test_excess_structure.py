@@ -92,6 +92,14 @@ def test_cause_table_keeps_the_json_kinds_and_refuses_a_duplicate():
     assert "without a hardware spec" in spill(FixContext("spilled_intermediate", "", 1, "f"))
     assert "larger than the 50.00 MiB of on-chip memory" in spill(
         FixContext("spilled_intermediate", "", 1, "f", onchip_capacity_bytes=50 * 2**20))
+    # the README's cause table names every cause the pass can report (a user trial met
+    # whole_table_read in a report and found no word of it there)
+    from pathlib import Path
+    readme = Path(__file__).resolve().parents[1] / "README.md"
+    if readme.is_file():
+        rows = [ln for ln in readme.read_text().splitlines() if ln.startswith("| `")]
+        for kind in (*CAUSE_KINDS, "unattributed"):
+            assert any(f"`{kind}`" in ln.split("|")[1] for ln in rows), f"{kind} is not in README's cause table"
     with pytest.raises(ValueError, match="slice_copy"):
         register(CauseRule("slice_copy", "", "", lambda c: ""))
     with pytest.raises(ValueError, match="unattributed"):
