@@ -25,7 +25,8 @@ def does_not_fit_note(module, spec, memory_stats: dict | None = None, backend: s
 
     The rule ``plans`` applies (plans/compare.py ``summarize``): where the compiler's
     ``memory_analysis()`` is known (``memory_stats``, a program jaxmove compiled), the program
-    needs arguments + outputs - aliased + temporaries, all live at once; an XLA:TPU program is
+    needs ``capture.program.memory_analysis_peak_bytes`` (arguments + outputs - aliased +
+    temporaries, all live at once, or XLA's own peak where larger); an XLA:TPU program is
     the exception, its compiler checked the memory itself and refuses what does not fit
     (``backend="tpu"`` with ``memory_stats``: no note; its refusal is capture/targets.py
     ``DoesNotFitError``). Otherwise, and for an HLO file (no ``memory_analysis``), arguments
