@@ -13,8 +13,9 @@ passes through untouched (protobuf keeps the fields this schema does not declare
 
 The schema below declares only the id-carrying fields, with the numbers of ``xla/service/hlo.proto``:
 HloProto.hlo_module = 1; HloModuleProto.computations = 3, .schedule = 7;
-HloComputationProto.instructions = 2, .id = 5, .root_id = 6; HloInstructionProto.id = 35,
-.operand_ids = 36, .control_predecessor_ids = 37; HloScheduleProto.sequences = 1
+HloComputationProto.name = 1, .instructions = 2, .id = 5, .root_id = 6;
+HloInstructionProto.name = 1, .opcode = 2, .id = 35, .operand_ids = 36,
+.control_predecessor_ids = 37, .called_computation_ids = 38; HloScheduleProto.sequences = 1
 (map<int64, InstructionSequence>), InstructionSequence.instruction_ids = 1.
 """
 
@@ -24,7 +25,7 @@ import functools
 
 from .xplane import CaptureFormatError
 
-__all__ = ["hlo_text_from_proto", "normalize_instruction_ids"]
+__all__ = ["async_wrapped_names", "hlo_text_from_proto", "normalize_instruction_ids"]
 
 
 @functools.cache
@@ -49,11 +50,14 @@ def _messages():
     msg("HloProto", [("hlo_module", 1, F.TYPE_MESSAGE, OPT, pkg + "HloModuleProto")])
     msg("HloModuleProto", [("computations", 3, F.TYPE_MESSAGE, REP, pkg + "HloComputationProto"),
                            ("schedule", 7, F.TYPE_MESSAGE, OPT, pkg + "HloScheduleProto")])
-    msg("HloComputationProto", [("instructions", 2, F.TYPE_MESSAGE, REP, pkg + "HloInstructionProto"),
+    msg("HloComputationProto", [("name", 1, F.TYPE_STRING, OPT),
+                                ("instructions", 2, F.TYPE_MESSAGE, REP, pkg + "HloInstructionProto"),
                                 ("id", 5, F.TYPE_INT64, OPT), ("root_id", 6, F.TYPE_INT64, OPT)])
-    msg("HloInstructionProto", [("id", 35, F.TYPE_INT64, OPT),
+    msg("HloInstructionProto", [("name", 1, F.TYPE_STRING, OPT), ("opcode", 2, F.TYPE_STRING, OPT),
+                                ("id", 35, F.TYPE_INT64, OPT),
                                 ("operand_ids", 36, F.TYPE_INT64, REP),
-                                ("control_predecessor_ids", 37, F.TYPE_INT64, REP)])
+                                ("control_predecessor_ids", 37, F.TYPE_INT64, REP),
+                                ("called_computation_ids", 38, F.TYPE_INT64, REP)])
     sched = msg("HloScheduleProto", [("sequences", 1, F.TYPE_MESSAGE, REP,
                                       pkg + "HloScheduleProto.SequencesEntry")])
     msg("InstructionSequence", [("instruction_ids", 1, F.TYPE_INT64, REP)], parent=sched)
@@ -111,6 +115,57 @@ def normalize_instruction_ids(module_bytes: bytes) -> bytes:
             del seq.instruction_ids[:]
             seq.instruction_ids.extend(new)
     return mod.SerializeToString()
+
+
+def _module_proto(data: bytes):
+    """The HloModuleProto of a serialized ``HloProto`` or bare ``HloModuleProto``, else None."""
+    from google.protobuf.message import DecodeError
+
+    HloProto, HloModuleProto = _messages()
+    try:
+        hp = HloProto()
+        hp.ParseFromString(data)
+        if hp.HasField("hlo_module") and hp.hlo_module.computations:
+            return hp.hlo_module
+    except (DecodeError, ValueError, RuntimeError):
+        pass
+    try:
+        m = HloModuleProto()
+        m.ParseFromString(data)
+    except (DecodeError, ValueError, RuntimeError):
+        return None
+    return m if m.computations else None
+
+
+def async_wrapped_names(data: bytes) -> dict[str, str]:
+    """Wrapped instruction name -> its ``async-start``'s name, for the async ops of a serialized
+    ``HloProto`` / ``HloModuleProto``.
+
+    jaxlib prints an async op in its short form (``reduce-scatter-start(...)``, xla/hlo/ir
+    ``HloPrintOptions::syntax_sugar_async_ops``), without the computation it wraps, while a GPU
+    trace names the wrapped instruction (``#hlo_op=reduce-scatter.131#``): this map joins such
+    events to the start that the HLO text shows. Empty where the bytes hold no module."""
+    mod = _module_proto(data)
+    if mod is None:
+        return {}
+    by_id = {c.id: c for c in mod.computations}
+    out: dict[str, str] = {}
+    for comp in mod.computations:
+        for ins in comp.instructions:
+            if ins.opcode != "async-start":
+                continue
+            stack = list(ins.called_computation_ids)
+            seen: set[int] = set()
+            while stack:  # (the wrapped computation, and any it calls: a fusion inside it)
+                cid = stack.pop()
+                if cid in seen or cid not in by_id:
+                    continue
+                seen.add(cid)
+                for inner in by_id[cid].instructions:
+                    if inner.opcode != "parameter":
+                        out.setdefault(inner.name, ins.name)
+                    stack.extend(inner.called_computation_ids)
+    return out
 
 
 def hlo_text_from_proto(data: bytes, where: str) -> str:

@@ -44,6 +44,8 @@ __all__ = [
 
 #: Opcodes whose thunk runs the thunks of the computations it calls inside its own interval.
 CONTAINER_OPCODES = names(control_flow=True) - {"async-start"}  # hlo/opcodes.py
+# callers whose computation runs as part of them: events naming an instruction inside are theirs
+_WRAPPING_OPCODES = frozenset({"fusion", "async-start"})
 
 # Lines that xprof derives from the stream lines of a device plane (their events repeat
 # the kernels'); only raw lines are read.
@@ -238,8 +240,15 @@ def _union_ns(intervals: list[tuple[float, float]]) -> float:
 
 
 def join_events(events: list[TraceEvent], module: Module, expected_runs: int | None = None,
-                exclusive: bool = False) -> ProfileJoin:
+                exclusive: bool = False, aliases: dict[str, str] | None = None) -> ProfileJoin:
     """Join one module's events to its instructions by instruction name.
+
+    An event that names an instruction inside a fusion or an async op's wrapped computation
+    (a reduction fusion's second kernel, ``#hlo_op=reduce.1773.1#``; the collective an
+    ``async-start`` wraps) is charged to the fusion / the start: the instruction the estimate
+    is for. ``aliases`` maps names the HLO text does not show to an instruction that it does
+    (``hloproto.async_wrapped_names``: jaxlib prints async ops without the computation they
+    wrap).
 
     Args:
       events: events of this module only (``module_events``).
@@ -259,9 +268,23 @@ def join_events(events: list[TraceEvent], module: Module, expected_runs: int | N
     if not events:
         raise ProfileError(f"no profile events for module '{module.name}'")
     where: dict[str, tuple[str, object]] = {}
+    caller: dict[str, tuple[str, object]] = {}  # fused / async-wrapped computation -> its caller
     for comp in module.computations.values():
         for instr in comp.instructions:
             where.setdefault(instr.name, (comp.name, instr))
+            if instr.opcode in _WRAPPING_OPCODES:
+                for c in instr.called_computations:
+                    caller.setdefault(c, (comp.name, instr))
+    if caller:
+        for name, hit in where.items():
+            seen = 0
+            while hit[0] in caller and seen < len(caller):  # (up through nested fusions)
+                hit = caller[hit[0]]
+                seen += 1
+            where[name] = hit
+    for alias, name in (aliases or {}).items():
+        if alias not in where and name in where:
+            where[alias] = where[name]
     by_run: dict[int | None, list[TraceEvent]] = {}
     for e in events:
         by_run.setdefault(e.run_id, []).append(e)

@@ -261,11 +261,12 @@ def compare_profile(path: str | os.PathLike, *, hlo: str | os.PathLike | None = 
 
     cap = capture or read_capture(path)
     hlo_text, hlo_module_name = None, None
+    aliases: dict[str, str] = {}  # names only the proto shows (async ops' wrapped instructions)
     if hlo is not None:
         h = os.fspath(hlo)
         if h.endswith((".pb", ".pb.xz")):
             import lzma
-            from .hloproto import hlo_text_from_proto
+            from .hloproto import async_wrapped_names, hlo_text_from_proto
             with open(h, "rb") as f:
                 data = f.read()
             if h.endswith(".xz"):
@@ -274,6 +275,7 @@ def compare_profile(path: str | os.PathLike, *, hlo: str | os.PathLike | None = 
                 except lzma.LZMAError as e:
                     raise CaptureFormatError(f"{h}: not a readable .xz file ({e})") from None
             hlo_text = hlo_text_from_proto(data, h)
+            aliases = async_wrapped_names(data)
         else:
             from ..hlo.parser import read_hlo_text
             hlo_text = read_hlo_text(h)
@@ -289,10 +291,14 @@ def compare_profile(path: str | os.PathLike, *, hlo: str | os.PathLike | None = 
                              "pass --hlo FILE (the optimized HLO of the same run)")
         hlo_source = prog.hlo_where or cap.path
         module = parse_module(hlo_text, hlo_source)
+        if prog.hlo_proto is not None:
+            from .hloproto import async_wrapped_names
+            aliases = async_wrapped_names(prog.hlo_proto)
     if not prog.events:
         raise CaptureFormatError(f"{cap.path}: program {prog.label} has no events in the capture")
     runs = prog.runs
-    join = join_events(prog.events, module, expected_runs=max(runs, 1), exclusive=prog.exclusive)
+    join = join_events(prog.events, module, expected_runs=max(runs, 1), exclusive=prog.exclusive,
+                       aliases=aliases)
     notes = []
     if hlo is not None and join.coverage < MATCH_MIN:
         names = {i.name for c in module.computations.values() for i in c.instructions}
