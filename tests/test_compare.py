@@ -138,3 +138,32 @@ def test_cli_compare_hlo_file_is_bad_input(tmp_path, capsys):
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and "cannot be run" in err[0]
     assert main(["compare", "mlp-tiny", "--save-fit", "x.toml"]) == 2
+
+
+def test_compare_of_a_loop_of_unknown_trip_count_says_at_least_and_keeps_it_out(no_local_spec):
+    """A fori_loop whose bound is an argument: its body is counted once, so the program
+    estimate is a lower bound ('at least', ``complete`` False) and the body's instructions and
+    the while itself (control flow, estimated 0) are left out of the error statistics with
+    the reason (a user trial found neither said)."""
+    import jax
+    import jax.numpy as jnp
+    from jax import lax
+
+    from jaxmove.measure.compare import compare
+
+    def step(w, x, n):
+        return lax.fori_loop(0, n, lambda i, c: jnp.tanh(c @ w), x)
+
+    w, x = jnp.ones((64, 64), jnp.float32) * 0.01, jnp.ones((8, 64), jnp.float32)
+    c = compare(jax.jit(step), w, x, jnp.int32(3), runs=2, warmup=1, profile_runs=1, hardware="cpu-generic")
+    assert c.stats.est_is_lower_bound and not c.report.complete
+    why = {r.name: r.excluded for r in c.rows if r.excluded}
+    loop = [r for r in c.report.rows if r.instr.opcode == "while"]
+    assert len(loop) == 1 and why[loop[0].instr.name] == "control flow (its time is its body's)"
+    body = [r.instr.name for r in c.report.rows if r.multiplicity.unknown_trip_count and r.instr.opcode == "fusion"]
+    assert body and all(why[n] == "in a while loop of unknown trip count (counted once)" for n in body)
+    measured_out = sum(1 for r in c.rows if r.excluded and r.measured_time_s)
+    assert c.stats.n_excluded == measured_out >= 1
+    js = c.to_json()
+    assert js["complete"] is False and "unknown trip count" in js["incomplete"]
+    assert {r["name"] for r in js["instructions"] if r["excluded"]} == set(why)

@@ -51,7 +51,7 @@ if TYPE_CHECKING:
     from ..report.report import Report
 
 __all__ = ["MIN_SHARE", "InstructionComparison", "ErrorStats", "Fit", "Comparison",
-           "compare", "error_stats", "spearman", "fit_spec", "baseline_time_s", "default_hardware"]
+           "compare", "error_stats", "excluded_rows", "spearman", "fit_spec", "baseline_time_s", "default_hardware"]
 
 #: Instructions below this share of the measured instruction time are left out of the
 #: MdAPE and the rank correlation (their times are at the profiler's resolution).
@@ -64,7 +64,9 @@ class InstructionComparison:
 
     ``est_time_s`` is None when the time model has no row for it; ``measured_time_s`` is
     None when no profile event named it (it did not run, or ran inside another kernel).
-    ``ratio`` = est / measured; ``share`` = measured / sum of measured.
+    ``ratio`` = est / measured; ``share`` = measured / sum of measured. ``excluded`` says why
+    the row takes no part in the error statistics (its estimate is a lower bound, or it is
+    control flow): ``excluded_rows``.
     """
 
     computation: str
@@ -75,6 +77,8 @@ class InstructionComparison:
     executions: float | None
     bound: str | None
     share: float | None
+    #: why the row is kept out of the error statistics (``excluded_rows``), else None
+    excluded: str | None = None
 
     @property
     def ratio(self) -> float | None:
@@ -98,6 +102,9 @@ class ErrorStats:
       program_error: est_program_s / measured_wall_s - 1.
       est_dispatch_s: the per-call dispatch overhead included in est_program_s (0 when the
         spec has none).
+      n_excluded: measured instructions kept out of these statistics (``excluded_rows``).
+      est_is_lower_bound: the program's estimate is a lower bound (an instruction unmodeled,
+        a time incomplete, a loop of unknown trip count: ``Report.complete`` is False).
     """
 
     n_measured: int
@@ -111,6 +118,8 @@ class ErrorStats:
     measured_wall_s: float
     measured_span_s: float | None
     est_dispatch_s: float = 0.0
+    n_excluded: int = 0
+    est_is_lower_bound: bool = False
 
     @property
     def program_error(self) -> float:
@@ -193,8 +202,11 @@ class Comparison:
             "instructions": [
                 {"computation": r.computation, "name": r.name, "opcode": r.opcode,
                  "est_time_s": r.est_time_s, "measured_time_s": r.measured_time_s,
-                 "ratio": r.ratio, "executions": r.executions, "bound": r.bound, "share": r.share}
+                 "ratio": r.ratio, "executions": r.executions, "bound": r.bound, "share": r.share,
+                 "excluded": r.excluded}
                 for r in self.rows],
+            "complete": self.report.complete,
+            "incomplete": self.report.incomplete_headline(),
         }
         if self.fit is not None:
             f = self.fit
@@ -237,18 +249,50 @@ def spearman(a, b) -> float | None:
     return float((rx * ry).sum() / den) if den > 0 else None
 
 
-def _pairs(times, measurement: Measurement) -> list[tuple[float, float]]:
+# control flow: its own measured time is what is left between its body's kernels
+_CONTROL_FLOW = frozenset({"while", "conditional", "call"})
+
+
+def excluded_rows(report) -> dict[tuple[str, str], str]:
+    """(computation, instruction) -> why its estimate takes no part in the error statistics:
+    it is a lower bound (the instruction is unmodeled, its time incomplete on the spec, or it
+    runs in a while loop of unknown trip count, counted once), or the instruction is control
+    flow (``while`` / ``conditional`` / ``call``: no kernel of its own, estimated 0, while a
+    profile gives it what is left between its body's kernels)."""
+    out: dict[tuple[str, str], str] = {}
+    for r in report.rows:
+        key = (r.computation, r.instr.name)
+        if r.unmodeled:
+            out[key] = f"unmodeled ({r.unmodeled[0]})"
+        elif r.multiplicity.unknown_trip_count:
+            out[key] = "in a while loop of unknown trip count (counted once)"
+        elif r.instr.opcode in _CONTROL_FLOW:
+            out[key] = "control flow (its time is its body's)"
+    times = report.times
+    if times is not None:
+        for key, t in times.rows.items():
+            if t.unmodeled and key not in out:
+                out[key] = f"time incomplete ({t.unmodeled[0]})"
+    return out
+
+
+def _pairs(times, measurement: Measurement, exclude=()) -> list[tuple[float, float]]:
     out = []
     for key, t in measurement.instructions.items():
         row = times.rows.get(key)
-        if row is not None and t.time_s > 0:
+        if row is not None and t.time_s > 0 and key not in exclude:
             out.append((row.est_time_s, t.time_s))
     return out
 
 
-def error_stats(times, measurement: Measurement, min_share: float = MIN_SHARE) -> ErrorStats:
-    """ErrorStats of a TimeEstimate against a Measurement (module docstring)."""
-    pairs = _pairs(times, measurement)
+def error_stats(times, measurement: Measurement, min_share: float = MIN_SHARE,
+                exclude: dict | None = None, lower_bound: bool = False) -> ErrorStats:
+    """ErrorStats of a TimeEstimate against a Measurement (module docstring), without the
+    instructions of ``exclude`` (``excluded_rows``); ``lower_bound``: the program's estimate
+    is one (``not Report.complete``)."""
+    exclude = exclude or {}
+    pairs = _pairs(times, measurement, exclude)
+    n_excluded = sum(1 for key, t in measurement.instructions.items() if key in exclude and t.time_s > 0)
     meas_sum = sum(m for _, m in pairs)
     sig = [(e, m) for e, m in pairs if meas_sum > 0 and m / meas_sum >= min_share]
     mdape = statistics.median(abs(e - m) / m for e, m in sig) if sig else None
@@ -257,7 +301,7 @@ def error_stats(times, measurement: Measurement, min_share: float = MIN_SHARE) -
     prof = measurement.profile
     return ErrorStats(len(pairs), len(sig), mdape, wape, rho, sum(e for e, _ in pairs), meas_sum,
                       times.est_time_s, measurement.wall_median_s, prof.span_s if prof else None,
-                      getattr(times, "dispatch_overhead_s", 0.0))
+                      getattr(times, "dispatch_overhead_s", 0.0), n_excluded, lower_bound)
 
 
 def baseline_time_s(xla_cost: dict | None, spec, dtype: str) -> float | None:
@@ -405,9 +449,12 @@ def kind_mismatch_note(spec, platform: str) -> str | None:
             f"`jaxmove calibrate`)")
 
 
-def _rows(report, measurement: Measurement, field_: str = "est_time_s") -> list[InstructionComparison]:
+def _rows(report, measurement: Measurement, field_: str = "est_time_s",
+          excluded: dict | None = None) -> list[InstructionComparison]:
     """One comparison per instruction measured or estimated; the estimate is the time row's
-    ``field_`` (``est_time_s``; profiles compare ``duration_s``, the estimate less launch gaps)."""
+    ``field_`` (``est_time_s``; profiles compare ``duration_s``, the estimate less launch gaps);
+    ``excluded``: ``excluded_rows``' reasons."""
+    excluded = excluded or {}
     times = report.times
     meas = measurement.instructions
     total = sum(t.time_s for t in meas.values()) or 0.0
@@ -419,7 +466,7 @@ def _rows(report, measurement: Measurement, field_: str = "est_time_s") -> list[
         out.append(InstructionComparison(
             key[0], key[1], t.opcode if t else opcode.get(key, e.opcode if e else "?"),
             getattr(e, field_) if e else None, t.time_s if t else None, t.executions if t else None,
-            e.bound if e else None, (t.time_s / total) if (t and total) else None))
+            e.bound if e else None, (t.time_s / total) if (t and total) else None, excluded.get(key)))
     out.sort(key=lambda r: (-(r.measured_time_s or 0.0), -(r.est_time_s or 0.0), r.name))
     return out
 
@@ -466,13 +513,16 @@ def compare(target, *args, hardware=None, runs: int = 10, warmup: int = 2, profi
     m = measure(None, runs=runs, warmup=warmup, profile_runs=profile_runs, prepared=prep)
     report = analyze(prep.program, hardware=spec)
     report.measurement = m  # the renderings' measured columns and trace lane (report/columns.py)
-    stats = error_stats(report.times, m)
+    excluded = excluded_rows(report)
+    stats = error_stats(report.times, m, exclude=excluded, lower_bound=not report.complete)
     base = baseline_time_s(prep.program.xla_cost_analysis, spec, _dtype_of(prep.program))
-    result = Comparison(m, report, spec, note, _rows(report, m), stats, base)
+    result = Comparison(m, report, spec, note, _rows(report, m, excluded=excluded), stats, base)
     if fit:
         fitted, info = fit_spec(report.times, m, spec, prep.program.name)
         after_report = analyze(prep.program, hardware=fitted)
         result.fit = Fit(fitted, info["kernel_launch_overhead_s"], info["hbm_bytes_per_s"],
-                         info["flops_scale"], stats, error_stats(after_report.times, m),
+                         info["flops_scale"], stats,
+                         error_stats(after_report.times, m, exclude=excluded_rows(after_report),
+                                     lower_bound=not after_report.complete),
                          info["n_rows"], info["rounds"], info["kept"])
     return result

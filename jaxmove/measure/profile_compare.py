@@ -34,7 +34,7 @@ from types import SimpleNamespace
 
 import numpy as np
 
-from .compare import ErrorStats, InstructionComparison, _rows, error_stats
+from .compare import ErrorStats, InstructionComparison, _rows, error_stats, excluded_rows
 from .profile import ProfileJoin, join_events
 from .profiles import Capture, CaptureProgram, program_hlo_text, read_capture, select_program
 from .run import Measurement
@@ -73,10 +73,11 @@ class GroupError:
 
 
 def group_errors(rows: list[InstructionComparison], key) -> list[GroupError]:
-    """GroupError per value of ``key(row)`` over the rows with both times, largest measured first."""
+    """GroupError per value of ``key(row)`` over the rows with both times and no reason to be
+    left out (``InstructionComparison.excluded``), largest measured first."""
     groups: dict[str, list[tuple[float, float]]] = {}
     for r in rows:
-        if r.est_time_s is None or not r.measured_time_s:
+        if r.est_time_s is None or not r.measured_time_s or r.excluded:
             continue
         groups.setdefault(str(key(r) or "-"), []).append((r.est_time_s, r.measured_time_s))
     out = []
@@ -130,8 +131,9 @@ class ProfileComparison:
         return self.measurement.profile
 
     def worst(self, n: int = 10) -> list[InstructionComparison]:
-        """The n rows with the largest |est - meas| (seconds per execution), both times known."""
-        both = [r for r in self.rows if r.est_time_s is not None and r.measured_time_s]
+        """The n rows with the largest |est - meas| (seconds per execution), both times known
+        and the row in the statistics (not ``excluded``)."""
+        both = [r for r in self.rows if r.est_time_s is not None and r.measured_time_s and not r.excluded]
         return sorted(both, key=lambda r: -abs(r.est_time_s - r.measured_time_s))[:n]
 
     def to_json(self) -> dict:
@@ -167,8 +169,11 @@ class ProfileComparison:
                  "multiplicity": mult.get((r.computation, r.name)),
                  "measured_per_instruction_execution_s": (
                      r.measured_time_s / mult[(r.computation, r.name)]
-                     if r.measured_time_s is not None and mult.get((r.computation, r.name)) else None)}
+                     if r.measured_time_s is not None and mult.get((r.computation, r.name)) else None),
+                 "excluded": r.excluded}
                 for r in self.rows],
+            "complete": self.report.complete,
+            "incomplete": self.report.incomplete_headline(),
             "capture": {
                 "path": c.path, "format": c.format, "device_kind": c.device_kind,
                 "device_info": dict(c.device_info), "backend": c.backend,
@@ -330,8 +335,9 @@ def compare_profile(path: str | os.PathLike, *, hlo: str | os.PathLike | None = 
     dur_rows = {k: SimpleNamespace(est_time_s=getattr(r, field_)) for k, r in times.rows.items()}
     shim = SimpleNamespace(rows=dur_rows, est_time_s=times.est_time_s,
                            dispatch_overhead_s=getattr(times, "dispatch_overhead_s", 0.0))
-    stats = error_stats(shim, m)
-    rows = _rows(report, m, field_)
+    excluded = excluded_rows(report)
+    stats = error_stats(shim, m, exclude=excluded, lower_bound=not report.complete)
+    rows = _rows(report, m, field_, excluded)
     fk = {(r.computation, r.instr.name): r.instr.fusion_kind for r in report.rows}
     overall = group_errors(rows, lambda r: "all")
     return ProfileComparison(

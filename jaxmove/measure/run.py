@@ -17,7 +17,7 @@ import statistics
 import time
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any
 
 from ..capture import Program, capture
 from ..hlo import parse_module

@@ -49,6 +49,20 @@ def instruction_time_table(title: str, rows, top: int, executions: str) -> Table
     return t
 
 
+def excluded_note(console: Console, rows, report) -> None:
+    """Say that the estimate is incomplete (``Report.incomplete_headline``) and which measured
+    instructions the error statistics leave out, and why (``measure.compare.excluded_rows``)."""
+    head = report.incomplete_headline()
+    if head:
+        console.print(f"[yellow]{escape(head)}[/yellow]")
+    out = [r for r in rows if r.excluded and r.measured_time_s]
+    if out:
+        shown = "; ".join(f"{escape(r.name)}: {escape(r.excluded)}" for r in out[:5])
+        more = f"; +{len(out) - 5} more" if len(out) > 5 else ""
+        console.print(f"[yellow]not in the error statistics ({len(out)} measured instruction"
+                      f"{'s' if len(out) != 1 else ''}): {shown}{more}[/yellow]")
+
+
 def render_comparison(c, top: int = 20, console: Console | None = None) -> None:
     """Print a Comparison (jaxmove.measure.compare): instruction table, program summary, fit."""
     console = console or make_console()
@@ -70,7 +84,9 @@ def render_comparison(c, top: int = 20, console: Console | None = None) -> None:
 
     console.print(instruction_time_table("instructions by measured time ({scope})", c.rows, top, "runs/prog"))
 
-    console.print(f"program: estimated {fmt_s(s.est_program_s)} vs measured wall {fmt_s(s.measured_wall_s)} "
+    excluded_note(console, c.rows, c.report)
+    console.print(f"program: estimated {'at least ' if s.est_is_lower_bound else ''}{fmt_s(s.est_program_s)} "
+                  f"vs measured wall {fmt_s(s.measured_wall_s)} "
                   f"({fmt_pct(s.program_error, signed=True)})"
                   + (f"; measured device span {fmt_s(s.measured_span_s)}" if s.measured_span_s is not None else ""))
     console.print(f"instructions: sum of estimates {fmt_s(s.est_sum_s)} vs sum measured {fmt_s(s.measured_sum_s)}; "

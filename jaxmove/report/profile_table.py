@@ -6,7 +6,7 @@ from rich.console import Console
 from rich.markup import escape
 from rich.table import Table
 
-from .compare_table import fmt_num, fmt_pct, fmt_s, instruction_time_table
+from .compare_table import excluded_note, fmt_num, fmt_pct, fmt_s, instruction_time_table
 from .table import make_console
 
 
@@ -45,16 +45,18 @@ def render_profile_comparison(c, top: int = 20, console: Console | None = None) 
     what = "kernel duration" if c.est_field == "duration_s" else "est_time_s"
     console.print(instruction_time_table(
         "instructions by measured time per execution ({scope}); estimate = " + what, c.rows, top, "kernels/exec"))
-    console.print(_group_table("per-kernel error by opcode", c.by_opcode, top))
+    console.print(_group_table("per-instruction error by opcode", c.by_opcode, top))
     if any(g.key != "-" for g in c.by_fusion_kind):
-        console.print(_group_table("per-kernel error by fusion kind", c.by_fusion_kind, top))
-    console.print(_group_table("per-kernel error by bound", c.by_bound, top))
+        console.print(_group_table("per-instruction error by fusion kind", c.by_fusion_kind, top))
+    console.print(_group_table("per-instruction error by bound", c.by_bound, top))
 
     o = c.overall
-    console.print(f"program: estimated {fmt_s(s.est_program_s)} vs measured device span {fmt_s(s.measured_wall_s)} "
+    excluded_note(console, c.rows, c.report)
+    console.print(f"program: estimated {'at least ' if s.est_is_lower_bound else ''}{fmt_s(s.est_program_s)} "
+                  f"vs measured device span {fmt_s(s.measured_wall_s)} "
                   f"({fmt_pct(s.program_error, signed=True)}) per execution")
     console.print(f"instructions: sum of estimates ({what}) {fmt_s(s.est_sum_s)} vs sum measured "
-                  f"{fmt_s(s.measured_sum_s)}; per-kernel error median {fmt_pct(o.median_error if o else None)}, "
+                  f"{fmt_s(s.measured_sum_s)}; per-instruction error median {fmt_pct(o.median_error if o else None)}, "
                   f"p90 {fmt_pct(o.p90_error if o else None)} over {o.n if o else 0}; MdAPE {fmt_pct(s.mdape)} over "
                   f"the {s.n_significant} taking >= 1%, time-weighted error {fmt_pct(s.weighted_error)}, "
                   f"Spearman {fmt_num(s.spearman)}")
