@@ -327,16 +327,17 @@ def test_compare_help_and_table_title(capsys):
     from jaxmove.report.table import make_console
 
     row = SimpleNamespace(name="f", opcode="fusion", bound="memory", executions=1, measured_time_s=1e-6,
-                          share=0.5, est_time_s=1e-6, ratio=1.0)
+                          share=0.5, est_time_s=1e-6, ratio=1.0, excluded=None)
     prof = SimpleNamespace(runs=1, device_time_s=2e-6, coverage=1.0, span_s=None, unjoined_s={})
     m = SimpleNamespace(program=SimpleNamespace(name="p"), device_kind="cpu", wall_iqr_s=(1e-6, 1e-6),
                         wall_median_s=1e-6, wall_min_s=1e-6, wall_max_s=1e-6, wall_times_s=[1e-6],
                         warmup_runs=0, profile=prof, notes=[])
     stats = SimpleNamespace(est_program_s=1e-6, measured_wall_s=1e-6, program_error=0.0, measured_span_s=None,
                             est_sum_s=1e-6, measured_sum_s=1e-6, mdape=0.0, n_significant=2,
-                            weighted_error=0.0, n_measured=2, spearman=1.0)
+                            weighted_error=0.0, n_measured=2, spearman=1.0, est_is_lower_bound=False)
     c = SimpleNamespace(measurement=m, stats=stats, spec=SimpleNamespace(name="x"), spec_note="test",
-                        rows=[row, row], baseline_s=None, fit=None)
+                        rows=[row, row], baseline_s=None, fit=None,
+                        report=SimpleNamespace(incomplete_headline=lambda: None))
     console = make_console()
     with console.capture() as cap:
         render_comparison(c, top=20, console=console)
