@@ -262,6 +262,7 @@ def resolve_program(obj, /, *args, overrides: dict[str, str] | None = None, **ca
     from . import program as cap
 
     dump_module = capture_kwargs.pop("module", None)   # --module: one module of a dump directory
+    _check_capture_options(capture_kwargs, cap.capture)
     target = obj
     device_target = capture_kwargs.get("target")
     if dump_module is not None and not isinstance(target, (str, os.PathLike)):
@@ -311,4 +312,22 @@ def resolve_program(obj, /, *args, overrides: dict[str, str] | None = None, **ca
             return with_name_backend(program, p)
         raise TargetError(f"'{s}' is not a zoo preset{did_you_mean(s)} ({preset_choices()}), an HLO file, or "
                           "module:function")
+    if overrides:
+        raise TargetError(f"overrides ({', '.join(sorted(overrides))}) apply to zoo presets only, not to "
+                          f"{type(target).__name__} {getattr(target, '__name__', '')!s}".rstrip()
+                          + ": pass the sizes in the arguments you give it")
     return cap.capture(target, *args, **capture_kwargs)
+
+
+def _check_capture_options(options: dict, capture_fn) -> None:
+    """Refuse a keyword that ``capture`` does not take, naming the ones it does (TypeError:
+    otherwise Python's message names an internal function, not the one the user called)."""
+    import inspect
+
+    allowed = [n for n, p in inspect.signature(capture_fn).parameters.items()
+               if p.kind is inspect.Parameter.KEYWORD_ONLY]
+    unknown = sorted(set(options) - set(allowed))
+    if unknown:
+        raise TypeError(f"unexpected keyword argument{'s' if len(unknown) > 1 else ''} "
+                        f"{', '.join(repr(k) for k in unknown)}; the capture options are "
+                        f"{', '.join(allowed + ['module'])} (and overrides, hardware, role_globs for analyze)")

@@ -10,7 +10,6 @@ from __future__ import annotations
 import math
 import os
 import re
-import tempfile
 from pathlib import Path
 from typing import Any
 
@@ -130,22 +129,18 @@ def write_spec(spec: HardwareSpec, path: str | os.PathLike[str]) -> Path:
 
     The text goes to a temporary file in the same directory which is then renamed
     over `path` (``os.replace``, atomic on POSIX), so a crash never leaves a
-    half-written spec behind. Returns the path written.
+    half-written spec behind; the file gets the mode of the one it replaces, else 0666 less
+    the umask (report/outputs.py ``write_atomic``). Returns the path written.
+
+    Raises:
+      OutputPathError: the path cannot be written (a directory, no permission, disk full).
     """
+    from ..report.outputs import write_text_atomic
+
     target = Path(path).expanduser()
     text = spec_to_toml(spec)
     target.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=f".{target.name}.", suffix=".tmp", dir=target.parent)
-    try:
-        with os.fdopen(fd, "w", encoding="utf-8") as f:
-            f.write(text)
-            f.flush()
-            os.fsync(f.fileno())
-        os.replace(tmp, target)
-    except BaseException:
-        try:
-            os.unlink(tmp)
-        except FileNotFoundError:
-            pass
-        raise
+    # (report/outputs.py: the mode of the file it replaces, else 0666 minus the umask; a user
+    # trial found specs written 0600, mkstemp's mode)
+    write_text_atomic(target, text, "spec file")
     return target
