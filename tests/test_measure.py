@@ -251,3 +251,16 @@ def test_every_tiny_preset_join_covers_95_percent(preset):
     names = {(c.name, i.name) for c in module.computations.values() for i in c.instructions}
     assert m.instructions and set(m.instructions) <= names
     assert m.coverage >= 0.95
+
+
+def test_join_by_kernel_name_where_an_event_has_no_hlo_op():
+    """rocprofiler drops ``hlo_op`` for some kernels of an execution: XLA:GPU names a kernel
+    after its instruction with '.' made '_' (plus '.kd' there), so ``fusion_1.kd`` is
+    ``fusion.1``; a library kernel (``Im3d2Col.kd``) names no instruction and stays unjoined."""
+    m = parse_module(_WRAPPED)
+    evs = [_ev("fusion.1", 0, 30, 0), _ev(None, 50, 10, 1), _ev(None, 70, 4, 1)]
+    evs[1] = TraceEvent("m", None, "fusion_1.kd", 50.0, 10.0, 1, 0, "/host:CPU", "t0")
+    evs[2] = TraceEvent("m", None, "Im3d2Col.kd", 70.0, 4.0, 1, 0, "/host:CPU", "t0")
+    j = join_events(evs, m)
+    assert j.instructions[("main", "fusion.1")].run_times_s == pytest.approx((30e-9, 10e-9))
+    assert list(j.unjoined_s) == ["Im3d2Col.kd"]

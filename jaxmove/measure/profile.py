@@ -29,6 +29,7 @@ from __future__ import annotations
 
 import glob
 import os
+import re
 import statistics
 import tempfile
 from dataclasses import dataclass, field
@@ -239,6 +240,27 @@ def _union_ns(intervals: list[tuple[float, float]]) -> float:
     return total
 
 
+_KERNEL_SUFFIX = re.compile(r"\.kd$")       # an AMD kernel descriptor's suffix
+_KERNEL_NUMBER = re.compile(r"_([0-9]+)$")  # XLA:GPU's kernel name of instruction 'name.N'
+
+
+def _by_kernel_name(kernel: str, where: dict, memo: dict):
+    """The (computation, instruction) an event without ``hlo_op`` names by its kernel name, or
+    None: XLA:GPU names a fusion's kernel after the instruction with '.' made '_'
+    (``input_transpose_fusion.1`` -> ``input_transpose_fusion_1``; rocprofiler adds ``.kd``).
+    Only an exact instruction name after that counts (``Im3d2Col.kd``, a library kernel,
+    names none)."""
+    if kernel in memo:
+        return memo[kernel]
+    base = _KERNEL_SUFFIX.sub("", kernel or "")
+    hit = where.get(base)
+    if hit is None:
+        dotted = _KERNEL_NUMBER.sub(r".\1", base)
+        hit = where.get(dotted) if dotted != base else None
+    memo[kernel] = hit
+    return hit
+
+
 def join_events(events: list[TraceEvent], module: Module, expected_runs: int | None = None,
                 exclusive: bool = False, aliases: dict[str, str] | None = None) -> ProfileJoin:
     """Join one module's events to its instructions by instruction name.
@@ -285,6 +307,7 @@ def join_events(events: list[TraceEvent], module: Module, expected_runs: int | N
     for alias, name in (aliases or {}).items():
         if alias not in where and name in where:
             where[alias] = where[name]
+    by_kernel: dict[str, tuple | None] = {}  # kernel name of an event without hlo_op -> its hit
     by_run: dict[int | None, list[TraceEvent]] = {}
     for e in events:
         by_run.setdefault(e.run_id, []).append(e)
@@ -307,7 +330,7 @@ def join_events(events: list[TraceEvent], module: Module, expected_runs: int | N
         times: dict[tuple[str, str], list] = {}
         run_total = run_joined = 0.0
         for e in run:
-            hit = where.get(e.hlo_op)
+            hit = where.get(e.hlo_op) if e.hlo_op else _by_kernel_name(e.name, where, by_kernel)
             dur = e.duration_ns
             if hit is not None:
                 cname, instr = hit
