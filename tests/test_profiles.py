@@ -343,6 +343,24 @@ def test_unmodeled_instructions_are_kept_out_of_the_errors_and_the_estimate_read
 
 
 @needs_shared
+def test_a100_kernel_floor_is_the_fit_and_helps_the_held_out_kernels():
+    """a100-40gb's kernel_min_duration_s is what fit_kernel_floor finds on the fit half of the
+    Pax step (compared without it), and it cuts the held-out half's per-instruction error."""
+    import dataclasses
+
+    from jaxmove.hardware import load_spec
+    from jaxmove.measure.profile_compare import fit_kernel_floor
+    spec = load_spec("a100-40gb")
+    c = compare_profile(NSYS, program="40", hardware=dataclasses.replace(spec, kernel_min_duration_s=None))
+    f = fit_kernel_floor(c)
+    assert float(f"{f.floor_s:.3g}") == spec.kernel_min_duration_s
+    assert f.n_fit + f.n_holdout == sum(1 for r in c.rows if r.opcode == "fusion" and r.measured_time_s)
+    assert f.holdout_after[0] < 0.5 * f.holdout_before[0] and f.holdout_after[1] < f.holdout_before[1]
+    with pytest.raises(ValueError, match="already"):
+        fit_kernel_floor(compare_profile(NSYS, program="40"))
+
+
+@needs_shared
 def test_old_hloproto_ids_renumbered():
     """The 2024 dump numbers instructions module-wide; jaxlib 0.10 reads it only after the ids are
     renumbered per computation (it ran out of memory before)."""

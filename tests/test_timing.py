@@ -98,6 +98,24 @@ def test_tiny_kernel_is_overhead_bound():
     assert te.row("main", "x").bound is None and te.row("main", "x").est_time_s == 0
 
 
+def test_a_kernel_runs_at_least_the_specs_shortest_duration():
+    """a100-40gb's kernel_min_duration_s (2.24 us, fitted on a capture): a kernel of 8 floats
+    lasts that long, launch gap apart; a large one is untouched; h100-sxm gives none."""
+    a100 = load_spec("a100-40gb")
+    floor = a100.kernel_min_duration_s
+    assert floor == 2.24e-6
+    r = _times(_chain(8), a100).row("main", "f")
+    assert r.duration_s == pytest.approx(floor) and r.est_time_s == pytest.approx(a100.kernel_launch_overhead_s + floor)
+    assert r.bound == "overhead" and any("kernel_min_duration_s" in n for n in r.notes)
+    n = 1 << 24  # 64 MiB in, 64 MiB out: far above the floor
+    big = _times(_chain(n), a100).row("main", "f")
+    assert big.duration_s == pytest.approx(2 * 4 * n / a100.hbm_bytes_per_s) and big.bound == "memory"
+    h100 = _times(_chain(8)).row("main", "f")
+    assert h100.duration_s < 1e-9 and load_spec("h100-sxm").kernel_min_duration_s is None
+    # without a launch (a free opcode) there is no kernel, and no floor
+    assert _times(_chain(8), a100).row("main", "x").est_time_s == 0
+
+
 def test_f32_dot_peaks_follow_precision():
     h100, v5p = load_spec("h100-sxm"), load_spec("tpu-v5p")
     assert matrix_peak(h100, "f32")[:2] == (H100_TF32, "tf32")

@@ -199,6 +199,10 @@ class HardwareSpec:
         calls), replacing ``kernel_launch_overhead_s`` for it; the command buffer's own launch
         costs one ``kernel_launch_overhead_s`` (passes/timing.py ``command_buffer_runs``), s.
         Optional: without it every kernel pays ``kernel_launch_overhead_s``.
+      kernel_min_duration_s: GPU only: the shortest a kernel runs, however little its work (a
+        launched grid's fill and drain): a kernel's duration is at least this, s. Optional and
+        measured (fitted on a device capture, judged on held-out kernels); without it a
+        kernel's duration is its roofline work alone.
       devices_per_node: devices sharing one host / NVLink domain.
       intra_node_bytes_per_s: device-to-device bandwidth inside a node (NVLink, or
         the sum over a TPU chip's ICI links), per device per direction, bytes/s.
@@ -265,6 +269,7 @@ class HardwareSpec:
     mmap_threshold_bytes: int | None = dataclasses.field(default=None, metadata=_meta("bytes"))
     dispatch_overhead_s: float | None = dataclasses.field(default=None, metadata=_meta("s"))
     command_buffer_launch_overhead_s: float | None = dataclasses.field(default=None, metadata=_meta("s"))
+    kernel_min_duration_s: float | None = dataclasses.field(default=None, metadata=_meta("s"))
     ici_topology: tuple[int, ...] = dataclasses.field(
         default=(), metadata=_meta("chips per torus dimension", numeric=False)
     )

@@ -37,6 +37,7 @@ _ORDER = (
     "tensor_cores_per_chip",
     "kernel_launch_overhead_s",
     "command_buffer_launch_overhead_s",
+    "kernel_min_duration_s",
     "devices_per_node",
     "intra_node_bytes_per_s",
     "inter_node_bytes_per_s",

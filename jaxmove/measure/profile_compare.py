@@ -72,6 +72,60 @@ class GroupError:
                 "est_s": self.est_s, "measured_s": self.measured_s, "weighted_error": self.weighted_error}
 
 
+@dataclass(frozen=True)
+class KernelFloorFit:
+    """``kernel_min_duration_s`` fitted to a capture, judged on held-out kernels.
+
+    Attributes:
+      floor_s: the median measured duration per kernel of the fit half's *trivial* kernels
+        (those the model gives less than ``trivial_s`` of work per kernel).
+      n_fit, n_holdout: fusion instructions in each half (CRC-32 of the name even: fit).
+      n_trivial_fit: trivial kernels the median is over; p10_s, p90_s: their spread.
+      holdout_before, holdout_after: (median, p90) per-instruction error of the held-out
+        fusions without the floor and with it.
+    """
+
+    floor_s: float
+    n_fit: int
+    n_holdout: int
+    n_trivial_fit: int
+    p10_s: float
+    p90_s: float
+    holdout_before: tuple[float, float]
+    holdout_after: tuple[float, float]
+
+
+def fit_kernel_floor(c: "ProfileComparison", trivial_s: float = 0.5e-6) -> KernelFloorFit:
+    """Fit the spec's ``kernel_min_duration_s`` to a ProfileComparison made without one
+    (``dataclasses.replace(spec, kernel_min_duration_s=None)``): the fusions are split by the
+    CRC-32 of their names (even: fit, odd: held out); the floor is the median measured duration
+    per kernel of the fit half's kernels whose estimate per kernel is below ``trivial_s``; the
+    held-out half's per-instruction errors are given without and with it.
+
+    Raises:
+      ValueError: the comparison has a floor already, or too few trivial kernels (< 10)."""
+    import zlib
+
+    if getattr(c.spec, "kernel_min_duration_s", None):
+        raise ValueError(f"spec {c.spec.name} has a kernel_min_duration_s already: fit without it")
+    rows = [r for r in c.rows if r.opcode == "fusion" and r.measured_time_s and r.executions
+            and r.est_time_s is not None and not r.excluded]
+    fit = [r for r in rows if zlib.crc32(r.name.encode()) % 2 == 0]
+    held = [r for r in rows if zlib.crc32(r.name.encode()) % 2 == 1]
+    trivial = sorted(r.measured_time_s / r.executions for r in fit if r.est_time_s / r.executions < trivial_s)
+    if len(trivial) < 10:
+        raise ValueError(f"{len(trivial)} trivial kernels in the fit half: too few to fit a floor")
+    floor = float(np.median(trivial))
+
+    def errors(fl: float) -> tuple[float, float]:
+        e = np.array([abs(max(r.est_time_s, fl * r.executions) - r.measured_time_s) / r.measured_time_s
+                      for r in held])
+        return float(np.median(e)), float(np.percentile(e, 90))
+
+    return KernelFloorFit(floor, len(fit), len(held), len(trivial), float(np.percentile(trivial, 10)),
+                          float(np.percentile(trivial, 90)), errors(0.0), errors(floor))
+
+
 def group_errors(rows: list[InstructionComparison], key) -> list[GroupError]:
     """GroupError per value of ``key(row)`` over the rows with both times and no reason to be
     left out (``InstructionComparison.excluded``), largest measured first."""

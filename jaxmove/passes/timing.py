@@ -365,7 +365,8 @@ def instruction_time(row, module: Module, spec, reuse: ReuseAnalysis,
                        + (other flops + transcendentals) / vector peak
         memory_time  = HBM bytes / hbm_bytes_per_s + first-touch bytes / first_touch_bytes_per_s
         network_time = collective time (hardware/nccl.py on GPU specs, else collectives.py)
-        est_time     = kernel_launch_overhead_s + max(compute_time, memory_time, network_time)
+        est_time     = kernel_launch_overhead_s + max(compute_time, memory_time, network_time,
+                                                  kernel_min_duration_s)
 
     * HBM bytes: the traffic pass's plus the tiling model's re-reads (``passes/reuse.py``).
     * Matrix peak: ``matrix_peak`` (an f32 dot runs as tf32 on NVIDIA GPUs, as 1/3/6 bf16
@@ -378,6 +379,8 @@ def instruction_time(row, module: Module, spec, reuse: ReuseAnalysis,
       ``command_buffer_runs``), else the spec's ``kernel_launch_overhead_s``.
     * ``first_touch_bytes``: bytes per program run it writes into freshly mapped pages
       (``passes/first_touch.py``); timed only when the spec has ``first_touch_bytes_per_s``.
+    * ``kernel_min_duration_s`` (GPU specs that give it): the shortest a launched kernel runs,
+      however little its work; a kernel held up to it is ``overhead``-bound.
     * ``bound``: the largest term, or ``overhead`` when the launch overhead exceeds all three;
       ``arithmetic_intensity`` = flops / modeled HBM bytes.
     A collective without a network model gets ``network_time_s = None`` and is unmodeled.
@@ -444,10 +447,16 @@ def instruction_time(row, module: Module, spec, reuse: ReuseAnalysis,
     gemm_fixed = gemm[1] if gemm is not None else 0.0
     parts = {"compute": comp_t or 0.0, "memory": mem, "network": net or 0.0}
     work = max(parts.values())
+    floor = getattr(spec, "kernel_min_duration_s", None) if launch > 0.0 else None
+    floored = bool(floor) and work < floor
+    if floored:  # a kernel runs at least the spec's shortest duration (its grid's fill and drain)
+        notes.append(f"work {work:.3g} s below the spec's kernel_min_duration_s: the kernel's "
+                     f"duration is {floor:.3g} s")
+        work = floor
     per_exec = overhead + work
     if per_exec <= 0.0:
         bound = None
-    elif overhead > work:
+    elif overhead > work or floored:
         bound = "overhead"
     else:
         bound = max(parts, key=lambda k: parts[k])
