@@ -361,6 +361,25 @@ def test_a100_kernel_floor_is_the_fit_and_helps_the_held_out_kernels():
 
 
 @needs_shared
+def test_an_hlo_file_whose_shapes_differ_from_the_captures_own_is_refused(tmp_path, jaxmove_cli):
+    """--hlo with names that match but shapes that do not (a user trial joined a one-dot
+    [64,64] module to the MI300X capture's 8192 x 8192 x 4096 GEMM at 100%): one line, exit 2;
+    the capture's own HLO written to a file passes."""
+    from jaxmove.measure.profiles import program_hlo_text
+    gemm = MI300 / "jax08_gemm.tw003.xplane.pb"
+    fake = tmp_path / "fake.hlo"
+    fake.write_text("HloModule jit_dot\n\nENTRY main {\n  p0 = bf16[64,64]{1,0} parameter(0)\n"
+                    "  p1 = bf16[64,64]{1,0} parameter(1)\n  ROOT custom-call.1 = bf16[64,64]{1,0} dot(p0, p1), "
+                    "lhs_contracting_dims={1}, rhs_contracting_dims={0}\n}\n")
+    with pytest.raises(CaptureFormatError, match=r"custom-call.1: bf16\[64,64\]\{1,0\} in .*fake.hlo, "
+                                                 r"\(bf16\[8192,8192\]"):
+        compare_profile(gemm, hlo=fake, program="49")
+    own = tmp_path / "own.hlo"
+    own.write_text(program_hlo_text(select_program(read_capture(gemm), "49")))
+    assert compare_profile(gemm, hlo=own, program="49").measurement.profile.coverage == 1.0
+
+
+@needs_shared
 def test_old_hloproto_ids_renumbered():
     """The 2024 dump numbers instructions module-wide; jaxlib 0.10 reads it only after the ids are
     renumbered per computation (it ran out of memory before)."""

@@ -293,6 +293,36 @@ def _spans_s(events) -> list[float]:
     return [(max(e.end_ns for e in es) - min(e.start_ns for e in es)) * 1e-9 for _, es in sorted(by.items())]
 
 
+def _check_shapes_against_capture(prog, module, join, hlo_source: str, cap_path: str) -> None:
+    """With ``--hlo`` and a capture that carries the program's own HLO: the joined
+    instructions must have the shapes the capture's HLO gives them (names alone match any
+    program that happens to use them: a user trial joined a one-dot module to an 8192 x 8192 x
+    4096 GEMM at 100%). Raises CaptureFormatError naming the first instructions that differ."""
+    from ..hlo import HloParseError, parse_module
+
+    try:
+        own_text = program_hlo_text(prog)
+    except CaptureFormatError:
+        return
+    if own_text is None:
+        return
+    try:
+        own = parse_module(own_text, prog.hlo_where or cap_path)
+    except HloParseError:
+        return
+    own_shape = {i.name: i.shape for c in own.computations.values() for i in c.instructions}
+    differ = []
+    for (cname, name) in join.instructions:
+        a, b = own_shape.get(name), module.computations[cname].by_name[name].shape
+        if a is not None and (a.element_type, a.dims, a.is_tuple) != (b.element_type, b.dims, b.is_tuple):
+            differ.append(f"{name}: {b} in {hlo_source}, {a} in the capture")
+    if differ:
+        raise CaptureFormatError(
+            f"{cap_path}: program {prog.label} does not match {hlo_source}: {len(differ)} joined "
+            f"instruction(s) have other shapes there than in the capture's own HLO ("
+            + "; ".join(differ[:3]) + ")")
+
+
 def compare_profile(path: str | os.PathLike, *, hlo: str | os.PathLike | None = None,
                     program: str | int | None = None, hardware=None,
                     capture: Capture | None = None) -> ProfileComparison:
@@ -366,6 +396,8 @@ def compare_profile(path: str | os.PathLike, *, hlo: str | os.PathLike | None = 
             f"{cap.path}: program {prog.label} does not match {hlo_source}: only "
             f"{join.coverage:.0%} of its device time names instructions of that HLO "
             f"(module '{module.name}'; the capture names e.g. {', '.join(missing) or 'no instruction'})")
+    if hlo is not None:
+        _check_shapes_against_capture(prog, module, join, hlo_source, cap.path)
     if runs == 0:
         notes.append("the capture does not tell the executions apart: per-execution figures are "
                      "totals over the whole capture")
