@@ -120,7 +120,11 @@ def test_cli_compare_json_and_save_fit(tmp_path, capsys, no_local_spec):
 
 
 def test_cli_compare_table_mlp_and_gpt2_decode(capsys, no_local_spec):
-    assert main(["compare", "mlp", "--runs", "1", "--warmup", "1", "--profile-runs", "1"]) == 0
+    # the mlp preset's bf16 MLP (4 layers, 25 kernel-level instructions: more rows than the top
+    # 20 the table lists) at batch 8 and d_ff 2048: its full size (batch 128, d_ff 8192) ran
+    # 34 GFLOP of bf16 dots per run on the CPU, three runs for the same table (10 s -> 2.5 s)
+    assert main(["compare", "mlp", "--set", "batch=8", "--set", "d_ff=2048", "--runs", "1", "--warmup", "1",
+                 "--profile-runs", "1"]) == 0
     text = capsys.readouterr().out
     assert "MdAPE" in text and "Spearman" in text and "joined to instructions" in text
     # GPT-2 small's width, heads and bf16, with 2 layers, a 4096-token vocabulary and a 128-token
