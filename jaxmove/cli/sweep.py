@@ -102,7 +102,8 @@ def add_sweep_command(sub) -> None:
     p.add_argument("--address", metavar="auto|ray://HOST:PORT",
                    help="ray cluster to use (default: start a local Ray instance for the sweep)")
     p.add_argument("--timeout", type=_positive_seconds, metavar="SECONDS",
-                   help="per point; a worker past it is killed and the point retried once")
+                   help="per point, from when its worker has started (Python and jax imported); a worker "
+                        "past it is killed and the point retried once")
     p.add_argument("-o", "--output", metavar="FILE.parquet|FILE.jsonl",
                    help="write each point's row as it finishes (Parquet or JSON lines)")
     p.add_argument("--resume", action="store_true",

@@ -19,6 +19,8 @@ error                   the error line, or None
 model, target,          the point's inputs (``mesh`` as ``data=2,model=4``; ``plan`` None without
 hardware, mesh, plan,   a mesh; ``overrides`` the ``--set`` values as text)
 overrides
+mesh_axes               the mesh as ``{axis: size}`` (as ``jaxmove plans --json`` gives ``mesh``;
+                        ``{}`` without a mesh; DataFrame / Parquet columns ``mesh.<axis>``)
 num_devices, backend    devices of the mesh (1 without); the backend that compiled it
 fits                    peak_bytes <= the spec's HBM capacity (None when XLA gave no memory stats);
                         on a TPU target the compiler's verdict (``plans.compare.summarize``)
@@ -77,7 +79,7 @@ ROW_KEYS = (
     "bound", "compute_time_s", "memory_time_s", "network_time_s", "unmodeled", "time_unmodeled",
     "compile_s", "analysis_s", "wall_s", "attempts", "notes", "jaxmove_version", "jax_version",
     "does_not_fit", "needs_bytes", "has_bytes", "excess_bytes", "compulsory_bytes", "excess_top_cause",
-    "xla_peak_bytes",
+    "xla_peak_bytes", "mesh_axes",
 )
 
 
@@ -88,6 +90,7 @@ def empty_row(point: Point, status: str = "ok", error: str | None = None) -> dic
     row = dict.fromkeys(ROW_KEYS)
     row.update(key=point.key, status=status, error=error, model=point.model, target=point.target,
                hardware=point.hardware, mesh=point.mesh_text, plan=point.plan,
+               mesh_axes=dict(point.mesh or ()),
                overrides=dict(point.overrides), num_devices=point.num_devices,
                hbm_bytes_by_role={}, wire_bytes_by_kind={}, notes=[], attempts=1,
                jaxmove_version=__version__, jax_version=metadata.version("jax"))

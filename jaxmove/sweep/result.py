@@ -105,8 +105,9 @@ class SweepResult:
 
     def to_dataframe(self):
         """One pandas row per point, ranked; nested dicts spread into ``set.<key>``,
-        ``hbm_bytes.<role>`` and ``wire_bytes.<kind>`` columns (``store.flatten_row``);
-        ``set.<key>`` columns whose values are all integers are integers.
+        ``hbm_bytes.<role>``, ``wire_bytes.<kind>`` and ``mesh.<axis>`` columns
+        (``store.flatten_row``); ``set.<key>`` columns whose values are all integers, and the
+        ``mesh.<axis>`` columns, are integers (``Int64``: empty where a point has no such axis).
 
         Raises:
           ImportError: pandas is not installed (one line saying which extra brings it).
@@ -120,6 +121,8 @@ class SweepResult:
         for c in df.columns:
             if c.startswith("set.") and df[c].dropna().map(lambda v: str(v).isdigit()).all():
                 df[c] = df[c].map(lambda v: None if v is None else int(v)).astype("Int64")
+            elif c.startswith("mesh."):
+                df[c] = df[c].astype("Int64")
         return df
 
     def pareto_plot(self, ax=None, path=None):

@@ -34,7 +34,8 @@ __all__ = ["ResultStore", "ResultFileError", "flatten_row", "unflatten_row", "FI
 
 #: Statuses of points that need not run again on ``--resume`` (a died / timed-out worker does).
 FINISHED = ("ok", "error")
-_NESTED = {"overrides": "set.", "hbm_bytes_by_role": "hbm_bytes.", "wire_bytes_by_kind": "wire_bytes."}
+_NESTED = {"overrides": "set.", "hbm_bytes_by_role": "hbm_bytes.", "wire_bytes_by_kind": "wire_bytes.",
+           "mesh_axes": "mesh."}
 _JSONL = (".jsonl", ".json", ".ndjson")
 
 
@@ -81,7 +82,8 @@ def row_problem(row) -> str | None:
 
 def flatten_row(row: dict) -> dict:
     """A row with its nested dicts spread into columns: ``overrides`` -> ``set.<key>``,
-    ``hbm_bytes_by_role`` -> ``hbm_bytes.<role>``, ``wire_bytes_by_kind`` -> ``wire_bytes.<kind>``."""
+    ``hbm_bytes_by_role`` -> ``hbm_bytes.<role>``, ``wire_bytes_by_kind`` -> ``wire_bytes.<kind>``,
+    ``mesh_axes`` -> ``mesh.<axis>``."""
     out = {}
     for k, v in row.items():
         prefix = _NESTED.get(k)
