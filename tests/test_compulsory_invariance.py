@@ -113,13 +113,14 @@ _WORKER = textwrap.dedent("""
 """)
 
 
-def _run(*targets: str) -> dict:
-    env = dict(os.environ, JAX_PLATFORMS="cpu")
+def _command(*targets: str) -> list[str]:
     sets = {"llama3-8b-decode": {k: str(v) for k, v in CFG.items()}, "deepseek-v3-decode": DS_SETS,
             "llama3-8b-train": {**{k: str(v) for k, v in CFG.items()}, "batch": str(TRAIN_B)},
             **{f"{t}/bf16/llama3-8b-decode": TP_SETS for t in TP_TARGETS}}
-    proc = subprocess.run([sys.executable, "-c", _WORKER, json.dumps(sets), *targets], cwd=ROOT, env=env,
-                          capture_output=True, text=True, timeout=600)
+    return [sys.executable, "-c", _WORKER, json.dumps(sets), *targets]
+
+
+def _results(proc) -> dict:
     assert proc.returncode == 0, proc.stderr[-3000:]
     return json.loads(proc.stdout)
 
@@ -127,14 +128,20 @@ def _run(*targets: str) -> dict:
 @pytest.fixture(scope="module")
 def compulsory():
     """{target: {"spec" | "none": {"by_role": ..., "by_path": ...}}}; XLA:GPU in a process of its
-    own (the CUDA plugin's compile-only topology does not start beside a running backend)."""
-    return {**_run("cpu/bf16", "tpu-v5e/bf16", "cpu/int8", "tpu-v5e/int8",
-                   "cpu/f32/gpt-tiny-decode", "tpu-v5e/f32/gpt-tiny-decode",
-                   "cpu/bf16/deepseek-v3-decode", "tpu-v5e/bf16/deepseek-v3-decode",
-                   "cpu/bf16/llama3-8b-train", "tpu-v5e/bf16/llama3-8b-train",
-                   f"{TP_TARGETS[0]}/bf16/llama3-8b-decode"),
-            **_run("h100-sxm/bf16", "h100-sxm/int8", "h100-sxm/f32/gpt-tiny-decode",
-                   "h100-sxm/bf16/llama3-8b-train", f"{TP_TARGETS[1]}/bf16/llama3-8b-decode")}
+    own (the CUDA plugin's compile-only topology does not start beside a running backend), the
+    two processes side by side (each computes alone what it computed one after the other)."""
+    from tests.conftest import run_side_by_side
+
+    procs = run_side_by_side([
+        _command("cpu/bf16", "tpu-v5e/bf16", "cpu/int8", "tpu-v5e/int8",
+                 "cpu/f32/gpt-tiny-decode", "tpu-v5e/f32/gpt-tiny-decode",
+                 "cpu/bf16/deepseek-v3-decode", "tpu-v5e/bf16/deepseek-v3-decode",
+                 "cpu/bf16/llama3-8b-train", "tpu-v5e/bf16/llama3-8b-train",
+                 f"{TP_TARGETS[0]}/bf16/llama3-8b-decode"),
+        _command("h100-sxm/bf16", "h100-sxm/int8", "h100-sxm/f32/gpt-tiny-decode",
+                 "h100-sxm/bf16/llama3-8b-train", f"{TP_TARGETS[1]}/bf16/llama3-8b-decode")],
+        cwd=ROOT, env=dict(os.environ, JAX_PLATFORMS="cpu"), capture_output=True, text=True, timeout=600)
+    return {**_results(procs[0]), **_results(procs[1])}
 
 
 @pytest.mark.parametrize("dtype", ["bf16", "int8"])
