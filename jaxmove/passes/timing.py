@@ -101,7 +101,8 @@ class TimeEstimate:
     Attributes:
       spec_name: the hardware spec used.
       rows: (computation, instruction name) -> InstructionTime.
-      est_time_s: program time along the schedule, async overlap included.
+      est_time_s: program time along the schedule, async overlap included, and at least the
+        program's HBM bytes / bandwidth (``estimate_times``).
       serial_time_s: sum of every instruction's est_time_s (no overlap).
       compute_time_s, memory_time_s, network_time_s, overhead_s: sums over instructions
         (per program run) of each component; network_time_s covers modeled collectives.
@@ -644,14 +645,21 @@ def _async_root(comp: Computation, instr: Instruction) -> str | None:
 
 
 class _Walker:
+    """The program's time along its schedule (``estimate_times``); with ``per_execution``
+    (InstructionTime -> seconds per execution) and ``serial``, the sum of that one term along
+    the same control flow (trip counts, the branch the totals take) with nothing overlapped:
+    the HBM floor of the program."""
+
     def __init__(self, module: Module, times: dict[tuple[str, str], InstructionTime],
-                 branches: dict[tuple[str, str], str]):
+                 branches: dict[tuple[str, str], str], per_execution=None, serial: bool = False):
         self.module = module
         self.times = times
         self.branches = branches  # conditional -> the branch the totals take
         self.memo: dict[str, float] = {}
         self.timeline: list[tuple[str, str, float, float]] = []
         self._filling = False
+        self._per_execution = per_execution
+        self._serial = serial
 
     def _memoize_callees(self, cname: str) -> None:
         """Memoize every computation that ``comp_time(cname)`` recurses into (the callees of
@@ -684,7 +692,9 @@ class _Walker:
 
     def own(self, cname: str, instr: Instruction) -> float:
         t = self.times.get((cname, instr.name))
-        return t.per_execution_s if t is not None else 0.0
+        if t is None:
+            return 0.0
+        return t.per_execution_s if self._per_execution is None else self._per_execution(t)
 
     def comp_time(self, cname: str, record: bool = False) -> float:
         if not record and cname in self.memo:
@@ -703,6 +713,9 @@ class _Walker:
                 dur = self.own(cname, instr)
                 if op in ("async-start", "call-start"):  # the wrapped / called computation
                     dur += sum(self.comp_time(c) for c in instr.called_computations)
+                if self._serial:  # (the floor: nothing beside the stream)
+                    cursor += dur
+                    continue
                 q = _ASYNC_STARTS[op]
                 begin = max(cursor, queues.get(q, 0.0))
                 queues[q] = begin + dur
@@ -750,8 +763,12 @@ def estimate_times(analysis, spec, reuse: ReuseAnalysis | None = None,
     async-start/done) runs on a side queue from its start, and the stream waits for it only at
     its done; async transfers of one kind queue behind each other. A while costs trip count x
     body + (trip count + 1) x condition, a conditional the branch the totals take
-    (``analysis.branches``), a call its callee; ``spec.dispatch_overhead_s`` (calibrated hosts)
-    is added once per program run.
+    (``analysis.branches``), a call its callee. The program time is at least the HBM floor,
+    every instruction's HBM bytes / ``hbm_bytes_per_s`` (+ first-touch time) along the same
+    control flow with nothing overlapped (one HBM: what runs beside the stream shares its
+    bandwidth; the roofline's memory bound, Williams et al., CACM 2009), with a note when that
+    floor is above the schedule. ``spec.dispatch_overhead_s`` (calibrated hosts) is added once
+    per program run.
     """
     module = analysis.module
     reuse = reuse if reuse is not None else reuse_pass(analysis, spec)
@@ -773,7 +790,24 @@ def estimate_times(analysis, spec, reuse: ReuseAnalysis | None = None,
     # callees first (iterative), so comp_time finds every callee memoized and never recurses
     for cname in sequential:
         walker.comp_time(cname)
-    total = walker.comp_time(module.entry.name, record=True) + dispatch
+    scheduled = walker.comp_time(module.entry.name, record=True)
+    # HBM is one resource: the async copies, prefetches and collectives the schedule runs beside
+    # the stream share its bandwidth with the kernels there, so the program takes at least its
+    # HBM time along the same control flow: each row's memory time (HBM bytes / bandwidth +
+    # first touch; a Pallas kernel's, its grid's DMAs), except where the GPU GEMM model raised
+    # it to the tiles' on-chip loads (then its HBM bytes alone)
+    hbm_per_s = spec.hbm_bytes_per_s
+
+    def hbm_s(t: InstructionTime) -> float:
+        if not t.multiplicity:
+            return 0.0
+        if t.gemm_fixed_s:
+            return (t.hbm_bytes / hbm_per_s + t.first_touch_s) / t.multiplicity
+        return t.memory_time_s / t.multiplicity
+
+    hbm_floor = _Walker(module, rows, analysis.branches, serial=True, per_execution=hbm_s
+                        ).comp_time(module.entry.name)
+    total = max(scheduled, hbm_floor) + dispatch
     vals = rows.values()
     comp_s = sum(r.compute_time_s or 0.0 for r in vals)
     mem_s = sum(r.memory_time_s for r in vals)
@@ -796,6 +830,11 @@ def estimate_times(analysis, spec, reuse: ReuseAnalysis | None = None,
                   if str(src).startswith("user override (--spec ")]
     if overridden:  # hardware/overrides.py: say the device is not the datasheet's
         notes.append(f"spec {spec.name} overridden by the user: {', '.join(overridden)}")
+    if hbm_floor > scheduled * (1 + 1e-9):
+        notes.append(f"program time raised from the schedule's {scheduled:.4g} s to {hbm_floor:.4g} s, "
+                     "its HBM bytes / bandwidth: the schedule runs async copies, prefetches or "
+                     "collectives beside memory-bound kernels, but they share HBM's bandwidth "
+                     "(the timeline is the schedule's)")
     if dispatch:
         notes.append(f"program time includes the spec's per-call dispatch overhead ({dispatch:.3g} s)")
     if any(m.unknown_trip_count for m in analysis.multiplicity.values()):
