@@ -90,12 +90,19 @@ MAX_UNROLLED_LAYERS = 256
 MAX_ARRAY_BYTES = 2**62
 
 
+def _int_value(s) -> int | None:
+    """An integer given as an int (not a bool) or as ASCII decimal digits (Python's ``int``
+    also takes ``4_0`` as 40 and other scripts' digits: a typo must not become a size);
+    None otherwise."""
+    if isinstance(s, int) and not isinstance(s, bool):
+        return s
+    t = str(s).strip()
+    return int(t) if t.isascii() and t.isdigit() else None
+
+
 def _parse_int(key: str, s: str) -> int:
-    try:
-        v = int(str(s).strip())
-    except (TypeError, ValueError):
-        raise ValueError(f"--set {key}={s!r}: expected a positive integer in [1, {MAX_INT_OVERRIDE}]") from None
-    if not 1 <= v <= MAX_INT_OVERRIDE:
+    v = _int_value(s)
+    if v is None or not 1 <= v <= MAX_INT_OVERRIDE:
         raise ValueError(f"--set {key}={s!r}: expected a positive integer in [1, {MAX_INT_OVERRIDE}]")
     return v
 
@@ -106,7 +113,7 @@ def _parse_bool(key: str, s: str) -> bool:
         return True
     if t in ("false", "0", "no", "off"):
         return False
-    raise ValueError(f"--set {key}={s!r}: expected true/false/1/0")
+    raise ValueError(f"--set {key}={s!r}: expected true/false (or 1/0, yes/no, on/off)")
 
 
 def _parse_dtype(key: str, s: str) -> str:
@@ -118,11 +125,8 @@ def _parse_dtype(key: str, s: str) -> str:
 
 def _parse_count(key: str, s: str) -> int:
     """A count that may be zero (``shared_experts``, ``dense_layers``)."""
-    try:
-        v = int(str(s).strip())
-    except (TypeError, ValueError):
-        v = -1
-    if not 0 <= v <= MAX_INT_OVERRIDE:
+    v = _int_value(s)
+    if v is None or not 0 <= v <= MAX_INT_OVERRIDE:
         raise ValueError(f"--set {key}={s!r}: expected an integer in [0, {MAX_INT_OVERRIDE}]")
     return v
 
@@ -249,7 +253,8 @@ def _build(name: str, overrides: dict[str, str] | None = None) -> Workload:
       name: a key of ``PRESETS``.
       overrides: ``{key: value}`` strings as given on the CLI (``--set key=value``);
         values are parsed to the config's types (ints, dtype names, booleans
-        true/false/1/0).  Non-string values are accepted too.
+        true/false, 1/0, yes/no, on/off; integers as ASCII digits only).  Non-string values
+        are accepted too.
 
     Returns:
       A ``Workload`` whose argument leaves are ``jax.ShapeDtypeStruct``;

@@ -144,6 +144,11 @@ def test_overrides_parse_and_validate():
         models.build("mlp-tiny", {"seq_len": "8"})  # not an MLP key
     with pytest.raises(ValueError, match="positive integer"):
         models.build("gpt-tiny-decode", {"batch": "two"})
+    # Python's int() takes these (as 40, 4, 4): a typo must not become a batch size
+    for typo in ("4_0", "\u0664", "+4"):
+        with pytest.raises(ValueError, match="positive integer"):
+            models.build("gpt-tiny-decode", {"batch": typo})
+    assert models.build("gpt-tiny-decode", {"batch": 5}).config["batch"] == 5   # a TOML integer
     with pytest.raises(ValueError, match="true/false"):
         models.build("gpt-tiny-decode", {"scan_layers": "maybe"})
     with pytest.raises(ValueError, match="dtype"):
