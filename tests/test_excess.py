@@ -941,3 +941,41 @@ def test_sums_past_int64_stay_exact():
     text = _text("ov_sums_past_int64.hlo").replace('"n":"500000000"', '"n":"20000000000"')
     ex, analysis = excess_of(text)
     assert analysis.totals.hbm_read_bytes > 2 ** 64
+
+
+def _cross_program_prefetch(end_of_program: bool) -> str:
+    """XLA:TPU's cross-program prefetch of a [512, 1024] bf16 weight into VMEM (S(1)), and
+    with ``end_of_program`` the refill memory-space assignment adds after the buffer's last
+    use (a second copy-start whose copy-done nothing reads), as in llama3-8b-decode's gate
+    kernel compiled for tpu-v5e."""
+    refill = ("  %cs.1 = (bf16[512,1024]{1,0:S(1)}, bf16[512,1024]{1,0}, u32[]) copy-start(%w)\n"
+              "  %cd.1 = bf16[512,1024]{1,0:S(1)} copy-done(%cs.1)\n") if end_of_program else ""
+    return f"""HloModule xpp, is_scheduled=true, entry_computation_layout={{(bf16[512,1024]{{1,0}}, bf16[8,512]{{1,0}})->bf16[8,1024]{{1,0}}}}
+
+ENTRY %main (w: bf16[512,1024], x: bf16[8,512]) -> bf16[8,1024] {{
+  %w = bf16[512,1024]{{1,0}} parameter(0), metadata={{op_name="params['w']"}}
+  %x = bf16[8,512]{{1,0}} parameter(1)
+  %cs = (bf16[512,1024]{{1,0:S(1)}}, bf16[512,1024]{{1,0}}, u32[]) copy-start(%w), cross_program_prefetch_index=0
+  %cd = bf16[512,1024]{{1,0:S(1)}} copy-done(%cs)
+  %d = bf16[8,1024]{{1,0}} dot(%x, %cd), lhs_contracting_dims={{1}}, rhs_contracting_dims={{0}}
+{refill}  ROOT %r = bf16[8,1024]{{1,0}} copy(%d)
+}}
+"""
+
+
+def test_end_of_program_prefetch_is_its_own_cause_not_a_re_read():
+    """The weight (512 x 1024 x 2 = 1 MiB) is read by the cross-program prefetch (compulsory)
+    and again by the end-of-program refill: that second read is ``end_of_program_prefetch``
+    (a user trial saw it as ``re_read`` with the fix 'fuse the consumers', on 117,440,512 B of
+    llama3-8b's gate kernel); without the refill the weight is read once, with no cause."""
+    spec = load_spec("tpu-v5e")
+    w = 512 * 1024 * 2
+    ex, _ = excess_of(_cross_program_prefetch(True), spec)
+    c = ex.cause("end_of_program_prefetch")
+    assert c is not None and c.bytes == w and c.by_path == {"hbm_to_onchip": w}
+    assert [i.name for i in c.instructions] == ["cs.1"] and "next run" in c.fix
+    assert ex.bytes_of("re_read") == 0
+    assert ex.by_role["weights"].compulsory_bytes == w and ex.by_role["weights"].compiled_bytes == 2 * w
+    control, _ = excess_of(_cross_program_prefetch(False), spec)
+    assert control.cause("end_of_program_prefetch") is None
+    assert control.by_role["weights"].compulsory_bytes == control.by_role["weights"].compiled_bytes == w

@@ -327,6 +327,21 @@ def _spilled_intermediate(c: FixContext) -> str:
             f"{c.saves}")
 
 
+@cause("end_of_program_prefetch", kernel=True, read_priority=1,
+       matcher=kernels.is_end_of_program_prefetch,
+       matches="XLA:TPU's end-of-program prefetch: a copy-start that refills a freed "
+               "cross-program-prefetched parameter in on-chip memory for the next run (its "
+               "copy-done unused); the run's own cross-program prefetch holds the parameter's "
+               "compulsory read",
+       bytes="its read of the parameter (one run moves it twice; in back-to-back runs the next "
+             "run's cross-program prefetch is skipped, so this read replaces that one)")
+def _end_of_program_prefetch(c: FixContext) -> str:
+    return (f"XLA refills {c.named('a parameter')} in on-chip memory at the end of the program "
+            f"(`{c.first}`) for the next run, whose own cross-program prefetch is then skipped: in "
+            "back-to-back runs (a decode loop) this read replaces that one, nothing to change; a "
+            f"single run moves the parameter twice -- {c.saves} on a single run only")
+
+
 #: Stable cause keys of the JSON ``excess.causes[].kind`` (may be added to, never removed).
 CAUSE_KINDS = tuple(CAUSES)
 

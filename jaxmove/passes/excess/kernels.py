@@ -117,6 +117,32 @@ def _tuple_copy_kinds(instr: Instruction, fused: Computation, module: Module) ->
     return out or None
 
 
+def is_end_of_program_prefetch(instr: Instruction, comp: Computation, module: Module) -> bool:
+    """XLA's end-of-program prefetch of a freed cross-program-prefetched buffer: an ENTRY
+    ``copy-start`` (no ``cross_program_prefetch_index``) of a parameter that a copy-start with
+    ``cross_program_prefetch_index`` also copies, whose ``copy-done`` nothing reads. Memory-
+    space assignment frees the cross-program-prefetched buffer after its last use and refills
+    it at the same offset at the end of the program for the next run, whose own prefetch the
+    runtime then skips (``AllocateCrossProgramPrefetchBuffer``, ``free_buffer``,
+    xla/service/memory_space_assignment/algorithm.cc): in back-to-back runs the parameter is
+    read once per run, by this copy."""
+    if instr.opcode != "copy-start" or comp is not module.entry or not instr.operands:
+        return False
+    if instr.attrs.get("cross_program_prefetch_index") is not None:
+        return False
+    src = comp.by_name.get(instr.operands[0])
+    if src is None or through_bitcast(comp, src).opcode != "parameter":
+        return False
+    dones = comp.users(instr.name)
+    if not dones or any(d.opcode != "copy-done" or comp.users(d.name) for d in dones):
+        return False
+    for other in comp.users(src.name):
+        if (other is not instr and other.opcode == "copy-start"
+                and other.attrs.get("cross_program_prefetch_index") is not None):
+            return True
+    return False
+
+
 def _raw_attrs_have(instr: Instruction, key: str, needle: str) -> bool:
     """``needle`` occurs in attribute ``key`` (in the attribute text when not yet split: a
     cheap test before parsing metadata or backend_config)."""
@@ -282,6 +308,8 @@ def classify(instr: Instruction, comp: Computation, module: Module, t) -> tuple[
         return "rematerialization", None
     op = instr.opcode
     if op != "fusion":
+        if op == "copy-start" and is_end_of_program_prefetch(instr, comp, module):
+            return "end_of_program_prefetch", None
         if is_host_round_trip(instr, t):
             return "host_round_trip", None
         if op == "concatenate":
