@@ -70,6 +70,38 @@ ENTRY e {
     assert r["t"].total.hbm_bytes == 0                            # tuple moves nothing
 
 
+def test_footprint_through_a_reduce_then_a_slice():
+    """XLA:GPU's split-K q/k/v GEMM writes f32[4, 32, 6144] partial sums; each consumer
+    reduces the 4 partials, converts and slices its own columns (q 0:4096, k and v 1024 each).
+    Each reads 4 x 32 x its columns x 4 B of the partials, together the buffer once (a user
+    trial saw each charged the whole buffer: +12,582,912 B of split_k_partials at 2 layers)."""
+    def consumer(name, lo, hi):
+        return f"""{name} {{
+  p = f32[4,32,6144]{{2,1,0}} parameter(0)
+  z = f32[] constant(0)
+  r = f32[32,6144]{{1,0}} reduce(p, z), dimensions={{0}}, to_apply=add
+  c = bf16[32,6144]{{1,0}} convert(r)
+  ROOT s = bf16[32,{hi - lo}]{{1,0}} slice(c), slice={{[0:32], [{lo}:{hi}]}}
+}}
+"""
+    a = analyze_module(parse_module("HloModule t\nadd {\n  a = f32[] parameter(0)\n  b = f32[] parameter(1)\n"
+                                    "  ROOT s = f32[] add(a, b)\n}\n"
+                                    + consumer("fq", 0, 4096) + consumer("fk", 4096, 5120) + consumer("fv", 5120, 6144)
+                                    + """ENTRY e {
+  parts = f32[4,32,6144]{2,1,0} parameter(0)
+  q = bf16[32,4096]{1,0} fusion(parts), kind=kLoop, calls=fq
+  k = bf16[32,1024]{1,0} fusion(parts), kind=kLoop, calls=fk
+  v = bf16[32,1024]{1,0} fusion(parts), kind=kLoop, calls=fv
+  ROOT t = (bf16[32,4096]{1,0}, bf16[32,1024]{1,0}, bf16[32,1024]{1,0}) tuple(q, k, v)
+}
+"""))
+    r = rows_by_name(a)
+    for name, cols in (("q", 4096), ("k", 1024), ("v", 1024)):
+        assert r[name].total.hbm_read_bytes == 4 * 32 * cols * 4, name
+        assert r[name].total.hbm_write_bytes == 32 * cols * 2, name
+    assert sum(r[n].total.hbm_read_bytes for n in "qkv") == 4 * 32 * 6144 * 4   # the buffer once
+
+
 def test_inplace_dus_and_whole_buffer_rewrite():
     # cache f32[8,1024,64]: in-place update writes one row; converting around the update
     # (what XLA:CPU does to a bf16 cache) rewrites the whole buffer.

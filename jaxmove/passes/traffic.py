@@ -15,7 +15,9 @@ Semantics (DESIGN.md, and where jaxmove deliberately differs from XLA's
   each leaf of its result once.
 * In a fusion, a parameter used only through slice / dynamic-slice / gather (also
   through element-count-preserving ops: elementwise, convert, copy, bitcast, reshape,
-  transpose, and nested fusions) is read only for the elements those users touch. A nested
+  transpose, and nested fusions) is read only for the elements those users touch. Through a
+  one-input reduce, a window of the result needs the same share of the operand (the reduced
+  dimensions whole: a split-K partial sum reduced, then sliced into q, k and v). A nested
   fusion's root is demanded as far as its caller's users demand the nested fusion's result,
   so a footprint carries through any depth of nesting (XLA:TPU's retiling copy fusion of a
   stacked int8 weight, then a dynamic-slice of one layer; ``hlo_cost_analysis_test.cc``
@@ -379,7 +381,8 @@ class _FusionAnalysis:
             if k == 0 and op in ("slice", "dynamic-slice", "gather", "pad", "dynamic-update-slice",
                                  "scatter"):
                 continue
-            if op in ELEMENT_PRESERVING and user.shape.is_array and user.shape.num_elements == total:
+            if (op in ELEMENT_PRESERVING and user.shape.is_array and user.shape.num_elements == total
+                    or _reduces(user, k, total)):
                 if user.is_root:
                     if nested:
                         self._outside_deps((), out)
@@ -425,6 +428,11 @@ class _FusionAnalysis:
                 # a result leaves the fusion as far as the consumers outside read it (in full
                 # at the top level); a value inside it, as far as its own users read it
                 d = self._outside_demand((), total) if user.is_root else self._memo[user.name]
+            elif _reduces(user, k, total):
+                # each result element reduces total / n of the operand's: a window of the
+                # result (a slice after the reduce) needs that share of the operand
+                n = user.shape.num_elements
+                d = (self._outside_demand((), n) if user.is_root else self._memo[user.name]) * (total // n)
             elif op == "tuple" and user.is_root:
                 d = self._outside_demand((k,), total)
             elif op == "fusion" and user.called_computations:
@@ -435,6 +443,16 @@ class _FusionAnalysis:
                 d = total
             demand += d
         return min(demand, total)
+
+
+def _reduces(user: Instruction, k: int, total: int) -> bool:
+    """``user`` is a one-input reduce of its operand ``k`` (of ``total`` elements) to an array
+    of fewer elements: each result element reads ``total / n`` operand elements (the reduced
+    dimensions), so a demand on part of its result is that share of its operand."""
+    if user.opcode != "reduce" or k != 0 or len(user.operands) != 2 or not user.shape.is_array:
+        return False
+    n = user.shape.num_elements
+    return 0 < n < total and total % n == 0
 
 
 # Fused opcodes that read (or write) less than a whole value: a computation without them
