@@ -251,6 +251,11 @@ def test_local_sweep_outputs(local_sweep, tmp_path):
     json.dumps(js)
     df = res.to_dataframe()
     assert list(df["rank"]) == [1, 2, 3, 4] and str(df["set.batch"].dtype) == "Int64"
+    # XLA:CPU's programs costed on an H100 spec: the ranking is XLA:CPU's, and the sweep says so
+    assert [n for n in res.notes if "programs costed on" in n] == [
+        "4 point(s) are XLA:CPU programs costed on h100-sxm: their step times and ranking are of "
+        "XLA:CPU's kernels and launches as compiled, not h100-sxm's program; give the points "
+        'target = "h100-sxm" (compiled without the device) to rank the accelerator\'s programs']
     # the mesh as plans --json gives it ({axis: size}), and as integer columns
     assert all(p["mesh_axes"] == {"data": 2, "model": 4} for p in js["points"])
     assert list(df["mesh.data"]) == [2] * 4 and list(df["mesh.model"]) == [4] * 4
@@ -449,6 +454,7 @@ def test_tpu_target_points_equal_plans_and_a_refused_compile_is_a_result(tmp_pat
     assert refused["status"] == "ok" and refused["error"] is None and refused["fits"] is False
     assert "RESOURCE_EXHAUSTED" in refused["does_not_fit"]
     assert refused["needs_bytes"] >= 2 * 2 * 32768 ** 2 * 4 > refused["has_bytes"]
+    assert not any("programs costed on" in n for n in res.notes)   # XLA:TPU's on a TPU spec
 
 
 def test_mesh_larger_than_a_tpu_target_names_file_and_key(tmp_path):

@@ -170,5 +170,41 @@ def _run_with_store(spec, store, output, resume, executor, jobs, timeout_s, addr
     if bar.retried:
         notes.append(f"{bar.retried} worker(s) died or timed out and were retried once")
     rows = [store.rows[k] for k in keys if k in store.rows]
+    notes.extend(_backend_mismatch_notes(rows))
     return SweepResult(spec.name, spec.path, rows, executor, time.perf_counter() - t0, len(kept),
                        None if output is None else str(output), notes)
+
+
+def _backend_mismatch_notes(rows: list[dict]) -> list[str]:
+    """One note per (backend, hardware spec) pair of analysed points whose program another
+    backend compiled than the spec's (the default ``cpu`` target costed on ``h100-sxm``): their
+    step times rank XLA:CPU's kernels and launches, not the accelerator's program (a user
+    trial's sweep ranked batch 8 of gpt-tiny-decode before batch 1 on XLA:CPU's kernel counts)."""
+    from ..capture.targets import Target
+    from ..hardware import load_spec
+
+    counts: dict[tuple[str, str], int] = {}
+    kinds: dict[str, str | None] = {}
+    for r in rows:
+        backend, hw = r.get("backend"), r.get("hardware")
+        if r.get("status") != "ok" or backend not in ("cpu", "gpu", "tpu") or not hw:
+            continue
+        if hw not in kinds:
+            try:
+                kinds[hw] = load_spec(hw).kind
+            except Exception:  # noqa: BLE001 - a spec that no longer loads: no note
+                kinds[hw] = None
+        if kinds[hw] not in (None, backend):
+            counts[(backend, hw)] = counts.get((backend, hw), 0) + 1
+    out = []
+    for (backend, hw), n in counts.items():
+        try:
+            Target.parse(hw)
+            target = f'target = "{hw}"'
+        except Exception:  # noqa: BLE001 - a spec file that names no target
+            target = f"a {kinds[hw].upper()} target"
+        out.append(f"{n} point(s) are XLA:{backend.upper()} programs costed on {hw}: their step times "
+                   f"and ranking are of XLA:{backend.upper()}'s kernels and launches as compiled, not "
+                   f"{hw}'s program; give the points {target} (compiled without the device) to rank "
+                   "the accelerator's programs")
+    return out
