@@ -67,6 +67,7 @@ def body_count(text: str) -> tuple[int, bool]:
 
 @pytest.mark.parametrize("init,step,direction,bound", [
     (0, 1, "LT", 8),      # a scan: 8 trips
+    (2147483600, 10, "LT", 2147483637),   # 4 trips, ends at 2147483640 <= 2^31 - 1: no wrap
     (0, 2, "LT", 4),      # the windowed einsum of issue 12: 2 trips
     (0, 2, "LT", 5),      # step not dividing the range: 0, 2, 4
     (1, 3, "LE", 10),     # 1, 4, 7, 10
@@ -106,6 +107,10 @@ def test_known_trip_count_wins():
 @pytest.mark.parametrize("init,step,direction,bound,why", [
     (0, -1, "LT", 8, "never reaches the bound"),   # moves away: would wrap
     (0, 3, "NE", 8, "never reaches the bound"),    # skips over the bound
+    # s32: 2147483600 + 10 k stays below the bound until 2147483640; the next step, 2^31 + 2,
+    # wraps negative and the loop runs on (a user trial got "5 trips, complete")
+    (2147483600, 10, "LT", 2147483647, "overflow s32"),
+    (-2147483600, -10, "GT", -2147483647, "overflow s32"),
 ])
 def test_not_derived_when_the_loop_would_wrap(init, step, direction, bound, why):
     text = loop(init, step, direction, bound)

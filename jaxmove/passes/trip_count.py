@@ -19,7 +19,9 @@ The count is then closed-form: with init ``a``, step ``s`` and bound ``b``,
 ``LT``: ``ceil((b - a) / s)``, ``LE``: ``floor((b - a) / s) + 1``, ``GT``/``GE`` the same
 for a decreasing counter, ``NE``: ``(b - a) / s`` when ``s`` divides it, ``EQ``: 1; 0 when
 the condition fails on the initial value. A counter that moves away from its bound (the
-loop would run until the integer wraps) is *not* derived. E.g. ``i = 0; while i < 4:
+loop would run until the integer wraps), or whose values on the way would leave its integer
+type (``s32``: init 2147483600, step 10, ``< 2147483647`` wraps after 2147483640), is *not*
+derived. E.g. ``i = 0; while i < 4:
 i += 2`` runs 2 trips. Anything else is reported with the reason it could not be derived;
 such a body is counted once (and flagged), never guessed.
 """
@@ -245,6 +247,15 @@ def _derive(module: Module, comp: Computation, instr: Instruction) -> TripCount:
     how = f"{where}: init {init}, step {step:+d}, while {'counter' if not off else f'counter{off:+d}'} {sym} {bound}"
     if n is None:
         raise _NotDerived(f"{how}: the counter never reaches the bound (it would wrap)")
+    # the counter steps from init to init + n*step (the value that ends the loop), each value
+    # (and counter + off, what the condition compares) in the counter's integer type: a value
+    # outside it wraps in XLA's arithmetic, and the loop does not end where the closed form says
+    bits = int(leaf.element_type[1:])
+    lo, hi = (-(2 ** (bits - 1)), 2 ** (bits - 1) - 1) if leaf.element_type[0] == "s" else (0, 2 ** bits - 1)
+    last = init + n * step
+    if not all(lo <= v <= hi for v in (init, last, init + off, last + off)):
+        raise _NotDerived(f"{how}: the counter would overflow {leaf.element_type} (it reaches {last}) "
+                          "and wrap before the loop ends")
     return TripCount(n, "derived", how)
 
 
