@@ -92,3 +92,12 @@ def test_cli_spec_changes_the_time(tmp_path, capsys):
     assert code == 2 and "--hardware" in err
     code, out, err = _cli(capsys, "analyze", str(path), "--hardware", "h100-sxm", "--spec", "hbm=1")
     assert code == 2 and "unknown key 'hbm'" in err and "Traceback" not in err and not out
+
+
+def test_plans_say_the_spec_was_overridden(capsys):
+    """``plans --spec`` costs the plans on the overridden spec, and now says so (its header and
+    JSON name the spec; a user trial saw no trace of ``link_latency_s=1e-3`` there)."""
+    code, out, err = _cli(capsys, "plans", "mlp-tiny", "--mesh", "data=2", "--plan", "dp", "--hardware",
+                          "h100-sxm", "--spec", "link_latency_s=1e-3", "--json", "--no-progress")
+    assert code == 0, err
+    assert "spec h100-sxm overridden by the user: link_latency_s=0.001" in json.loads(out)["notes"]

@@ -118,6 +118,21 @@ def override_spec(spec: HardwareSpec, overrides: Mapping[str, float] | list[str]
                                notes=(spec.notes + "\n" + note) if spec.notes else note)
 
 
+def user_overrides(spec) -> list[str]:
+    """The ``KEY=VALUE`` texts of ``spec``'s numbers the user replaced (``override_spec``: their
+    sources start ``user override (--spec``), in the spec's order; [] for an unchanged spec."""
+    return [src.split("(--spec ", 1)[1].split(")", 1)[0]
+            for src in (getattr(spec, "sources", None) or {}).values()
+            if str(src).startswith("user override (--spec ")]
+
+
+def overridden_note(spec) -> str | None:
+    """``spec NAME overridden by the user: KEY=VALUE, ...`` (the note ``analyze`` and ``plans``
+    give), or None for an unchanged spec."""
+    shown = user_overrides(spec)
+    return f"spec {spec.name} overridden by the user: {', '.join(shown)}" if shown else None
+
+
 def with_slice_topology(spec: HardwareSpec, topology) -> HardwareSpec:
     """``spec`` with ``ici_topology`` set to the compile target's chip grid (a TPU slice such as
     ``(8, 4)``), so collectives know which torus axes have wraparound links; ``spec`` itself

@@ -825,11 +825,10 @@ def estimate_times(analysis, spec, reuse: ReuseAnalysis | None = None,
     overall = {**parts, "overhead": over_s + dispatch}
     bound = max(overall, key=lambda k: overall[k]) if any(overall.values()) else "none"
     notes = list(reuse.notes) + list(ft.notes)
-    overridden = [src.split("(--spec ", 1)[1].split(")", 1)[0]
-                  for src in (getattr(spec, "sources", None) or {}).values()
-                  if str(src).startswith("user override (--spec ")]
-    if overridden:  # hardware/overrides.py: say the device is not the datasheet's
-        notes.append(f"spec {spec.name} overridden by the user: {', '.join(overridden)}")
+    from ..hardware.overrides import overridden_note
+    over = overridden_note(spec)
+    if over:  # hardware/overrides.py: say the device is not the datasheet's
+        notes.append(over)
     if hbm_floor > scheduled * (1 + 1e-9):
         notes.append(f"program time raised from the schedule's {scheduled:.4g} s to {hbm_floor:.4g} s, "
                      "its HBM bytes / bandwidth: the schedule runs async copies, prefetches or "

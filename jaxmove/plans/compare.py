@@ -701,6 +701,10 @@ def compare_plans(model, mesh_shape: dict[str, int] | None, plans: list[str | Pl
     cmp = PlanComparison(label, dict(overrides or {}), dict(mesh_shape), spec.name,
                          spec.hbm_capacity_bytes, step_time_order(results), tgt.name)
     cmp.notes = target_notes(tgt)
+    from ..hardware.overrides import overridden_note
+    over = overridden_note(spec)
+    if over:  # (the header names the spec; the figures are the overridden ones)
+        cmp.notes.append(over)
     if tgt.platform == "cpu" and spec.kind != "cpu":
         from ..api import backend_mismatch_note
         try:
