@@ -29,15 +29,17 @@ def does_not_fit_note(module, spec, memory_stats: dict | None = None, backend: s
     temporaries, all live at once, or XLA's own peak where larger); an XLA:TPU program is
     the exception, its compiler checked the memory itself and refuses what does not fit
     (``backend="tpu"`` with ``memory_stats``: no note; its refusal is capture/targets.py
-    ``DoesNotFitError``). Otherwise, and for an HLO file (no ``memory_analysis``), arguments
+    ``DoesNotFitError``), unless the user overrode ``hbm_capacity_bytes`` (``--spec``). Otherwise, and for an HLO file (no ``memory_analysis``), arguments
     larger than the capacity do not fit: the bytes that must sit in device memory before the
     program runs (its ENTRY parameters)."""
     cap = getattr(spec, "hbm_capacity_bytes", None)
     if not cap:
         return None
     ms = memory_stats or {}
-    if backend == "tpu" and ms:
-        return None  # (XLA:TPU compiled it: it fits by the compiler's own figures)
+    from .hardware.overrides import user_overrides
+    if backend == "tpu" and ms and not any(o.startswith("hbm_capacity_bytes=") for o in user_overrides(spec)):
+        return None  # (XLA:TPU compiled it: it fits by the compiler's own figures, unless the
+        # user gave another capacity with --spec: the compiler checked its own chip's)
     from .report.table import human_bytes
     need = sum(p.shape.byte_size for p in module.entry.parameters)
     fix = "it cannot run there as compiled (shard it over more devices, e.g. --mesh/--plan, or shrink it)"

@@ -101,3 +101,20 @@ def test_plans_say_the_spec_was_overridden(capsys):
                           "h100-sxm", "--spec", "link_latency_s=1e-3", "--json", "--no-progress")
     assert code == 0, err
     assert "spec h100-sxm overridden by the user: link_latency_s=0.001" in json.loads(out)["notes"]
+
+
+def test_a_capacity_override_is_checked_on_tpu_targets_too(capsys):
+    """XLA:TPU checks a program against its own chip's HBM; with ``--spec hbm_capacity_bytes``
+    the user asks about another capacity, so jaxmove checks it (a user trial saw a 2.11 MB
+    program 'fit' a 2,000,000 B override on tpu-v5e:2x2, exit 0)."""
+    import importlib.util
+    if importlib.util.find_spec("libtpu") is None:
+        pytest.skip("libtpu is not installed (pip install 'jaxmove[tpu]')")
+    # mlp-tiny: 2 x (32 x 128 + 128 + 128 x 32 + 32) f32 = 66,304 B of weights, > 10,000 B
+    code, out, err = _cli(capsys, "analyze", "mlp-tiny", "--target", "tpu-v5e:2x2", "--spec",
+                          "hbm_capacity_bytes=10000", "--json")
+    assert code == 2 and "does not fit" in err and "user override" in err, err
+    code, out, err = _cli(capsys, "plans", "mlp-tiny", "--target", "tpu-v5e:2x2", "--mesh", "data=2,model=2",
+                          "--plan", "dp", "--spec", "hbm_capacity_bytes=10000", "--json", "--no-progress")
+    (dp,) = json.loads(out)["plans"]
+    assert dp["fits"] is False and dp["peak_bytes"] > 10000

@@ -380,7 +380,8 @@ def summarize(report, plan: Plan, spec, num_devices: int, memory_stats: dict[str
     """A PlanResult from the analysis of a plan's partitioned program.
 
     ``fits``: on a TPU target the compiler's verdict (it compiled, so it fits; a refusal is
-    ``run_plan``'s DoesNotFitError); elsewhere ``peak_bytes <= spec.hbm_capacity_bytes``.
+    ``run_plan``'s DoesNotFitError) unless the user overrode ``hbm_capacity_bytes`` (``--spec``:
+    the compiler checked its own chip's); elsewhere ``peak_bytes <= spec.hbm_capacity_bytes``.
     """
     from ..passes.collectives import collective_time_s
 
@@ -394,9 +395,12 @@ def summarize(report, plan: Plan, spec, num_devices: int, memory_stats: dict[str
         res.xla_peak_bytes = ms.get("peak_memory_in_bytes")
         from ..capture.program import memory_analysis_peak_bytes
         res.peak_bytes = memory_analysis_peak_bytes(ms)
-    if platform == "tpu":
+    from ..hardware.overrides import user_overrides
+    capacity_overridden = any(o.startswith("hbm_capacity_bytes=") for o in user_overrides(spec))
+    if platform == "tpu" and not capacity_overridden:
         res.fits = True  # XLA:TPU checks device memory and refuses what does not fit
-    elif res.peak_bytes is not None:
+    elif res.peak_bytes is not None:  # (on TPU too when the user gave another capacity: the
+        # compiler checked its own chip's)
         res.fits = res.peak_bytes <= spec.hbm_capacity_bytes
     t = report.totals
     res.hbm_bytes, res.flops, res.wire_bytes = t.hbm_bytes, t.flops, t.device_to_device_bytes
