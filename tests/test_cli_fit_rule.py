@@ -92,8 +92,10 @@ def test_a_compiled_program_needs_its_outputs_and_temporaries_too(capsys):
 @pytest.mark.parametrize("target,module", [("h100-sxm:1x1x1", "jax_plugins.xla_cuda12"), ("tpu-v5e:1x1", "libtpu")])
 def test_the_needs_bytes_rule_on_accelerator_programs(capsys, target, module):
     """XLA:GPU compiled without the device checks no memory: its program is judged by the
-    memory_analysis sum like XLA:CPU's. XLA:TPU checks itself and refuses what does not fit,
-    so a TPU program it compiled keeps that verdict (no note, whatever the spec's capacity)."""
+    memory_analysis figures like XLA:CPU's. XLA:TPU checks its own chip's memory and refuses
+    what does not fit; a capacity the user gives (``--spec hbm_capacity_bytes``) is another
+    question, which jaxmove answers with the same figures on every target (a user trial saw a
+    TPU program 'fit' an override smaller than its arguments)."""
     import importlib.util
 
     import jaxmove
@@ -104,15 +106,13 @@ def test_the_needs_bytes_rule_on_accelerator_programs(capsys, target, module):
     need = (ms["argument_size_in_bytes"] + ms["output_size_in_bytes"] - ms["alias_size_in_bytes"]
             + ms["temp_size_in_bytes"])
     # never below the compiler's own peak (XLA:TPU's counts temporaries its temp_size leaves out)
-    assert memory_analysis_peak_bytes(ms) == max(need, ms["peak_memory_in_bytes"]) >= ms["peak_memory_in_bytes"]
-    assert ms["argument_size_in_bytes"] < need - 1
-    rc = main(["analyze", "mlp-tiny", "--target", target, "--spec", f"hbm_capacity_bytes={need - 1}"])
+    peak = memory_analysis_peak_bytes(ms)
+    assert peak == max(need, ms["peak_memory_in_bytes"]) >= ms["peak_memory_in_bytes"]
+    assert ms["argument_size_in_bytes"] < peak - 1
+    rc = main(["analyze", "mlp-tiny", "--target", target, "--spec", f"hbm_capacity_bytes={peak - 1}"])
     err = capsys.readouterr().err
-    if target.startswith("tpu"):
-        assert rc == 0 and "does not fit" not in err
-    else:
-        assert rc == 2 and _lines(err)[-1].startswith("jaxmove: error: mlp-tiny does not fit: the program needs")
-        assert main(["analyze", "mlp-tiny", "--target", target, "--spec", f"hbm_capacity_bytes={need}"]) == 0
+    assert rc == 2 and _lines(err)[-1].startswith("jaxmove: error: mlp-tiny does not fit: the program needs")
+    assert main(["analyze", "mlp-tiny", "--target", target, "--spec", f"hbm_capacity_bytes={peak}"]) == 0
 
 
 @pytest.mark.parametrize("stats,expected", [
