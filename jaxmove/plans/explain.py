@@ -31,15 +31,23 @@ def weight_gathers_implied(plan, mesh_shape: dict[str, int]) -> list[str]:
 
 
 def _collectives(report) -> list[tuple]:
-    """(row, info, role of the bytes it reads, wire bytes per program run) per collective."""
+    """(row, info, role of the bytes it reads, wire bytes per program run) per collective that
+    sends bytes (an async pair's start; its done and wrapping rows send none). The role is that
+    of its HBM reads, else, for a collective that reads none (XLA:TPU all-gathers a weight shard
+    it prefetched into VMEM), that of its operand (the roles pass)."""
     from ..report.report import dominant_role
 
+    roles = getattr(report.analysis, "roles", None) or {}
     out = []
     for row in report.rows:
         c = row.collective
-        if c is None:
+        if c is None or not c.wire_bytes:
             continue
-        out.append((row, c, dominant_role(row.total), c.wire_bytes * row.multiplicity.count))
+        role = dominant_role(row.total)
+        if role == "-" and row.instr.operands:
+            rl = roles.get((row.computation, row.instr.operands[0]))
+            role = rl[0] if rl else role
+        out.append((row, c, role, c.wire_bytes * row.multiplicity.count))
     return out
 
 
