@@ -36,8 +36,8 @@ def does_not_fit_note(module, spec, memory_stats: dict | None = None, backend: s
     if not cap:
         return None
     ms = memory_stats or {}
-    from .hardware.overrides import user_overrides
-    if backend == "tpu" and ms and not any(o.startswith("hbm_capacity_bytes=") for o in user_overrides(spec)):
+    from .hardware.overrides import capacity_overridden
+    if backend == "tpu" and ms and not capacity_overridden(spec):
         return None  # (XLA:TPU compiled it: it fits by the compiler's own figures, unless the
         # user gave another capacity with --spec: the compiler checked its own chip's)
     from .report.table import human_bytes

@@ -126,6 +126,12 @@ def user_overrides(spec) -> list[str]:
             if str(src).startswith("user override (--spec ")]
 
 
+def capacity_overridden(spec) -> bool:
+    """The user replaced ``hbm_capacity_bytes`` (a target compiler's own memory check then
+    answers for its chip, not for the capacity the user asks about)."""
+    return any(o.startswith("hbm_capacity_bytes=") for o in user_overrides(spec))
+
+
 def overridden_note(spec) -> str | None:
     """``spec NAME overridden by the user: KEY=VALUE, ...`` (the note ``analyze`` and ``plans``
     give), or None for an unchanged spec."""

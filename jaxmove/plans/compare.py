@@ -395,9 +395,8 @@ def summarize(report, plan: Plan, spec, num_devices: int, memory_stats: dict[str
         res.xla_peak_bytes = ms.get("peak_memory_in_bytes")
         from ..capture.program import memory_analysis_peak_bytes
         res.peak_bytes = memory_analysis_peak_bytes(ms)
-    from ..hardware.overrides import user_overrides
-    capacity_overridden = any(o.startswith("hbm_capacity_bytes=") for o in user_overrides(spec))
-    if platform == "tpu" and not capacity_overridden:
+    from ..hardware.overrides import capacity_overridden
+    if platform == "tpu" and not capacity_overridden(spec):
         res.fits = True  # XLA:TPU checks device memory and refuses what does not fit
     elif res.peak_bytes is not None:  # (on TPU too when the user gave another capacity: the
         # compiler checked its own chip's)
