@@ -34,10 +34,11 @@ from pathlib import Path
 from typing import Any
 
 from jaxmove._toml import toml_error_message
-from jaxmove.hardware.spec import (FLOPS_DTYPES, GPU_TARGET_KEYS, KINDS, TPU_TARGET_KEYS, Alternative,
-                                   HardwareSpec, HardwareSpecError)
+from jaxmove.hardware.spec import (FLOPS_DTYPES, GPU_TARGET_KEYS, KINDS, TPU_TARGET_KEYS, ZERO_ALLOWED_KEYS,
+                                   Alternative, HardwareSpec, HardwareSpecError)
 
 __all__ = [
+    "builtin_name_note",
     "builtin_spec_names",
     "list_specs",
     "load_spec",
@@ -162,7 +163,40 @@ def _load_path(path: Path) -> HardwareSpec:
         text = data.decode("utf-8")
     except UnicodeDecodeError as e:
         raise HardwareSpecError(f"{path}: not UTF-8 text (byte {e.start})") from None
-    return parse_spec(text, str(path))
+    return _mark_builtin_name_reuse(parse_spec(text, str(path)), path)
+
+
+def builtin_name_note(spec: HardwareSpec) -> str | None:
+    """``spec NAME loaded from FILE, not the built-in NAME`` when ``spec`` came from a user's
+    file that reuses a built-in spec's name (``_mark_builtin_name_reuse``), else None. Read
+    from the spec's ``notes``, so it survives the spec's TOML round trip to plans' child
+    processes."""
+    for line in (getattr(spec, "notes", "") or "").splitlines():
+        if line.startswith(f"spec {spec.name} loaded from ") and line.endswith(f", not the built-in {spec.name}"):
+            return line
+    return None
+
+
+def _mark_builtin_name_reuse(spec: HardwareSpec, path: Path) -> HardwareSpec:
+    """A file that is not the built-in spec of its ``name`` (``name = "h100-sxm"`` in the
+    user's own TOML) gets the path in its display name and a ``notes`` line saying so
+    (``builtin_name_note``): reports name a spec by ``name``, and would pass the file off as
+    the datasheet's. Not for a spec that says so already or carries ``--spec`` overrides
+    (plans' child processes read an overridden spec from a file jaxmove wrote: its notes name
+    the overrides, and the original file where there was one)."""
+    if spec.name not in builtin_spec_names() or builtin_name_note(spec) is not None:
+        return spec
+    if any(str(s).startswith("user override (--spec ") for s in spec.sources.values()):
+        return spec
+    builtin = _specs_dir() / f"{spec.name}.toml"
+    try:
+        if os.path.realpath(str(builtin)) == os.path.realpath(str(path)):
+            return spec
+    except (OSError, ValueError):
+        pass
+    line = f"spec {spec.name} loaded from {path}, not the built-in {spec.name}"
+    return dataclasses.replace(spec, display_name=f"{spec.label} ({path})",
+                               notes=f"{spec.notes}\n{line}" if spec.notes else line)
 
 
 # --------------------------------------------------------------------------- parsing
@@ -206,17 +240,21 @@ def _describe(value: Any) -> str:
 
 def _number(ctx: _Ctx, value: Any, key: str, *, integer: bool, table: str | None = None,
             unit: str | None = None) -> float | int:
-    """A positive finite number (a whole one when ``integer``), within ``_PHYSICAL_RANGE`` of
-    ``unit`` when given; else the HardwareSpecError naming the key and its line."""
+    """A positive finite number (a whole one when ``integer``; 0 too for a top-level key of
+    ``ZERO_ALLOWED_KEYS``, an ideal link or launch), within ``_PHYSICAL_RANGE`` of ``unit``
+    when given; else the HardwareSpecError naming the key and its line."""
     shown = f"{table}.{key}" if table else key
+    zero_ok = table is None and key in ZERO_ALLOWED_KEYS
     if isinstance(value, bool) or not isinstance(value, (int, float)):
         raise ctx.error(f"key {shown!r} must be a number, got {_describe(value)}", table, key)
-    if not math.isfinite(value) or value <= 0:
-        raise ctx.error(f"key {shown!r} must be a positive finite number, got {value!r}", table, key)
+    if not math.isfinite(value) or value < 0 or (value == 0 and not zero_ok):
+        want = "a finite number >= 0" if zero_ok else "a positive finite number"
+        raise ctx.error(f"key {shown!r} must be {want}, got {value!r}", table, key)
     lo_hi = _PHYSICAL_RANGE.get(unit or "")
-    if lo_hi is not None and not lo_hi[0] <= value <= lo_hi[1]:
+    if lo_hi is not None and not (value == 0 and zero_ok) and not lo_hi[0] <= value <= lo_hi[1]:
         raise ctx.error(f"key {shown!r} = {value!r} {unit} is outside the physical range "
-                        f"[{lo_hi[0]:g}, {lo_hi[1]:g}] {unit} of any real device (a typo?)", table, key)
+                        f"[{lo_hi[0]:g}, {lo_hi[1]:g}] {unit} of any real device (a typo?)"
+                        + (" or exactly 0" if zero_ok else ""), table, key)
     if integer:
         if isinstance(value, float):
             if not value.is_integer():

@@ -12,9 +12,11 @@ import dataclasses
 import math
 from typing import Mapping
 
-from jaxmove.hardware.spec import FLOPS_DTYPES, HardwareSpec, HardwareSpecError
+from jaxmove.hardware.spec import FLOPS_DTYPES, ZERO_ALLOWED_KEYS, HardwareSpec, HardwareSpecError
 
-__all__ = ["overridable_keys", "override_spec", "parse_spec_overrides", "with_slice_topology"]
+__all__ = ["ZERO_ALLOWED_KEYS", "overridable_keys", "override_spec", "parse_spec_overrides",
+           "spec_notes", "unused_override_reason", "with_slice_topology"]
+
 
 
 def _units() -> dict[str, str]:
@@ -44,13 +46,16 @@ def parse_spec_overrides(items: list[str]) -> dict[str, float]:
     """``["hbm_bytes_per_s=1.7e12", ...]`` (the ``--spec`` arguments) -> {key: value}.
 
     Raises HardwareSpecError naming the argument: no ``=``, an unknown key (the known ones
-    are listed), a value that is not a positive finite number or lies outside the physical
-    range of its unit (the spec files' ranges, loader.py ``_PHYSICAL_RANGE``), or a fractional
-    value for an integer field (``num_sms``, ``hbm_capacity_bytes`` ...).
+    are listed), a key given twice (both values named), a value that is not a positive finite
+    number (``ZERO_ALLOWED_KEYS`` may also be 0) or lies outside the physical range of its unit
+    (the spec files' ranges, loader.py ``_PHYSICAL_RANGE``: ``hbm_capacity_bytes`` within
+    [1, 1e17] bytes), or a fractional value for an integer field (``num_sms``,
+    ``hbm_capacity_bytes`` ...).
     """
     ints = _numeric_fields()
     known = overridable_keys()
     out: dict[str, float] = {}
+    given: dict[str, str] = {}
     for item in items:
         key, eq, text = item.partition("=")
         key, text = key.strip(), text.strip()
@@ -58,25 +63,64 @@ def parse_spec_overrides(items: list[str]) -> dict[str, float]:
             raise HardwareSpecError(f"--spec expects KEY=VALUE (e.g. hbm_bytes_per_s=1.7e12), got {item!r}")
         if key not in known:
             raise HardwareSpecError(f"--spec {item}: unknown key {key!r}; expected one of: {', '.join(known)}")
+        if key in given:
+            raise HardwareSpecError(f"--spec {key} given twice ({key}={given[key]} and {key}={text}): "
+                                    f"expected each key once; keep the value you mean")
+        given[key] = text
         try:
             value = float(text)
         except ValueError:
             raise HardwareSpecError(f"--spec {item}: expected a number (bytes, seconds, bytes/s, FLOP/s "
                                     f"as the key's unit says), got {text!r}") from None
-        if not math.isfinite(value) or value <= 0:
-            raise HardwareSpecError(f"--spec {item}: {key} must be a positive finite number, got {text!r}")
+        zero_ok = key in ZERO_ALLOWED_KEYS
+        if not math.isfinite(value) or value < 0 or (value == 0 and not zero_ok):
+            want = "a finite number >= 0" if zero_ok else "a positive finite number"
+            raise HardwareSpecError(f"--spec {item}: {key} must be {want}, got {text!r}")
         from jaxmove.hardware.loader import _PHYSICAL_RANGE  # the spec files' ranges
         unit = _units().get(key, "")
         lo_hi = _PHYSICAL_RANGE.get(unit)
-        if lo_hi is not None and not lo_hi[0] <= value <= lo_hi[1]:
+        if lo_hi is not None and not (value == 0 and zero_ok) and not lo_hi[0] <= value <= lo_hi[1]:
             raise HardwareSpecError(f"--spec {item}: {value:g} {unit} is outside the physical range "
-                                    f"[{lo_hi[0]:g}, {lo_hi[1]:g}] {unit} of any real device (a typo?)")
+                                    f"[{lo_hi[0]:g}, {lo_hi[1]:g}] {unit} of any real device (a typo?)"
+                                    + (" or exactly 0" if zero_ok else ""))
         if ints.get(key):
             if not value.is_integer():
                 raise HardwareSpecError(f"--spec {item}: {key} must be a whole number, got {text!r}")
             value = int(value)
         out[key] = value
     return out
+
+
+def unused_override_reason(spec: HardwareSpec, key: str) -> str | None:
+    """Why the cost model never reads ``key`` for ``spec`` (so overriding it changes nothing),
+    or None when it may read it. Only what the code shows for every program of the spec:
+
+    * ``link_latency_s`` on a GPU spec with ``intra_node_bytes_per_s`` (hardware/nccl.py
+      ``nccl_model_applies``): every collective is timed by the NCCL model, whose latencies
+      are NCCL's own tables per algorithm and protocol (passes/timing.py ``network_time``); the
+      fallback ``passes/collectives.collective_time_s`` (the only reader of the key) then
+      only runs where the NCCL model has no link bandwidth, and so has none either.
+    * ``intra_node_bytes_per_s`` / ``inter_node_bytes_per_s`` on a TPU spec with
+      ``ici_bytes_per_s_per_link``: ``link_bandwidth_bytes_per_s`` takes the ICI links'
+      bandwidth for every group and returns before reading either.
+    * ``ici_bytes_per_s_per_link`` on a GPU or CPU spec: only TPU specs read it.
+    """
+    from jaxmove.hardware.nccl import nccl_model_applies
+    if key == "link_latency_s" and nccl_model_applies(spec):
+        return (f"{key} is not used for GPU spec {spec.name}: its collectives are timed by the NCCL "
+                "model (hardware/nccl.py), whose latencies are NCCL's own per-algorithm and per-protocol "
+                "tables; to change collective times override intra_node_bytes_per_s (NVLink) or "
+                "inter_node_bytes_per_s (network)")
+    if key in ("intra_node_bytes_per_s", "inter_node_bytes_per_s") and spec.kind == "tpu" \
+            and spec.ici_bytes_per_s_per_link:
+        return (f"{key} is not used for TPU spec {spec.name}: its collectives are timed on the ICI "
+                "links (passes/collectives.py link_bandwidth_bytes_per_s: links used x "
+                "ici_bytes_per_s_per_link); to change collective times override "
+                "ici_bytes_per_s_per_link (or link_latency_s)")
+    if key == "ici_bytes_per_s_per_link" and spec.kind != "tpu":
+        return (f"{key} is not used for {spec.kind.upper()} spec {spec.name}: only TPU specs' "
+                "collectives run on ICI links; override intra_node_bytes_per_s or inter_node_bytes_per_s")
+    return None
 
 
 def override_spec(spec: HardwareSpec, overrides: Mapping[str, float] | list[str]) -> HardwareSpec:
@@ -88,7 +132,9 @@ def override_spec(spec: HardwareSpec, overrides: Mapping[str, float] | list[str]
     line naming the changes. ``name`` is kept (the compile target and the device kind stay
     those of the spec). An empty ``overrides`` returns ``spec`` itself.
 
-    Raises HardwareSpecError as ``parse_spec_overrides`` does (keys, values).
+    Raises HardwareSpecError as ``parse_spec_overrides`` does (keys, values), and for a key
+    the cost model never reads for ``spec`` (``unused_override_reason``: the override would
+    change nothing).
     """
     if isinstance(overrides, list):
         overrides = parse_spec_overrides(overrides)
@@ -96,6 +142,10 @@ def override_spec(spec: HardwareSpec, overrides: Mapping[str, float] | list[str]
         overrides = parse_spec_overrides([f"{k}={v!r}" for k, v in overrides.items()])
     if not overrides:
         return spec
+    for key, value in overrides.items():
+        why = unused_override_reason(spec, key)
+        if why:
+            raise HardwareSpecError(f"--spec {key}={value:g}: {why}")
     changes: dict = {}
     flops = dict(spec.flops_per_s)
     sources = dict(spec.sources)
@@ -137,6 +187,14 @@ def overridden_note(spec) -> str | None:
     give), or None for an unchanged spec."""
     shown = user_overrides(spec)
     return f"spec {spec.name} overridden by the user: {', '.join(shown)}" if shown else None
+
+
+def spec_notes(spec) -> list[str]:
+    """The notes ``analyze`` and ``plans`` give about where a spec's numbers come from when they
+    are not the built-in spec's its name says: a user's file reusing a built-in name
+    (loader.py ``builtin_name_note``), then the ``--spec`` overrides (``overridden_note``)."""
+    from jaxmove.hardware.loader import builtin_name_note
+    return [n for n in (builtin_name_note(spec), overridden_note(spec)) if n]
 
 
 def with_slice_topology(spec: HardwareSpec, topology) -> HardwareSpec:

@@ -26,6 +26,7 @@ __all__ = [
     "GPU_TARGET_KEYS",
     "KINDS",
     "TPU_TARGET_KEYS",
+    "ZERO_ALLOWED_KEYS",
     "canonical_flops_dtype",
 ]
 
@@ -33,6 +34,11 @@ __all__ = [
 #: format (e4m3, e5m2, ...), ``int8`` both s8 and u8, ``tf32`` the tensor-core
 #: 19-bit format NVIDIA GPUs use for f32 dots at default precision.
 FLOPS_DTYPES: tuple[str, ...] = ("fp4", "fp8", "int4", "int8", "bf16", "f16", "tf32", "f32", "f64")
+
+#: Numeric keys that may be 0 (an ideal link or launch: a latency or fixed cost adds to a
+#: time and divides nothing); every other number (bandwidths, peaks, capacities, counts) must
+#: be > 0. Spec files (loader.py ``_number``) and ``--spec`` (overrides.py) take the same.
+ZERO_ALLOWED_KEYS: frozenset[str] = frozenset({"link_latency_s", "kernel_launch_overhead_s"})
 
 #: Allowed values of ``HardwareSpec.kind``.
 KINDS: tuple[str, ...] = ("gpu", "tpu", "cpu")
@@ -345,5 +351,7 @@ class HardwareSpec:
         if self.kind not in KINDS:
             raise HardwareSpecError(f"spec {self.name!r}: kind must be one of {KINDS}, got {self.kind!r}")
         for key, value in self.numeric_fields().items():
+            if key in ZERO_ALLOWED_KEYS and isinstance(value, (int, float)) and value == 0:
+                continue  # an ideal link / launch
             if not (isinstance(value, (int, float)) and math.isfinite(value) and value > 0):
                 raise HardwareSpecError(f"spec {self.name!r}: {key} must be a positive finite number, got {value!r}")

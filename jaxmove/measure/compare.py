@@ -377,7 +377,10 @@ def fit_spec(times, measurement: Measurement, spec, program_name: str) -> tuple[
     if len(rows) < 3:
         from ..errors import UsageError
         raise UsageError(f"--fit needs at least 3 measured instructions with an estimate, got {len(rows)}")
-    launches = np.array([r.overhead_s / spec.kernel_launch_overhead_s for r in rows])
+    if spec.kernel_launch_overhead_s > 0:
+        launches = np.array([r.overhead_s / spec.kernel_launch_overhead_s for r in rows])
+    else:  # an ideal-launch spec (kernel_launch_overhead_s = 0): count the launches
+        launches = np.array([float(r.multiplicity if r.launches_kernel else 0) for r in rows])
     mem = np.array([r.memory_time_s for r in rows])
     comp = np.array([r.compute_time_s or 0.0 for r in rows])
     meas = np.array([measurement.instructions[k].time_s for k in keys])

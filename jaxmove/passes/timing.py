@@ -63,6 +63,8 @@ class InstructionTime:
         buffer's launch on its first kernel). ``est_time_s - launch_gap_s`` is the kernel's
         duration, what a profiler's kernel table shows.
       in_command_buffer: the kernel runs inside a command buffer (``command_buffer_runs``).
+      launches_kernel: the instruction is a kernel launch (``_launches_kernel``), whatever its
+        ``overhead_s`` (a spec may set ``kernel_launch_overhead_s = 0``, an ideal launch).
     """
 
     computation: str
@@ -87,6 +89,7 @@ class InstructionTime:
     gemm_fixed_s: float = 0.0
     launch_gap_s: float = 0.0
     in_command_buffer: bool = False
+    launches_kernel: bool = True
 
     @property
     def duration_s(self) -> float:
@@ -438,7 +441,8 @@ def instruction_time(row, module: Module, spec, reuse: ReuseAnalysis,
         net, why = network_time(row, comp, module, spec)
         if why:
             unmodeled.append(why)
-    if not _launches_kernel(instr, spec):
+    launches = _launches_kernel(instr, spec)
+    if not launches:
         launch = 0.0
     else:
         launch = spec.kernel_launch_overhead_s if launch_s is None else launch_s
@@ -448,7 +452,7 @@ def instruction_time(row, module: Module, spec, reuse: ReuseAnalysis,
     gemm_fixed = gemm[1] if gemm is not None else 0.0
     parts = {"compute": comp_t or 0.0, "memory": mem, "network": net or 0.0}
     work = max(parts.values())
-    floor = getattr(spec, "kernel_min_duration_s", None) if launch > 0.0 else None
+    floor = getattr(spec, "kernel_min_duration_s", None) if launches else None  # (a 0 s launch too)
     floored = bool(floor) and work < floor
     if floored:  # a kernel runs at least the spec's shortest duration (its grid's fill and drain)
         notes.append(f"work {work:.3g} s below the spec's kernel_min_duration_s: the kernel's "
@@ -468,7 +472,7 @@ def instruction_time(row, module: Module, spec, reuse: ReuseAnalysis,
         None if net is None else net * mult, overhead * mult, bound, ai, hbm * mult,
         pe.flops * mult, per_exec, key, tuple(dict.fromkeys(unmodeled)), tuple(dict.fromkeys(notes)),
         first_touch_bytes if ft_s else 0, ft_s * mult, gemm_fixed * mult, launch * mult,
-        in_command_buffer and launch > 0.0)
+        in_command_buffer and launches, launches)
 
 
 # ---- GPU command buffers ----------------------------------------------------------------
@@ -586,6 +590,14 @@ def _command_buffer_launches(module: Module, spec, computations) -> dict[tuple[s
             for k, name in enumerate(run):
                 out[(cname, name)] = gap + (spec.kernel_launch_overhead_s if k == 0 else 0.0)
     return out
+
+
+def _command_buffer_firsts(module: Module, computations) -> set[tuple[str, str]]:
+    """(computation, instruction) of each command buffer's first kernel (``command_buffer_runs``),
+    the one that pays the command buffer's launch."""
+    config = CommandBufferConfig.from_xla_flags()
+    return {(cname, run[0]) for cname in computations
+            for run in command_buffer_runs(module.computations[cname], module, config) if run}
 
 
 # ---- schedule ---------------------------------------------------------------------------
@@ -813,22 +825,24 @@ def estimate_times(analysis, spec, reuse: ReuseAnalysis | None = None,
     mem_s = sum(r.memory_time_s for r in vals)
     net_s = sum(r.network_time_s or 0.0 for r in vals)
     over_s = sum(r.overhead_s for r in vals)
-    kernels = sum(r.multiplicity for r in vals if r.overhead_s > 0)
+    kernels = sum(r.multiplicity for r in vals if r.launches_kernel)
     gaps_s = sum(r.launch_gap_s for r in vals)
     cb_kernels = sum(r.multiplicity for r in vals if r.in_command_buffer)
     cb_runs = 0
     if cb:
         firsts = {k for k, v in cb.items() if v > spec.command_buffer_launch_overhead_s}
+        if spec.kernel_launch_overhead_s == 0:  # (an ideal launch: no first kernel pays more)
+            firsts = _command_buffer_firsts(module, sequential)
         cb_runs = sum(rows[k].multiplicity for k in firsts if k in rows)
     parts = {"compute": comp_s, "memory": mem_s, "network": net_s}
     # the program's bound is its largest component, launch + dispatch overhead included
     overall = {**parts, "overhead": over_s + dispatch}
     bound = max(overall, key=lambda k: overall[k]) if any(overall.values()) else "none"
     notes = list(reuse.notes) + list(ft.notes)
-    from ..hardware.overrides import overridden_note
-    over = overridden_note(spec)
-    if over:  # hardware/overrides.py: say the device is not the datasheet's
-        notes.append(over)
+    from ..hardware.overrides import spec_notes
+    # hardware/overrides.py: say the device is not the datasheet's (a user's file of a built-in
+    # spec's name, --spec overrides)
+    notes.extend(spec_notes(spec))
     if hbm_floor > scheduled * (1 + 1e-9):
         notes.append(f"program time raised from the schedule's {scheduled:.4g} s to {hbm_floor:.4g} s, "
                      "its HBM bytes / bandwidth: the schedule runs async copies, prefetches or "

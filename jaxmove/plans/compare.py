@@ -381,7 +381,10 @@ def summarize(report, plan: Plan, spec, num_devices: int, memory_stats: dict[str
 
     ``fits``: on a TPU target the compiler's verdict (it compiled, so it fits; a refusal is
     ``run_plan``'s DoesNotFitError) unless the user overrode ``hbm_capacity_bytes`` (``--spec``:
-    the compiler checked its own chip's); elsewhere ``peak_bytes <= spec.hbm_capacity_bytes``.
+    the compiler checked its own chip's); elsewhere ``peak_bytes <= spec.hbm_capacity_bytes``,
+    and a plan that does not fit gets those two figures as ``needs_bytes`` / ``has_bytes`` (a
+    note says where each comes from); without ``memory_analysis`` ``fits`` is None and a note
+    says why both are null.
     """
     from ..passes.collectives import collective_time_s
 
@@ -401,6 +404,15 @@ def summarize(report, plan: Plan, spec, num_devices: int, memory_stats: dict[str
     elif res.peak_bytes is not None:  # (on TPU too when the user gave another capacity: the
         # compiler checked its own chip's)
         res.fits = res.peak_bytes <= spec.hbm_capacity_bytes
+        if not res.fits:  # the verdict's own figures (a compiler's refusal gives its: run_plan)
+            from ..api import capacity_source
+            res.needs_bytes, res.has_bytes = int(res.peak_bytes), int(spec.hbm_capacity_bytes)
+            res.notes.append(f"does not fit: needs {res.needs_bytes:,} B per device (XLA:{platform.upper()} "
+                             f"memory_analysis: arguments + outputs - aliased + temporaries, or its own peak "
+                             f"where larger), has {capacity_source(spec)}")
+    else:  # no verdict, so no figures for needs_bytes / has_bytes
+        res.notes.append(f"fits unknown: XLA:{platform.upper()} gave no memory_analysis for this program, "
+                         "so needs_bytes / has_bytes are null")
     t = report.totals
     res.hbm_bytes, res.flops, res.wire_bytes = t.hbm_bytes, t.flops, t.device_to_device_bytes
     from ..passes.excess import excess_pass
@@ -704,10 +716,9 @@ def compare_plans(model, mesh_shape: dict[str, int] | None, plans: list[str | Pl
     cmp = PlanComparison(label, dict(overrides or {}), dict(mesh_shape), spec.name,
                          spec.hbm_capacity_bytes, step_time_order(results), tgt.name)
     cmp.notes = target_notes(tgt)
-    from ..hardware.overrides import overridden_note
-    over = overridden_note(spec)
-    if over:  # (the header names the spec; the figures are the overridden ones)
-        cmp.notes.append(over)
+    from ..hardware.overrides import spec_notes
+    # (the header names the spec; the figures are the user's file's / the overridden ones)
+    cmp.notes.extend(spec_notes(spec))
     if tgt.platform == "cpu" and spec.kind != "cpu":
         from ..api import backend_mismatch_note
         try:
