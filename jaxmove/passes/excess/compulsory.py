@@ -65,7 +65,10 @@ holds exactly (``ledger.py``). Causes (``causes.CAUSES``; the first that applies
    ``spilled_intermediate``; an update of a parameter written
    beyond its update bytes is ``whole_rewrite``; a kernel that computes every element of the
    update anew (elementwise arithmetic: a training step's new parameters and optimizer state,
-   on TPU computed in VMEM and copied to their buffers) writes update bytes only. A weights
+   on TPU computed in VMEM and copied to their buffers; on GPU, for a kernel read in another
+   element order, computed in an ``input_transpose_fusion`` into a buffer of its own and copied
+   into the donated one: the copy's write is the update, the fusion's write and the copy's
+   read excess) writes update bytes only. A weights
    parameter used only as the table of lookups (``lookups.py``: gather / dynamic-slice of
    rows, a one-hot dot) is needed for the rows the lookups touch (tokens x d_model x width):
    the rest of a whole read of it (copied whole into VMEM, multiplied by a one-hot matrix)
@@ -96,7 +99,7 @@ from ..traffic import NO_TRAFFIC, ON_CHIP_MEMORY_SPACES
 from .buffers import NATIVE_STARTS, Buffers, resolve_copy, union_all, write_key
 from .causes import (SPILL, RECOMPUTE_PRIORITY, KERNEL_WRITES, PROGRAM_WIDE, READ_PRIORITY, READS_COMPULSORY, UNATTRIBUTED,
                      FixContext, fix_text)
-from .kernels import REBUILD, classify
+from .kernels import REBUILD, classify, copy_kind
 from .lookups import lookup_rows, table_lookup
 from .ledger import HBM_READ, HBM_WRITE, Ledger, build_result
 from .records import ExcessAnalysis
@@ -135,28 +138,57 @@ def _inner_update_bytes(instr: Instruction, module: Module) -> int:
 _PASS_THROUGH = frozenset({"select", "clamp", "convert", "bitcast-convert", "copy", "bitcast", "reshape",
                            "transpose", "reduce-precision"})
 _ARITHMETIC = frozenset(n for n, rec in OPCODES.items() if rec.elementwise) - _PASS_THROUGH
+# ops a fusion's root element is followed through to the value it holds (each element of it
+# one element of the operand, in another place or type)
+_PERMUTES = frozenset({"bitcast", "convert", "transpose", "reshape", "copy"})
 
 
-def _copies_new_values_from_chip(r, module: Module) -> bool:
-    """Row ``r`` is a copy (``copy-start`` / ``copy``) of an on-chip buffer that a kernel computed
-    every element of (``_computes_every_element``): XLA:TPU computes a training step's new
-    parameters in VMEM and copies them to their HBM buffers, so the copy's write is the update."""
+def _copies_new_values(r, module: Module) -> bool:
+    """Row ``r`` is a copy of a value that a kernel computed every element of
+    (``_computes_every_element``), so the copy's write into a result that updates a parameter is
+    the update (compulsory), and the kernel's own write and the copy's read are the excess:
+
+    * XLA:TPU computes a training step's new parameters in VMEM and copies them (``copy-start``
+      / ``copy``) to their HBM buffers;
+    * XLA:GPU computes the new value of a parameter it reads in another element order (the
+      AdamW update of a transposed kernel, ``input_transpose_fusion``) into an HBM buffer of its
+      own, which it cannot write in place, and copies it into the donated output buffer.
+
+    The copy is a ``copy-start`` / ``copy`` or a copy fusion (a chain of copy ops from one
+    operand, no window); its source is followed through bitcasts, copies and one
+    get-tuple-element to the kernel that computed it."""
     instr = r.instr
-    if instr.opcode not in ("copy-start", "copy") or not instr.operands:
+    if not instr.operands:
         return False
     comp = module.computations.get(r.computation)
-    src = comp.by_name.get(instr.operands[0]) if comp is not None else None
-    element = None
-    if src is not None and src.opcode == "get-tuple-element" and src.operands:
-        try:
-            element = int(src.attrs.get("index"))
-        except (TypeError, ValueError):
-            return False
-        leaf = src.shape
-        src = comp.by_name.get(src.operands[0])
+    if comp is None:
+        return False
+    if instr.opcode in ("copy-start", "copy"):
+        src_k = 0
+    elif instr.opcode == "fusion":
+        ck = copy_kind(instr, comp, module)
+        if ck is None or ck[2] or ck[1] >= len(instr.operands):
+            return False  # no copy fusion, or one that copies a window out (not every element)
+        src_k = ck[1]
     else:
-        leaf = src.shape if src is not None else None
-    if src is None or leaf is None or not leaf.is_array or leaf.memory_space not in ON_CHIP_MEMORY_SPACES:
+        return False
+    by_name = comp.by_name
+    src = by_name.get(instr.operands[src_k])
+    element = None
+    for _ in range(1000):  # (bitcasts and copies of the value, then one get-tuple-element)
+        if src is None or not src.operands:
+            return False
+        if src.opcode in ("bitcast", "copy"):
+            src = by_name.get(src.operands[0])
+            continue
+        if src.opcode == "get-tuple-element":
+            try:
+                element = int(src.attrs.get("index"))
+            except (TypeError, ValueError):
+                return False
+            src = by_name.get(src.operands[0])
+        break
+    if src is None or src.opcode in ("get-tuple-element", "parameter"):
         return False
     return _computes_every_element(src, module, element)
 
@@ -164,8 +196,8 @@ def _copies_new_values_from_chip(r, module: Module) -> bool:
 def _computes_every_element(instr: Instruction, module: Module, element: int | None = None) -> bool:
     """The kernel's result (every element of every result leaf) is new arithmetic on its operands,
     not an old value passed through: an elementwise arithmetic op (``p - lr * g``, an optimizer's
-    moment update) as the kernel or as each root element of its fusion (through bitcasts and
-    converts). A training step's new parameters and optimizer state are written so: every element
+    moment update) as the kernel or as each root element of its fusion (through bitcasts,
+    converts, transposes, reshapes and copies: ``_PERMUTES``). A training step's new parameters and optimizer state are written so: every element
     changes, so every element written is the update (compulsory). Not so for a
     dynamic-update-slice / scatter (the update is the slice), a select (a masked write keeps the
     unselected old values: ``whole_rewrite``), a copy or a concatenate."""
@@ -182,7 +214,9 @@ def _computes_every_element(instr: Instruction, module: Module, element: int | N
     if element is not None and root.opcode == "tuple":
         elems = elems[element:element + 1] if 0 <= element < len(elems) else [None]
     for e in elems:
-        while e is not None and e.opcode in ("bitcast", "convert") and e.operands:
+        # (a transposed, reshaped or copied new value is new in every element too: XLA:GPU's
+        # input_transpose_fusion computes the update of a transposed kernel, then transposes it)
+        while e is not None and e.opcode in _PERMUTES and e.operands:
             e = fused.by_name.get(e.operands[0])
         if e is not None and e.opcode == "select" and len(e.operands) == 3:
             # a select between new values (optax's saturating step count: select(count < max,
@@ -910,8 +944,8 @@ class Accounting:
                     got = made.pop(find((r.computation, o, 0)), 0)
                     update += got
                 update = min(logical, update)
-            if not update and _copies_new_values_from_chip(r, self.module):
-                update = logical  # new values computed on chip, copied to the result's buffer
+            if not update and _copies_new_values(r, self.module):
+                update = logical  # new values computed elsewhere (on chip, transposed), copied here
             comp_b = min(update, left)
             update_left[root] = left - comp_b
             own, subject = "whole_rewrite", self._param_subject(pnum)
