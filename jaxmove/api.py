@@ -67,9 +67,25 @@ def capacity_source(spec) -> str:
     80,000,000,000 B of spec h100-sxm (NVIDIA H100 Tensor Core GPU datasheet)``. It is also
     the ``device_memory_size`` jaxmove gives XLA:GPU for a GPU ``--target``
     (capture/targets.py ``gpu_target_config``)."""
-    src = str((getattr(spec, "sources", None) or {}).get("hbm_capacity_bytes", "")).split(",")[0].strip()
+    src = _first_clause(str((getattr(spec, "sources", None) or {}).get("hbm_capacity_bytes", "")))
     return (f"hbm_capacity_bytes = {int(spec.hbm_capacity_bytes):,} B of spec {spec.name}"
             + (f" ({src})" if src else ""))
+
+
+def _first_clause(text: str) -> str:
+    """``text`` up to its first comma or semicolon outside brackets (a source's first clause:
+    "NVIDIA H100 datasheet, table 1" -> "NVIDIA H100 datasheet"; "user override (--spec K=V);
+    the spec's value was ..." -> "user override (--spec K=V)"; one inside "(...)" does not
+    cut it, so the brackets stay balanced)."""
+    depth = 0
+    for i, ch in enumerate(text):
+        if ch in "([{":
+            depth += 1
+        elif ch in ")]}":
+            depth = max(0, depth - 1)
+        elif ch in ",;" and depth == 0:
+            return text[:i].strip()
+    return text.strip()
 
 
 def _apply_role_globs(module, parameters, entry_roles, role_globs):

@@ -188,6 +188,25 @@ def test_plots_draw(tmp_path):
         plots.roofline(jaxmove.analyze("gpt-tiny-decode"))
 
 
+def test_roofline_draws_the_spec_the_times_used_not_the_builtin_of_that_name():
+    """A spec with --spec overrides (or a user's file named like a built-in) keeps its name; the
+    roof is drawn from the numbers the times used (it reloaded the built-in by name)."""
+    matplotlib = pytest.importorskip("matplotlib")
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    from jaxmove.hardware import load_spec
+    from jaxmove.hardware.overrides import override_spec
+    from jaxmove.report import plots
+
+    spec = override_spec(load_spec("h100-sxm"), {"hbm_bytes_per_s": 1.0e12})
+    report = jaxmove.analyze("gpt-tiny-decode", hardware=spec)
+    ax = plots.roofline(report)
+    x, y = ax.lines[0].get_data()
+    assert y[0] / x[0] == pytest.approx(1.0e12)  # the memory roof: bytes/s x flops/byte
+    plt.close(ax.figure)
+
+
 # ---- layout (issue 16): labels not clipped, names not broken, shapes shown ------------------
 
 LONG_SRC = ("/home/someone/projects/a-rather-long-project-name/.venv/lib/python3.11/site-packages/"

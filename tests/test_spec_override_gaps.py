@@ -223,3 +223,16 @@ def test_plan_without_memory_analysis_says_why_figures_are_null(tiny_hlo):
     res = summarize(report, PRESETS["dp"], load_spec("h100-sxm"), 1, {}, "gpu")
     assert res.fits is None and res.needs_bytes is None and res.has_bytes is None
     assert any("gave no memory_analysis" in n and "needs_bytes / has_bytes are null" in n for n in res.notes)
+
+
+def test_capacity_source_keeps_brackets_balanced():
+    """The capacity message gives the source's first clause; a comma inside brackets (an
+    override's "(--spec ...)" or the old value's "(datasheet, ...)") does not cut it open."""
+    from jaxmove.api import capacity_source
+    from jaxmove.hardware import load_spec
+    from jaxmove.hardware.overrides import override_spec
+
+    text = capacity_source(override_spec(load_spec("h100-sxm"), {"hbm_capacity_bytes": 4e10}))
+    assert text.startswith("hbm_capacity_bytes = 40,000,000,000 B of spec h100-sxm (user override")
+    assert text.count("(") == text.count(")")
+    assert "the spec's value was" not in text  # (the clause after the ';')

@@ -11,6 +11,7 @@ work between start and done. README "Time estimates, on-chip reuse, hardware".
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
 
 from ..errors import Unmodeled
 from ..hlo import Computation, Instruction, Module
@@ -20,6 +21,9 @@ from .first_touch import FirstTouch, first_touch_pass
 from .multiplicity import callee_counts
 from .reuse import ReuseAnalysis, reuse_pass
 from .traffic import FREE_OPCODES
+
+if TYPE_CHECKING:
+    from ..hardware.spec import HardwareSpec
 
 BOUNDS = ("compute", "memory", "network", "overhead")
 
@@ -126,6 +130,8 @@ class TimeEstimate:
       kernel_duration_s: ``serial_time_s - launch_gap_s``: the kernels' durations summed.
       command_buffers: GPU command buffers launched per program run (``command_buffer_runs``).
       command_buffer_kernels: kernels per program run that run inside them.
+      spec: the HardwareSpec itself (a user's file or ``--spec`` overrides included), for what
+        reads its numbers later (the roofline plot); None in estimates built by hand.
     """
 
     spec_name: str
@@ -148,6 +154,7 @@ class TimeEstimate:
     kernel_duration_s: float = 0.0
     command_buffers: int = 0
     command_buffer_kernels: int = 0
+    spec: HardwareSpec | None = field(default=None, repr=False, compare=False)
 
     def row(self, computation: str, name: str) -> InstructionTime:
         return self.rows[(computation, name)]
@@ -873,7 +880,7 @@ def estimate_times(analysis, spec, reuse: ReuseAnalysis | None = None,
     serial = sum(r.est_time_s for r in vals)
     return TimeEstimate(spec.name, rows, total, serial, comp_s, mem_s, net_s,
                         over_s, kernels, bound, walker.timeline, reuse, unmodeled, notes, dispatch, ft,
-                        gaps_s, serial - gaps_s, cb_runs, cb_kernels)
+                        gaps_s, serial - gaps_s, cb_runs, cb_kernels, spec)
 
 
 

@@ -34,6 +34,8 @@ def _spec_of(report, spec):
     times = times_of(report)
     if times is None:
         raise ValueError("a roofline needs a hardware spec: analyse with hardware=NAME or pass spec=")
+    if times.spec is not None:  # the spec the times used: a user's file or --spec overrides too
+        return times.spec
     from ..hardware import load_spec
     return load_spec(times.spec_name)
 
