@@ -58,11 +58,14 @@ def tiny_hlo(tmp_path):
     ("tpu-v5e", "intra_node_bytes_per_s", "ici_bytes_per_s_per_link"),  # ICI links, not NVLink
     ("tpu-v5p", "inter_node_bytes_per_s", "ici_bytes_per_s_per_link"),
     ("h100-sxm", "ici_bytes_per_s_per_link", "only TPU specs"),
+    ("tpu-v5p", "tensor_cores_per_chip", "no cost model reads it"),  # (no pass reads them:
+    ("tpu-v5e", "torus_dims", "--target topology"),                      #  grep jaxmove/passes)
 ])
 def test_override_of_a_key_the_target_never_reads_is_an_error(spec_name, key, words):
     spec = load_spec(spec_name)
     with pytest.raises(HardwareSpecError) as e:
-        override_spec(spec, [f"{key}=1e-3" if key == "link_latency_s" else f"{key}=1e11"])
+        value = {"link_latency_s": "1e-3", "tensor_cores_per_chip": "2", "torus_dims": "3"}.get(key, "1e11")
+        override_spec(spec, [f"{key}={value}"])
     msg = str(e.value)
     assert msg.startswith(f"--spec {key}=") and f"{key} is not used for" in msg and spec_name in msg
     assert words in msg

@@ -104,6 +104,10 @@ def unused_override_reason(spec: HardwareSpec, key: str) -> str | None:
       ``ici_bytes_per_s_per_link``: ``link_bandwidth_bytes_per_s`` takes the ICI links'
       bandwidth for every group and returns before reading either.
     * ``ici_bytes_per_s_per_link`` on a GPU or CPU spec: only TPU specs read it.
+    * ``tensor_cores_per_chip`` and ``torus_dims`` on any spec: the datasheet's description of
+      the chip, which no pass reads (the TPU compute peak is ``flops_per_s``, per chip; which
+      ICI axes wrap around comes from the ``--target`` topology, hardware/overrides.py
+      ``with_slice_topology``).
     """
     from jaxmove.hardware.nccl import nccl_model_applies
     if key == "link_latency_s" and nccl_model_applies(spec):
@@ -120,6 +124,10 @@ def unused_override_reason(spec: HardwareSpec, key: str) -> str | None:
     if key == "ici_bytes_per_s_per_link" and spec.kind != "tpu":
         return (f"{key} is not used for {spec.kind.upper()} spec {spec.name}: only TPU specs' "
                 "collectives run on ICI links; override intra_node_bytes_per_s or inter_node_bytes_per_s")
+    if key in ("tensor_cores_per_chip", "torus_dims"):
+        return (f"{key} is not used for spec {spec.name}: no cost model reads it (it describes the chip); the "
+                "compute peak is flops_per_s.<dtype> per chip, and which ICI axes wrap around comes "
+                "from the --target topology (e.g. tpu-v5e:4x4)")
     return None
 
 
