@@ -485,3 +485,22 @@ def test_cli_resume_of_a_finished_sweep_compiles_nothing(local_sweep, tmp_path, 
     # without --resume an existing result file is not overwritten
     assert main(["sweep", str(out.parent / "SWEEP.toml"), "-o", str(out), "--no-progress"]) == 2
     assert "exists; pass --resume" in capsys.readouterr().err
+
+
+def test_a_point_over_the_specs_capacity_gives_needs_and_has_bytes(tmp_path):
+    """No compiler refused it (XLA:CPU checks no capacity), but its memory_analysis peak is over
+    the spec's HBM: fits is false and needs/has are those two figures, as `plans --json` gives."""
+    import dataclasses
+
+    from jaxmove.hardware import load_spec
+    from jaxmove.hardware.toml_write import write_spec
+    from jaxmove.sweep.point import run_point
+    from jaxmove.sweep.spec import Point
+
+    small = dataclasses.replace(load_spec("h100-sxm"), name="h100-1kb", hbm_capacity_bytes=1000)
+    path = write_spec(small, tmp_path / "h100-1kb.toml")
+    row = run_point(Point("mlp-tiny", target="cpu", hardware=str(path)))
+    assert row["status"] == "ok" and row["fits"] is False, row
+    assert row["peak_bytes"] > 1000
+    assert (row["needs_bytes"], row["has_bytes"]) == (row["peak_bytes"], 1000)
+    assert row["does_not_fit"] is None  # (no compiler's refusal to quote)

@@ -25,7 +25,9 @@ num_devices, backend    devices of the mesh (1 without); the backend that compil
 fits                    peak_bytes <= the spec's HBM capacity (None when XLA gave no memory stats);
                         on a TPU target the compiler's verdict (``plans.compare.summarize``)
 does_not_fit,           the target compiler refused the program for lack of device memory: its
-needs_bytes, has_bytes  message and figures (``capture.targets.DoesNotFitError``); else None
+needs_bytes, has_bytes  message and figures (``capture.targets.DoesNotFitError``); where no compiler
+                        refused it but ``fits`` is false, needs/has are ``peak_bytes`` and the
+                        spec's capacity (as ``jaxmove plans --json`` gives them); else None
 peak_bytes              memory per device: arguments + outputs - aliased + temporaries (XLA's
                         ``memory_analysis`` of the compiled program), or ``xla_peak_bytes`` where
                         larger (see ``plans.PlanResult``)
@@ -180,6 +182,9 @@ def run_point(point: Point) -> dict:
         collective_time_s=res.collective_time_s, unmodeled=len(report.unmodeled),
         compile_s=t1 - t0, analysis_s=t2 - t1,
         notes=_count_notes(notes) + res.notes + report.notes)
+    if res.fits is False and getattr(res, "needs_bytes", None) is not None:  # (plans' summarize:
+        # the memory_analysis peak against the spec's capacity, where no compiler refused it)
+        row.update(needs_bytes=res.needs_bytes, has_bytes=res.has_bytes)
     tm = report.times
     if tm is not None:
         row.update(est_time_s=tm.est_time_s, bound=tm.bound, compute_time_s=tm.compute_time_s,
