@@ -283,3 +283,75 @@ ENTRY e {
     ar = [r for r in a.rows if r.instr.name == "ar"][0]
     assert ar.collective.wire_bytes == 2 * 3 * 64 * 32 * 4 // 4     # ring: 2(n-1)/n of f32 buffer
     assert any("XLA:CPU promotes" in n for n in ar.notes)
+
+
+# ---- XLA:TPU's fused reduce-scatter: an all-reduce, then each device's 1/n dynamic-slice ----
+
+# The form of libtpu 0.0.42's fsdp training step (llama3-8b-train, tpu-v5e:2x2): the gradient
+# reduce-scatter is a kCustom fusion ("SingleInputAllReduceScatterFusion" /
+# "AllReduceScatterFusion") whose all-reduce result is only read through dynamic-slices at
+# partition-id x shard, so each device keeps its own quarter of the sum.
+ARS = """HloModule ars, num_partitions=4
+add {
+  x = bf16[] parameter(0)
+  y = bf16[] parameter(1)
+  ROOT a = bf16[] add(x, y)
+}
+one {
+  in = bf16[1024,2048] parameter(0)
+  ar = bf16[1024,2048] all-reduce(in), channel_id=1, replica_groups={{0,1,2,3}}, use_global_device_ids=true, to_apply=add
+  pid = u32[] partition-id()
+  c = u32[] constant(256)
+  off = u32[] multiply(pid, c)
+  z = u32[] constant(0)
+  ROOT ds = bf16[256,2048] dynamic-slice(ar, off, z), dynamic_slice_sizes={256,2048}
+}
+two {
+  a0 = bf16[1024,4,128] parameter(0)
+  a1 = bf16[8,128,1024] parameter(1)
+  ar = (bf16[1024,4,128], bf16[8,128,1024]) all-reduce(a0, a1), channel_id=2, replica_groups={{0,1,2,3}}, use_global_device_ids=true, to_apply=add
+  g0 = bf16[1024,4,128] get-tuple-element(ar), index=0
+  g1 = bf16[8,128,1024] get-tuple-element(ar), index=1
+  pid = u32[] partition-id()
+  c = u32[] constant(256)
+  off = u32[] multiply(pid, c)
+  z = u32[] constant(0)
+  d0 = bf16[256,4,128] dynamic-slice(g0, off, z, z), dynamic_slice_sizes={256,4,128}
+  d1 = bf16[8,128,256] dynamic-slice(g1, z, z, off), dynamic_slice_sizes={8,128,256}
+  ROOT t = (bf16[256,4,128], bf16[8,128,256]) tuple(d0, d1)
+}
+fixed {
+  in = bf16[1024,2048] parameter(0)
+  ar = bf16[1024,2048] all-reduce(in), channel_id=3, replica_groups={{0,1,2,3}}, use_global_device_ids=true, to_apply=add
+  c = u32[] constant(256)
+  z = u32[] constant(0)
+  ROOT ds = bf16[256,2048] dynamic-slice(ar, c, z), dynamic_slice_sizes={256,2048}
+}
+ENTRY e {
+  p = bf16[1024,2048] parameter(0)
+  q0 = bf16[1024,4,128] parameter(1)
+  q1 = bf16[8,128,1024] parameter(2)
+  f1 = bf16[256,2048] fusion(p), kind=kCustom, calls=one
+  f2 = (bf16[256,4,128], bf16[8,128,256]) fusion(q0, q1), kind=kCustom, calls=two
+  f3 = bf16[256,2048] fusion(p), kind=kCustom, calls=fixed
+  ROOT r = (bf16[256,2048], (bf16[256,4,128], bf16[8,128,256]), bf16[256,2048]) tuple(f1, f2, f3)
+}
+"""
+
+
+def test_fused_all_reduce_then_own_shard_is_a_reduce_scatter():
+    m = parse_module(ARS)
+    e = m.entry
+    n, bf16 = 4, 2
+    one = _info(m, e, "f1")
+    assert one.kind == "reduce-scatter" and one.group_size == n
+    assert one.buffer_bytes == 1024 * 2048 * bf16
+    assert one.wire_bytes == (n - 1) * 1024 * 2048 * bf16 // n  # ring reduce-scatter, not 2(n-1)/n
+    two = _info(m, e, "f2")
+    both = (1024 * 4 * 128 + 8 * 128 * 1024) * bf16
+    assert two.kind == "reduce-scatter" and two.wire_bytes == (n - 1) * both // n
+    # a slice at a fixed offset keeps the same quarter on every device: an all-reduce it stays
+    fixed = _info(m, e, "f3")
+    assert fixed.kind == "all-reduce" and fixed.wire_bytes == 2 * (n - 1) * 1024 * 2048 * bf16 // n
+    a = analyze_module(m)
+    assert a.totals.device_to_device_bytes == one.wire_bytes + two.wire_bytes + fixed.wire_bytes

@@ -430,6 +430,8 @@ def collective_info(instr: Instruction, comp: Computation, module: Module) -> Co
     for fused in inner:
         for i, c in fused:
             info = _info(i, c, module, collective_kind(i.opcode))
+            if info.kind == "all-reduce" and info.group_size > 1 and _scatters(i, c, info.group_size):
+                info = _as_reduce_scatter(info)
             owner = owners.get(i.attrs.get("channel_id", "").strip())
             if owner is not None and owner != instr.name:
                 info = _continuation(info, owner)
@@ -450,6 +452,77 @@ def collective_info(instr: Instruction, comp: Computation, module: Module) -> Co
                           big.notes + (f"{len(found)} fused collectives summed: "
                                        + ", ".join(f"{i.instruction} ({i.kind})" for i in found),),
                           big.counted_on if all(i.counted_on for i in found) else None)
+
+
+_DEVICE_ID_OPS = frozenset({"partition-id", "replica-id"})
+
+
+def _scatters(ar: Instruction, comp: Computation, n: int) -> bool:
+    """The fused all-reduce ``ar`` is a reduce-scatter: every use of every leaf of its result
+    (through ``get-tuple-element``) is a ``dynamic-slice`` that keeps 1/``n`` of it along one
+    dimension, at an offset computed from ``partition-id`` / ``replica-id``, so each device
+    keeps only its own shard of the sum. XLA:TPU fuses a reduce-scatter so
+    (``AllReduceScatterFusion`` / ``SingleInputAllReduceScatterFusion``: an all-reduce, then
+    the dynamic-slice at ``partition-id x shard``), and runs it as a reduce-scatter."""
+    by_name = comp.by_name
+    leaves = []
+    for u in comp.users(ar.name):
+        if u.opcode == "get-tuple-element":
+            leaves.append(u)
+        elif u.opcode == "dynamic-slice" and not ar.shape.is_tuple:
+            leaves = [ar]
+            break
+        else:
+            return False
+    if not leaves or (ar.shape.is_tuple and len(leaves) != len(ar.shape.tuple_shapes)):
+        return False
+    for leaf in leaves:
+        users = comp.users(leaf.name) if leaf is not ar else comp.users(ar.name)
+        if not users:
+            return False
+        for ds in users:
+            if ds.opcode != "dynamic-slice" or not ds.operands or ds.operands[0] != leaf.name:
+                return False
+            full, part = leaf.shape.dims, ds.shape.dims
+            if len(full) != len(part):
+                return False
+            cut = [d for d, (a, b) in enumerate(zip(full, part)) if a != b]
+            if len(cut) != 1 or part[cut[0]] * n != full[cut[0]]:
+                return False
+            if len(ds.operands) <= 1 + cut[0] or not _from_device_id(ds.operands[1 + cut[0]], by_name):
+                return False
+    return True
+
+
+def _from_device_id(name: str, by_name: dict, depth: int = 8) -> bool:
+    """The scalar ``name`` is computed from ``partition-id`` / ``replica-id`` (within ``depth``
+    operand steps)."""
+    seen, todo = set(), [(name, 0)]
+    while todo:
+        nm, d = todo.pop()
+        i = by_name.get(nm)
+        if i is None or nm in seen:
+            continue
+        seen.add(nm)
+        if i.opcode in _DEVICE_ID_OPS:
+            return True
+        if d < depth:
+            todo.extend((o, d + 1) for o in i.operands)
+    return False
+
+
+def _as_reduce_scatter(info: CollectiveInfo) -> CollectiveInfo:
+    """``info`` of an all-reduce that ``_scatters`` as the reduce-scatter it runs: the same
+    buffer, (n - 1) / n of it on the wire (module docstring's reduce-scatter)."""
+    n = info.group_size
+    return CollectiveInfo("reduce-scatter", n, info.num_groups, info.groups, info.device_groups,
+                          info.mode, info.buffer_bytes, (n - 1) * info.buffer_bytes // n,
+                          info.is_async, info.instruction,
+                          info.notes + (f"'{info.instruction}' is an all-reduce whose every use is a 1/{n} "
+                                        "dynamic-slice at the device's own offset (partition-id / "
+                                        "replica-id): a reduce-scatter, as XLA:TPU's "
+                                        "AllReduceScatterFusion runs it",),
+                          info.counted_on)
 
 
 # ---- time on a topology ---------------------------------------------------------------
