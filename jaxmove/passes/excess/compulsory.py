@@ -734,6 +734,20 @@ class Accounting:
                             if oroot in onchip_copy:
                                 lg = a.logical_nbytes if a.logical_nbytes is not None else a.nbytes
                                 onchip_reads.setdefault(oroot, []).append((k, a.operand, lg * count))
+                        if gathered and a.operand is not None:
+                            # an all-gather's result read from VMEM (XLA:TPU gathers a weight
+                            # into it): how much of it is read still decides its excess
+                            oname = operands[a.operand]
+                            leaf = by_name[oname].shape
+                            pos = 0
+                            if a.index and leaf.is_tuple:
+                                pos = leaf_position(leaf, a.index)
+                                leaf = leaf.subshape(a.index)
+                            groot = find((cname, oname, pos))
+                            if groot in gathered:
+                                lg = a.logical_nbytes if a.logical_nbytes is not None else _logical(a, leaf)
+                                read_units[groot] = read_units.get(groot, 0) + min(
+                                    lg * count, leaf.logical_byte_size * count)
                         continue
                     if ms == HOST_MEMORY_SPACE:
                         phys = a.nbytes * count
