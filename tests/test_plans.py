@@ -194,6 +194,8 @@ _PROCESSES = {
                      "test_fsdp_all_gathers_each_weight_once_and_dp_has_none",
                      "test_ep_moe_all_to_all_moves_three_quarters_of_dispatched_tokens"),
                     lambda d: _partitioned_worker()),
+    "analyze_unused_mesh": (("test_analyze_mesh_plan_json_has_collectives",), lambda d: _cli(
+        "analyze", "mlp-tiny", "--set", "batch=16", "--mesh", "foo=2", "--plan", "tp", "--json")),
     "analyze_bad_plan": (("test_analyze_mesh_plan_json_has_collectives",), lambda d: _cli(
         "analyze", "mlp-tiny", "--mesh", "data=2", "--plan", "nonesuch")),
     "plans_tiny_hbm": (("test_cli_plans_64_devices_and_marks_what_does_not_fit",), lambda d: _cli(
@@ -268,6 +270,15 @@ def test_analyze_mesh_plan_json_has_collectives(processes):
     colls = [i["collective"] for i in out["instructions"] if i["collective"]]
     assert [(c["kind"], c["group_size"], c["wire_bytes"]) for c in colls] == [("all-reduce", 2, buffer)] * 2
     assert out["totals"]["collective_wire_bytes"] == 2 * buffer
+    # the JSON says which plan and mesh made the program; tp over model=2 shards the weights
+    assert "compiled under plan tp over mesh model=2 (2 devices): the per-device program" in out["notes"]
+    assert not any("shards no argument" in n for n in out["notes"])
+    # a mesh axis no rule of the plan names: every device computes everything, and it says so
+    unused = processes["analyze_unused_mesh"].result()
+    assert unused.returncode == 0, unused.stderr[-3000:]
+    u = json.loads(unused.stdout)
+    assert u["totals"]["collective_wire_bytes"] == 0
+    assert any(n.startswith("plan tp shards no argument or result over mesh foo=2") for n in u["notes"]), u["notes"]
     bad = processes["analyze_bad_plan"].result()
     assert bad.returncode == 2 and "nonesuch" in bad.stderr and "Traceback" not in bad.stderr
 

@@ -117,10 +117,19 @@ def program_for_plan(args: argparse.Namespace):
     if not in_devices_child():  # the child re-run does not say it twice
         print(f"jaxmove: compiling {args.target} under plan {plan.name} on {n} {where}",
               file=sys.stderr, flush=True)
+    notes: list[str] = []  # (the plan's dropped rules, or that it shards nothing)
     if tgt.platform != "cpu":
-        return capture_with_plan(load_workload(args.target, _sets(args.set)), None, plan, mesh,
-                                 target=tgt.name)
-    if not ensure_cpu_devices(n):
-        from ..plans import run_cli_with_devices
-        return run_cli_with_devices(n, sys.argv[1:]).returncode
-    return capture_with_plan(args.target, _sets(args.set), plan, mesh)
+        program = capture_with_plan(load_workload(args.target, _sets(args.set)), None, plan, mesh,
+                                    notes, target=tgt.name)
+    else:
+        if not ensure_cpu_devices(n):
+            from ..plans import run_cli_with_devices
+            return run_cli_with_devices(n, sys.argv[1:]).returncode
+        program = capture_with_plan(args.target, _sets(args.set), plan, mesh, notes)
+    import dataclasses
+
+    from ..plans.compare import _count_notes
+    mesh_text = ",".join(f"{a}={k}" for a, k in mesh.items())
+    return dataclasses.replace(program, notes=program.notes + (
+        f"compiled under plan {plan.name} over mesh {mesh_text} ({n} devices): the per-device program",
+        *_count_notes(notes)))

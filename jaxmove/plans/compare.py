@@ -357,6 +357,11 @@ def capture_with_plan(preset, overrides: dict[str, str] | None, plan: Plan,
         in_sh, out_sh, leaf_specs = workload_shardings(workload, plan, mesh, notes)
         if specs is not None:
             specs.update(leaf_specs)
+        if not leaf_specs and math.prod(mesh_shape.values()) > 1:
+            mesh_text = ",".join(f"{a}={n}" for a, n in mesh_shape.items())
+            notes.append(f"plan {plan.name} shards no argument or result over mesh {mesh_text} (none of "
+                         "its rules maps a dimension to these mesh axes, or none divides): every device "
+                         "holds and computes the whole program, with no collectives")
         return capture(workload, in_shardings=in_sh, out_shardings=out_sh, target=target,
                        weight_layouts=weight_layouts)
 
