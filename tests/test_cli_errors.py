@@ -162,6 +162,15 @@ def test_set_out_of_range_names_the_bounds(capsys, preset, setting):
     assert f"--set {key}=" in line and "[1, 2147483647]" in line
 
 
+@pytest.mark.parametrize("command", [["analyze"], ["plans", "--mesh", "data=2"], ["annotate"]])
+def test_set_key_given_twice_is_one_line_naming_both(capsys, command):
+    """`--set layers=1 --set layers=3` ran with the last (as --spec repeats are refused)."""
+    argv = [command[0], "mlp-tiny", *command[1:], "--set", "layers=1", "--set", "layers=3"]
+    assert main(argv) == 2
+    line = one_error_line(capsys.readouterr().err)
+    assert "--set layers given twice (layers=1 and layers=3)" in line
+
+
 def test_set_values_whose_arrays_overflow_are_rejected_before_xla():
     # x: f32[batch, d_model] = (2**31-1)**2 * 4 bytes > 2**62: XLA would abort the process
     with pytest.raises(ValueError, match=r"float32\[2147483647, 2147483647\].*2\*\*62"):

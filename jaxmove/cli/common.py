@@ -74,7 +74,11 @@ def parse_sets(items: list[str]) -> dict[str, str]:
         key, eq, value = item.partition("=")
         if not eq or not key:
             raise UsageError(f"--set expects key=value, got '{item}'")
-        out[key.strip()] = value.strip()
+        key = key.strip()
+        if key in out:  # (as --spec: a repeated key is a mistake, not an override of the first)
+            raise UsageError(f"--set {key} given twice ({key}={out[key]} and {key}={value.strip()}): "
+                             "expected each key once")
+        out[key] = value.strip()
     return out
 
 
