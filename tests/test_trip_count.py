@@ -104,6 +104,17 @@ def test_known_trip_count_wins():
     assert trip_count(m.entry.root, m).source == "known_trip_count"
 
 
+def test_known_trip_count_the_condition_contradicts_is_noted():
+    """XLA's annotation is kept, but a loop condition that gives another count (a hand-edited
+    dump: init 0, `> 128` runs 0 times, annotated 5) is a note, not silence."""
+    a = analyze_module(parse_module(loop(0, 1, "GT", 128, ktc=5)))
+    mul = next(r for r in a.rows if r.instr.name == "y")
+    assert mul.multiplicity.count == 5
+    assert any("known_trip_count 5, but its loop condition gives 0" in n for n in a.notes), a.notes
+    agree = analyze_module(parse_module(loop(0, 1, "LT", 8, ktc=8)))
+    assert not any("known_trip_count" in n for n in agree.notes), agree.notes
+
+
 @pytest.mark.parametrize("init,step,direction,bound,why", [
     (0, -1, "LT", 8, "never reaches the bound"),   # moves away: would wrap
     (0, 3, "NE", 8, "never reaches the bound"),    # skips over the bound

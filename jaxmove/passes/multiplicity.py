@@ -135,7 +135,8 @@ def loop_trip_counts(module: Module, computations=None) -> dict[tuple[str, str],
 
 def loop_notes(module: Module, computations=None, trips=None) -> list[str]:
     """One note per while without ``known_trip_count``: the count derived and how, or why
-    it could not be derived (its body is then counted once). ``trips``: `loop_trip_counts`'s
+    it could not be derived (its body is then counted once); and one per while whose
+    ``known_trip_count`` its loop condition contradicts. ``trips``: `loop_trip_counts`'s
     result when the caller has it."""
     notes = []
     trips = loop_trip_counts(module, computations) if trips is None else trips
@@ -143,6 +144,9 @@ def loop_notes(module: Module, computations=None, trips=None) -> list[str]:
         if tc.source == "derived":
             notes.append(f"while '{name}' (in '{cname}'): no known_trip_count; {tc.n} trips derived "
                          f"from its induction variable ({tc.detail})")
+        elif tc.source == "known_trip_count" and tc.detail:
+            notes.append(f"while '{name}' (in '{cname}'): known_trip_count {tc.n}, but {tc.detail}; "
+                         f"counted {tc.n} times, as XLA's annotation says (an inconsistent dump?)")
         elif tc.source == "unknown":
             notes.append(f"while '{name}' (in '{cname}'): trip count unknown ({tc.detail}); its body "
                          "is counted once per execution of the loop")

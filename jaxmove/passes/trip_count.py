@@ -264,9 +264,9 @@ def trip_count(instr: Instruction, module: Module | None = None) -> TripCount:
     derived from its induction variable (module docstring) when ``module`` is given.
     Memoized per module. Never raises for a malformed loop: it is ``unknown`` with a reason."""
     n = instr.known_trip_count
-    if n is not None:
-        return TripCount(n, "known_trip_count")
     if module is None:
+        if n is not None:
+            return TripCount(n, "known_trip_count")
         return TripCount(None, "unknown", "no known_trip_count (and no module to derive it from)")
     memo = memo_of(module).trip_counts
     key = (instr.computation, instr.name)
@@ -274,10 +274,18 @@ def trip_count(instr: Instruction, module: Module | None = None) -> TripCount:
     if tc is None:
         comp = module.computations.get(instr.computation)
         if comp is None or comp.by_name.get(instr.name) is not instr:
+            if n is not None:
+                return TripCount(n, "known_trip_count")
             return TripCount(None, "unknown", "the while is not in the module")
         try:
             tc = _derive(module, comp, instr)
         except _NotDerived as e:
             tc = TripCount(None, "unknown", f"no known_trip_count, and not derived: {e}")
+        if n is not None:
+            # XLA's annotation is kept; a loop condition that says otherwise is reported
+            # (``loop_notes``): a hand-edited or inconsistent dump
+            clash = (f"its loop condition gives {tc.n} ({tc.detail})"
+                     if tc.source == "derived" and tc.n != n else "")
+            tc = TripCount(n, "known_trip_count", clash)
         memo[key] = tc
     return tc
