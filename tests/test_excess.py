@@ -476,6 +476,38 @@ ENTRY %main (x: bf16[16,128], w: bf16[8,64]) -> bf16[8,128] {
     assert partly.cause("all_gather_partly_used").bytes == wire - wire // 4
 
 
+def test_combined_all_gather_partly_used_per_result():
+    """XLA:GPU combines an fsdp step's gathers into one all-gather-start of several operands
+    (an embedding read for a few rows, a norm scale read whole): how much of each result is
+    read decides the excess, as for one gather (a combined one was skipped: GPU and TPU gave
+    different compulsory wire bytes for the same step)."""
+    text = """HloModule agc, num_partitions=4
+%f (g: f32[64,128]) -> f32[16,128] {
+  %g = f32[64,128] parameter(0)
+  ROOT %s = f32[16,128] slice(%g), slice={[0:16], [0:128]}
+}
+ENTRY %main (x: f32[16,128], n: f32[8]) -> (f32[16,128], f32[32]) {
+  %x = f32[16,128] parameter(0)
+  %n = f32[8] parameter(1)
+  %ags = ((f32[16,128], f32[8]), (f32[64,128], f32[32])) all-gather-start(%x, %n), channel_id=1, replica_groups={{0,1,2,3}}, dimensions={0}, use_global_device_ids=true
+  %agd = (f32[64,128], f32[32]) all-gather-done(%ags)
+  %e = f32[64,128] get-tuple-element(%agd), index=0
+  %s = f32[32] get-tuple-element(%agd), index=1
+  %y = f32[16,128] fusion(%e), kind=kLoop, calls=%f
+  %z = f32[32] negate(%s)
+  ROOT %r = (f32[16,128], f32[32]) tuple(%y, %z)
+}
+"""
+    wire = 3 * (64 * 128 + 32) * 4 // 4                 # (n-1)/n of both gathered results
+    ex, _ = excess_of(text, H100)
+    assert ex.by_path["device_to_device"].compiled_bytes == wire
+    # read: 16 of the 64 rows of the first, all of the second
+    size, used = (64 * 128 + 32) * 4, (16 * 128 + 32) * 4
+    keep = wire * used // size
+    assert ex.cause("all_gather_partly_used").bytes == wire - keep
+    assert ex.by_path["device_to_device"].compulsory_bytes == keep
+
+
 def test_collective_wider_than_the_data():
     text = f"""HloModule ar, num_partitions=4
 %sum (a: f32[], b: f32[]) -> f32[] {{

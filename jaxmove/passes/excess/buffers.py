@@ -225,6 +225,33 @@ def write_key(instr: Instruction, comp: Computation, index: tuple[int, ...]):
         return (comp.name, target.name, 0), None
 
 
+def gathered_leaves(instr: Instruction, comp: Computation) -> list[tuple[tuple, object]]:
+    """(value leaf, shape) of each array an all-gather row writes: its result (``write_key``),
+    or each result of a combined all-gather (XLA:GPU's ``AllGatherCombiner``: one
+    ``all-gather`` / ``all-gather-start`` of several operands, a tuple of results, read by the
+    ``all-gather-done``'s users one element each); [] where the result is no such array."""
+    key, leaf = write_key(instr, comp, ())
+    if leaf is not None and leaf.is_array:
+        return [(key, leaf)]
+    if instr.opcode not in ("all-gather", "all-gather-start"):
+        return []
+    target = instr
+    if instr.opcode == "all-gather-start":
+        done = [u for u in comp.users(instr.name) if u.opcode == "all-gather-done"]
+        if not done:
+            return []
+        target = done[0]
+    shape = target.shape
+    if not shape.is_tuple:
+        return [((comp.name, target.name, 0), shape)] if shape.is_array else []
+    out = []
+    for j, e in enumerate(shape.tuple_shapes):
+        if not e.is_array:
+            return []
+        out.append(((comp.name, target.name, leaf_position(shape, (j,))), e))
+    return out
+
+
 def resolve_copy(droot: tuple, copies: dict, param_root: dict) -> tuple | None:
     """(origin root, width num, den, kind, row) of the copy kernel writing ``droot``: its
     source followed through the copies it is one of (``copies``: droot -> (source root,

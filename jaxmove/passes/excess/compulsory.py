@@ -96,7 +96,7 @@ from ...hlo.opcodes import OPCODES
 from ...hlo.shape import HOST_MEMORY_SPACE
 from ..roles import entry_parameter_name, leaf_position, roles_pass
 from ..traffic import NO_TRAFFIC, ON_CHIP_MEMORY_SPACES
-from .buffers import NATIVE_STARTS, Buffers, resolve_copy, union_all, write_key
+from .buffers import NATIVE_STARTS, Buffers, gathered_leaves, resolve_copy, union_all, write_key
 from .causes import (SPILL, RECOMPUTE_PRIORITY, KERNEL_WRITES, PROGRAM_WIDE, READ_PRIORITY, READS_COMPULSORY, UNATTRIBUTED,
                      FixContext, fix_text)
 from .kernels import REBUILD, classify, copy_kind
@@ -685,8 +685,8 @@ class Accounting:
         gathered = set()  # buffers all-gathers write: how much of them is read decides their excess
         for _k, r in collective_rows:
             if r.collective.kind == "all-gather":
-                wkey, _leaf = write_key(r.instr, module.computations[r.computation], ())
-                gathered.add(find(wkey))
+                for wkey, _leaf in gathered_leaves(r.instr, module.computations[r.computation]):
+                    gathered.add(find(wkey))
         reuse_rows = self.reuse.rows if self.reuse is not None else None
         # the kernels with a tiling estimate (none without an on-chip capacity): their re-reads
         tiled = {key for key, ru in reuse_rows.items() if ru.tilings} if reuse_rows is not None else ()

@@ -9,7 +9,7 @@ from __future__ import annotations
 from ...hlo import Computation, Instruction, Module
 from ..collectives import link_bandwidth_bytes_per_s
 from ..roles import _trace_to_parameter
-from .buffers import write_key
+from .buffers import gathered_leaves
 from .kernels import copy_kind, through_bitcast
 from .ledger import HBM_READ
 
@@ -78,11 +78,13 @@ def collective_excess(acc, k: int, r, read_units: dict) -> None:
         parts.append(("collective_wider_than_data", compulsory - keep))
         compulsory = keep
     if c.kind == "all-gather":
-        key, leaf = write_key(instr, comp, ())
-        if key is not None and leaf is not None and leaf.is_array:
-            root = acc.buffers.find(key)
-            size = leaf.logical_byte_size * count
-            used = min(size, read_units.get(root, 0))
+        leaves = gathered_leaves(instr, comp)  # (several for a combined all-gather)
+        if leaves:
+            size = used = 0
+            for key, leaf in leaves:  # (each leaf's wire bytes are its share of the result's)
+                leaf_size = leaf.logical_byte_size * count
+                size += leaf_size
+                used += min(leaf_size, read_units.get(acc.buffers.find(key), 0))
             if used < size:
                 keep = compulsory * used // size if size else compulsory
                 parts.append(("all_gather_partly_used", compulsory - keep))
