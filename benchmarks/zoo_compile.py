@@ -229,7 +229,10 @@ def resident_bytes(name: str, sets: dict[str, str]) -> dict[str, int]:
     """Bytes of the preset's arguments by role (weights, kv_cache), from its abstract workload."""
     import jax
     from jaxmove import zoo
-    wl = zoo.build(name, {**sets, "scan_layers": "true"})   # same arguments' bytes, faster to trace
+    # scanned: the same arguments' bytes, faster to trace; not where a local layer's cache is a
+    # ring of its window when unrolled (Gemma 2: TransformerConfig.ring_length)
+    ring = zoo.PRESETS[name].config.get("sliding_window") is not None
+    wl = zoo.build(name, sets if ring else {**sets, "scan_layers": "true"})
     out: dict[str, int] = {}
     for arg, role in zip(wl.args, wl.roles):
         leaves = jax.tree.leaves(arg)

@@ -74,7 +74,8 @@ PRESETS.update(families.presets(Preset))
 OVERRIDE_KEYS = ("batch", "seq_len", "layers", "d_model", "heads", "kv_heads",
                  "dtype", "scan_layers", "vocab", "d_ff", "experts", "top_k",
                  "head_dim", "expert_d_ff", "shared_experts", "dense_layers", "sliding_window",
-                 "weights_dtype", "kv_dtype", "remat", "stacked_cache", "attention", "act_dtype")
+                 "weights_dtype", "kv_dtype", "remat", "stacked_cache", "attention", "act_dtype",
+                 "window_cache")
 
 
 #: Largest value of an integer override: int32, the type jax gives token ids (``vocab``)
@@ -143,7 +144,7 @@ def _parse_with(canonical: Callable[[str], Any]) -> Callable[[str, str], Any]:
 
 _PARSERS = {k: _parse_int for k in OVERRIDE_KEYS}
 _PARSERS["dtype"] = _parse_dtype
-_PARSERS["scan_layers"] = _PARSERS["stacked_cache"] = _parse_bool
+_PARSERS["scan_layers"] = _PARSERS["stacked_cache"] = _PARSERS["window_cache"] = _parse_bool
 _PARSERS["weights_dtype"] = _parse_with(transformer.weights_dtype_name)
 _PARSERS["kv_dtype"] = _parse_with(transformer.kv_dtype_name)
 _PARSERS["remat"] = _parse_with(transformer.remat_name)
@@ -227,7 +228,8 @@ MOE_ONLY_KEYS = ("top_k", "expert_d_ff", "shared_experts", "dense_layers")
 def _check_applicable(name: str, preset: Preset, cfg, overrides: dict) -> None:
     """Raise ValueError for a given key the preset's program never reads (it would compile the
     same program, silently): ``remat`` outside a training step (nothing is rematerialised
-    without a backward pass), the MoE keys of a dense model. A key given its default value
+    without a backward pass), the MoE keys of a dense model, ``window_cache`` without a
+    sliding window. A key given its default value
     (``remat=none``, ``shared_experts=0``: what the program does anyway) passes, so one sweep
     grid can span both kinds of preset."""
     defaults = {f.name: f.default for f in dataclasses.fields(cfg)}
@@ -238,6 +240,9 @@ def _check_applicable(name: str, preset: Preset, cfg, overrides: dict) -> None:
     if changes("remat") and preset.builder is not train.train_workload:
         raise ValueError(f"--set remat={overrides['remat']}: remat applies to the training presets "
                          f"(it rematerialises activations for the backward pass); {name!r} has none")
+    if changes("window_cache") and getattr(cfg, "sliding_window", None) is None:
+        raise ValueError(f"--set window_cache={overrides['window_cache']}: window_cache applies to "
+                         f"models with a sliding window (Gemma 2's local layers); {name!r} has none")
     if getattr(cfg, "experts", None) == 0:
         given = [k for k in MOE_ONLY_KEYS if k in overrides and (k == "expert_d_ff" or changes(k))]
         if given:

@@ -55,7 +55,8 @@ _FLASH = ("llama3-8b", "llama3-70b", "llama3-405b", "mixtral-8x7b")
 #: decode kernels of the families without flash attention (models/attention.py, ``auto``)
 _DECODE_KERNELS = {"deepseek-v3": ", latent-attention kernels on GPU (Triton) and TPU (Pallas; cache "
                                   "length a multiple of 128) where they compile",
-                   "gemma2-9b": ", a soft-capping Triton decode kernel on GPU"}
+                   "gemma2-9b": ", a soft-capping Triton decode kernel on GPU, the local layers' "
+                                "cache a ring of their 4096-position window"}
 _TRAITS = {"mixtral-8x7b": ", top-2 of 8 experts", "deepseek-v3": ", MLA, top-8 of 256 experts + 1 shared",
            "gemma2-9b": ", local/global attention, soft-capping"}
 

@@ -65,6 +65,14 @@ KV cache layout (``[B, H_kv, S, D]``, heads before positions as ``jaxmove.zoo.gp
               score dot over r + dr); int8 KV keeps them apart, each with its scale:
               "c_kv_cache" [B,S,r], "k_rope_cache" [B,S,dr], "c_kv_scale", "k_rope_scale" [B,S]
 
+Gemma 2's local layers (``sliding_window``, unrolled over one cache array per layer, the
+decode presets' form) keep a ring of the window's last positions instead of ``seq_len``
+(position ``p`` in slot ``p % sliding_window``; ``TransformerConfig.ring_length``), as serving
+engines do (Hugging Face ``HybridCache``, vLLM): a local layer then reads and holds only its
+window (Gemma 2 9B, batch 32, 8192 context: 63 GiB of KV instead of 84); ``--set
+window_cache=false`` keeps full-length caches with the window masked (scanned layers and
+``stacked_cache`` always do: one array holds every layer's cache).
+
 MLA's latent cache is one kv head that every query head attends with, and its batch dim is
 named so (``LATENT_CACHE_AXES``: batch with a size-1 kv_heads dim folded in, plans step 4):
 under ``tp`` the model axis, which cannot split one kv head, splits the cache over batch
@@ -239,6 +247,7 @@ class TransformerConfig:
     post_norms: bool = False
     embed_scale: bool = False
     sliding_window: int | None = None
+    window_cache: bool = True
     attn_softcap: float | None = None
     final_softcap: float | None = None
     query_scale: float | None = None
@@ -328,6 +337,18 @@ class TransformerConfig:
         """Layer ``i`` attends within ``sliding_window`` (Gemma-2: even layers, HF
         ``Gemma2DecoderLayer.is_sliding = not layer_idx % 2``)."""
         return self.sliding_window is not None and i % 2 == 0
+
+    def ring_length(self, i: int) -> int | None:
+        """Positions of layer ``i``'s cache when it is a ring of the last ``sliding_window``
+        positions (position ``p`` in slot ``p % sliding_window``), else None (``seq_len``
+        positions). A local layer keeps such a ring when ``window_cache`` and the layers are
+        unrolled over one cache array each (scanned layers and ``stacked_cache`` stack every
+        layer's cache in one array, so every layer keeps ``seq_len`` positions) and the window
+        is shorter than the cache: what serving engines keep for Gemma 2's local layers (Hugging
+        Face ``HybridCache``, vLLM's sliding-window KV cache)."""
+        if not (self.window_cache and self.local_layer(i)) or self.scan_layers or self.stacked_cache:
+            return None
+        return self.sliding_window if self.sliding_window < self.seq_len else None
 
 
 # ----------------------------------------------------------------------------- layers
@@ -588,10 +609,14 @@ class Attention(nnx.Module):
             out.update(k_scale=ks, v_scale=vs)
         return out
 
-    def decode(self, x, write, pos, local) -> jax.Array:
+    def decode(self, x, write, pos, local, ring=None) -> jax.Array:
         """One step. x [B, 1, d]; ``write(entries) -> cache``: stores this step's entries
-        ([B, Hkv, 1, D], in ``kv_dtype``) at ``pos`` and returns this layer's updated cache
-        ([B, Hkv, S, D]); pos int32 scalar. Returns y [B, 1, d].
+        ([B, Hkv, 1, D], in ``kv_dtype``) at ``pos`` (``pos % ring`` in a ring cache) and
+        returns this layer's updated cache ([B, Hkv, S, D], S = ``ring`` in a ring cache); pos
+        int32 scalar; ``ring``: the cache is a ring of the last ``ring`` positions
+        (``TransformerConfig.ring_length``): every filled slot is inside the window, so
+        attention reads slots ``<= min(pos, ring - 1)`` with no window mask. Returns y
+        [B, 1, d].
 
         Attention reads the updated cache (the form XLA:CPU, XLA:GPU and XLA:TPU update in
         place: reading the old cache beside the update makes XLA:CPU copy each donated
@@ -605,6 +630,8 @@ class Attention(nnx.Module):
         kc = constrain(dequantize_kv(cache["k_cache"], cache.get("k_scale"), k.dtype), CACHE_AXES)
         vc = constrain(dequantize_kv(cache["v_cache"], cache.get("v_scale"), v.dtype), CACHE_AXES)
         qg = constrain(q.reshape(b, t, hkv, h // hkv, d), GROUPED_Q_AXES)
+        if ring is not None:   # the slots filled so far, all inside the window
+            pos, local = jnp.minimum(pos, ring - 1), False
         if self._decode_kernel != "xla":   # the kernels' layout: [B, Hkv, g, D] (t = 1)
             start = None
             if c.sliding_window is not None:   # positions (pos - window, pos] in a local layer
@@ -710,7 +737,7 @@ class MLAttention(nnx.Module):
         o = jnp.einsum("bhts,bshv->bthv", p.astype(v.dtype), v)
         return constrain(self.o(constrain(o, Q_AXES)), HIDDEN), self._entries(c, kr)
 
-    def decode(self, x, write, pos, local):
+    def decode(self, x, write, pos, local, ring=None):
         """Absorbed form: q_nope projected by W_uk into the latent space; attention over
         ``c_kv`` [B, S, r]; the result projected by W_uv. ``write`` as ``Attention.decode``."""
         r, dr, dn, dv = self.dims
@@ -990,12 +1017,12 @@ class Block(nnx.Module):
             x = self._attn(x, a)
         return self._ffn(x), entries
 
-    def decode(self, x, write, pos, local):
-        """One step; ``write`` as ``Attention.decode``."""
+    def decode(self, x, write, pos, local, ring=None):
+        """One step; ``write`` and ``ring`` as ``Attention.decode``."""
         with jax.named_scope("attn_norm"):
             h = self.attn_norm(x)
         with jax.named_scope("attn"):
-            x = self._attn(x, self.attn.decode(h, write, pos, local))
+            x = self._attn(x, self.attn.decode(h, write, pos, local, ring))
         return self._ffn(x)
 
 
@@ -1116,7 +1143,8 @@ class Transformer(nnx.Module):
             elif self.cfg.stacked_cache:
                 cache[name] = {k: jnp.stack([e[k] for e in entries]) for k in entries[0]}
             else:
-                cache[name] = [dict(e) for e in entries]
+                first = next(f for n, f, _, _ in segments(self.cfg) if n == name)
+                cache[name] = [_ring_entries(e, self.cfg.ring_length(first + i)) for i, e in enumerate(entries)]
         return self._logits(x[:, -1:]), cache
 
     def decode(self, cache: dict, tokens: jax.Array, pos: jax.Array) -> tuple[jax.Array, dict]:
@@ -1162,12 +1190,15 @@ class Transformer(nnx.Module):
             else:
                 out = []
                 for i, (block, c) in enumerate(zip(stack, cache[name])):
-                    def write(entries, c=c):
-                        out.append({k: _write(k, v, entries[k], pos) for k, v in c.items()})
+                    ring = cfg.ring_length(first + i)
+                    at = pos if ring is None else pos % ring   # (a ring's slot)
+
+                    def write(entries, c=c, at=at):
+                        out.append({k: _write(k, v, entries[k], at) for k, v in c.items()})
                         return out[-1]
 
                     with jax.named_scope(f"{name}_{first + i if name == 'layers' and first else i}"):
-                        x = block.decode(x, write, pos, bool(flags[i]))
+                        x = block.decode(x, write, pos, bool(flags[i]), ring)
                 new_cache[name] = out
         return self._logits(x), new_cache
 
@@ -1176,6 +1207,20 @@ class Transformer(nnx.Module):
 POSITION_DIM = {"k_cache": 2, "v_cache": 2, "k_scale": 2, "v_scale": 2,
                 "c_kv_cache": 1, "k_rope_cache": 1, "c_kv_scale": 1, "k_rope_scale": 1,
                 "latent_cache": 1}
+
+
+def _ring_entries(entries: dict, ring: int | None) -> dict:
+    """A layer's prefill cache entries of T positions as its decode cache: the same, or with
+    ``ring`` a ring of the last ``min(T, ring)`` positions, position ``p`` in slot
+    ``p % ring`` (``TransformerConfig.ring_length``)."""
+    out = {}
+    for k, v in entries.items():
+        dim = POSITION_DIM[k]
+        t = v.shape[dim]
+        if ring is not None and t > ring:   # positions t - ring .. t - 1, rolled to slot p % ring
+            v = jnp.roll(jax.lax.slice_in_dim(v, t - ring, t, axis=dim), t % ring, axis=dim)
+        out[k] = v
+    return out
 
 
 def _write(key, buf, entry, pos, layer=None):
@@ -1261,13 +1306,13 @@ def abstract_cache(cfg: TransformerConfig) -> tuple[dict, dict]:
     logical axes), in the module docstring layout."""
     entries = cache_entry_shapes(cfg, cfg.seq_len)
     cache, axes = {}, {}
-    for name, _, n, _ in segments(cfg):
+    for name, first, n, _ in segments(cfg):
         if cfg.scan_layers or cfg.stacked_cache:
             cache[name] = {k: jax.ShapeDtypeStruct((n, *s), d) for k, (s, d, _) in entries.items()}
             axes[name] = {k: ("layers", *a) for k, (_, _, a) in entries.items()}
-        else:
-            cache[name] = [{k: jax.ShapeDtypeStruct(s, d) for k, (s, d, _) in entries.items()}
-                           for _ in range(n)]
+        else:   # (a local layer's ring: TransformerConfig.ring_length)
+            cache[name] = [{k: jax.ShapeDtypeStruct(s, d) for k, (s, d, _) in cache_entry_shapes(
+                cfg, cfg.ring_length(first + i) or cfg.seq_len).items()} for i in range(n)]
             axes[name] = [{k: a for k, (_, _, a) in entries.items()} for _ in range(n)]
     return cache, axes
 

@@ -88,6 +88,29 @@ def test_gemma2_decode_on_gpu_calls_the_softcap_kernel(gemma_reports):
     assert saved >= 2 * 2 * scores
 
 
+def test_gemma2_ring_cache_on_gpu_reads_the_window_once():
+    """A sliding window of 256 in a cache of 1024: the local layer's cache is a ring of 256
+    positions (TransformerConfig.ring_length), read by the soft-capping kernel once; K and V
+    of both layers (1024 + 256 positions) are the compulsory KV reads, compiled within 5%."""
+    if importlib.util.find_spec("jax_plugins.xla_cuda12") is None:
+        pytest.skip('the CUDA plugin is not installed (pip install "jaxmove[gpu]")')
+    import jaxmove
+    from jaxmove import zoo
+    from jaxmove.capture import capture
+    wl = zoo.build("gemma2-9b-decode", {**GEMMA_SETS, "sliding_window": "256"})
+    program = capture(wl, target="h100-sxm")
+    rep = jaxmove.analyze(program, hardware="h100-sxm")
+    calls = [line for line in program.hlo_text.splitlines()
+             if "__gpu$xla.gpu.triton" in line and "softcap_decode" in line]
+    assert len(calls) == 2
+    cfg = wl.config
+    reads = 2 * 4 * cfg["kv_heads"] * (1024 + 256) * cfg["head_dim"] * 2   # K and V, bf16
+    ex = rep.excess.by_role["kv_cache"]
+    new = 2 * 2 * 4 * cfg["kv_heads"] * cfg["head_dim"] * 2                 # one position per layer
+    assert ex.compulsory_bytes == reads + new
+    assert ex.compiled_bytes <= 1.05 * ex.compulsory_bytes
+
+
 def test_mla_kernel_matches_latent_attention():
     from models import triton_decode
     rng = np.random.default_rng(3)

@@ -169,7 +169,11 @@ def test_int8_kv_cache_reads_int8_values_plus_one_scale_per_position_and_head(re
 
 
 def test_gemma2_kv_uses_its_own_head_dim(reports):
-    assert role_read(reports["gemma"], "kv_cache") == 2 * 2 * B * S * HKV * 32 * 4
+    """K and V of head_dim 32: the global layer's S positions, the local layer's ring of the
+    window's 8 (TransformerConfig.ring_length), read once each, compulsory."""
+    want = 2 * B * (S + 8) * HKV * 32 * 4
+    assert role_read(reports["gemma"], "kv_cache") == want
+    assert reports["gemma"].excess.by_role["kv_cache"].compulsory_bytes >= want
 
 
 def test_mla_cache_is_the_compressed_latent_and_rotary_key(reports):
@@ -207,14 +211,19 @@ FAMILY_SMALL = {   # Mixtral's routed experts are DeepSeek's code with a softmax
     # the decode presets' default: unrolled layers over one stacked cache
     "llama3-8b/stacked": dict(layers=3, stacked_cache=True),
     "gemma2-9b/stacked": dict(head_dim=32, sliding_window=5, layers=3, stacked_cache=True),
+    # the local layers' ring of 5 positions kept whole (full-length caches, window masked)
+    "gemma2-9b/full-cache": dict(head_dim=32, sliding_window=5, layers=3, window_cache=False),
+    # a ring exactly as long as the prefill: decode at position 11 overwrites position 0
+    "gemma2-9b/ring-boundary": dict(head_dim=32, sliding_window=11, layers=3),
 }
 
 
 @pytest.mark.parametrize("family", list(FAMILY_SMALL))
 def test_decode_step_matches_prefill_logits(family):
     """logits of prefill(t[0:S])[-1] == decode(cache of prefill(t[0:S-1]), t[S-1], pos=S-1);
-    scanned (Llama, DeepSeek), unrolled (Gemma-2, a window shorter than the sequence) and
-    unrolled over a stacked cache (``/stacked``)."""
+    scanned (Llama, DeepSeek), unrolled (Gemma-2, a window shorter than the sequence: its
+    local layers' caches are rings of the window's positions) and unrolled over a stacked
+    cache (``/stacked``)."""
     dims = {**zoo.families.FAMILIES[family.split("/")[0]], **dict(vocab=97, d_model=64, heads=4,
             kv_heads=2, d_ff=96, layers=2, batch=2, seq_len=12, dtype="float32", scan_layers=False),
             **FAMILY_SMALL[family]}
@@ -230,15 +239,47 @@ def test_decode_step_matches_prefill_logits(family):
     want, _ = jax.jit(full_wl.fn)(params, tokens)
     _, cache = jax.jit(short_wl.fn)(params, tokens[:, :n - 1])
 
-    def pad(path, x):   # one more (empty) position at the end of each cache leaf
-        pdim = tf.POSITION_DIM[str(path[-1].key)] + (cfg.scan_layers or cfg.stacked_cache)  # + layers dim
-        return jnp.pad(x, [(0, 1) if i == pdim else (0, 0) for i in range(x.ndim)])
+    def pad(x, want):   # empty positions at the end of each cache leaf up to the decode cache's
+        # (one more; none in a local layer's ring of the window's positions, ring_length)
+        return jnp.pad(x, [(0, w - n) for n, w in zip(x.shape, want.shape)])
 
-    cache = jax.tree_util.tree_map_with_path(pad, cache)
+    cache = jax.tree.map(pad, cache, dec_wl.args[1])
     got, _ = jax.jit(dec_wl.fn)(params, cache, tokens[:, n - 1:], jnp.int32(n - 1))
     np.testing.assert_allclose(np.asarray(got), np.asarray(want), atol=1e-4 * float(jnp.max(jnp.abs(want))))
     if cfg.final_softcap:
         assert float(jnp.max(jnp.abs(want))) <= cfg.final_softcap
+
+
+def test_gemma2_ring_cache_decodes_step_by_step_through_the_wrap():
+    """Gemma 2's local layers keep a ring of ``sliding_window`` positions: decode from a
+    3-token prefill, one step at a time through positions 3..11 (the ring of 4 wraps twice),
+    and each step's logits equal prefill(t[0:p+1])'s last logits (the full-length form);
+    the cache shapes are the ring's (4 positions) in local layers and seq_len in global ones."""
+    import dataclasses
+    dims = {**zoo.families.FAMILIES["gemma2-9b"], **dict(vocab=97, d_model=64, heads=4, kv_heads=2,
+            d_ff=96, layers=3, batch=2, seq_len=12, dtype="float32", scan_layers=False,
+            head_dim=32, sliding_window=4)}
+    cfg = tf.TransformerConfig(**dims)
+    dec = tf.decode_workload(cfg, "d")
+    lengths = [[leaf.shape[2] for leaf in layer.values()] for layer in dec.args[1]["layers"]]
+    assert lengths == [[4, 4], [12, 12], [4, 4]]     # layers 0 and 2 local (Gemma 2: even)
+    rng = np.random.default_rng(1)
+    params = jax.tree.map(lambda x: np.asarray(rng.normal(0, 0.6, x.shape), x.dtype), dec.args[0])
+    tokens = jax.random.randint(jax.random.key(2), (cfg.batch, cfg.seq_len), 0, cfg.vocab)
+
+    def prefill(n):
+        wl = tf.prefill_workload(dataclasses.replace(cfg, seq_len=n), "p")
+        return jax.jit(wl.fn)(params, tokens[:, :n])
+
+    _, cache = prefill(3)
+    cache = jax.tree.map(lambda x, want: jnp.pad(x, [(0, w - n) for n, w in zip(x.shape, want.shape)]),
+                         cache, dec.args[1])
+    step = jax.jit(dec.fn)
+    for p in range(3, cfg.seq_len):
+        got, cache = step(params, cache, tokens[:, p:p + 1], jnp.int32(p))
+        want, _ = prefill(p + 1)
+        np.testing.assert_allclose(np.asarray(got), np.asarray(want),
+                                   atol=1e-4 * float(jnp.max(jnp.abs(want))), err_msg=f"position {p}")
 
 
 # ---- training ------------------------------------------------------------------------------------
@@ -468,6 +509,8 @@ def test_tp_decode_splits_the_latent_cache_over_batch(moe_collectives):
     ("deepseek-v3-decode", {"dense_layers": "-1"}, r"--set dense_layers='-1': expected an integer"),
     # keys that would change nothing in latent attention
     ("deepseek-v3-decode", {"sliding_window": "8"}, r"sliding_window=8: latent attention"),
+    ("llama3-8b-decode", {"window_cache": "false"}, r"window_cache=false: .*sliding window"),
+    ("gemma2-9b-decode", {"window_cache": "maybe"}, r"--set window_cache='maybe'"),
 ])
 def test_bad_set_is_one_line_naming_the_key(preset, sets, match):
     with pytest.raises(ValueError, match=match) as info:
