@@ -30,6 +30,7 @@ temp bytes) with the spec's HBM capacity (``plans.compare.summarize``).
 from __future__ import annotations
 
 import argparse
+import fnmatch
 import json
 import os
 import platform
@@ -306,7 +307,11 @@ def _role_text(by_role: dict, role: str) -> str:
     return f"{c / 2**30:.2f} / {g / 2**30:.2f} ({(g / c - 1) * 100 if c else 0:+.1f}%)"
 
 
-def serving_section(rows: list[tuple[str, dict]], book: list[tuple[str, dict, float]]) -> list[str]:
+def serving_section(rows: list[tuple[str, dict]], book: list[tuple[str, dict, float]],
+                    commentary: str = "") -> list[str]:
+    """The serving section's lines: the two tables (a row dict with ``line`` is an earlier
+    run's line, kept as it was), then ``commentary`` (hand-written notes on the rows, kept
+    from the file across runs)."""
     loads = [x for _, r in rows for x in r.get("load", ())]
     lines = [
         _MARK.format("serving"),
@@ -329,11 +334,19 @@ def serving_section(rows: list[tuple[str, dict]], book: list[tuple[str, dict, fl
         "spec's clock (TPU only); *fits* = XLA:TPU compiled it (it refuses what does not fit) / "
         "XLA:GPU's `memory_analysis()` within the spec's HBM.",
         "",
-        "| preset | command | weights | kv_cache | activations | excess | estimate ms | bandwidth bound ms | XLA est. ms | fits | top causes |",
-        "|---|---|---:|---:|---:|---:|---:|---:|---:|---|---|",
+        "*run* = the day the row was compiled (`--rerun` compiles some rows again and keeps the "
+        "others' lines as they were).",
+        "",
+        "| preset | command | weights | kv_cache | activations | excess | estimate ms | bandwidth bound ms | XLA est. ms | fits | top causes | run |",
+        "|---|---|---:|---:|---:|---:|---:|---:|---:|---|---|---|",
     ]
 
     def row(label, r):
+        if "line" in r:   # kept from the file as it was (``--rerun``)
+            return r["line"]
+        return _row(label, r) + f" {r.get('date', '-')} |"
+
+    def _row(label, r):
         if "error" in r:
             return (f"| {label} | `{r.get('cmd', '')}` | error: {r['error']} | | | | | | | "
                     f"{'NO' if r.get('fits') is False else '?'} | |")
@@ -358,12 +371,15 @@ def serving_section(rows: list[tuple[str, dict]], book: list[tuple[str, dict, fl
                   "inference\": int8 weights and KV, batch 32, 8192 context; the book's time = "
                   "(70e9 + 32 x 8192 x 160e3) B / (chips x 8.1e11 B/s)); *ratio* = estimate / book:",
                   "", "| preset | command | weights | kv_cache | activations | excess | estimate ms "
-                  "| bandwidth bound ms | XLA est. ms | fits | top causes | book ms | ratio |",
-                  "|---|---|---:|---:|---:|---:|---:|---:|---:|---|---|---:|---:|"]
+                  "| bandwidth bound ms | XLA est. ms | fits | top causes | book ms | ratio | run |",
+                  "|---|---|---:|---:|---:|---:|---:|---:|---:|---|---|---:|---:|---|"]
         for label, r, book_s in book:
+            if "line" in r:
+                lines.append(r["line"])
+                continue
             ratio = f"{r['est_time_s'] / book_s:.2f}" if "est_time_s" in r else "-"
-            lines.append(row(label, r) + f" {book_s * 1e3:.1f} | {ratio} |")
-    return lines + [""]
+            lines.append(_row(label, r) + f" {book_s * 1e3:.1f} | {ratio} | {r.get('date', '-')} |")
+    return lines + [""] + ([commentary.rstrip(), ""] if commentary else [])
 
 
 def _resumed(path: str | None) -> dict[tuple[str, ...], dict]:
@@ -382,35 +398,85 @@ def _resumed(path: str | None) -> dict[tuple[str, ...], dict]:
 
 
 def serving(argv_text: str, families: list[str], timeout_s: float, book_only: bool = False,
-            resume: str | None = None) -> None:
+            resume: str | None = None, rerun: list[str] | None = None) -> None:
+    """Compile and analyze the serving rows (and the scaling book's), rewriting the section
+    after each; with ``rerun`` (``FAMILY@TARGET`` fnmatch patterns, ``book``) only the rows
+    that match compile, the others keep their lines from the file."""
     done = _resumed(resume)
     sections = _old_sections(OUT.read_text(encoding="utf-8")) if OUT.exists() else {}
+    old_rows, old_book, commentary = _old_serving(sections.get("serving", ""))
     rows: list[tuple[str, dict]] = []
     book: list[tuple[str, dict, float]] = []
+    today = time.strftime("%Y-%m-%d")
 
     def flush():
-        sections["serving"] = "\n".join(serving_section(rows, book))
+        sections["serving"] = "\n".join(serving_section(rows, book, commentary))
         write(sections)
 
-    for label, target, sets, book_s in SCALING_BOOK:
+    def chosen(fam: str, family: str) -> bool:   # --rerun FAMILY@TARGET (fnmatch patterns), book
+        return rerun is None or any(fnmatch.fnmatch(f"{fam}@{family}", pat) for pat in rerun)
+
+    for i, (label, target, sets, book_s) in enumerate(SCALING_BOOK):
         family, topo = target.split(":")
         n = 1
         for x in topo.split("x"):
             n *= int(x)
-        r = done.get(("book", target)) or serving_case("llama3-70b-decode", sets, family, n,
-                                                       timeout_s, topo)
+        if rerun is not None and "book" not in rerun and i < len(old_book):
+            book.append((label, {"line": old_book[i]}, book_s))
+            continue
+        r = done.get(("book", target)) or dict(serving_case("llama3-70b-decode", sets, family, n,
+                                                            timeout_s, topo), date=today)
         print("book", target, json.dumps(r), flush=True)
         book.append((label, r, book_s))
         flush()
     if book_only:
+        flush()
         return
     for fam in families:
         for family in SERVING_TARGETS:
-            r = done.get(("serving", family, fam)) or serving_case(f"{fam}-decode", {}, family,
-                                                                   None, timeout_s)
+            kept = old_rows.get((f"{fam}-decode", family))
+            if not chosen(fam, family) and kept is not None:
+                rows.append((f"{fam}-decode", {"line": kept}))
+                continue
+            r = done.get(("serving", family, fam)) or dict(serving_case(f"{fam}-decode", {}, family,
+                                                                        None, timeout_s), date=today)
             print("serving", family, fam, json.dumps(r), flush=True)
             rows.append((f"{fam}-decode", r))
             flush()
+    flush()   # (rows kept from the file are not flushed one by one)
+
+
+def _old_serving(section: str) -> tuple[dict[tuple[str, str], str], list[str], str]:
+    """From an existing serving section: ({(preset, target family): its table line}, the
+    scaling book table's lines, the hand-written notes after the tables, from "Reading the
+    rows"). Lines from before the *run* column get one: "before 2026-12-07". A row whose
+    command names no target (a preset no listed topology holds) is keyed by the first target
+    family without a line of that preset, in SERVING_TARGETS order (the order rows are written)."""
+    rows: dict[tuple[str, str], str] = {}
+    book: list[str] = []
+    note = ""
+    if "Reading the rows" in section:
+        section, note = section.split("Reading the rows", 1)
+        note = "Reading the rows" + note
+    in_book = False
+    for line in section.splitlines():
+        if line.startswith("The scaling book"):
+            in_book = True
+        if not line.startswith("| ") or line.startswith("| preset"):
+            continue
+        cells = line.split(" | ")
+        if len(cells) in (11, 13):   # (before the run column)
+            line = line + " before 2026-12-07 |"
+        if in_book:
+            book.append(line)
+            continue
+        preset = cells[0][2:]
+        m = re.search(r"--target ([^\s`]+)", line)
+        family = m.group(1).split(":")[0] if m else next(
+            (f for f in SERVING_TARGETS if (preset, f) not in rows), None)
+        if family is not None:
+            rows[(preset, family)] = line
+    return rows, book, note
 
 
 def _old_sections(text: str) -> dict[str, str]:
@@ -452,10 +518,14 @@ def main(argv: list[str]) -> None:
                     help="the serving section: excess of the default decode presets (module docstring)")
     ap.add_argument("--book-only", action="store_true", help="with --serving: the scaling book rows only")
     ap.add_argument("--resume", metavar="LOG", help="with --serving: reuse the rows of an earlier run's log")
+    ap.add_argument("--rerun", action="append", metavar="FAMILY@TARGET",
+                    help="with --serving: compile only the rows that match (fnmatch: gemma2-9b@*, "
+                         "*@h100-sxm; 'book': the scaling book's rows) and keep the others' lines "
+                         "from the file; repeatable")
     a = ap.parse_args(argv)
     if a.serving:
         fams = [f for f in a.families.split(",") if f]
-        serving(" ".join(argv), fams, a.timeout_s, a.book_only, a.resume)
+        serving(" ".join(argv), fams, a.timeout_s, a.book_only, a.resume, a.rerun)
         print(f"wrote {OUT}")
         return
     if a.one:
