@@ -60,11 +60,20 @@ def tiny_hlo(tmp_path):
     ("h100-sxm", "ici_bytes_per_s_per_link", "only TPU specs"),
     ("tpu-v5p", "tensor_cores_per_chip", "no cost model reads it"),  # (no pass reads them:
     ("tpu-v5e", "torus_dims", "--target topology"),                      #  grep jaxmove/passes)
+    # GPU-only figures on a TPU or CPU spec (gpu_gemm.py needs kind gpu; the command-buffer gap
+    # is XLA:GPU's), and L2 on a TPU, whose on-chip capacity is VMEM
+    ("tpu-v5e", "num_sms", "only GPU specs"),
+    ("tpu-v5p", "sm_clock_hz", "only GPU specs"),
+    ("cpu-generic", "smem_per_sm_bytes", "only GPU specs"),
+    ("tpu-v6e", "command_buffer_launch_overhead_s", "only GPU specs"),
+    ("tpu-v5e", "l2_bytes", "vmem_bytes"),
 ])
 def test_override_of_a_key_the_target_never_reads_is_an_error(spec_name, key, words):
     spec = load_spec(spec_name)
     with pytest.raises(HardwareSpecError) as e:
-        value = {"link_latency_s": "1e-3", "tensor_cores_per_chip": "2", "torus_dims": "3"}.get(key, "1e11")
+        value = {"link_latency_s": "1e-3", "tensor_cores_per_chip": "2", "torus_dims": "3", "num_sms": "100",
+                 "command_buffer_launch_overhead_s": "1e-6", "smem_per_sm_bytes": "100000",
+                 "sm_clock_hz": "1.5e9", "l2_bytes": "1e6"}.get(key, "1e11")
         override_spec(spec, [f"{key}={value}"])
     msg = str(e.value)
     assert msg.startswith(f"--spec {key}=") and f"{key} is not used for" in msg and spec_name in msg
@@ -72,6 +81,11 @@ def test_override_of_a_key_the_target_never_reads_is_an_error(spec_name, key, wo
 
 
 def test_keys_the_target_reads_stay_accepted():
+    # the GPU-only figures on GPUs; L2 (the LLC) on a CPU spec: passes/reuse.py reads it
+    for key, value in (("num_sms", "100"), ("sm_clock_hz", "1.5e9"), ("smem_per_sm_bytes", "100000"),
+                       ("command_buffer_launch_overhead_s", "1e-6")):
+        assert getattr(override_spec(load_spec("h100-sxm"), [f"{key}={value}"]), key) == float(value)
+    assert override_spec(load_spec("cpu-generic"), ["l2_bytes=1000000"]).l2_bytes == 1_000_000
     # TPU collectives: link_latency_s x ring steps + bytes / ICI bandwidth
     assert override_spec(load_spec("tpu-v5e"), ["link_latency_s=2e-6"]).link_latency_s == 2e-6
     # GPU: NVLink / network bandwidths feed the NCCL model

@@ -91,6 +91,16 @@ def parse_spec_overrides(items: list[str]) -> dict[str, float]:
     return out
 
 
+#: keys only GPU specs' models read, and where
+_GPU_ONLY_KEYS = {
+    "num_sms": "hardware/gpu_gemm.py's GEMM model and the GPU target description XLA:GPU compiles for",
+    "sm_clock_hz": "hardware/gpu_gemm.py's GEMM model and the GPU target description XLA:GPU compiles for",
+    "smem_per_sm_bytes": "the GPU target description XLA:GPU compiles for, capture/targets.py",
+    "command_buffer_launch_overhead_s": "passes/timing.py: the gap before each kernel of an XLA:GPU "
+                                        "command buffer",
+}
+
+
 def unused_override_reason(spec: HardwareSpec, key: str) -> str | None:
     """Why the cost model never reads ``key`` for ``spec`` (so overriding it changes nothing),
     or None when it may read it. Only what the code shows for every program of the spec:
@@ -104,6 +114,9 @@ def unused_override_reason(spec: HardwareSpec, key: str) -> str | None:
       ``ici_bytes_per_s_per_link``: ``link_bandwidth_bytes_per_s`` takes the ICI links'
       bandwidth for every group and returns before reading either.
     * ``ici_bytes_per_s_per_link`` on a GPU or CPU spec: only TPU specs read it.
+    * ``num_sms``, ``sm_clock_hz``, ``smem_per_sm_bytes``, ``command_buffer_launch_overhead_s``
+      on a TPU or CPU spec: only GPU code reads them (``_GPU_ONLY_KEYS``).
+    * ``l2_bytes`` on a TPU spec with ``vmem_bytes``: the on-chip capacity is VMEM's.
     * ``tensor_cores_per_chip`` and ``torus_dims`` on any spec: the datasheet's description of
       the chip, which no pass reads (the TPU compute peak is ``flops_per_s``, per chip; which
       ICI axes wrap around comes from the ``--target`` topology, hardware/overrides.py
@@ -124,6 +137,13 @@ def unused_override_reason(spec: HardwareSpec, key: str) -> str | None:
     if key == "ici_bytes_per_s_per_link" and spec.kind != "tpu":
         return (f"{key} is not used for {spec.kind.upper()} spec {spec.name}: only TPU specs' "
                 "collectives run on ICI links; override intra_node_bytes_per_s or inter_node_bytes_per_s")
+    if key in _GPU_ONLY_KEYS and spec.kind != "gpu":
+        return (f"{key} is not used for {spec.kind.upper()} spec {spec.name}: only GPU specs read it "
+                f"({_GPU_ONLY_KEYS[key]})")
+    if key == "l2_bytes" and spec.kind == "tpu" and spec.vmem_bytes is not None:
+        return (f"{key} is not used for TPU spec {spec.name}: a TPU's on-chip capacity is vmem_bytes "
+                "(passes/reuse.py on_chip_capacity reads l2_bytes on a TPU only without it); "
+                "override vmem_bytes")
     if key in ("tensor_cores_per_chip", "torus_dims"):
         return (f"{key} is not used for spec {spec.name}: no cost model reads it (it describes the chip); the "
                 "compute peak is flops_per_s.<dtype> per chip, and which ICI axes wrap around comes "
