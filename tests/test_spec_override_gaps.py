@@ -253,3 +253,20 @@ def test_capacity_source_keeps_brackets_balanced():
     assert text.startswith("hbm_capacity_bytes = 40,000,000,000 B of spec h100-sxm (user override")
     assert text.count("(") == text.count(")")
     assert "the spec's value was" not in text  # (the clause after the ';')
+
+
+def test_plans_text_gives_needs_and_has_of_a_plan_over_the_spec_capacity(capsys):
+    """A plan that compiled but whose peak exceeds the spec's capacity: the text table says
+    NO (needs PEAK, has CAPACITY), the peak being the plan's own peak column, and says whose
+    figures they are (it said only '> capacity')."""
+    code, out, err = _cli(capsys, "plans", "mlp-tiny", "--mesh", "data=2", "--plan", "dp", "--hardware",
+                          "h100-sxm", "--spec", "hbm_capacity_bytes=1000", "--no-progress")
+    assert code == 0, err
+    assert "X is its peak per device" in out
+    code, js, err = _cli(capsys, "plans", "mlp-tiny", "--mesh", "data=2", "--plan", "dp", "--hardware",
+                         "h100-sxm", "--spec", "hbm_capacity_bytes=1000", "--json", "--no-progress")
+    row = json.loads(js)["plans"][0]
+    assert row["fits"] is False and row["has_bytes"] == 1000
+    from jaxmove.units import human_bytes
+    flat = " ".join(out.split())   # (rich wraps the cell)
+    assert f"NO (needs {human_bytes(row['needs_bytes'])}, has {human_bytes(1000)})" in flat, flat

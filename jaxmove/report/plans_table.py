@@ -58,6 +58,10 @@ def render_plans(cmp, console: Console | None = None) -> None:
     if any(r.does_not_fit for r in cmp.results):  # the compiler's own figure differs: say whose
         console.print("fits NO (needs X, has Y): the target compiler refused the plan; X and Y are "
                       "its figures (XLA:TPU's usable device memory, not the spec's)")
+    if any(r.fits is False and not r.does_not_fit and not r.error for r in cmp.results):
+        console.print("fits NO (needs X, has Y) of a plan that compiled: X is its peak per device "
+                      "(memory_analysis: arguments + outputs - aliased + temporaries), Y the spec's "
+                      "hbm_capacity_bytes")
     table = Table(title="Sharding plans, per device, one program run, fastest estimated step first")
     for col, just in (("plan", "left"), ("step time", "right"), ("args", "right"), ("temp", "right"),
                       ("peak", "right"), ("fits", "left"), ("HBM bytes", "right"), ("excess", "right"), ("wire bytes by kind", "left"),
@@ -68,9 +72,10 @@ def render_plans(cmp, console: Console | None = None) -> None:
             table.add_row(_label(r), "", "", "", "", "", "", "", f"[red]failed: {escape(str(r.error))}[/red]",
                           "", "")
             continue
+        needs = r.needs_bytes if r.needs_bytes is not None else r.peak_bytes
+        has = r.has_bytes if r.has_bytes is not None else cmp.hbm_capacity_bytes
         fits = ("?" if r.fits is None else "yes" if r.fits else
-                f"[bold red]NO[/bold red] (needs {_b(r.needs_bytes)}, has {_b(r.has_bytes)})"
-                if r.does_not_fit else
+                f"[bold red]NO[/bold red] (needs {_b(needs)}, has {_b(has)})" if needs is not None else
                 f"[bold red]NO[/bold red] (> {human_bytes(cmp.hbm_capacity_bytes)})")
         kinds = "\n".join(f"{k} {human_bytes(v)}" for k, v in
                           sorted(r.wire_bytes_by_kind.items(), key=lambda kv: -kv[1])) or "none"
