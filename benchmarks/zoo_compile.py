@@ -308,7 +308,7 @@ def _role_text(by_role: dict, role: str) -> str:
 
 
 def serving_section(rows: list[tuple[str, dict]], book: list[tuple[str, dict, float]],
-                    commentary: str = "") -> list[str]:
+                    commentary: str = "", argv_text: str = "--serving") -> list[str]:
     """The serving section's lines: the two tables (a row dict with ``line`` is an earlier
     run's line, kept as it was), then ``commentary`` (hand-written notes on the rows, kept
     from the file across runs)."""
@@ -317,7 +317,7 @@ def serving_section(rows: list[tuple[str, dict]], book: list[tuple[str, dict, fl
         _MARK.format("serving"),
         "## serving: default decode presets, compulsory vs compiled (issue 24)",
         "",
-        f"Measured by `python benchmarks/zoo_compile.py --serving` on {platform.machine()} "
+        f"Measured by `python benchmarks/zoo_compile.py {argv_text}` on {platform.machine()} "
         f"({os.cpu_count()} CPUs, shared with other jobs"
         + (f"; 1-minute load average {min(loads):.1f}-{max(loads):.1f} during the run" if loads else "")
         + "). Each row is `jaxmove analyze PRESET --target T --excess --xla --json` (the command "
@@ -410,7 +410,7 @@ def serving(argv_text: str, families: list[str], timeout_s: float, book_only: bo
     today = time.strftime("%Y-%m-%d")
 
     def flush():
-        sections["serving"] = "\n".join(serving_section(rows, book, commentary))
+        sections["serving"] = "\n".join(serving_section(rows, book, commentary, argv_text))
         write(sections)
 
     def chosen(fam: str, family: str) -> bool:   # --rerun FAMILY@TARGET (fnmatch patterns), book
