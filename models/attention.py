@@ -295,6 +295,18 @@ def _tpu_flash_forward(q, k, v, scale):
     return o.transpose(0, 2, 1, 3)
 
 
+def _triton_shapes_ok(**dims: int) -> None:
+    """Raise ValueError naming each of ``dims`` that is not a power of 2: Pallas Triton lowers
+    only power-of-2 block shapes (jax 0.10.2, ``pallas/triton/lowering.py``: "currently
+    requires ... power of 2"), and it refuses them when the program is lowered, after the
+    platform branch was traced, so ``_guarded`` could not fall back to XLA's form (``auto``)
+    and the capture failed with an internal error. Raised while tracing, ``_guarded`` takes
+    XLA's form for ``auto`` and gives an explicit option a one-line error."""
+    bad = [f"{k}={v}" for k, v in dims.items() if v <= 0 or v & (v - 1)]
+    if bad:
+        raise ValueError("Pallas Triton needs power-of-2 block shapes; not a power of 2: " + ", ".join(bad))
+
+
 def _triton_forward(q, k, v, scale):
     """q [B, T, H, D], k/v [B, Hkv, T, D] -> [B, T, H, D]; Pallas Triton mha, causal."""
     from jax.experimental.pallas.ops.gpu import attention as ga
@@ -303,6 +315,7 @@ def _triton_forward(q, k, v, scale):
     vt = _repeat_heads(v, g).transpose(0, 2, 1, 3)
     t = q.shape[1]
     b = min(64, t)
+    _triton_shapes_ok(block=b, head_dim=q.shape[3])
     bs = ga.BlockSizes(block_q=b, block_k=b, block_q_dkv=b, block_kv_dkv=b, block_q_dq=b, block_kv_dq=b)
     return ga.mha(q, kt, vt, segment_ids=None, sm_scale=scale, causal=True, block_sizes=bs)
 
@@ -392,6 +405,7 @@ def _triton_decode(q, kc, vc, pos, start=None, *, scale, softcap=None):
     n = b * hkv
     lengths = jnp.broadcast_to(pos + 1, (n,)).astype(jnp.int32)
     bk = _block(s)
+    _triton_shapes_ok(key_block=bk, head_dim=d, head_block=max(16, g))
     # split the positions only as far as needed for ~256 programs (two waves of an H100's 132
     # SMs): each split writes f32 partial outputs that XLA reads back to combine them
     splits = max(1, min(16, s // bk, -(-TRITON_DECODE_PROGRAMS // n)))
@@ -484,6 +498,7 @@ def _triton_mla(ql, qr, cc, rc, pos, *, scale):
     # every head of a sequence in one block where it fits (each block of heads reads the
     # cache again): up to 64, FlashMLA's block, with 8 warps for its [64, r] f32 accumulator
     bh = max(16, min(MLA_BLOCK_HEADS, 1 << (h - 1).bit_length()))
+    _triton_shapes_ok(key_block=bk, latent_dim=ql.shape[-1], rope_dim=qr.shape[-1])
     splits = max(1, min(16, s // bk, -(-TRITON_DECODE_PROGRAMS // (b * -(-h // bh)))))
     while (s // bk) % splits:
         splits -= 1

@@ -140,8 +140,10 @@ _WORKER = textwrap.dedent("""
     target, sets, cases = sys.argv[1], json.loads(sys.argv[2]), json.loads(sys.argv[3])
     out = {}
     for preset, opt in cases:
+        att, _, extra = opt.partition("@")   # (OPTION@key=value,...: more --set keys)
+        more = dict(kv.split("=", 1) for kv in extra.split(",") if kv)
         try:
-            prog = resolve_program(preset, overrides={**sets[preset], "attention": opt}, target=target)
+            prog = resolve_program(preset, overrides={**sets[preset], **more, "attention": att}, target=target)
             out[f"{preset}:{opt}"] = sorted(set(re.findall(r'custom_call_target="([^"]+)"', prog.hlo_text)))
         except Exception as e:
             out[f"{preset}:{opt}"] = f"{type(e).__name__}: {e}"
@@ -180,7 +182,11 @@ TPU_CASES = [("llama3-8b-prefill", "flash"), ("llama3-8b-prefill", "splash"), ("
 GPU_CASES = [("llama3-8b-prefill", "flash"), ("llama3-8b-train", "flash"), ("llama3-8b-train", "auto"),
              ("llama3-8b-decode", "auto"),
              ("llama3-8b-decode", "flash"), ("llama3-8b-decode", "xla"), ("llama3-8b-prefill", "splash"),
-             ("llama3-8b-decode", "paged"), ("llama3-8b-decode", "cudnn")]
+             ("llama3-8b-decode", "paged"), ("llama3-8b-decode", "cudnn"),
+             # shapes Pallas Triton cannot lower (not powers of 2): auto takes XLA's form, an
+             # explicit option is a one-line error (they were internal errors at lowering)
+             ("llama3-8b-decode", "auto@seq_len=96"), ("llama3-8b-decode", "auto@head_dim=96"),
+             ("llama3-8b-decode", "flash@seq_len=96"), ("llama3-8b-prefill", "flash@seq_len=48")]
 
 
 @pytest.fixture(scope="module")
@@ -241,6 +247,15 @@ def test_gpu_kernels_compile_to_triton_custom_calls(gpu_programs):
         "is written for XLA:TPU (prefill / training)")
     assert gpu_programs["llama3-8b-decode:paged"].startswith(
         "AttentionError: --set attention=paged cannot compile for XLA:GPU (CUDA)")
+    for key in ("llama3-8b-decode:auto@seq_len=96", "llama3-8b-decode:auto@head_dim=96"):
+        assert isinstance(gpu_programs[key], list), gpu_programs[key]
+        assert "__gpu$xla.gpu.triton" not in gpu_programs[key], key
+    assert gpu_programs["llama3-8b-decode:flash@seq_len=96"] == (
+        "AttentionError: --set attention=flash cannot compile for XLA:GPU (CUDA): the kernel refused "
+        "these shapes (Pallas Triton needs power-of-2 block shapes; not a power of 2: key_block=96)")
+    assert gpu_programs["llama3-8b-prefill:flash@seq_len=48"].startswith(
+        "AttentionError: --set attention=flash cannot compile for XLA:GPU (CUDA)") and \
+        "block=48" in gpu_programs["llama3-8b-prefill:flash@seq_len=48"]
     cudnn = gpu_programs["llama3-8b-decode:cudnn"]
     if isinstance(cudnn, list):          # a machine with cuDNN: the fused attention custom call
         assert any(c.startswith("__cudnn$fmha") for c in cudnn), cudnn
