@@ -243,6 +243,13 @@ def _check_applicable(name: str, preset: Preset, cfg, overrides: dict) -> None:
     if changes("window_cache") and getattr(cfg, "sliding_window", None) is None:
         raise ValueError(f"--set window_cache={overrides['window_cache']}: window_cache applies to "
                          f"models with a sliding window (Gemma 2's local layers); {name!r} has none")
+    if "window_cache" in overrides and getattr(cfg, "window_cache", False) \
+            and (cfg.scan_layers or cfg.stacked_cache):
+        form = "scan_layers=true" if cfg.scan_layers else "stacked_cache=true"
+        raise ValueError(f"--set window_cache={overrides['window_cache']}: with {form} every layer's "
+                         "cache is one stacked array of seq_len positions, so no local layer keeps a "
+                         "ring of its window; drop window_cache or use unrolled layers with one cache "
+                         "array each (the decode presets' default)")
     if getattr(cfg, "experts", None) == 0:
         given = [k for k in MOE_ONLY_KEYS if k in overrides and (k == "expert_d_ff" or changes(k))]
         if given:

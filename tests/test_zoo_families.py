@@ -511,6 +511,9 @@ def test_tp_decode_splits_the_latent_cache_over_batch(moe_collectives):
     ("deepseek-v3-decode", {"sliding_window": "8"}, r"sliding_window=8: latent attention"),
     ("llama3-8b-decode", {"window_cache": "false"}, r"window_cache=false: .*sliding window"),
     ("gemma2-9b-decode", {"window_cache": "maybe"}, r"--set window_cache='maybe'"),
+    # a ring asked for where every layer's cache is one stacked array (it was ignored silently)
+    ("gemma2-9b-decode", {"window_cache": "true", "scan_layers": "true"}, r"window_cache=true: with scan_layers"),
+    ("gemma2-9b-decode", {"window_cache": "true", "stacked_cache": "true"}, r"window_cache=true: with stacked"),
 ])
 def test_bad_set_is_one_line_naming_the_key(preset, sets, match):
     with pytest.raises(ValueError, match=match) as info:
