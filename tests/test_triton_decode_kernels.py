@@ -75,6 +75,11 @@ def test_gemma2_decode_on_gpu_calls_the_softcap_kernel(gemma_reports):
     assert len(calls) == 2                                       # one call per layer
     assert "softcap_decode" not in xla_program.hlo_text
     assert auto.complete and not auto.unmodeled
+    # a Triton call's launch is a launch gap (its command buffer's, or the spec's launch), not
+    # part of the kernel's duration
+    for r in auto.times.rows.values():
+        if r.opcode == "custom-call":
+            assert r.launch_gap_s == r.overhead_s > 0 and r.duration_s < r.est_time_s, r
     # the kernel reads the cache once, as compulsory: per layer K and V of [B, Hkv, S, D] bf16
     from jaxmove import zoo
     cfg = zoo.build("gemma2-9b-decode", GEMMA_SETS).config

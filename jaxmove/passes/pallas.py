@@ -626,10 +626,12 @@ def pallas_instruction_time(row, module: Module, spec):
     hbm = pe.hbm_bytes
     ai = (pe.flops / hbm) if hbm else None
     key = None
+    # (the launch is the launch gap; the per-step overhead runs inside the kernel)
     return InstructionTime(
         row.computation, instr.name, instr.opcode, mult, per_exec * mult, comp_t * mult, mem * mult,
         0.0, overhead * mult, bound, ai, hbm * mult, pe.flops * mult, per_exec, key,
-        tuple(dict.fromkeys(unmodeled)), tuple(dict.fromkeys(notes)))
+        tuple(dict.fromkeys(unmodeled)), tuple(dict.fromkeys(notes)),
+        launch_gap_s=spec.kernel_launch_overhead_s * mult)
 
 
 # ---- Pallas Triton (GPU) ---------------------------------------------------------------------
@@ -700,10 +702,13 @@ def _triton_cost(instr: Instruction, n_ops: int, n_outs: int):
     return hit
 
 
-def triton_instruction_time(row, module: Module, spec):
+def triton_instruction_time(row, module: Module, spec, launch_s: float | None = None,
+                            in_command_buffer: bool = False):
     """The timing pass's row for a Pallas Triton call: launch overhead + max(its tt.dot flops at
     the matrix peak of its first operand's dtype, its modeled HBM bytes / hbm_bytes_per_s)
-    (the roofline of passes/timing.py, with the kernel's dots on the tensor cores)."""
+    (the roofline of passes/timing.py, with the kernel's dots on the tensor cores). The launch
+    is ``launch_s`` when given (in a GPU command buffer), else the spec's
+    ``kernel_launch_overhead_s``: the row's ``launch_gap_s``, not its kernel duration."""
     from .timing import InstructionTime, matrix_peak
 
     instr = row.instr
@@ -724,7 +729,7 @@ def triton_instruction_time(row, module: Module, spec):
             comp_t = pe.flops / peak
             notes.append(f"its tt.dot flops timed at the {key} matrix peak ({peak:.4g} FLOP/s)")
     mem = pe.hbm_bytes / spec.hbm_bytes_per_s
-    overhead = spec.kernel_launch_overhead_s
+    overhead = spec.kernel_launch_overhead_s if launch_s is None else launch_s
     work = max(comp_t, mem)
     per_exec = overhead + work
     bound = "overhead" if overhead > work else ("compute" if comp_t >= mem else "memory")
@@ -732,7 +737,8 @@ def triton_instruction_time(row, module: Module, spec):
     return InstructionTime(
         row.computation, instr.name, instr.opcode, mult, per_exec * mult, comp_t * mult, mem * mult,
         0.0, overhead * mult, bound, ai, pe.hbm_bytes * mult, pe.flops * mult, per_exec, key,
-        tuple(dict.fromkeys(unmodeled)), tuple(dict.fromkeys(notes)))
+        tuple(dict.fromkeys(unmodeled)), tuple(dict.fromkeys(notes)),
+        launch_gap_s=overhead * mult, in_command_buffer=in_command_buffer)
 
 
 # ---- one entry for the traffic pass ------------------------------------------------------------

@@ -402,7 +402,7 @@ def instruction_time(row, module: Module, spec, reuse: ReuseAnalysis,
         return pallas_instruction_time(row, module, spec)
     if instr.opcode == "custom-call" and instr.custom_call_target == "__gpu$xla.gpu.triton":
         from .pallas import triton_instruction_time  # Pallas Triton: its dots on the tensor cores
-        return triton_instruction_time(row, module, spec)
+        return triton_instruction_time(row, module, spec, launch_s, in_command_buffer)
     comp = module.computations[row.computation]
     pe = row.per_execution
     mult = row.multiplicity.count
@@ -869,6 +869,13 @@ def estimate_times(analysis, spec, reuse: ReuseAnalysis | None = None,
         launches = (f"{kernels - cb_kernels} kernels x {spec.kernel_launch_overhead_s:g} s"
                     + (f", {cb_kernels} in {cb_runs} command buffers x "
                        f"{spec.command_buffer_launch_overhead_s:g} s + one launch each" if cb_kernels else ""))
+        # the rest of the overhead: Pallas TPU kernels' per-grid-step cost (passes/pallas.py),
+        # inside their durations
+        steps_s = over_s - gaps_s - gemm_fixed
+        if steps_s > 1e-12 * max(over_s, 1e-30):
+            launches += (f" + {steps_s:.3g} s of per-grid-step overhead in "
+                         f"{sum(r.multiplicity for r in vals if r.opcode == 'custom-call' and r.overhead_s > r.launch_gap_s)}"
+                         " Pallas kernel runs (passes/pallas.py)")
         notes.append(f"kernel launch overhead {over_s:.3g} s ({launches}{fixed}) "
                      f"exceeds the compute, memory and network time of the work{overlap}")
     if cb_kernels:
