@@ -270,3 +270,18 @@ def test_plans_text_gives_needs_and_has_of_a_plan_over_the_spec_capacity(capsys)
     from jaxmove.units import human_bytes
     flat = " ".join(out.split())   # (rich wraps the cell)
     assert f"NO (needs {human_bytes(row['needs_bytes'])}, has {human_bytes(1000)})" in flat, flat
+
+
+def test_overrides_show_in_the_headline_and_the_json(tiny_hlo, capsys):
+    """--spec overrides are named where the time is given: the headline and JSON
+    ``hardware_overrides`` (they were only in a note; ``hardware`` stays the spec's name)."""
+    code, out, err = _cli(capsys, "analyze", str(tiny_hlo), "--hardware", "h100-sxm", "--spec",
+                          "hbm_bytes_per_s=1.675e12")
+    assert code == 0, err
+    assert "Estimated time on h100-sxm [--spec hbm_bytes_per_s=1.675e+12]:" in " ".join(out.split())
+    code, js, err = _cli(capsys, "analyze", str(tiny_hlo), "--hardware", "h100-sxm", "--spec",
+                         "hbm_bytes_per_s=1.675e12", "--json")
+    d = json.loads(js)
+    assert d["hardware"] == "h100-sxm" and d["hardware_overrides"] == ["hbm_bytes_per_s=1.675e+12"]
+    code, js, err = _cli(capsys, "analyze", str(tiny_hlo), "--hardware", "h100-sxm", "--json")
+    assert json.loads(js)["hardware_overrides"] == []

@@ -300,6 +300,9 @@ def _timing_json(report: Report) -> dict:
     tm = report.times
     out: dict = {"hardware": tm.spec_name if tm is not None else None}
     if tm is not None:
+        from ..hardware.overrides import user_overrides
+        # the --spec KEY=VALUE texts that replaced the spec's numbers ([] for the spec as named)
+        out["hardware_overrides"] = user_overrides(tm.spec) if tm.spec is not None else []
         out["time"] = {"est_time_s": tm.est_time_s, "serial_time_s": tm.serial_time_s,
                        "compute_time_s": tm.compute_time_s, "memory_time_s": tm.memory_time_s,
                        "network_time_s": tm.network_time_s, "overhead_s": tm.overhead_s,

@@ -204,7 +204,10 @@ def render_time_summary(report: Report, console: Console) -> None:
         return
     t = times
     lower = "at least " if not report.complete else ""
-    console.print(f"[bold]Estimated time on {t.spec_name}: {lower}{human_seconds(t.est_time_s)}[/bold] per program run, "
+    from ..hardware.overrides import user_overrides
+    shown = user_overrides(t.spec) if t.spec is not None else []
+    over = f" [--spec {', '.join(shown)}]" if shown else ""   # (the numbers are not the built-in's)
+    console.print(f"[bold]Estimated time on {escape(t.spec_name + over)}: {lower}{human_seconds(t.est_time_s)}[/bold] per program run, "
                   f"{t.bound}-bound (the largest of the sums: compute {human_seconds(t.compute_time_s)}, memory "
                   f"{human_seconds(t.memory_time_s)}, network {human_seconds(t.network_time_s)}, launch overhead "
                   f"{human_seconds(t.overhead_s)} for {t.kernels} kernels; no-overlap sum "
