@@ -164,6 +164,8 @@ def analyze(obj, /, *args, overrides: dict[str, str] | None = None, hardware=Non
         spec = _with_target_topology(spec, program.target)  # which ICI axes have wraparound links
     filename = program.source[4:] if program.source.startswith("hlo:") else f"<{program.name}>"
     module = parse_module(program.hlo_text, filename)
+    if program.backend == "gpu" and getattr(program, "target", None) not in (None, "cpu"):
+        module.compiled_without_device = True   # (capture/targets.py: compile-only GPU devices)
     entry_roles = {p.number: p.role for p in program.parameters} if program.parameters else None
     if role_globs:
         import dataclasses

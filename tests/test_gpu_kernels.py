@@ -556,3 +556,32 @@ def test_triton_fusion_b_layout_is_read_through_its_transpose(tmp_path):
     row = next(r for r in _times(k_major_stored, tmp_path, "tf32k").rows.values() if r.name == "g")
     assert row.est_time_s == pytest.approx(H100.kernel_launch_overhead_s + km.kernel_times_s[0])
     assert not any("in memory" in n or "MN-major" in n for n in row.notes)
+
+
+def test_deviceless_triton_tiles_are_not_taken_as_autotuned():
+    """XLA:GPU compiled without the device prints heuristic tiles it never measured: a batched
+    f32 [4, 4096, 4096] GEMM gets 64x32x64 with 2 warps and num_stages=3 (not the num_stages=1
+    default), which timed as given made it 4.56 ms. The model's own autotuner picks the tiles
+    instead (a note says so); measured on an H100 (XLA's table, ../shared/data) 1.591 ms."""
+    if importlib.util.find_spec("jax_plugins.xla_cuda12") is None:
+        pytest.skip('the CUDA plugin is not installed (pip install "jaxmove[gpu]")')
+    import jax
+    import jax.numpy as jnp
+
+    import jaxmove
+    from jaxmove.workload import Workload
+    a = jax.ShapeDtypeStruct((4, 4096, 4096), jnp.float32)
+    wl = Workload(name="bmm", fn=lambda x, y: jnp.einsum("bmk,bkn->bmn", x, y), args=(a, a),
+                  roles=("activations", "weights"))
+    rep = jaxmove.analyze(wl, target="h100-sxm")
+    gemm = [r for r in rep.times.rows.values() if r.flops]
+    assert len(gemm) == 1 and gemm[0].flops == 2 * 4 * 4096 ** 3
+    notes = " ".join(gemm[0].notes)
+    assert "come from a compile without the device" in notes or "un-autotuned default" in notes, notes
+    if (DATA / "xla_gemm_h100.csv").is_file():
+        import csv
+        with open(DATA / "xla_gemm_h100.csv") as f:
+            measured = next(float(r["time_s"]) for r in csv.DictReader(f)
+                            if (r["device_key"], r["b"], r["m"], r["n"], r["k"], r["dtype_key"])
+                            == ("sm_90", "4", "4096", "4096", "4096", "f32xf32->f32"))
+        assert abs(gemm[0].est_time_s / measured - 1) < 0.25, (gemm[0].est_time_s, measured)

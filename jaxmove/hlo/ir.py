@@ -333,6 +333,9 @@ class Module:
         # computation -> the earlier computation whose body text it repeats up to its
         # instructions' names, as the parser read it (hlo/clones.py): structurally identical
         self.clones: dict[str, str] = {}
+        # jaxmove compiled it for a GPU target without the device (api.analyze sets it): XLA's
+        # autotuner did not run, so no GEMM tile in it was measured (passes/gpu_kernel_time.py)
+        self.compiled_without_device: bool = False
 
     def __repr__(self) -> str:
         n = sum(len(c) for c in self.computations.values())
