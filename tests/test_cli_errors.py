@@ -458,3 +458,22 @@ def test_a_hardware_spec_of_another_accelerator_than_the_target_is_refused():
         jaxmove.analyze("gpt-tiny-decode", target="tpu-v5e", hardware="h100-sxm")
     with pytest.raises(PlanError, match=r"^--hardware tpu-v5p is a TPU spec, but --target h100-sxm"):
         compare_plans("gpt-tiny-decode", {"model": 2}, ["tp"], target="h100-sxm:1x1x2", hardware="tpu-v5p")
+
+
+@pytest.mark.parametrize("argv, want", [
+    (["analyze", "{hlo}", "--bogus"],
+     "jaxmove: error: jaxmove analyze: unrecognized arguments: --bogus (see jaxmove analyze --help)"),
+    (["hardware", "--json"],
+     "jaxmove: error: jaxmove hardware: unrecognized arguments: --json (see jaxmove hardware --help)"),
+    (["bogus"], "jaxmove: error: argument command: invalid choice: 'bogus'"),
+])
+def test_unknown_options_name_their_command_once(argv, want, tmp_path, capsys):
+    """An option a command does not take names that command and its --help (it said
+    'jaxmove: error: jaxmove: unrecognized arguments ... (see jaxmove --help)')."""
+    from jaxmove.cli import main
+    hlo = tmp_path / "ok.hlo"
+    hlo.write_text("HloModule m\nENTRY e {\n  ROOT p = f32[4] parameter(0)\n}\n")
+    with pytest.raises(SystemExit) as e:
+        main([a.format(hlo=hlo) for a in argv])
+    err = capsys.readouterr().err.strip()
+    assert e.value.code == 2 and err.startswith(want) and len(err.splitlines()) == 1, err

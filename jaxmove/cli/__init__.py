@@ -170,7 +170,10 @@ def main(argv: list[str] | None = None) -> int:
 
 def _main(argv: list[str] | None) -> int:
     parser = build_parser()
-    args = parser.parse_args(argv)
+    args, extra = parser.parse_known_args(argv)
+    if extra:   # name the command whose options these are not (argparse names only "jaxmove")
+        sub = next(a for a in parser._actions if isinstance(a, argparse._SubParsersAction))
+        sub.choices[args.command].error(f"unrecognized arguments: {' '.join(extra)}")
     for attr in ("html", "trace", "output", "save_fit"):  # an empty path would be skipped silently
         value = getattr(args, attr, None)
         if isinstance(value, str) and not value.strip():

@@ -12,7 +12,8 @@ class _Parser(argparse.ArgumentParser):
     """argparse with jaxmove's error format: one line ``jaxmove: error: ...``, exit 2."""
 
     def error(self, message: str):  # noqa: D102 - argparse API
-        self.exit(2, f"jaxmove: error: {self.prog}: {message} (see {self.prog} --help)\n")
+        where = "" if self.prog == "jaxmove" else f"{self.prog}: "   # (not "jaxmove: error: jaxmove:")
+        self.exit(2, f"jaxmove: error: {where}{message} (see {self.prog} --help)\n")
 
 
 def positive_int(text: str) -> int:
