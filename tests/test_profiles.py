@@ -678,3 +678,13 @@ def test_profile_dir_with_several_hosts_says_so(cpu_capture, tmp_path):
     shutil.copy(cpu_capture["xplane"], run / "host1.xplane.pb")
     cap = read_capture(tmp_path)
     assert any("2 .xplane.pb files (hosts)" in n for n in cap.notes)
+
+
+@needs_shared
+def test_a100_floor_holdout_errors_are_compares_own():
+    """The held-out errors the README quotes for a100-40gb's floor (median 19%, p90 58%) are
+    those `compare` gives with the floor in the spec (kernel_floor_holdout_errors), not the
+    fit's per-measured-execution formula (p90 55%: a user trial could not reproduce it)."""
+    from jaxmove.measure.profile_compare import kernel_floor_holdout_errors
+    med, p90 = kernel_floor_holdout_errors(compare_profile(NSYS, program="40"))
+    assert round(med * 100) == 19 and round(p90 * 100) == 58
