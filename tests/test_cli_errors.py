@@ -463,8 +463,8 @@ def test_a_hardware_spec_of_another_accelerator_than_the_target_is_refused():
 @pytest.mark.parametrize("argv, want", [
     (["analyze", "{hlo}", "--bogus"],
      "jaxmove: error: jaxmove analyze: unrecognized arguments: --bogus (see jaxmove analyze --help)"),
-    (["hardware", "--json"],
-     "jaxmove: error: jaxmove hardware: unrecognized arguments: --json (see jaxmove hardware --help)"),
+    (["hardware", "--csv"],
+     "jaxmove: error: jaxmove hardware: unrecognized arguments: --csv (see jaxmove hardware --help)"),
     (["bogus"], "jaxmove: error: argument command: invalid choice: 'bogus'"),
 ])
 def test_unknown_options_name_their_command_once(argv, want, tmp_path, capsys):
@@ -477,3 +477,20 @@ def test_unknown_options_name_their_command_once(argv, want, tmp_path, capsys):
         main([a.format(hlo=hlo) for a in argv])
     err = capsys.readouterr().err.strip()
     assert e.value.code == 2 and err.startswith(want) and len(err.splitlines()) == 1, err
+
+
+def test_hardware_json_lists_every_spec_with_values_and_sources(capsys):
+    """``jaxmove hardware --json`` (a trial found none): every built-in spec, its numbers in SI
+    units by dotted key, each with its source; one spec with NAME."""
+    import json
+
+    from jaxmove.cli import main
+    assert main(["hardware", "--json"]) == 0
+    d = json.loads(capsys.readouterr().out)
+    names = {s["name"] for s in d["specs"]}
+    assert {"h100-sxm", "b200", "tpu-v5e", "tpu-v5p", "cpu-generic"} <= names
+    assert main(["hardware", "h100-sxm", "--json"]) == 0
+    h = json.loads(capsys.readouterr().out)
+    assert h["kind"] == "gpu" and h["values"]["hbm_bytes_per_s"] == 3.35e12   # the datasheet's 3.35 TB/s
+    assert h["values"]["hbm_capacity_bytes"] == 80e9 and "datasheet" in h["sources"]["hbm_bytes_per_s"]
+    assert h["target"].startswith("h100-sxm")

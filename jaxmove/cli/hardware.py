@@ -47,6 +47,20 @@ def _link(spec) -> str:
     return "-"
 
 
+def _spec_json(spec) -> dict:
+    """One spec for ``jaxmove hardware --json``: name, kind, vendor, label, path, every number
+    (``numeric_fields``: dotted keys, SI units as the key names say: ``_bytes``, ``_s``,
+    ``_per_s``, ``flops_per_s.<dtype>`` in FLOP/s), its source per key, the published values it
+    does not use, notes, and the ``--target`` syntax ('' when it is no compile target)."""
+    from ..capture.targets import target_syntax
+    return {"name": spec.name, "kind": spec.kind, "vendor": spec.vendor, "label": spec.label,
+            "path": spec.path or None, "values": dict(spec.numeric_fields()),
+            "sources": {k: spec.sources.get(k, "") for k in spec.numeric_fields()},
+            "alternatives": [{"key": a.key, "value": a.value, "source": a.source, "note": a.note}
+                             for a in spec.alternatives],
+            "notes": spec.notes or "", "target": target_syntax(spec) or ""}
+
+
 def cmd_hardware(args: argparse.Namespace) -> int:
     from rich.markup import escape
     from rich.table import Table
@@ -54,6 +68,12 @@ def cmd_hardware(args: argparse.Namespace) -> int:
     from ..hardware import list_specs, load_spec
     from ..report.table import make_console
 
+    if getattr(args, "json", False):
+        import json
+        specs = [load_spec(args.name)] if args.name else list_specs(include_local=True)
+        out = [_spec_json(sp) for sp in specs]
+        print(json.dumps(out[0] if args.name else {"specs": out}, indent=1))
+        return 0
     console = make_console()
     if args.name:
         spec = load_spec(args.name)
@@ -180,6 +200,9 @@ def add_hardware_commands(sub) -> None:
                                    "'local' or a .toml path): every number with its source, and the "
                                    "published values it does not use.")
     h.add_argument("name", nargs="?", help="a spec to show in full")
+    h.add_argument("--json", action="store_true",
+                   help="JSON on stdout: {\"specs\": [...]} without NAME, the one spec with it (name, kind, "
+                        "values by dotted key in SI units, sources, alternatives, notes, target)")
     h.set_defaults(func=cmd_hardware)
 
     c = sub.add_parser("calibrate", help="measure this machine's device and write the 'local' spec",
