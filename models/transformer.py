@@ -1137,13 +1137,13 @@ class Transformer(nnx.Module):
         x = self._embed(tokens)
         x, caches = self._run(x, jnp.arange(tokens.shape[1], dtype=jnp.int32), True, False)
         cache = {}
-        for name, entries in caches.items():
+        for name, first, _, _ in segments(self.cfg):   # (_run's stacks, in its order)
+            entries = caches[name]
             if self.cfg.scan_layers:
                 cache[name] = entries
             elif self.cfg.stacked_cache:
                 cache[name] = {k: jnp.stack([e[k] for e in entries]) for k in entries[0]}
-            else:
-                first = next(f for n, f, _, _ in segments(self.cfg) if n == name)
+            else:   # (a local layer's ring: TransformerConfig.ring_length)
                 cache[name] = [_ring_entries(e, self.cfg.ring_length(first + i)) for i, e in enumerate(entries)]
         return self._logits(x[:, -1:]), cache
 

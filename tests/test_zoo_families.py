@@ -282,6 +282,23 @@ def test_gemma2_ring_cache_decodes_step_by_step_through_the_wrap():
                                    atol=1e-4 * float(jnp.max(jnp.abs(want))), err_msg=f"position {p}")
 
 
+@pytest.mark.parametrize("target", ["cpu", "tpu-v5e"])
+def test_gemma2_int8_ring_cache_compulsory_is_the_closed_form(target):
+    """int8 KV in a ring: the local layer's ring of W = 16 positions and the global layer's
+    S = 64, each position int8 values (head_dim 32) + one f32 scale per kv head, read once; one
+    position of each written; on XLA:CPU and on a TPU-compiled program (deviceless)."""
+    import importlib.util
+    if target != "cpu" and importlib.util.find_spec("libtpu") is None:
+        pytest.skip('libtpu is not installed (pip install "jaxmove[tpu]")')
+    sets = dict(layers="2", seq_len="64", sliding_window="16", d_model="128", heads="2", kv_heads="1",
+                head_dim="32", d_ff="256", vocab="512", batch="2", dtype="f32", kv_dtype="int8")
+    rep = analyze("gemma2-9b-decode", overrides=sets, target=target)
+    b, hkv, d = 2, 1, 32
+    reads = 2 * b * hkv * (64 + 16) * (d * 1 + 4)     # K and V, both layers
+    writes = 2 * 2 * b * hkv * (d * 1 + 4)            # K and V of both layers, one position
+    assert rep.excess.by_role["kv_cache"].compulsory_bytes == reads + writes
+
+
 # ---- training ------------------------------------------------------------------------------------
 
 @pytest.fixture(scope="module")

@@ -207,7 +207,7 @@ def _gemm_operands(instr: Instruction, comp: Computation, module: Module):
         got = _dot_sizes(dots[0], fc)
         if got is None:
             return None
-        tile, note = _triton_tile(instr, dots[0], getattr(module, "compiled_without_device", False))
+        tile, note = _triton_tile(instr, dots[0], module.compiled_without_device)
         if note:
             notes.append(note)
         widths = []
