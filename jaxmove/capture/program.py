@@ -521,6 +521,23 @@ def default_weight_layouts(obj, target=None) -> str:
     return "default" if Target.parse(target).platform == "cpu" else "auto"
 
 
+def _roles_before_tracing(args, roles, donate_argnums, static_argnums) -> list[_Leaf] | None:
+    """The (role, donated) of every dynamic argument leaf, in ``_trace_leaves``' order, where
+    they are known without tracing: ``roles`` a role string or one entry per positional
+    argument (a role string or a pytree of them) need no argument names. None where they do
+    (``roles`` None or a callable of the leaf's path): those names come from jax's trace.
+    Only ``role`` and ``donated`` of the leaves returned are meaningful."""
+    if roles is None or callable(roles):
+        return None
+    static = {i % len(args) for i in static_argnums} if args else set()
+    donate = {i % len(args) for i in donate_argnums} if args else set()
+    leaves_by_arg = [[] if i in static else [("", leaf) for leaf in jax.tree_util.tree_leaves(a)]
+                     for i, a in enumerate(args)]
+    role_lists = _resolve_roles(roles, args, leaves_by_arg, static)
+    return [_Leaf("", "", role, i in donate, (), None, argnum=i)
+            for i in range(len(args)) if i not in static for role in role_lists[i]]
+
+
 def _auto_weight_layouts(shardings: dict, args, static_argnums, leaves) -> dict:
     """``shardings`` with each weights-role leaf that is not donated compiled with
     ``Format(Layout.AUTO, its sharding)``: XLA picks the parameter's layout (what a serving
@@ -551,10 +568,18 @@ def _capture_fn(fn, args, roles, donate_argnums, static_argnums, name, source, c
     from .targets import compile_lowered
 
     shardings = _target_shardings(shardings, target, args)
+    early = (_roles_before_tracing(args, roles, tuple(donate_argnums), tuple(static_argnums))
+             if weight_layouts == "auto" else None)
+    if early is not None and any(lf.role == "weights" and not lf.donated for lf in early):
+        # roles given per argument (every zoo preset): the weights' layouts are left to XLA in
+        # the one trace
+        shardings = _auto_weight_layouts(shardings, tuple(args), tuple(static_argnums), early)
     lowered, leaves = _trace_leaves(fn, tuple(args), roles, tuple(donate_argnums), tuple(static_argnums),
                                     shardings)
-    if weight_layouts == "auto" and any(lf.role == "weights" and not lf.donated for lf in leaves):
-        # the roles are known once traced: trace again with the weights' layouts left to XLA
+    if (weight_layouts == "auto" and early is None
+            and any(lf.role == "weights" and not lf.donated for lf in leaves)):
+        # roles from the argument names (None or a callable): known once traced, so trace again
+        # with the weights' layouts left to XLA
         shardings = _auto_weight_layouts(shardings, tuple(args), tuple(static_argnums), leaves)
         lowered, leaves = _trace_leaves(fn, tuple(args), roles, tuple(donate_argnums),
                                         tuple(static_argnums), shardings)
