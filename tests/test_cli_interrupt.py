@@ -92,3 +92,46 @@ def test_in_process_main_returns_130(targets, capsys, monkeypatch):
     assert main(["analyze", "wl.py:direct"]) == 130  # returned, not os._exit: the caller lives on
     assert capsys.readouterr().err == "jaxmove: interrupted\n"
     assert sys.unraisablehook is hook  # the command's hook is removed again
+
+
+def test_a_swallowed_interrupt_wakes_a_main_thread_that_waits():
+    """A sweep's main thread waits in ``queue.get`` for its workers. An interrupt swallowed in
+    a callback (``sys.unraisablehook``) was re-delivered with ``_thread.interrupt_main``,
+    which only sets Python's flag: the waiting thread slept on (a SIGTERM'd sweep of slow
+    points did not end within 60 s). Re-delivered as a signal to the main thread, it ends the
+    wait at once; a SIGTERM stays a SIGTERM (``Terminated``: exit 143, not 130)."""
+    import queue
+    import signal
+    import threading
+    import time
+    import types
+
+    from jaxmove._cli_start import Terminated, _on_sigterm
+    from jaxmove.cli import _SwallowedInterrupts
+
+    if threading.current_thread() is not threading.main_thread():
+        pytest.skip("the test runs outside the main thread")
+    previous = signal.getsignal(signal.SIGTERM), signal.getsignal(signal.SIGINT)
+    signal.signal(signal.SIGTERM, _on_sigterm)
+    signal.signal(signal.SIGINT, signal.default_int_handler)
+    try:
+        for exc, expect in ((KeyboardInterrupt(), KeyboardInterrupt), (Terminated(), Terminated)):
+            interrupts = _SwallowedInterrupts()
+            caught = None
+            with interrupts:
+                threading.Timer(0.05, sys.unraisablehook,
+                                [types.SimpleNamespace(exc_value=exc, exc_type=type(exc))]).start()
+                t0 = time.monotonic()
+                try:
+                    queue.Queue().get(timeout=5)
+                except queue.Empty:
+                    pass
+                except KeyboardInterrupt as e:
+                    caught = e
+                waited_s = time.monotonic() - t0
+            assert type(caught) is expect, (exc, caught)
+            assert waited_s < 2.5, waited_s   # woken by the signal, not by get's 5 s timeout
+            assert interrupts.terminated is (expect is Terminated)
+    finally:
+        signal.signal(signal.SIGTERM, previous[0])
+        signal.signal(signal.SIGINT, previous[1])

@@ -47,14 +47,15 @@ class _SwallowedInterrupts:
     ``_xla_gc_callback``, which the garbage collector runs, or a ``__del__``) is printed as
     "Exception ignored in ..." and dropped, and the command used to run on to exit 0 as if
     never interrupted. Here it is re-delivered to the main thread once the callback has
-    returned (``_thread.interrupt_main`` from a short-lived thread), and the command ends as
-    interrupted (exit 130) even if it finished first.
+    returned (a signal sent to it from a short-lived thread: ``_redeliver``), and the command
+    ends as interrupted (exit 130; 143 for a SIGTERM) even if it finished first.
     """
 
     def __init__(self) -> None:
         import threading
 
         self.swallowed = False
+        self._swallowed_exc: BaseException | None = None   # the interrupt swallowed
         self.active = True
         self._lock = threading.Lock()
         self._previous = sys.unraisablehook
@@ -82,7 +83,12 @@ class _SwallowedInterrupts:
         if self.swallowed:
             with self._lock:
                 self.active = False  # raised here: the re-delivering thread must not raise it again
-            raise KeyboardInterrupt
+            raise Terminated if self.terminated else KeyboardInterrupt
+
+    @property
+    def terminated(self) -> bool:
+        """The swallowed interrupt was a SIGTERM (``Terminated``), not a Ctrl-C."""
+        return isinstance(self._swallowed_exc, Terminated)
 
     def _hook(self, unraisable) -> None:
         if not isinstance(unraisable.exc_value, KeyboardInterrupt):
@@ -91,16 +97,37 @@ class _SwallowedInterrupts:
         import threading
 
         self.swallowed = True
+        self._swallowed_exc = unraisable.exc_value
         threading.Thread(target=self._redeliver, daemon=True).start()
 
     def _redeliver(self) -> None:
+        """Deliver the interrupt to the main thread again as a real signal sent to that thread
+        (``signal.pthread_kill``), which wakes it where it waits (a sweep's main thread waits in
+        ``queue.get`` for its workers). ``_thread.interrupt_main`` only sets Python's flag: a main
+        thread already waiting slept on until something else woke it (a SIGTERM'd sweep of
+        points that take minutes did not end; tests/test_cli_newuser.py). SIGTERM where the
+        command's handler turns it into ``Terminated``, else SIGINT where Python handles it, else
+        ``interrupt_main``."""
         import _thread
+        import signal
+        import threading
         import time
+
+        from .._cli_start import _on_sigterm
 
         time.sleep(0.01)  # let the callback that swallowed it return first
         with self._lock:
-            if self.active:
+            if not self.active:
+                return
+            sig = None
+            if self.terminated and signal.getsignal(signal.SIGTERM) is _on_sigterm:
+                sig = signal.SIGTERM
+            elif callable(signal.getsignal(signal.SIGINT)):
+                sig = signal.SIGINT
+            if sig is None:
                 _thread.interrupt_main()
+            else:
+                signal.pthread_kill(threading.main_thread().ident, sig)
 
 
 def _error(message: str) -> None:
@@ -164,7 +191,7 @@ def main(argv: list[str] | None = None) -> int:
                 else:
                     os.environ[k] = v
     if interrupts.swallowed:  # re-delivered too late to stop the command: still interrupted
-        return _interrupted(argv is None)
+        return _interrupted(argv is None, interrupts._swallowed_exc)
     return rc
 
 
