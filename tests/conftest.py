@@ -34,6 +34,17 @@ _OPT_FLAG = "--xla_backend_optimization_level"
 if _OPT_FLAG not in os.environ.get("XLA_FLAGS", ""):
     os.environ["XLA_FLAGS"] = (os.environ.get("XLA_FLAGS", "") + f" {_OPT_FLAG}=0").strip()
 
+# 8 simulated CPU devices in the test processes (set before jax starts, as a user sets them):
+# plans and sweeps over meshes of up to 8 devices compile in the process that asks
+# (plans/devices.ensure_cpu_devices) instead of starting a Python + jax process for each (about
+# 3 s of CPU each). A program that names no mesh still compiles for one device. The fallback a
+# process with too few devices takes (a child process with the count) is still exercised: the
+# CLI's child processes here start without the flag (cpu_devices_env(None) below), and meshes
+# of more than 8 devices take it.
+_COUNT_FLAG = "--xla_force_host_platform_device_count"
+if _COUNT_FLAG not in os.environ.get("XLA_FLAGS", ""):
+    os.environ["XLA_FLAGS"] = os.environ["XLA_FLAGS"] + f" {_COUNT_FLAG}=8"
+
 
 def pytest_sessionfinish(session, exitstatus):
     if _OWNS_CACHE:
@@ -80,3 +91,21 @@ def run_side_by_side(commands: list[list[str]], at_once: int = 2, **run_kwargs) 
 
     with ThreadPoolExecutor(max_workers=at_once) as pool:
         return list(pool.map(lambda cmd: subprocess.run(cmd, **run_kwargs), commands))
+
+
+def cpu_devices_env(device_count: int | None, **extra: str) -> dict[str, str]:
+    """``os.environ`` for a child process with ``device_count`` simulated CPU devices (None:
+    no count flag, so the child decides), ``extra`` set. The rest of XLA_FLAGS is kept: the
+    session's ``--xla_backend_optimization_level=0`` above (a child given only the count flag
+    compiled at XLA:CPU's default -O2, ~35% slower)."""
+    import re
+
+    env = dict(os.environ, **extra)
+    flags = re.sub(r"--xla_force_host_platform_device_count=\d+", "", env.get("XLA_FLAGS", "")).split()
+    if device_count is not None:
+        flags.append(f"--xla_force_host_platform_device_count={device_count}")
+    if flags:
+        env["XLA_FLAGS"] = " ".join(flags)
+    else:
+        env.pop("XLA_FLAGS", None)
+    return env

@@ -20,13 +20,13 @@ gpt-tiny: vocab V=256, d=64, heads H=4 (head_dim D=16), d_ff f=4d, L=2 layers, s
 from __future__ import annotations
 
 import json
-import os
 import subprocess
 import sys
 import textwrap
 from pathlib import Path
 
 import pytest
+from tests.conftest import cpu_devices_env
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -62,7 +62,7 @@ _WORKER = textwrap.dedent("""
 
 @pytest.fixture(scope="module")
 def gpt_plans():
-    env = dict(os.environ, XLA_FLAGS="--xla_force_host_platform_device_count=8", JAX_PLATFORMS="cpu")
+    env = cpu_devices_env(8, JAX_PLATFORMS="cpu")
     proc = subprocess.run([sys.executable, "-c", _WORKER], cwd=ROOT, env=env, capture_output=True,
                           text=True, timeout=600)
     assert proc.returncode == 0, proc.stderr[-3000:]

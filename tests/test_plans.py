@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import json
 import math
-import os
 import subprocess
 import sys
 import textwrap
@@ -22,6 +21,7 @@ from pathlib import Path
 import pytest
 
 from jaxmove.plans import PRESETS, PlanError, parse_mesh, parse_plan
+from tests.conftest import cpu_devices_env
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -137,14 +137,13 @@ def test_ep_moe_all_to_all_moves_three_quarters_of_dispatched_tokens(partitioned
 # ---- the CLI ----------------------------------------------------------------------------------
 
 def _cli(*argv, env_extra=None, timeout=900):
-    env = dict(os.environ, **(env_extra or {}))
-    env.pop("XLA_FLAGS", None)
+    env = cpu_devices_env(None, **(env_extra or {}))
     return subprocess.run([sys.executable, "-m", "jaxmove.cli", *argv], cwd=ROOT, env=env,
                           capture_output=True, text=True, timeout=timeout)
 
 
 def _partitioned_worker():
-    env = dict(os.environ, XLA_FLAGS="--xla_force_host_platform_device_count=8", JAX_PLATFORMS="cpu")
+    env = cpu_devices_env(8, JAX_PLATFORMS="cpu")
     return subprocess.run([sys.executable, "-c", _WORKER], cwd=ROOT, env=env, capture_output=True,
                           text=True, timeout=600)
 
@@ -160,8 +159,7 @@ _RERUN_CODE = textwrap.dedent("""
 
 
 def _rerun_with_one_device():
-    env = dict(os.environ)
-    env.pop("XLA_FLAGS", None)
+    env = cpu_devices_env(None)
     return subprocess.run([sys.executable, "-c", _RERUN_CODE], cwd=ROOT, env=env, capture_output=True,
                           text=True, timeout=600)
 

@@ -19,6 +19,7 @@ from pathlib import Path
 import pytest
 
 from jaxmove.plans import PRESETS, PlanError, parse_plan
+from tests.conftest import cpu_devices_env
 
 ROOT = Path(__file__).resolve().parents[1]
 V, D_MODEL, H, HKV, F, B, S, L = 512, 64, 4, 2, 128, 8, 32, 2
@@ -135,7 +136,7 @@ _WORKER = textwrap.dedent("""
 
 @pytest.fixture(scope="module")
 def tp_decode():
-    env = dict(os.environ, XLA_FLAGS="--xla_force_host_platform_device_count=4", JAX_PLATFORMS="cpu")
+    env = cpu_devices_env(4, JAX_PLATFORMS="cpu")
     proc = subprocess.run([sys.executable, "-c", _WORKER], cwd=ROOT, env=env, capture_output=True,
                           text=True, timeout=600)
     assert proc.returncode == 0, proc.stderr[-3000:]

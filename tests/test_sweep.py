@@ -17,7 +17,6 @@ compiled once per module (local), once on Ray, plus a reference process.
 from __future__ import annotations
 
 import json
-import os
 import subprocess
 import sys
 import textwrap
@@ -26,6 +25,7 @@ from pathlib import Path
 import pytest
 
 from jaxmove.sweep import Point, ResultFileError, SweepSpecError, load_sweep, parse_sweep
+from tests.conftest import cpu_devices_env
 
 ROOT = Path(__file__).resolve().parents[1]
 MESH = {"data": 2, "model": 4}
@@ -178,7 +178,7 @@ _REFERENCE = textwrap.dedent(f"""
 
 @pytest.fixture(scope="module")
 def reference():
-    env = dict(os.environ, XLA_FLAGS="--xla_force_host_platform_device_count=8", JAX_PLATFORMS="cpu")
+    env = cpu_devices_env(8, JAX_PLATFORMS="cpu")
     proc = subprocess.run([sys.executable, "-c", _REFERENCE], cwd=ROOT, env=env, capture_output=True,
                           text=True, timeout=600)
     assert proc.returncode == 0, proc.stderr[-3000:]

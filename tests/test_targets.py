@@ -29,6 +29,7 @@ from jax.sharding import NamedSharding, PartitionSpec as P  # noqa: E402
 from jaxmove import analyze  # noqa: E402
 from jaxmove.capture.targets import (DoesNotFitError, MissingExtraError, Target,  # noqa: E402
                                      TargetNameError, gpu_target_config)
+from tests.conftest import cpu_devices_env  # noqa: E402
 
 BF16 = 2  # bytes per bf16 element
 D, S, B, T, F, L = 512, 1024, 8, 256, 1024, 4   # multiples of the TPU tiles: no padding
@@ -303,7 +304,7 @@ def big():
 
 
 def _sharded_cli(cwd: Path, kind: str):
-    env = dict(os.environ, JAX_PLATFORMS="cpu", XLA_FLAGS="--xla_force_host_platform_device_count=4")
+    env = cpu_devices_env(4, JAX_PLATFORMS="cpu")
     return subprocess.run([sys.executable, "-m", "jaxmove.cli", "analyze", f"shardmod:{kind}", "--json"],
                           capture_output=True, text=True, env=env, cwd=cwd, timeout=600)
 

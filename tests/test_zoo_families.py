@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import json
 import math
-import os
 import subprocess
 import sys
 import textwrap
@@ -28,6 +27,7 @@ import pytest
 from jaxmove import analyze, zoo
 from jaxmove.capture import capture
 from jaxmove.zoo import transformer as tf
+from tests.conftest import cpu_devices_env
 
 ROOT = Path(__file__).resolve().parents[1]
 V, D_MODEL, H, HKV, F, B, S = 512, 64, 4, 2, 128, 2, 32
@@ -441,7 +441,7 @@ _EP_WORKER = textwrap.dedent("""
 
 @pytest.fixture(scope="module")
 def moe_collectives():
-    env = dict(os.environ, XLA_FLAGS="--xla_force_host_platform_device_count=4", JAX_PLATFORMS="cpu")
+    env = cpu_devices_env(4, JAX_PLATFORMS="cpu")
     proc = subprocess.run([sys.executable, "-c", _EP_WORKER], cwd=ROOT, env=env,
                           capture_output=True, text=True, timeout=600)
     assert proc.returncode == 0, proc.stderr[-3000:]
