@@ -34,17 +34,6 @@ _OPT_FLAG = "--xla_backend_optimization_level"
 if _OPT_FLAG not in os.environ.get("XLA_FLAGS", ""):
     os.environ["XLA_FLAGS"] = (os.environ.get("XLA_FLAGS", "") + f" {_OPT_FLAG}=0").strip()
 
-# 8 simulated CPU devices in the test processes (set before jax starts, as a user sets them):
-# plans and sweeps over meshes of up to 8 devices compile in the process that asks
-# (plans/devices.ensure_cpu_devices) instead of starting a Python + jax process for each (about
-# 3 s of CPU each). A program that names no mesh still compiles for one device. The fallback a
-# process with too few devices takes (a child process with the count) is still exercised: the
-# CLI's child processes here start without the flag (cpu_devices_env(None) below), and meshes
-# of more than 8 devices take it.
-_COUNT_FLAG = "--xla_force_host_platform_device_count"
-if _COUNT_FLAG not in os.environ.get("XLA_FLAGS", ""):
-    os.environ["XLA_FLAGS"] = os.environ["XLA_FLAGS"] + f" {_COUNT_FLAG}=8"
-
 
 def pytest_sessionfinish(session, exitstatus):
     if _OWNS_CACHE:
