@@ -116,3 +116,51 @@ def test_default_weight_layouts_rule():
     assert default_weight_layouts(decode, "cpu") == "default"
     assert default_weight_layouts(train, "tpu-v5e:2x2") == "default"
     assert default_weight_layouts(lambda x: x, "tpu-v5e:2x2") == "default"
+
+
+def test_roles_per_argument_trace_once_with_the_formats_of_the_traced_roles(monkeypatch):
+    """weight_layouts='auto' needs each leaf's role and donation before it traces with the
+    weights' Layout.AUTO. Roles given per argument (every zoo preset: pytrees of role strings)
+    are known without tracing: one trace, and the formats are those the roles found by tracing
+    give (the program traced twice before). Roles that read argument names (a callable) still
+    take the trace that names them, then the one with the formats."""
+    import jax.numpy as jnp
+    from jax.experimental.layout import Format
+
+    import jaxmove.capture.program as prog
+
+    traces = []
+    real = prog._trace_leaves
+
+    def counting(fn, args, roles, donate, static, shardings=None):
+        traces.append(shardings)
+        return real(fn, args, roles, donate, static, shardings)
+
+    monkeypatch.setattr(prog, "_trace_leaves", counting)
+    monkeypatch.delenv(WEIGHT_LAYOUTS_ENV, raising=False)
+    params = {"w": jax.ShapeDtypeStruct((4, 3), jnp.float32), "b": jax.ShapeDtypeStruct((3,), jnp.float32)}
+    cache = jax.ShapeDtypeStruct((2, 3), jnp.float32)
+    x = jax.ShapeDtypeStruct((2, 4), jnp.float32)
+
+    def step(p, c, x):
+        y = x @ p["w"] + p["b"]
+        return y, c + y
+
+    per_arg = ({"w": "weights", "b": "weights"}, "kv_cache", "activations")
+    p1 = capture(step, params, cache, x, roles=per_arg, donate_argnums=(1,), weight_layouts="auto")
+    assert len(traces) == 1
+    early = traces[0]["in_shardings"]
+    # the formats the traced roles give (what the second trace used)
+    by_name = {"weights": "weights", "cache": "kv_cache", "x": "activations"}
+    traces.clear()
+    p2 = capture(step, params, cache, x, donate_argnums=(1,), weight_layouts="auto",
+                 roles=lambda path, leaf: by_name["weights" if path.startswith("p") else
+                                                  "cache" if path.startswith("c") else "x"])
+    assert len(traces) == 2
+    traced = traces[1]["in_shardings"]
+    for got, want in ((early[0]["w"], traced[0]["w"]), (early[0]["b"], traced[0]["b"])):
+        assert isinstance(got, Format) and isinstance(want, Format)
+    assert early[1] is None and traced[1] is None and early[2] is None and traced[2] is None
+    assert [(q.path, q.role, q.donated) for q in p1.parameters] == \
+        [(q.path, q.role, q.donated) for q in p2.parameters]
+    assert p1.hlo_text.split("\n", 1)[1] == p2.hlo_text.split("\n", 1)[1]
