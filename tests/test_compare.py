@@ -113,6 +113,17 @@ def test_cli_compare_json_and_save_fit(tmp_path, capsys, no_local_spec):
     assert js["measurement"]["profile"]["coverage"] >= 0.95
     assert len(js["instructions"]) == 8             # 2 layers x 4 kernel-level fusions
     assert {"est_time_s", "measured_time_s", "ratio"} <= set(js["instructions"][0])
+    # each row says what the instruction is and moves (shape, flops, HBM bytes per run, as
+    # `jaxmove analyze --json`; a trial found compare's rows gave only times): mlp-tiny is
+    # 32 -> 128 -> 32 at batch 4, f32, so each layer's up-projection dot does 2 x 4 x 32 x 128
+    # flops reading x and W (4 x 32 + 32 x 128 floats) and writing [4, 128]; the down one
+    # reads [4, 128] and W (128 x 32) and writes [4, 32]
+    rows = {(r["shape"], r["flops"], r["hbm_read_bytes"], r["hbm_write_bytes"]) for r in js["instructions"]}
+    up = ("f32[4,128]", 2 * 4 * 32 * 128, (4 * 32 + 32 * 128) * 4, 4 * 128 * 4)
+    down = ("f32[4,32]", 2 * 4 * 128 * 32, (4 * 128 + 128 * 32) * 4, 4 * 32 * 4)
+    assert {up, down} <= rows, rows
+    assert sum((r["shape"], r["flops"], r["hbm_read_bytes"], r["hbm_write_bytes"]) in (up, down)
+               for r in js["instructions"]) == 4   # two layers
     assert {"mdape", "weighted_error", "spearman", "program_error"} <= set(js["stats"])
     assert {"before", "after"} <= set(js["fit"])
     spec = load_spec(str(out))

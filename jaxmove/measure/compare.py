@@ -189,7 +189,21 @@ class Comparison:
     fit: Fit | None = None
 
     def to_json(self) -> dict:
+        from ..report.shapes import shape_text
+
         m = self.measurement
+        # each instruction's result shape, flops and HBM bytes per program run, as `jaxmove
+        # analyze --json` gives them (None for a measured name the report has no row for)
+        by_key = {(r.computation, r.instr.name): r for r in self.report.rows}
+
+        def analysed(key) -> dict:
+            r = by_key.get(key)
+            if r is None:
+                return {"shape": None, "flops": None, "hbm_read_bytes": None, "hbm_write_bytes": None}
+            t = r.total
+            return {"shape": shape_text(r.instr.shape), "flops": t.flops,
+                    "hbm_read_bytes": t.hbm_read_bytes, "hbm_write_bytes": t.hbm_write_bytes}
+
         out = {
             "program": {"name": m.program.name, "source": m.program.source},
             "hardware": self.spec.name, "hardware_note": self.spec_note,
@@ -203,7 +217,7 @@ class Comparison:
                 {"computation": r.computation, "name": r.name, "opcode": r.opcode,
                  "est_time_s": r.est_time_s, "measured_time_s": r.measured_time_s,
                  "ratio": r.ratio, "executions": r.executions, "bound": r.bound, "share": r.share,
-                 "excluded": r.excluded}
+                 "excluded": r.excluded, **analysed((r.computation, r.name))}
                 for r in self.rows],
             "complete": self.report.complete,
             "incomplete": self.report.incomplete_headline(),
