@@ -95,6 +95,17 @@ class KernelFloorFit:
     holdout_after: tuple[float, float]
 
 
+def _floor_halves(c: "ProfileComparison") -> tuple[list, list]:
+    """(fit, held out): ``c``'s fusion rows with both times and no reason to be left out,
+    split by the CRC-32 of their names (even: fit, odd: held out)."""
+    import zlib
+
+    rows = [r for r in c.rows if r.opcode == "fusion" and r.measured_time_s and r.executions
+            and r.est_time_s is not None and not r.excluded]
+    odd = [zlib.crc32(r.name.encode()) % 2 == 1 for r in rows]
+    return [r for r, o in zip(rows, odd) if not o], [r for r, o in zip(rows, odd) if o]
+
+
 def fit_kernel_floor(c: "ProfileComparison", trivial_s: float = 0.5e-6) -> KernelFloorFit:
     """Fit the spec's ``kernel_min_duration_s`` to a ProfileComparison made without one
     (``dataclasses.replace(spec, kernel_min_duration_s=None)``): the fusions are split by the
@@ -104,14 +115,9 @@ def fit_kernel_floor(c: "ProfileComparison", trivial_s: float = 0.5e-6) -> Kerne
 
     Raises:
       ValueError: the comparison has a floor already, or too few trivial kernels (< 10)."""
-    import zlib
-
     if getattr(c.spec, "kernel_min_duration_s", None):
         raise ValueError(f"spec {c.spec.name} has a kernel_min_duration_s already: fit without it")
-    rows = [r for r in c.rows if r.opcode == "fusion" and r.measured_time_s and r.executions
-            and r.est_time_s is not None and not r.excluded]
-    fit = [r for r in rows if zlib.crc32(r.name.encode()) % 2 == 0]
-    held = [r for r in rows if zlib.crc32(r.name.encode()) % 2 == 1]
+    fit, held = _floor_halves(c)
     trivial = sorted(r.measured_time_s / r.executions for r in fit if r.est_time_s / r.executions < trivial_s)
     if len(trivial) < 10:
         raise ValueError(f"{len(trivial)} trivial kernels in the fit half: too few to fit a floor")
@@ -134,11 +140,7 @@ def kernel_floor_holdout_errors(c: "ProfileComparison") -> tuple[float, float]:
     per modeled execution, and where a capture ran a kernel more often than the model counts
     (a100-40gb's Pax step: 30 held-out fusions measured twice per run) the two differ (p90 55%
     vs 58%)."""
-    import zlib
-
-    e = np.array([abs(r.est_time_s - r.measured_time_s) / r.measured_time_s for r in c.rows
-                  if r.opcode == "fusion" and r.measured_time_s and r.executions and r.est_time_s is not None
-                  and not r.excluded and zlib.crc32(r.name.encode()) % 2 == 1])
+    e = np.array([abs(r.est_time_s - r.measured_time_s) / r.measured_time_s for r in _floor_halves(c)[1]])
     if not len(e):
         raise ValueError("no held-out fusion with both times")
     return float(np.median(e)), float(np.percentile(e, 90))

@@ -869,13 +869,13 @@ def estimate_times(analysis, spec, reuse: ReuseAnalysis | None = None,
         launches = (f"{kernels - cb_kernels} kernels x {spec.kernel_launch_overhead_s:g} s"
                     + (f", {cb_kernels} in {cb_runs} command buffers x "
                        f"{spec.command_buffer_launch_overhead_s:g} s + one launch each" if cb_kernels else ""))
-        # the rest of the overhead: Pallas TPU kernels' per-grid-step cost (passes/pallas.py),
-        # inside their durations
-        steps_s = over_s - gaps_s - gemm_fixed
-        if steps_s > 1e-12 * max(over_s, 1e-30):
-            launches += (f" + {steps_s:.3g} s of per-grid-step overhead in "
-                         f"{sum(r.multiplicity for r in vals if r.opcode == 'custom-call' and r.overhead_s > r.launch_gap_s)}"
-                         " Pallas kernel runs (passes/pallas.py)")
+        # the rest of a row's overhead, beyond its launch and the GEMM model's fixed cost: Pallas
+        # TPU kernels' per-grid-step cost (passes/pallas.py), inside their durations
+        steps = [(r.overhead_s - r.launch_gap_s - r.gemm_fixed_s, r.multiplicity) for r in vals]
+        steps = [(s, m) for s, m in steps if s > 1e-12 * max(over_s, 1e-30)]
+        if steps:
+            launches += (f" + {sum(s for s, _ in steps):.3g} s of per-grid-step overhead in "
+                         f"{sum(m for _, m in steps)} Pallas kernel runs (passes/pallas.py)")
         notes.append(f"kernel launch overhead {over_s:.3g} s ({launches}{fixed}) "
                      f"exceeds the compute, memory and network time of the work{overlap}")
     if cb_kernels:
