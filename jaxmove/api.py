@@ -171,7 +171,8 @@ def analyze(obj, /, *args, overrides: dict[str, str] | None = None, hardware=Non
         import dataclasses
         entry_roles, parameters = _apply_role_globs(module, program.parameters, entry_roles, role_globs)
         program = dataclasses.replace(program, parameters=tuple(parameters) if parameters else program.parameters)
-    results = run_pipeline(module, entry_roles, program.parameters, spec)
+    results = run_pipeline(module, entry_roles, program.parameters, spec,
+                           output_roles=getattr(program, "output_roles", None) or None)
     analysis = results.analysis
     analysis.notes.extend(getattr(program, "notes", ()))
     if spec is not None and program.backend in ("cpu", "gpu", "tpu") and program.backend != spec.kind:

@@ -482,6 +482,7 @@ def prefill_workload(cfg: GPTConfig, name: str) -> Workload:
         logical_axes=(param_logical_axes(params, cfg.scan_layers), ("batch", "length")),
         out_logical_axes=(("batch", "length", "vocab"),
                           cache_logical_axes(abstract_cache(cfg), cfg.scan_layers)),
+        out_roles=("activations", "kv_cache"),  # (the cache it writes is the KV cache)
     )
 
 
@@ -517,4 +518,5 @@ def decode_workload(cfg: GPTConfig, name: str) -> Workload:
             (),
         ),
         out_logical_axes=(("batch", None, "vocab"), cache_logical_axes(cache, cfg.scan_layers)),
+        out_roles=("activations", "kv_cache"),
     )

@@ -1352,6 +1352,7 @@ def prefill_workload(cfg: TransformerConfig, name: str) -> Workload:
         config=_config(cfg, "prefill"),
         logical_axes=(param_axes, ("batch", "length")),
         out_logical_axes=(("batch", None, "vocab"), cache_axes),
+        out_roles=("activations", "kv_cache"),  # (the cache it writes is the KV cache)
     )
 
 
@@ -1378,4 +1379,5 @@ def decode_workload(cfg: TransformerConfig, name: str) -> Workload:
         config=_config(cfg, "decode"),
         logical_axes=(param_axes, cache_axes, ("batch", None), ()),
         out_logical_axes=(("batch", None, "vocab"), cache_axes),
+        out_roles=("activations", "kv_cache"),
     )

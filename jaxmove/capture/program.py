@@ -97,6 +97,9 @@ class Program:
       target: the compile target it was compiled for (``cpu``, ``h100-sxm:1x1x8``,
         ``tpu-v5e:2x2``; capture/targets.py); None for HLO files.
       notes: what a report must say about how it was compiled (e.g. no GPU autotuning).
+      output_roles: one role (or None: none given) per output leaf, in jax's flattening order
+        (the leaves of the ENTRY root), from a Workload's ``out_roles``; empty when none were
+        given. The roles pass gives each output's values its role (passes/roles.py).
     """
 
     name: str
@@ -110,6 +113,7 @@ class Program:
     config: dict = field(default_factory=dict)
     target: str | None = "cpu"
     notes: tuple[str, ...] = ()
+    output_roles: tuple[str | None, ...] = ()
 
 
 # ----------------------------------------------------------------------------- paths
@@ -563,7 +567,7 @@ def _auto_weight_layouts(shardings: dict, args, static_argnums, leaves) -> dict:
 
 
 def _capture_fn(fn, args, roles, donate_argnums, static_argnums, name, source, config,
-                shardings=None, target=None, weight_layouts: str = "default") -> Program:
+                shardings=None, target=None, weight_layouts: str = "default", out_roles=None) -> Program:
     from .compile_cache import cached_compile
     from .targets import compile_lowered
 
@@ -583,6 +587,11 @@ def _capture_fn(fn, args, roles, donate_argnums, static_argnums, name, source, c
         shardings = _auto_weight_layouts(shardings, tuple(args), tuple(static_argnums), leaves)
         lowered, leaves = _trace_leaves(fn, tuple(args), roles, tuple(donate_argnums),
                                         tuple(static_argnums), shardings)
+    output_roles: tuple = ()
+    if out_roles is not None:  # (checked before the compile: a bad structure fails at once)
+        from .workload import flatten_out_roles
+        tree = lowered.out_tree
+        output_roles = tuple(flatten_out_roles(out_roles, tree, tree.num_leaves, name))
     kept = lowered._lowering.compile_args["kept_var_idx"]
     # an accelerator target's compile comes from jaxmove's compile cache when it holds it
     facts = cached_compile(lowered, target or "cpu",
@@ -593,6 +602,8 @@ def _capture_fn(fn, args, roles, donate_argnums, static_argnums, name, source, c
         leaves = [dataclasses_replace(lf, shard_shape=s) for lf, s in zip(leaves, facts.input_shard_shapes)]
     params = _build_parameters(facts.hlo_text, leaves, set(kept))
     program = _program(name, source, config, facts, params, target or "cpu")
+    if output_roles:
+        program = dataclasses_replace(program, output_roles=output_roles)
     if weight_layouts == "auto":
         program = dataclasses_replace(program, notes=program.notes + (
             "weights compiled with Layout.AUTO (--weight-layouts auto, the default of inference "
@@ -754,7 +765,8 @@ def capture(obj, /, *args, roles=None, donate_argnums=(), static_argnums=(), nam
         src = f"zoo:{target.config['preset']}" if "preset" in target.config else f"workload:{target.name}"
         return _capture_fn(target.fn, target.args, target.roles, target.donate_argnums,
                            target.static_argnums, name or target.name, src, target.config,
-                           _jit_shardings(in_shardings, out_shardings), device_target, weight_layouts)
+                           _jit_shardings(in_shardings, out_shardings), device_target, weight_layouts,
+                           out_roles=target.out_roles)
     if isinstance(target, (jax.stages.Lowered, jax.stages.Compiled)):
         if args:
             raise TypeError("capture(Lowered/Compiled) takes no arguments")

@@ -36,7 +36,9 @@ class Workload:
         Sharding plans lay an output with role ``weights`` or ``optimizer_state`` out by the
         plan's parameter rules, like the argument it replaces (a training step's new
         parameters and optimizer state), so XLA can write it into the donated buffer; other
-        outputs (and every output when None) follow the activation rules.
+        outputs (and every output when None) follow the activation rules. Capture also
+        records them (``Program.output_roles``): the roles pass gives the values an output
+        is made of its role (a prefill's new KV cache is ``kv_cache``, not ``activations``).
     """
 
     name: str
@@ -50,6 +52,36 @@ class Workload:
     out_logical_axes: Any = None
     out_roles: Any = None
 
+
+
+def flatten_out_roles(out_roles, treedef, n: int, name: str = "workload") -> list:
+    """One role (or None) per output leaf from a Workload's ``out_roles`` (None, one string for
+    all, or a pytree like the output whose outer structure may end in strings covering a
+    subtree), in jax's flattening order (the order of the compiled program's outputs).
+
+    Raises:
+      ValueError: ``out_roles`` does not match the output's structure (``treedef``, ``n``
+        leaves), or a role is not one of ``ROLES``.
+    """
+    if out_roles is None or isinstance(out_roles, str):
+        flat = [out_roles] * n
+    else:
+        try:
+            flat = treedef.flatten_up_to(out_roles)
+        except (ValueError, TypeError):
+            flat = None
+        children = treedef.children() if flat is None else ()
+        if flat is None and isinstance(out_roles, (tuple, list)) and len(children) == len(out_roles):
+            flat = []
+            for sub, r in zip(children, out_roles):
+                flat.extend([r] * sub.num_leaves if isinstance(r, str) or r is None
+                            else sub.flatten_up_to(r))
+        if flat is None or len(flat) != n:
+            raise ValueError(f"{name}: out_roles does not match the structure of its output ({treedef})")
+    for r in flat:
+        if r is not None and r not in ROLES:
+            raise ValueError(f"{name}: out_roles has {r!r}; expected one of {', '.join(ROLES)} (or None)")
+    return flat
 
 # ---- logical axes from Flax NNX variable metadata ----------------------------------------
 

@@ -175,15 +175,18 @@ def _calls_kernels(instr: Instruction) -> bool:
 
 
 @gc_paused
-def analyze_module(module: Module, entry_roles: dict[int, str] | None = None) -> ModuleAnalysis:
+def analyze_module(module: Module, entry_roles: dict[int, str] | None = None,
+                   output_roles: tuple[str | None, ...] | None = None) -> ModuleAnalysis:
     """Run the passes over ``module``.
 
     Args:
       entry_roles: ENTRY parameter number -> role (from capture); None reads roles from
         parameter names and metadata.
+      output_roles: one role (or None) per ENTRY root leaf (``Program.output_roles``;
+        ``roles_pass``).
     """
     mult = multiplicity_pass(module)
-    roles = roles_pass(module, entry_roles)
+    roles = roles_pass(module, entry_roles, output_roles=output_roles)
     rows: list[InstructionCost] = []
     per_comp: dict[str, list[InstructionCost]] = {}
     cost_memo: dict[tuple, Cost] = {}  # (instruction_cost's: one Cost per distinct cost)
@@ -369,8 +372,8 @@ class PassResults:
 
 
 def run_pipeline(module: Module, entry_roles: dict[int, str] | None = None,
-                 parameters: tuple[EntryParameter, ...] = (), spec: HardwareSpec | None = None
-                 ) -> PassResults:
+                 parameters: tuple[EntryParameter, ...] = (), spec: HardwareSpec | None = None,
+                 output_roles: tuple[str | None, ...] | None = None) -> PassResults:
     """Run every pass over ``module``, in order, and return their results.
 
     Args:
@@ -378,6 +381,7 @@ def run_pipeline(module: Module, entry_roles: dict[int, str] | None = None,
       parameters: the program's ``EntryParameter`` s (donation and pytree paths for excess).
       spec: a HardwareSpec for reuse's tiling model, first touch, timing and excess time; None
         skips first touch and timing.
+      output_roles: one role (or None) per ENTRY root leaf (``Program.output_roles``).
     Raises:
       jaxmove.passes.collectives.CollectiveError: malformed replica groups (an input error).
     """
@@ -386,7 +390,7 @@ def run_pipeline(module: Module, entry_roles: dict[int, str] | None = None,
     from .reuse import reuse_pass
     from .timing import estimate_times, schedule_order
 
-    analysis = analyze_module(module, entry_roles)
+    analysis = analyze_module(module, entry_roles, output_roles)
     reuse = reuse_pass(analysis, spec)
     ft = times = None
     if spec is not None:

@@ -15,6 +15,7 @@ An entry parameter whose role cannot be told is ``unknown``, never a guess.
 from __future__ import annotations
 
 import re
+from collections.abc import Sequence
 
 from ..hlo import Computation, Instruction, Module, Shape
 from ..hlo.opcodes import OPCODES, custom_call_targets, names
@@ -367,13 +368,19 @@ _DIGITS = re.compile(r"[0-9]+")
 
 
 def roles_pass(module: Module, entry_roles: dict[int, str] | None = None,
-               kernel_computations: set[str] | None = None) -> RoleMap:
+               kernel_computations: set[str] | None = None,
+               output_roles: Sequence[str | None] | None = None) -> RoleMap:
     """(computation name, instruction name) -> role of each leaf of the instruction's value.
 
     Args:
       module: the HLO module.
       entry_roles: ENTRY parameter number -> role, from capture. When None, roles come
         from parameter names and metadata (``role_from_name``).
+      output_roles: one role (or None) per leaf of the ENTRY root, from capture
+        (``Program.output_roles``): an output given ``weights``, ``kv_cache`` or
+        ``optimizer_state`` gives that role to the values it is made of, as an output aliased
+        to such a parameter does (``_alias_seeds``); e.g. the KV cache a prefill returns is
+        written as ``kv_cache``. Ignored when its length is not the root's leaf count.
     Returns a map covering every instruction of every kernel-level computation.
     """
     entry_params: dict[int, tuple[str, ...]] = {}
@@ -390,7 +397,7 @@ def roles_pass(module: Module, entry_roles: dict[int, str] | None = None,
         entry_params[p.parameter_number] = (role,) * _nleaves(p.shape)
     prop = _RolePropagation(module)
     prop.run(module.entry, entry_params)
-    seeds = _alias_seeds(module, entry_params)
+    seeds = _alias_seeds(module, entry_params, output_roles)
     if seeds:
         prop = _RolePropagation(module, seeds)
         prop.run(module.entry, entry_params)
@@ -401,10 +408,28 @@ def roles_pass(module: Module, entry_roles: dict[int, str] | None = None,
 _BACK_THROUGH = names(roles_back=True)
 
 
-def _alias_seeds(module: Module, entry_params: dict[int, tuple[str, ...]]
+def _leaf_index(shape: Shape, pos: int) -> tuple[int, ...]:
+    """The ShapeIndex of flat leaf ``pos`` of ``shape`` (``leaf_position``'s inverse)."""
+    idx: list[int] = []
+    s = shape
+    while s.is_tuple:
+        offsets = s.leaf_offsets
+        i = max(k for k in range(len(offsets)) if offsets[k] <= pos)
+        idx.append(i)
+        pos -= offsets[i]
+        s = s.tuple_shapes[i]
+    return tuple(idx)
+
+
+_STATE_ROLES = ("kv_cache", "weights", "optimizer_state")
+
+
+def _alias_seeds(module: Module, entry_params: dict[int, tuple[str, ...]],
+                 output_roles: Sequence[str | None] | None = None
                  ) -> dict[tuple[str, str], dict[int, str]]:
     """Buffers that end up in an output aliased to a weights or kv_cache parameter
-    (``input_output_alias``: the donated buffer is updated and returned).
+    (``input_output_alias``: the donated buffer is updated and returned), or in an output
+    ``output_roles`` gives such a role (``roles_pass``).
 
     A decode step that rebuilds its cache — e.g. a scan whose stacked outputs start as a
     zero broadcast and are filled slice by slice — writes a new KV cache, not activations.
@@ -455,8 +480,13 @@ def _alias_seeds(module: Module, entry_params: dict[int, tuple[str, ...]]
     entry = module.entry
     for pnum, pairs in module.input_output_alias.items():
         role = entry_params.get(pnum, ("unknown",))[0]
-        if role not in ("kv_cache", "weights", "optimizer_state"):
+        if role not in _STATE_ROLES:
             continue
         for out_idx, _param_idx in pairs:
             mark(entry, entry.root, tuple(out_idx), role)
+    rshape = entry.root.shape
+    if output_roles and len(output_roles) == rshape.num_leaves:
+        for j, role in enumerate(output_roles):
+            if role in _STATE_ROLES:
+                mark(entry, entry.root, _leaf_index(rshape, j), role)
     return seeds

@@ -198,23 +198,14 @@ def _nnx_param_roles(arg, n: int) -> list:
 
 
 def _out_roles(workload, treedef, n: int) -> list:
-    """One role (or None) per output leaf from ``workload.out_roles`` (a string for all, or a
-    pytree like the output; the outer structure may end in strings covering a subtree)."""
-    roles = workload.out_roles
-    if roles is None or isinstance(roles, str):
-        return [roles] * n
+    """One role (or None) per output leaf from ``workload.out_roles``
+    (``capture.workload.flatten_out_roles``)."""
+    from ..capture.workload import flatten_out_roles
+
     try:
-        return treedef.flatten_up_to(roles)
-    except (ValueError, TypeError):
-        pass
-    if isinstance(roles, (tuple, list)) and treedef.num_children == len(roles):
-        out = []
-        for sub, r in zip(treedef.children(), roles):
-            out.extend([r] * sub.num_leaves if isinstance(r, str) or r is None
-                       else sub.flatten_up_to(r))
-        return out
-    raise PlanError(f"workload {workload.name!r}: out_roles does not match the structure of "
-                    f"its output ({treedef})")
+        return flatten_out_roles(workload.out_roles, treedef, n, f"workload {workload.name!r}")
+    except ValueError as e:
+        raise PlanError(str(e)) from None
 
 
 def workload_shardings(workload, plan: Plan, mesh, notes: list[str]):

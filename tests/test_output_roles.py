@@ -1,0 +1,119 @@
+"""Output roles (``Workload.out_roles`` -> ``Program.output_roles`` -> the roles pass): the values
+an output is made of take its role, so the KV cache a prefill returns is written as
+``kv_cache``, not ``activations``; the compulsory total does not change, only its roles."""
+
+from __future__ import annotations
+
+import jax
+import jax.numpy as jnp
+import pytest
+
+import jaxmove
+from jaxmove import zoo as models
+from jaxmove.capture.workload import Workload, flatten_out_roles
+from jaxmove.hlo import parse_module
+from jaxmove.passes.pipeline import run_pipeline
+from jaxmove.passes.roles import roles_pass
+
+# A prefill-like ENTRY: the cache is the dot's result, returned through a bitcast; the logits
+# are an add. Hand-written: 2 outputs, leaves 0 (logits) and 1 (cache).
+_HLO = """HloModule m, entry_computation_layout={(f32[4,8]{1,0}, f32[8,8]{1,0})->(f32[4,8]{1,0}, f32[32]{0})}
+
+ENTRY e {
+  x = f32[4,8]{1,0} parameter(0)
+  w = f32[8,8]{1,0} parameter(1)
+  k = f32[4,8]{1,0} dot(x, w), lhs_contracting_dims={1}, rhs_contracting_dims={0}
+  kb = f32[32]{0} bitcast(k)
+  logits = f32[4,8]{1,0} add(x, k)
+  ROOT t = (f32[4,8]{1,0}, f32[32]{0}) tuple(logits, kb)
+}
+"""
+
+
+def test_output_role_reaches_the_values_the_output_is_made_of():
+    mod = parse_module(_HLO)
+    plain = roles_pass(mod, {0: "activations", 1: "weights"})
+    assert plain[("e", "k")] == ("activations",) and plain[("e", "kb")] == ("activations",)
+    seeded = roles_pass(mod, {0: "activations", 1: "weights"}, output_roles=(None, "kv_cache"))
+    assert seeded[("e", "kb")] == ("kv_cache",)
+    assert seeded[("e", "k")] == ("kv_cache",)          # (walked back through the bitcast)
+    assert seeded[("e", "logits")] == ("activations",)  # (an output given no role keeps its own)
+    assert seeded[("e", "t")] == ("activations", "kv_cache")
+    # a length that is not the root's leaf count is ignored, never guessed from
+    wrong = roles_pass(mod, {0: "activations", 1: "weights"}, output_roles=("kv_cache",))
+    assert wrong[("e", "k")] == ("activations",)
+
+
+def test_output_roles_move_bytes_between_roles_not_the_total():
+    mod = parse_module(_HLO)
+    entry_roles = {0: "activations", 1: "weights"}
+    a = run_pipeline(mod, entry_roles)
+    b = run_pipeline(parse_module(_HLO), entry_roles, output_roles=(None, "kv_cache"))
+    # the dot writes k (4 x 8 f32 = 128 B): now as kv_cache
+    assert b.analysis.totals.kv_cache_write_bytes == 4 * 8 * 4
+    assert a.analysis.totals.kv_cache_write_bytes == 0
+    assert a.analysis.totals.hbm_write_bytes == b.analysis.totals.hbm_write_bytes
+    assert a.excess.compulsory_bytes == b.excess.compulsory_bytes
+    assert b.excess.by_role["kv_cache"].compulsory_bytes == 4 * 8 * 4
+
+
+def test_flatten_out_roles_prefixes_and_errors():
+    out = (jnp.zeros(2), {"k": jnp.zeros(3), "v": jnp.zeros(3)})
+    tree = jax.tree_util.tree_structure(out)
+    assert flatten_out_roles(("activations", "kv_cache"), tree, 3) == ["activations", "kv_cache", "kv_cache"]
+    assert flatten_out_roles("weights", tree, 3) == ["weights"] * 3
+    assert flatten_out_roles(None, tree, 3) == [None] * 3
+    assert flatten_out_roles((None, {"k": "kv_cache", "v": None}), tree, 3) == [None, "kv_cache", None]
+    with pytest.raises(ValueError, match="expected one of"):
+        flatten_out_roles(("activations", "kv-cache"), tree, 3)
+    with pytest.raises(ValueError, match="does not match the structure"):
+        flatten_out_roles(("activations", "kv_cache", "weights"), tree, 3)
+
+
+def test_bad_out_roles_fail_before_the_compile(monkeypatch):
+    from jaxmove.capture import compile_cache
+    from jaxmove.capture.program import capture
+
+    def no_compile(*a, **k):
+        raise AssertionError("compiled before out_roles were checked")
+
+    monkeypatch.setattr(compile_cache, "cached_compile", no_compile)
+    wl = Workload(name="bad", fn=lambda x: (x, x), args=(jax.ShapeDtypeStruct((4,), jnp.float32),),
+                  roles=("activations",), out_roles=("activations", "cache"))
+    with pytest.raises(ValueError, match="bad: out_roles has 'cache'"):
+        capture(wl)
+
+
+def _kv_closed_form(preset, overrides):
+    c = models.build(preset, overrides).config
+    L, B, S, Hkv, D = c["layers"], c["batch"], c["seq_len"], c["kv_heads"], c["d_model"] // c["heads"]
+    return 2 * L * B * S * Hkv * D * 4  # K and V, f32
+
+
+def test_prefill_writes_its_cache_as_kv_cache_on_xla_cpu():
+    ov = {"layers": "3"}
+    kv = _kv_closed_form("gpt-tiny-prefill", ov)
+    prog = jaxmove.resolve_program("gpt-tiny-prefill", overrides=ov)
+    assert prog.output_roles[0] == "activations" and set(prog.output_roles[1:]) == {"kv_cache"}
+    assert len(prog.output_roles) == 1 + 2 * 3
+    r = jaxmove.analyze(prog)
+    assert r.excess.by_role["kv_cache"].compulsory_bytes == kv       # the cache, written once
+    assert r.totals.kv_cache_write_bytes >= kv
+    assert r.totals.kv_cache_read_bytes < r.totals.kv_cache_write_bytes
+    # the same module without the output roles: the same compulsory total, all of it elsewhere
+    import dataclasses
+    bare = jaxmove.analyze(dataclasses.replace(prog, output_roles=()))
+    assert bare.excess.compulsory_bytes == r.excess.compulsory_bytes
+    assert bare.excess.by_role["kv_cache"].compulsory_bytes == 0
+    assert bare.totals.hbm_write_bytes == r.totals.hbm_write_bytes
+
+
+@pytest.mark.parametrize("target", ["tpu-v5e", "h100-sxm"])
+def test_prefill_writes_its_cache_as_kv_cache_on_accelerators(target):
+    """The accelerators' own programs (compiled without the device): XLA:TPU pads the cache's
+    16-wide minor dimension to its 128-lane tiles, XLA:GPU writes it as the K/V projections'
+    fusions; either way the compulsory KV bytes are the cache, once."""
+    kv = _kv_closed_form("gpt-tiny-prefill", {})
+    r = jaxmove.analyze("gpt-tiny-prefill", target=target)
+    assert r.excess.by_role["kv_cache"].compulsory_bytes == kv
+    assert r.totals.kv_cache_write_bytes >= kv
