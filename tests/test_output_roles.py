@@ -117,3 +117,20 @@ def test_prefill_writes_its_cache_as_kv_cache_on_accelerators(target):
     r = jaxmove.analyze("gpt-tiny-prefill", target=target)
     assert r.excess.by_role["kv_cache"].compulsory_bytes == kv
     assert r.totals.kv_cache_write_bytes >= kv
+
+
+def test_reduced_llama_prefill_against_closed_forms():
+    """Reduced copy of benchmarks/excess_closed_forms.py's ``pre`` case (Llama-3-8B prefill,
+    checked there at full size on h100-sxm and tpu-v5p): every parameter read once but the
+    embedding (the B S rows the tokens gather), the returned cache written once as kv_cache,
+    the tokens read and the last position's logits written."""
+    L, D, H, HKV, F, V, S, B = 2, 256, 4, 2, 512, 1024, 128, 2
+    HD, BF16 = D // H, 2
+    sets = dict(layers=L, d_model=D, heads=H, kv_heads=HKV, d_ff=F, vocab=V, seq_len=S, batch=B)
+    r = jaxmove.analyze("llama3-8b-prefill", overrides={k: str(v) for k, v in sets.items()})
+    by_role = r.excess.by_role
+    weights = (L * (D * H * HD + 2 * D * HKV * HD + H * HD * D + 3 * D * F + 2 * D)
+               + V * D + D + B * S * D) * BF16
+    assert by_role["weights"].compulsory_bytes == weights
+    assert by_role["kv_cache"].compulsory_bytes == 2 * L * B * HKV * HD * S * BF16
+    assert by_role["activations"].compulsory_bytes == B * S * 4 + B * V * 4

@@ -109,25 +109,31 @@ _ZERO = (0,)  # range(1)
 _NONE = object()  # no value yet
 
 
-def _inner_update_bytes(instr: Instruction, module: Module) -> int:
+def _inner_update_bytes(instr: Instruction, module: Module, element: int | None = None) -> int:
     """Update bytes of a fusion that rebuilds a buffer around a dynamic-update-slice (root,
-    through bitcasts and converts: XLA:CPU updates a bf16 cache as convert(dynamic-update-slice
-    (convert(cache) to f32, ...)) to bf16) instead of updating it in place, in the root's
-    element width; 0 for anything else."""
+    through bitcasts, converts, transposes, reshapes and copies: XLA:CPU updates a bf16 cache as
+    convert(dynamic-update-slice(convert(cache) to f32, ...)) to bf16, XLA:GPU an int8 cache of
+    head_dim 32 as transpose(dynamic-update-slice(transpose(cache), ...)) instead of updating it
+    in place, in the root's element width; 0 for anything else. ``element``: of a multi-output
+    fusion, that element of its root tuple (None: the root itself)."""
     if instr.opcode != "fusion" or not instr.called_computations:
         return 0
     fused = module.computations.get(instr.called_computations[0])
     if fused is None:
         return 0
-    root = fused.root
-    while root.opcode in ("bitcast", "convert") and root.operands and root.operands[0] in fused.by_name:
+    out = root = fused.root
+    if element is not None and root.opcode == "tuple":
+        if not 0 <= element < len(root.operands) or root.operands[element] not in fused.by_name:
+            return 0
+        out = root = fused.by_name[root.operands[element]]
+    while root.opcode in _PERMUTES and root.operands and root.operands[0] in fused.by_name:
         root = fused.by_name[root.operands[0]]
     if root.opcode == "dynamic-update-slice" and len(root.operands) > 1:
         upd = fused.by_name.get(root.operands[1])
         if upd is None or not upd.shape.is_array:
             return 0
-        out_bits, upd_bits = fused.root.shape.element_bits, upd.shape.element_bits
-        if not out_bits or not upd_bits or not fused.root.shape.is_array:
+        out_bits, upd_bits = out.shape.element_bits, upd.shape.element_bits
+        if not out_bits or not upd_bits or not out.shape.is_array:
             return upd.shape.logical_byte_size
         return upd.shape.logical_byte_size * out_bits // upd_bits
     return 0
@@ -143,41 +149,32 @@ _ARITHMETIC = frozenset(n for n, rec in OPCODES.items() if rec.elementwise) - _P
 _PERMUTES = frozenset({"bitcast", "convert", "transpose", "reshape", "copy"})
 
 
-def _copies_new_values(r, module: Module) -> bool:
-    """Row ``r`` is a copy of a value that a kernel computed every element of
-    (``_computes_every_element``), so the copy's write into a result that updates a parameter is
-    the update (compulsory), and the kernel's own write and the copy's read are the excess:
-
-    * XLA:TPU computes a training step's new parameters in VMEM and copies them (``copy-start``
-      / ``copy``) to their HBM buffers;
-    * XLA:GPU computes the new value of a parameter it reads in another element order (the
-      AdamW update of a transposed kernel, ``input_transpose_fusion``) into an HBM buffer of its
-      own, which it cannot write in place, and copies it into the donated output buffer.
-
-    The copy is a ``copy-start`` / ``copy`` or a copy fusion (a chain of copy ops from one
-    operand, no window); its source is followed through bitcasts, copies and one
-    get-tuple-element to the kernel that computed it."""
+def _copy_source(r, module: Module) -> tuple[Instruction, int | None] | None:
+    """(the kernel, its root tuple element or None) whose value row ``r`` copies, when ``r`` is
+    a ``copy-start`` / ``copy`` or a copy fusion (a chain of copy ops from one operand, no
+    window); its source is followed through bitcasts, copies and one get-tuple-element. None:
+    not a copy, or one of a parameter or of a window."""
     instr = r.instr
     if not instr.operands:
-        return False
+        return None
     comp = module.computations.get(r.computation)
     if comp is None:
-        return False
+        return None
     if instr.opcode in ("copy-start", "copy"):
         src_k = 0
     elif instr.opcode == "fusion":
         ck = copy_kind(instr, comp, module)
         if ck is None or ck[2] or ck[1] >= len(instr.operands):
-            return False  # no copy fusion, or one that copies a window out (not every element)
+            return None  # no copy fusion, or one that copies a window out (not every element)
         src_k = ck[1]
     else:
-        return False
+        return None
     by_name = comp.by_name
     src = by_name.get(instr.operands[src_k])
     element = None
     for _ in range(1000):  # (bitcasts and copies of the value, then one get-tuple-element)
         if src is None or not src.operands:
-            return False
+            return None
         if src.opcode in ("bitcast", "copy"):
             src = by_name.get(src.operands[0])
             continue
@@ -185,12 +182,39 @@ def _copies_new_values(r, module: Module) -> bool:
             try:
                 element = int(src.attrs.get("index"))
             except (TypeError, ValueError):
-                return False
+                return None
             src = by_name.get(src.operands[0])
         break
     if src is None or src.opcode in ("get-tuple-element", "parameter"):
-        return False
-    return _computes_every_element(src, module, element)
+        return None
+    return src, element
+
+
+def _copies_new_values(r, module: Module) -> bool:
+    """Row ``r`` is a copy (``_copy_source``) of a value that a kernel computed every element of
+    (``_computes_every_element``), so the copy's write into a result that updates a parameter is
+    the update (compulsory), and the kernel's own write and the copy's read are the excess:
+
+    * XLA:TPU computes a training step's new parameters in VMEM and copies them (``copy-start``
+      / ``copy``) to their HBM buffers;
+    * XLA:GPU computes the new value of a parameter it reads in another element order (the
+      AdamW update of a transposed kernel, ``input_transpose_fusion``) into an HBM buffer of its
+      own, which it cannot write in place, and copies it into the donated output buffer."""
+    got = _copy_source(r, module)
+    return got is not None and _computes_every_element(got[0], module, got[1])
+
+
+def _copied_update_bytes(r, module: Module) -> int:
+    """Update bytes (per run) of the value row ``r`` copies (``_copy_source``) when a fusion
+    rebuilt it around a dynamic-update-slice (``_inner_update_bytes``): XLA:GPU updates a
+    transposed int8 cache of head_dim 32 in a multi-output fusion (element 0: the updated cache,
+    transposed back; element 1: the dequantized keys for the dot) and copies element 0 into the
+    donated result, so the copy's write into the result is what carries the new position
+    (compulsory); the fusion's whole write and the copy's rest are the excess. 0 otherwise."""
+    got = _copy_source(r, module)
+    if got is None:
+        return 0
+    return _inner_update_bytes(got[0], module, got[1]) * r.multiplicity.count
 
 
 def _computes_every_element(instr: Instruction, module: Module, element: int | None = None) -> bool:
@@ -960,6 +984,8 @@ class Accounting:
                 update = min(logical, update)
             if not update and _copies_new_values(r, self.module):
                 update = logical  # new values computed elsewhere (on chip, transposed), copied here
+            if not update:  # a buffer rebuilt around an update elsewhere, copied here: the update
+                update = min(logical, _copied_update_bytes(r, self.module))
             comp_b = min(update, left)
             update_left[root] = left - comp_b
             own, subject = "whole_rewrite", self._param_subject(pnum)
