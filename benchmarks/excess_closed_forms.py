@@ -28,7 +28,13 @@ targets (s32 [1, 8192]) read and the loss (f32) written.
 Gemma 2 9B decode (batch 32, 8192 positions, bf16; ``g2``): the KV cache only. The even layers
 attend within 4096 positions and keep a ring of that many (``window_cache``), so K and V read
 2 B H_kv d (21 x 4096 + 21 x 8192) bf16 and one position per layer written; under ``--plan tp``
-over 8 devices (``g2/tp8``) the cache splits over the 8 kv heads.
+over 8 devices (``g2/tp8``) the cache splits over the 8 kv heads; with an int8 cache (``g2q``,
+``--set kv_dtype=int8``) 1 B per element and a bf16 scale per (batch, kv head, position).
+
+Llama-3-8B prefill (``pre``: batch 1 x 8192 tokens, bf16, unrolled): every parameter read once
+but the embedding, of which the 8192 rows the tokens gather; the cache it returns written once
+as ``kv_cache`` (2 L B H_kv d S bf16; the preset's ``out_roles``); the tokens (s32 [1, 8192])
+read and the last position's logits (f32 [1, 1, V]) written.
 
 Decode under ``--plan tp`` over ``model`` = every device of h100-sxm:1x1x8 and tpu-v5p:2x2x1
 (*tp/8*, *tp/4*: no more devices than the 8 kv heads), per device: the projections split n ways,
@@ -80,15 +86,20 @@ CASES = [("bf16", "llama3-8b-decode", {}, "h100-sxm", "true"),
          ("tp/4", "llama3-8b-decode", {}, "tpu-v5p:2x2x1", "false"),
          ("g2", "gemma2-9b-decode", {}, "b200", "false"),
          ("g2", "gemma2-9b-decode", {}, "tpu-v5p", "false"),
-         ("g2/tp8", "gemma2-9b-decode", {}, "h100-sxm:1x1x8", "false")]
+         ("g2/tp8", "gemma2-9b-decode", {}, "h100-sxm:1x1x8", "false"),
+         ("g2q", "gemma2-9b-decode", {"kv_dtype": "int8"}, "h100-sxm", "false"),
+         ("pre", "llama3-8b-prefill", {}, "h100-sxm", "false"),
+         ("pre", "llama3-8b-prefill", {}, "tpu-v5p", "false")]
 # the roles each case's closed form gives (the second is KV for decode, optimizer state for training)
 ROLES = {"bf16": ("weights", "kv_cache", "activations"), "int8": ("weights", "kv_cache", "activations"),
          "train": ("weights", "optimizer_state", "activations"),
          "tp/8": ("weights", "kv_cache", "activations"), "tp/4": ("weights", "kv_cache", "activations"),
          # Gemma 2: the KV cache's closed form only (the ring of its local layers); the weights'
          # and activations' compulsory bytes are shown, not checked
-         "g2": (None, "kv_cache", None), "g2/tp8": (None, "kv_cache", None)}
+         "g2": (None, "kv_cache", None), "g2/tp8": (None, "kv_cache", None), "g2q": (None, "kv_cache", None),
+         "pre": ("weights", "kv_cache", "activations")}
 TRAIN_B, TRAIN_S = 1, 8192  # models/families.py MODE_SIZES["train"]
+PRE_B, PRE_S = 1, 8192  # models/families.py MODE_SIZES["prefill"]
 # elements of one layer's projection kernels: q, k, v, o, gate, up, down
 KERNELS = D * HEADS * HEAD_DIM + 2 * D * KV_HEADS * HEAD_DIM + HEADS * HEAD_DIM * D + 3 * D * D_FF
 
@@ -111,10 +122,11 @@ def _tp(n: int) -> dict[str, int]:
 G2_LAYERS, G2_KV_HEADS, G2_HEAD_DIM, G2_WINDOW = 42, 8, 256, 4096
 
 
-def _gemma2_kv(n: int = 1) -> int:
+def _gemma2_kv(n: int = 1, int8: bool = False) -> int:
     """Per device, the cache over kv heads split n ways: K and V of every position each layer
-    holds read once (21 local layers x 4096 + 21 global x 8192), one position written per layer."""
-    per_position = 2 * B * (G2_KV_HEADS // n) * G2_HEAD_DIM * BF16
+    holds read once (21 local layers x 4096 + 21 global x 8192), one position written per layer;
+    ``int8``: 1 B per element and a bf16 scale per (batch, kv head, position)."""
+    per_position = 2 * B * (G2_KV_HEADS // n) * (G2_HEAD_DIM + BF16 if int8 else G2_HEAD_DIM * BF16)
     local = (G2_LAYERS + 1) // 2
     return per_position * (local * G2_WINDOW + (G2_LAYERS - local) * S) + per_position * G2_LAYERS
 
@@ -138,7 +150,15 @@ def closed_forms() -> dict[str, dict[str, int]]:
             "train": {"weights": 2 * p * BF16, "optimizer_state": 2 * 2 * p * BF16 + 2 * 4,
                       "activations": 2 * TRAIN_B * TRAIN_S * 4 + 4},
             "tp/8": _tp(8), "tp/4": _tp(4),
-            "g2": {"kv_cache": _gemma2_kv()}, "g2/tp8": {"kv_cache": _gemma2_kv(8)}}
+            "g2": {"kv_cache": _gemma2_kv()}, "g2/tp8": {"kv_cache": _gemma2_kv(8)},
+            "g2q": {"kv_cache": _gemma2_kv(int8=True)},
+            # prefill: every parameter read once but the embedding, of which the B S rows the
+            # tokens gather; the cache it returns (every layer's K and V of the S positions)
+            # written once as kv_cache (Workload.out_roles); the tokens read, the last
+            # position's logits written
+            "pre": {"weights": (L * per_layer + VOCAB * D + D + PRE_B * PRE_S * D) * BF16,
+                    "kv_cache": 2 * L * PRE_B * KV_HEADS * HEAD_DIM * PRE_S * BF16,
+                    "activations": PRE_B * PRE_S * 4 + PRE_B * VOCAB * 4}}
 
 
 def _child(preset: str, overrides: str, target: str, scan: str) -> dict:
@@ -178,6 +198,8 @@ def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--quick", action="store_true", help="scanned decode forms only (seconds to compile)")
     ap.add_argument("--out", default=str(HERE / "excess_closed_forms.md"))
+    ap.add_argument("--cases", default="", help="only these cases (comma-separated: bf16,int8,train,"
+                    "tp/8,tp/4,g2,g2/tp8,g2q,pre); default: all")
     ap.add_argument("--child", nargs=4, help=argparse.SUPPRESS)
     args = ap.parse_args(argv)
     if args.child:
@@ -192,6 +214,8 @@ def main(argv: list[str] | None = None) -> int:
     failed = 0
     for case, preset, overrides, target, scan in CASES:
         if args.quick and (scan != "true" or case == "train"):
+            continue
+        if args.cases and case not in args.cases.split(","):
             continue
         proc = subprocess.run([sys.executable, __file__, "--child", preset, json.dumps(overrides), target, scan],
                               capture_output=True, text=True)
@@ -224,8 +248,9 @@ def main(argv: list[str] | None = None) -> int:
             "(micro-batch 1 x 8192; the second role is the optimizer state); *tp/n* = bf16 decode under "
             "`--plan tp` over model = n devices, per device; *g2* = Gemma 2 9B decode (batch 32, 8192 "
             "positions, bf16, the local layers' ring of 4096; *g2/tp8* under `--plan tp` over 8 devices, "
-            "per device), its KV cache checked against the closed form (weights and activations shown, "
-            "- = not checked); compiled without the device "
+            "per device; *g2q* with `--set kv_dtype=int8`), its KV cache checked against the closed form (weights and activations shown, "
+            "- = not checked); *pre* = `llama3-8b-prefill` (batch 1 x 8192 tokens, bf16), the cache it "
+            "returns as KV written once; compiled without the device "
             "(deviceless XLA:GPU / XLA:TPU; XLA:CPU on this machine); compulsory bytes per program run "
             "and device, from `jaxmove analyze ... "
             "--excess` (the excess pass); closed forms computed in this script from the shapes (the "
