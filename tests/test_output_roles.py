@@ -134,3 +134,18 @@ def test_reduced_llama_prefill_against_closed_forms():
     assert by_role["weights"].compulsory_bytes == weights
     assert by_role["kv_cache"].compulsory_bytes == 2 * L * B * HKV * HD * S * BF16
     assert by_role["activations"].compulsory_bytes == B * S * 4 + B * V * 4
+
+
+@pytest.mark.parametrize("target,plan,mesh", [("h100-sxm:1x1x4", "tp", {"model": 4}),
+                                              ("tpu-v5e:2x2", "fsdp", {"data": 4})])
+def test_prefill_cache_per_device_under_a_plan(target, plan, mesh):
+    """Under a sharding plan the output roles still reach the cache: each of 4 devices writes
+    its quarter (tp: 4 kv heads over model = 4; fsdp: batch 8 over data = 4)."""
+    from jaxmove.plans import capture_with_plan, load_plan
+    L, D, H, HKV, S, B = 2, 256, 4, 4, 128, 8
+    sets = dict(layers=L, d_model=D, heads=H, kv_heads=HKV, d_ff=512, vocab=1024, seq_len=S, batch=B)
+    prog = capture_with_plan("llama3-8b-prefill", {k: str(v) for k, v in sets.items()}, load_plan(plan),
+                             mesh, [], target=target)
+    assert prog.output_roles == ("activations",) + ("kv_cache",) * (2 * L)
+    r = jaxmove.analyze(prog, hardware=target.split(":")[0])
+    assert r.excess.by_role["kv_cache"].compulsory_bytes == 2 * L * B * HKV * (D // H) * S * 2 // 4
