@@ -15,6 +15,12 @@ passes. Decode (batch 32, KV cache 8192), bf16:
 * activations: the tokens (s32 [B, 1]) and the position (s32) read, the logits (f32 [B, 1, V])
   written.
 
+Decode with fp8 weights and an fp8 cache (``fp8``: ``--set weights_dtype=fp8 --set
+kv_dtype=fp8``; ``fp8a`` adds ``--set act_dtype=fp8``, fp8 x fp8 GEMMs): the weights as int8's
+below (1 B per kernel element, a bf16 scale per output channel), the cache 1 B per element with
+no scales (a per-tensor scale of 1); int4 weights (``int4``): half a byte per kernel element,
+the same scales, a bf16 cache.
+
 Decode with int8 weights and int8 KV (``--set weights_dtype=int8 --set kv_dtype=int8``;
 models/transformer.py): each projection kernel and lm_head int8 with a bf16 scale per output
 channel, norms and the embedding bf16; the cache int8 with a bf16 scale per (batch, kv head,
@@ -70,6 +76,7 @@ HEAD_DIM, BF16 = D // HEADS, 2
 # (case, preset, overrides, target, scan_layers); (v5e: 16 GiB, does not fit an 8B decode; the
 # training step fits no single TPU chip: XLA:TPU refuses it, XLA:GPU and XLA:CPU do not check)
 _Q = {"weights_dtype": "int8", "kv_dtype": "int8"}
+_F8 = {"weights_dtype": "fp8", "kv_dtype": "fp8"}
 CASES = [("bf16", "llama3-8b-decode", {}, "h100-sxm", "true"),
          ("bf16", "llama3-8b-decode", {}, "h100-sxm", "false"),
          ("bf16", "llama3-8b-decode", {}, "tpu-v5p", "true"),
@@ -88,6 +95,11 @@ CASES = [("bf16", "llama3-8b-decode", {}, "h100-sxm", "true"),
          ("g2", "gemma2-9b-decode", {}, "tpu-v5p", "false"),
          ("g2/tp8", "gemma2-9b-decode", {}, "h100-sxm:1x1x8", "false"),
          ("g2q", "gemma2-9b-decode", {"kv_dtype": "int8"}, "h100-sxm", "false"),
+         ("fp8", "llama3-8b-decode", _F8, "h100-sxm", "false"),
+         ("fp8", "llama3-8b-decode", _F8, "b200", "false"),
+         ("fp8a", "llama3-8b-decode", {**_F8, "act_dtype": "fp8"}, "h100-sxm", "false"),
+         ("int4", "llama3-8b-decode", {"weights_dtype": "int4"}, "tpu-v5p", "false"),
+         ("int4", "llama3-8b-decode", {"weights_dtype": "int4"}, "h100-sxm", "false"),
          ("pre", "llama3-8b-prefill", {}, "h100-sxm", "false"),
          ("pre", "llama3-8b-prefill", {}, "tpu-v5p", "false")]
 # the roles each case's closed form gives (the second is KV for decode, optimizer state for training)
@@ -97,7 +109,9 @@ ROLES = {"bf16": ("weights", "kv_cache", "activations"), "int8": ("weights", "kv
          # Gemma 2: the KV cache's closed form only (the ring of its local layers); the weights'
          # and activations' compulsory bytes are shown, not checked
          "g2": (None, "kv_cache", None), "g2/tp8": (None, "kv_cache", None), "g2q": (None, "kv_cache", None),
-         "pre": ("weights", "kv_cache", "activations")}
+         "pre": ("weights", "kv_cache", "activations"),
+         "fp8": ("weights", "kv_cache", "activations"), "fp8a": ("weights", "kv_cache", "activations"),
+         "int4": ("weights", "kv_cache", "activations")}
 TRAIN_B, TRAIN_S = 1, 8192  # models/families.py MODE_SIZES["train"]
 PRE_B, PRE_S = 1, 8192  # models/families.py MODE_SIZES["prefill"]
 # elements of one layer's projection kernels: q, k, v, o, gate, up, down
@@ -139,13 +153,26 @@ def closed_forms() -> dict[str, dict[str, int]]:
     # int8: kernels 1 B per element, a bf16 scale per output channel (q: H d, k / v: H_kv d,
     # o: D, gate / up: F, down: D); lm_head int8 + V scales; norms, final norm, embedding rows bf16
     scales = HEADS * HEAD_DIM + 2 * KV_HEADS * HEAD_DIM + D + 2 * D_FF + D
-    q_weights = (L * KERNELS + L * scales * BF16 + L * 2 * D * BF16 + VOCAB * D + VOCAB * BF16
-                 + D * BF16 + B * D * BF16)
+    def quantized(elem_bits: int) -> int:  # kernels and lm_head at elem_bits, the rest as int8's
+        return ((L * KERNELS + VOCAB * D) * elem_bits // 8 + L * scales * BF16 + L * 2 * D * BF16
+                + VOCAB * BF16 + D * BF16 + B * D * BF16)
+    q_weights = quantized(8)
     q_per_position = 2 * L * B * KV_HEADS * (HEAD_DIM + BF16)
     p = L * per_layer + 2 * VOCAB * D + D  # every parameter (embedding and lm_head untied)
     return {"bf16": {"weights": (L * per_layer + VOCAB * D + D + B * D) * BF16,
                      "kv_cache": per_position * S + per_position, "activations": act},
             "int8": {"weights": q_weights, "kv_cache": q_per_position * S + q_per_position,
+                     "activations": act},
+            # fp8 (float8_e4m3fn) weights as int8's, a bf16 scale per output channel; the fp8
+            # cache 1 B per element and no scales (a per-tensor scale of 1)
+            "fp8": {"weights": q_weights, "kv_cache": (per_position * S + per_position) // BF16,
+                    "activations": act},
+            # fp8 x fp8 GEMMs (act_dtype=fp8): the activations' quantization is on chip or an
+            # intermediate, so the compulsory bytes are fp8's
+            "fp8a": {"weights": q_weights, "kv_cache": (per_position * S + per_position) // BF16,
+                     "activations": act},
+            # int4 weights: half a byte per kernel element; the cache bf16
+            "int4": {"weights": quantized(4), "kv_cache": per_position * S + per_position,
                      "activations": act},
             "train": {"weights": 2 * p * BF16, "optimizer_state": 2 * 2 * p * BF16 + 2 * 4,
                       "activations": 2 * TRAIN_B * TRAIN_S * 4 + 4},
@@ -199,7 +226,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--quick", action="store_true", help="scanned decode forms only (seconds to compile)")
     ap.add_argument("--out", default=str(HERE / "excess_closed_forms.md"))
     ap.add_argument("--cases", default="", help="only these cases (comma-separated: bf16,int8,train,"
-                    "tp/8,tp/4,g2,g2/tp8,g2q,pre); default: all")
+                    "tp/8,tp/4,g2,g2/tp8,g2q,fp8,fp8a,int4,pre); default: all")
     ap.add_argument("--child", nargs=4, help=argparse.SUPPRESS)
     args = ap.parse_args(argv)
     if args.child:
@@ -250,7 +277,9 @@ def main(argv: list[str] | None = None) -> int:
             "positions, bf16, the local layers' ring of 4096; *g2/tp8* under `--plan tp` over 8 devices, "
             "per device; *g2q* with `--set kv_dtype=int8`), its KV cache checked against the closed form (weights and activations shown, "
             "- = not checked); *pre* = `llama3-8b-prefill` (batch 1 x 8192 tokens, bf16), the cache it "
-            "returns as KV written once; compiled without the device "
+            "returns as KV written once; *fp8* = decode with `--set weights_dtype=fp8 --set kv_dtype=fp8` "
+            "(*fp8a* also `--set act_dtype=fp8`: fp8 x fp8 GEMMs); *int4* = `--set weights_dtype=int4`; "
+            "compiled without the device "
             "(deviceless XLA:GPU / XLA:TPU; XLA:CPU on this machine); compulsory bytes per program run "
             "and device, from `jaxmove analyze ... "
             "--excess` (the excess pass); closed forms computed in this script from the shapes (the "

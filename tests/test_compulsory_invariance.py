@@ -50,7 +50,11 @@ Q_WEIGHTS = (L * (D * H * HD + 2 * D * HKV * HD + H * HD * D + 3 * D * F)     # 
              + L * 2 * D * BF16 + V * D + V * BF16 + D * BF16 + B * D * BF16)  # norms, lm_head, rows
 Q_KV_READ = 2 * L * B * HKV * S * (HD + BF16)
 Q_KV_WRITE = 2 * L * B * HKV * (HD + BF16)
-CLOSED = {"bf16": (WEIGHTS, KV_READ, KV_WRITE), "int8": (Q_WEIGHTS, Q_KV_READ, Q_KV_WRITE)}
+# fp8 weights (float8_e4m3fn) as int8's, with an fp8 cache: 1 B per element, no scales; int4
+# weights: half a byte per kernel element (lm_head included), the same scales, a bf16 cache
+I4_WEIGHTS = Q_WEIGHTS - (L * (D * H * HD + 2 * D * HKV * HD + H * HD * D + 3 * D * F) + V * D) // 2
+CLOSED = {"bf16": (WEIGHTS, KV_READ, KV_WRITE), "int8": (Q_WEIGHTS, Q_KV_READ, Q_KV_WRITE),
+          "fp8": (Q_WEIGHTS, KV_READ // BF16, KV_WRITE // BF16), "int4": (I4_WEIGHTS, KV_READ, KV_WRITE)}
 ACT_READ = B * 4 + 4                               # tokens s32[B, 1], pos s32[]
 ACT_WRITE = B * V * 4                              # logits f32[B, 1, V]
 # a training step (AdamW, models/train.py) of the same model at batch 2: every parameter read
@@ -89,6 +93,10 @@ _WORKER = textwrap.dedent("""
         sets = dict(given[key] if key in given else given.get(preset, {}))
         if dtype == "int8":
             sets.update(weights_dtype="int8", kv_dtype="int8")
+        elif dtype == "fp8":
+            sets.update(weights_dtype="fp8", kv_dtype="fp8")
+        elif dtype == "int4":
+            sets.update(weights_dtype="int4")
         try:
             if ":" in target:  # a topology: --plan tp over model = every device
                 from jaxmove.capture.targets import Target
@@ -133,21 +141,23 @@ def compulsory():
     from tests.conftest import run_side_by_side
 
     procs = run_side_by_side([
-        _command("cpu/bf16", "tpu-v5e/bf16", "cpu/int8", "tpu-v5e/int8",
+        _command("cpu/bf16", "tpu-v5e/bf16", "cpu/int8", "tpu-v5e/int8", "tpu-v5e/fp8", "tpu-v5e/int4",
                  "cpu/f32/gpt-tiny-decode", "tpu-v5e/f32/gpt-tiny-decode",
                  "cpu/bf16/deepseek-v3-decode", "tpu-v5e/bf16/deepseek-v3-decode",
                  "cpu/bf16/llama3-8b-train", "tpu-v5e/bf16/llama3-8b-train",
                  f"{TP_TARGETS[0]}/bf16/llama3-8b-decode"),
-        _command("h100-sxm/bf16", "h100-sxm/int8", "h100-sxm/f32/gpt-tiny-decode",
+        _command("h100-sxm/bf16", "h100-sxm/int8", "h100-sxm/fp8", "h100-sxm/int4", "h100-sxm/f32/gpt-tiny-decode",
                  "h100-sxm/bf16/llama3-8b-train", f"{TP_TARGETS[1]}/bf16/llama3-8b-decode")],
         cwd=ROOT, env=dict(os.environ, JAX_PLATFORMS="cpu"), capture_output=True, text=True, timeout=600)
     return {**_results(procs[0]), **_results(procs[1])}
 
 
-@pytest.mark.parametrize("dtype", ["bf16", "int8"])
-@pytest.mark.parametrize("target", ["cpu", "tpu-v5e", "h100-sxm"])
+@pytest.mark.parametrize("dtype,target", [(d, t) for d in ("bf16", "int8") for t in ("cpu", "tpu-v5e", "h100-sxm")]
+                         + [(d, t) for d in ("fp8", "int4") for t in ("tpu-v5e", "h100-sxm")])
 @pytest.mark.parametrize("spec", ["spec", "none"])
 def test_decode_compulsory_is_the_closed_form_on_every_compiler(compulsory, target, spec, dtype):
+    """fp8 and int4 on the accelerators' compilers (reduced copies of the benchmark's fp8 and
+    int4 cases on h100-sxm, b200 and tpu-v5p)."""
     got = compulsory[f"{target}/{dtype}"]
     if "skip" in got:
         pytest.skip(got["skip"])
