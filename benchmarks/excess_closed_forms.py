@@ -37,7 +37,8 @@ attend within 4096 positions and keep a ring of that many (``window_cache``), so
 over 8 devices (``g2/tp8``) the cache splits over the 8 kv heads; with an int8 cache (``g2q``,
 ``--set kv_dtype=int8``) 1 B per element and a bf16 scale per (batch, kv head, position).
 
-Llama-3-8B prefill (``pre``: batch 1 x 8192 tokens, bf16, unrolled): every parameter read once
+Llama-3-8B prefill (``pre``: batch 1 x 8192 tokens, bf16, unrolled and scanned layers: a scan
+returns the cache stacked, each layer's written into its slot): every parameter read once
 but the embedding, of which the 8192 rows the tokens gather; the cache it returns written once
 as ``kv_cache`` (2 L B H_kv d S bf16; the preset's ``out_roles``); the tokens (s32 [1, 8192])
 read and the last position's logits (f32 [1, 1, V]) written.
@@ -101,7 +102,9 @@ CASES = [("bf16", "llama3-8b-decode", {}, "h100-sxm", "true"),
          ("int4", "llama3-8b-decode", {"weights_dtype": "int4"}, "tpu-v5p", "false"),
          ("int4", "llama3-8b-decode", {"weights_dtype": "int4"}, "h100-sxm", "false"),
          ("pre", "llama3-8b-prefill", {}, "h100-sxm", "false"),
-         ("pre", "llama3-8b-prefill", {}, "tpu-v5p", "false")]
+         ("pre", "llama3-8b-prefill", {}, "h100-sxm", "true"),
+         ("pre", "llama3-8b-prefill", {}, "tpu-v5p", "false"),
+         ("pre", "llama3-8b-prefill", {}, "tpu-v5p", "true")]
 # the roles each case's closed form gives (the second is KV for decode, optimizer state for training)
 ROLES = {"bf16": ("weights", "kv_cache", "activations"), "int8": ("weights", "kv_cache", "activations"),
          "train": ("weights", "optimizer_state", "activations"),

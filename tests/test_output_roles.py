@@ -64,10 +64,34 @@ def test_flatten_out_roles_prefixes_and_errors():
     assert flatten_out_roles("weights", tree, 3) == ["weights"] * 3
     assert flatten_out_roles(None, tree, 3) == [None] * 3
     assert flatten_out_roles((None, {"k": "kv_cache", "v": None}), tree, 3) == [None, "kv_cache", None]
-    with pytest.raises(ValueError, match="expected one of"):
+    from jaxmove.errors import JaxmoveInputError
+    with pytest.raises(JaxmoveInputError, match="expected one of"):
         flatten_out_roles(("activations", "kv-cache"), tree, 3)
-    with pytest.raises(ValueError, match="does not match the structure"):
+    with pytest.raises(JaxmoveInputError, match="expected one of"):
+        flatten_out_roles(("activations", 3), tree, 3)
+    with pytest.raises(JaxmoveInputError, match="is not a prefix of the structure"):
         flatten_out_roles(("activations", "kv_cache", "weights"), tree, 3)
+    # a tuple for a dict output is not matched to its (sorted) keys by position: an error
+    d = jax.tree_util.tree_structure({"logits": jnp.zeros(2), "cache": jnp.zeros(3)})
+    with pytest.raises(JaxmoveInputError, match="is not a prefix of the structure"):
+        flatten_out_roles(("activations", "kv_cache"), d, 2)
+    assert flatten_out_roles({"logits": "activations", "cache": "kv_cache"}, d, 2) == ["kv_cache", "activations"]
+
+
+def test_bad_out_roles_are_bad_input_on_the_cli(tmp_path, capsys, monkeypatch):
+    """A Workload's bad out_roles is the user's input: one line, exit 2 (not an internal error)."""
+    from jaxmove.cli import main
+    (tmp_path / "wl_bad.py").write_text(
+        "import jax, jax.numpy as jnp\n"
+        "from jaxmove import Workload\n"
+        "def make():\n"
+        "    return Workload(name='step', fn=lambda x: {'logits': x, 'cache': x * 2},\n"
+        "                    args=(jax.ShapeDtypeStruct((4,), jnp.float32),), roles=('activations',),\n"
+        "                    out_roles=('activations', 'kv_cache'))\n")
+    monkeypatch.chdir(tmp_path)
+    assert main(["analyze", "wl_bad:make"]) == 2
+    err = capsys.readouterr().err
+    assert "step: out_roles" in err and "not a prefix" in err and "internal error" not in err
 
 
 def test_bad_out_roles_fail_before_the_compile(monkeypatch):
@@ -100,6 +124,8 @@ def test_prefill_writes_its_cache_as_kv_cache_on_xla_cpu():
     assert r.excess.by_role["kv_cache"].compulsory_bytes == kv       # the cache, written once
     assert r.totals.kv_cache_write_bytes >= kv
     assert r.totals.kv_cache_read_bytes < r.totals.kv_cache_write_bytes
+    # a cache the program makes is not one it rewrites instead of updating: no KV notes
+    assert not [n for n in r.to_json()["notes"] if "KV-cache" in n or "KV cache" in n]
     # the same module without the output roles: the same compulsory total, all of it elsewhere
     import dataclasses
     bare = jaxmove.analyze(dataclasses.replace(prog, output_roles=()))
@@ -117,9 +143,11 @@ def test_prefill_writes_its_cache_as_kv_cache_on_accelerators(target):
     r = jaxmove.analyze("gpt-tiny-prefill", target=target)
     assert r.excess.by_role["kv_cache"].compulsory_bytes == kv
     assert r.totals.kv_cache_write_bytes >= kv
+    assert not [n for n in r.to_json()["notes"] if "KV-cache" in n or "KV cache" in n]
 
 
-def test_reduced_llama_prefill_against_closed_forms():
+@pytest.mark.parametrize("scan", ["false", "true"])
+def test_reduced_llama_prefill_against_closed_forms(scan):
     """Reduced copy of benchmarks/excess_closed_forms.py's ``pre`` case (Llama-3-8B prefill,
     checked there at full size on h100-sxm and tpu-v5p): every parameter read once but the
     embedding (the B S rows the tokens gather), the returned cache written once as kv_cache,
@@ -127,7 +155,8 @@ def test_reduced_llama_prefill_against_closed_forms():
     L, D, H, HKV, F, V, S, B = 2, 256, 4, 2, 512, 1024, 128, 2
     HD, BF16 = D // H, 2
     sets = dict(layers=L, d_model=D, heads=H, kv_heads=HKV, d_ff=F, vocab=V, seq_len=S, batch=B)
-    r = jaxmove.analyze("llama3-8b-prefill", overrides={k: str(v) for k, v in sets.items()})
+    r = jaxmove.analyze("llama3-8b-prefill", overrides={**{k: str(v) for k, v in sets.items()},
+                                                       "scan_layers": scan})
     by_role = r.excess.by_role
     weights = (L * (D * H * HD + 2 * D * HKV * HD + H * HD * D + 3 * D * F + 2 * D)
                + V * D + D + B * S * D) * BF16

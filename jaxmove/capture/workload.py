@@ -56,31 +56,44 @@ class Workload:
 
 def flatten_out_roles(out_roles, treedef, n: int, name: str = "workload") -> list:
     """One role (or None) per output leaf from a Workload's ``out_roles`` (None, one string for
-    all, or a pytree like the output whose outer structure may end in strings covering a
-    subtree), in jax's flattening order (the order of the compiled program's outputs).
+    all, or a pytree prefix of the output: its containers those of the output, each leaf a role
+    string or None covering that subtree), in jax's flattening order (the order of the compiled
+    program's outputs).
 
     Raises:
-      ValueError: ``out_roles`` does not match the output's structure (``treedef``, ``n``
-        leaves), or a role is not one of ``ROLES``.
+      JaxmoveInputError (a ValueError): ``out_roles`` is not a prefix of the output's structure
+        (``treedef``, ``n`` leaves; a tuple given for a dict output is one), or a role is not
+        one of ``ROLES``.
     """
-    if out_roles is None or isinstance(out_roles, str):
+    import jax
+
+    from ..errors import JaxmoveInputError
+
+    is_role = lambda x: x is None or isinstance(x, str)  # noqa: E731
+    if is_role(out_roles):
         flat = [out_roles] * n
     else:
+        full = jax.tree_util.tree_unflatten(treedef, list(range(n)))
+        flat = [None] * n
         try:
-            flat = treedef.flatten_up_to(out_roles)
-        except (ValueError, TypeError):
-            flat = None
-        children = treedef.children() if flat is None else ()
-        if flat is None and isinstance(out_roles, (tuple, list)) and len(children) == len(out_roles):
-            flat = []
-            for sub, r in zip(children, out_roles):
-                flat.extend([r] * sub.num_leaves if isinstance(r, str) or r is None
-                            else sub.flatten_up_to(r))
-        if flat is None or len(flat) != n:
-            raise ValueError(f"{name}: out_roles does not match the structure of its output ({treedef})")
+            pairs = jax.tree_util.tree_leaves(
+                jax.tree_util.tree_map(lambda r, sub: [(k, r) for k in jax.tree_util.tree_leaves(sub)],
+                                       out_roles, full, is_leaf=is_role),
+                is_leaf=lambda x: isinstance(x, list))
+        except (ValueError, TypeError, KeyError) as e:
+            given = jax.tree_util.tree_structure(out_roles, is_leaf=is_role)
+            raise JaxmoveInputError(
+                f"{name}: out_roles {given} is not a prefix of the structure of its output "
+                f"({treedef}): give one role (or None) per output leaf, or per subtree, in the "
+                f"output's own containers ({str(e).splitlines()[0] if str(e) else type(e).__name__})"
+            ) from None
+        for group in pairs:
+            for k, r in group:
+                flat[k] = r
     for r in flat:
-        if r is not None and r not in ROLES:
-            raise ValueError(f"{name}: out_roles has {r!r}; expected one of {', '.join(ROLES)} (or None)")
+        if r is not None and (not isinstance(r, str) or r not in ROLES):
+            raise JaxmoveInputError(f"{name}: out_roles has {r!r}; expected one of "
+                                    f"{', '.join(ROLES)} (or None)")
     return flat
 
 # ---- logical axes from Flax NNX variable metadata ----------------------------------------

@@ -100,9 +100,11 @@ def instruction_cost(instr: Instruction, comp: Computation, roles: RoleMap, traf
         out_roles = roles[(cname, instr.name)]
         shape = instr.shape
         for a in writes:
+            pos = 0
             if shape.is_tuple:
                 try:
-                    role = out_roles[leaf_position(shape, a.index)]
+                    pos = leaf_position(shape, a.index)
+                    role = out_roles[pos]
                 except (IndexError, KeyError):
                     role = "activations"
             else:
@@ -115,6 +117,10 @@ def instruction_cost(instr: Instruction, comp: Computation, roles: RoleMap, traf
                 acc[_PAD_WRITE] += _padding(nbytes, lg, shape, a.index)
             if role == "kv_cache" and ms not in ON_CHIP_MEMORY_SPACES:
                 leaf = shape.subshape(a.index) if shape.is_tuple else shape
+                seeded = getattr(roles, "output_seeded", None)
+                before = seeded.get((cname, instr.name)) if seeded else None
+                if before is not None and (pos >= len(before) or before[pos] != "kv_cache"):
+                    continue  # a cache the program makes, as an output (a prefill's): no update to note
                 if nbytes == leaf.byte_size and leaf.byte_size > 0:
                     notes.append(_kv_note(instr, comp, roles, leaf, nbytes))
     if memo is None:

@@ -56,6 +56,10 @@ class RoleMap(dict):
     """
 
     aliased: frozenset = frozenset()
+    #: (computation, instruction) -> its roles without the output roles (``roles_pass``'s
+    #: ``output_roles``), for the values whose roles those changed: a prefill's new cache is
+    #: ``kv_cache`` from its output role alone, not a cache the program updates (read-only).
+    output_seeded: dict = {}
 
 
 class _RolePropagation:
@@ -397,12 +401,22 @@ def roles_pass(module: Module, entry_roles: dict[int, str] | None = None,
         entry_params[p.parameter_number] = (role,) * _nleaves(p.shape)
     prop = _RolePropagation(module)
     prop.run(module.entry, entry_params)
-    seeds = _alias_seeds(module, entry_params, output_roles)
-    if seeds:
-        prop = _RolePropagation(module, seeds)
+    aliased = _alias_seeds(module, entry_params)
+    if aliased:
+        prop = _RolePropagation(module, aliased)
         prop.run(module.entry, entry_params)
-        prop.roles.aliased = frozenset(seeds)
-    return prop.roles
+        prop.roles.aliased = frozenset(aliased)
+    roles = prop.roles
+    if output_roles and any(r in _STATE_ROLES for r in output_roles):
+        seeds = _alias_seeds(module, entry_params, output_roles)
+        if seeds != aliased:
+            prop = _RolePropagation(module, seeds)
+            prop.run(module.entry, entry_params)
+            seeded = prop.roles
+            seeded.aliased = frozenset(aliased)
+            seeded.output_seeded = {k: roles.get(k) for k, v in seeded.items() if roles.get(k) != v}
+            roles = seeded
+    return roles
 
 
 _BACK_THROUGH = names(roles_back=True)
