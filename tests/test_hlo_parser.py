@@ -226,6 +226,16 @@ VALIDATION_CASES = [
     # shapes that tuple / get-tuple-element / fusion disagree on
     ("HloModule t\nENTRY e {\n  p = (f32[4], s32[]) parameter(0)\n  ROOT g = f32[4] get-tuple-element(p), index=2\n}\n",
      4, 8, "index=2 is not an element of its operand's shape (f32[4], s32[])"),
+    # (validate_module's get-tuple-element shortcut falls back to the full check for each)
+    ("HloModule t\nENTRY e {\n  p = (f32[4], s32[]) parameter(0)\n  ROOT g = s32[] get-tuple-element(p), index=0\n}\n",
+     4, 8, "get-tuple-element 'g' has shape s32[] but element 0 of its operand is f32[4]"),
+    ("HloModule t\nENTRY e {\n  p = (f32[4], s32[]) parameter(0)\n"
+     "  ROOT g = f32[4] get-tuple-element(p), index=0, index=1\n}\n",
+     4, 8, "get-tuple-element 'g' has shape f32[4] but element 1 of its operand is s32[]"),
+    ("HloModule t\nENTRY e {\n  p = f32[4] parameter(0)\n  ROOT g = f32[4] get-tuple-element(p), index=0\n}\n",
+     4, 8, "index=0 is not an element of its operand's shape f32[4]"),
+    ("HloModule t\nENTRY e {\n  p = (f32[4], s32[]) parameter(0)\n  ROOT g = f32[4] get-tuple-element(p), index=x\n}\n",
+     4, 8, "get-tuple-element 'g' needs index=<integer>"),
     ("HloModule t\nENTRY e {\n  p = f32[4] parameter(0)\n  ROOT t = (f32[4], f32[4]) tuple(p)\n}\n",
      4, 8, "which is not the tuple of its 1 operands' shapes"),
     ("HloModule t\nf {\n  x = f32[4] parameter(0)\n  ROOT y = f32[4] negate(x)\n}\n"

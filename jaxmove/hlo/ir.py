@@ -24,6 +24,8 @@ CALLED_COMPUTATION_ATTRS = (
 _CALLED_KEYS = frozenset(CALLED_COMPUTATION_ATTRS)
 # Where such a key can start in unsplit attribute text (``, calls=%f``); no match: none is there.
 _CALLED_KEY_AT = re.compile(r",[ \t]*(?:%s)[ \t]*=" % "|".join(CALLED_COMPUTATION_ATTRS))
+# the attribute text of a get-tuple-element as XLA prints it: its index first (tuple_index)
+_INDEX_FIRST = re.compile(r"[ \t]*+,[ \t]*+index[ \t]*+=[ \t]*+([0-9]++)[ \t]*+(?:,|\Z)")
 _UNSET = object()
 # attribute text -> Instruction.int_list's answer, for the texts read without error (a model's
 # layers repeat the same few: dimensions={1}, lhs_contracting_dims={1}); cleared when it fills
@@ -171,6 +173,8 @@ class Instruction:
         return md
 
     def _parse_metadata(self) -> Metadata | None:
+        if self._attrs is None and (not self._attr_text or "metadata" not in self._attr_text):
+            return None  # (no such key: the attribute text is not split for it)
         v = self.attrs.get("metadata")
         if v is None:
             return None
@@ -233,8 +237,27 @@ class Instruction:
                     return None
         return None
 
+    def index_first(self) -> int | None:
+        """The ``index=`` attribute when the unsplit attribute text (the parser's fast path)
+        gives it first, as ASCII digits, and names no other ``index`` (XLA's form of a
+        get-tuple-element); else None (read ``attrs``). When it is the only attribute, the
+        attributes are set from it (what splitting the text gives: ``{"index": "N"}``)."""
+        text = self._attr_text
+        if self._attrs is not None or not text:
+            return None
+        m = _INDEX_FIRST.match(text)
+        if m is None or text.count("index") != 1:
+            return None
+        if m.end() == len(text):
+            self._attrs = {"index": m.group(1)}
+        return int(m.group(1))
+
     @property
     def tuple_index(self) -> int | None:
+        """The ``index=`` attribute as an int (None without one)."""
+        k = self.index_first()
+        if k is not None:
+            return k
         v = self.attrs.get("index")
         return int(v) if v is not None else None
 

@@ -98,10 +98,8 @@ def union_all(module: Module, B: Buffers, comps: list[str], inplace: set, rebuil
                 B.union_leaves(cname, name, cname, instr.operands[0], instr.shape.num_leaves)
             elif op == "get-tuple-element":
                 src = by_name[instr.operands[0]]
-                # leaf_position(shape, (index,)); the index as Instruction.tuple_index reads it
-                ia = instr._attrs
-                v = (ia if ia is not None else instr.attrs).get("index")
-                off = src.shape.leaf_offsets[int(v) if v is not None else None]
+                # leaf_position(shape, (index,))
+                off = src.shape.leaf_offsets[instr.tuple_index]
                 n = instr.shape.num_leaves
                 if n == 1:  # (B.union, inline: one per tuple element of a module)
                     a, b = (cname, name, 0), (cname, src.name, off)
