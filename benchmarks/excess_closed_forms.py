@@ -41,7 +41,10 @@ Llama-3-8B prefill (``pre``: batch 1 x 8192 tokens, bf16, unrolled and scanned l
 returns the cache stacked, each layer's written into its slot): every parameter read once
 but the embedding, of which the 8192 rows the tokens gather; the cache it returns written once
 as ``kv_cache`` (2 L B H_kv d S bf16; the preset's ``out_roles``); the tokens (s32 [1, 8192])
-read and the last position's logits (f32 [1, 1, V]) written.
+read and the last position's logits (f32 [1, 1, V]) written. The KV cache alone of Mixtral 8x7B
+prefill (``mxpre``: 32 layers x 8 kv heads of 128) and Gemma 2 9B prefill (``g2pre``: the
+local layers' ring of 4096 positions, the global ones' 8192), 8192 tokens, batch 1, and of
+DeepSeek-V3 prefill (``dspre``: 61 layers' latent cache [1, 4096, 512 + 64], 4096 tokens).
 
 Decode under ``--plan tp`` over ``model`` = every device of h100-sxm:1x1x8 and tpu-v5p:2x2x1
 (*tp/8*, *tp/4*: no more devices than the 8 kv heads), per device: the projections split n ways,
@@ -104,7 +107,11 @@ CASES = [("bf16", "llama3-8b-decode", {}, "h100-sxm", "true"),
          ("pre", "llama3-8b-prefill", {}, "h100-sxm", "false"),
          ("pre", "llama3-8b-prefill", {}, "h100-sxm", "true"),
          ("pre", "llama3-8b-prefill", {}, "tpu-v5p", "false"),
-         ("pre", "llama3-8b-prefill", {}, "tpu-v5p", "true")]
+         ("pre", "llama3-8b-prefill", {}, "tpu-v5p", "true"),
+         ("mxpre", "mixtral-8x7b-prefill", {}, "h100-sxm", "false"),
+         ("g2pre", "gemma2-9b-prefill", {}, "h100-sxm", "false"),
+         ("g2pre", "gemma2-9b-prefill", {}, "tpu-v5p", "false"),
+         ("dspre", "deepseek-v3-prefill", {}, "h100-sxm", "false")]
 # the roles each case's closed form gives (the second is KV for decode, optimizer state for training)
 ROLES = {"bf16": ("weights", "kv_cache", "activations"), "int8": ("weights", "kv_cache", "activations"),
          "train": ("weights", "optimizer_state", "activations"),
@@ -113,6 +120,7 @@ ROLES = {"bf16": ("weights", "kv_cache", "activations"), "int8": ("weights", "kv
          # and activations' compulsory bytes are shown, not checked
          "g2": (None, "kv_cache", None), "g2/tp8": (None, "kv_cache", None), "g2q": (None, "kv_cache", None),
          "pre": ("weights", "kv_cache", "activations"),
+         "mxpre": (None, "kv_cache", None), "g2pre": (None, "kv_cache", None), "dspre": (None, "kv_cache", None),
          "fp8": ("weights", "kv_cache", "activations"), "fp8a": ("weights", "kv_cache", "activations"),
          "int4": ("weights", "kv_cache", "activations")}
 TRAIN_B, TRAIN_S = 1, 8192  # models/families.py MODE_SIZES["train"]
@@ -186,6 +194,15 @@ def closed_forms() -> dict[str, dict[str, int]]:
             # tokens gather; the cache it returns (every layer's K and V of the S positions)
             # written once as kv_cache (Workload.out_roles); the tokens read, the last
             # position's logits written
+            # Mixtral 8x7B prefill (32 layers, 8 kv heads of 128; models/families.py): its cache
+            "mxpre": {"kv_cache": 2 * 32 * PRE_B * 8 * 128 * PRE_S * BF16},
+            # Gemma 2 9B prefill: the ring of 4096 positions of the 21 local layers, 8192 of the
+            # 21 global ones, written once
+            "g2pre": {"kv_cache": 2 * PRE_B * G2_KV_HEADS * G2_HEAD_DIM * BF16
+                      * ((G2_LAYERS + 1) // 2 * G2_WINDOW + G2_LAYERS // 2 * PRE_S)},
+            # DeepSeek-V3 prefill (61 layers, 4096 tokens): one latent cache [B, S, r + dr] per
+            # layer (r = 512, dr = 64; FlashMLA's layout, models/transformer.py)
+            "dspre": {"kv_cache": 61 * PRE_B * 4096 * (512 + 64) * BF16},
             "pre": {"weights": (L * per_layer + VOCAB * D + D + PRE_B * PRE_S * D) * BF16,
                     "kv_cache": 2 * L * PRE_B * KV_HEADS * HEAD_DIM * PRE_S * BF16,
                     "activations": PRE_B * PRE_S * 4 + PRE_B * VOCAB * 4}}
@@ -229,7 +246,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--quick", action="store_true", help="scanned decode forms only (seconds to compile)")
     ap.add_argument("--out", default=str(HERE / "excess_closed_forms.md"))
     ap.add_argument("--cases", default="", help="only these cases (comma-separated: bf16,int8,train,"
-                    "tp/8,tp/4,g2,g2/tp8,g2q,fp8,fp8a,int4,pre); default: all")
+                    "tp/8,tp/4,g2,g2/tp8,g2q,fp8,fp8a,int4,pre,mxpre,g2pre,dspre); default: all")
     ap.add_argument("--child", nargs=4, help=argparse.SUPPRESS)
     args = ap.parse_args(argv)
     if args.child:
@@ -280,7 +297,8 @@ def main(argv: list[str] | None = None) -> int:
             "positions, bf16, the local layers' ring of 4096; *g2/tp8* under `--plan tp` over 8 devices, "
             "per device; *g2q* with `--set kv_dtype=int8`), its KV cache checked against the closed form (weights and activations shown, "
             "- = not checked); *pre* = `llama3-8b-prefill` (batch 1 x 8192 tokens, bf16), the cache it "
-            "returns as KV written once; *fp8* = decode with `--set weights_dtype=fp8 --set kv_dtype=fp8` "
+            "returns as KV written once (*mxpre*, *g2pre*, *dspre*: Mixtral 8x7B's, Gemma 2 9B's and DeepSeek-V3's prefill, the KV "
+            "cache only); *fp8* = decode with `--set weights_dtype=fp8 --set kv_dtype=fp8` "
             "(*fp8a* also `--set act_dtype=fp8`: fp8 x fp8 GEMMs); *int4* = `--set weights_dtype=int4`; "
             "compiled without the device "
             "(deviceless XLA:GPU / XLA:TPU; XLA:CPU on this machine); compulsory bytes per program run "

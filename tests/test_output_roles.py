@@ -178,3 +178,21 @@ def test_prefill_cache_per_device_under_a_plan(target, plan, mesh):
     assert prog.output_roles == ("activations",) + ("kv_cache",) * (2 * L)
     r = jaxmove.analyze(prog, hardware=target.split(":")[0])
     assert r.excess.by_role["kv_cache"].compulsory_bytes == 2 * L * B * HKV * (D // H) * S * 2 // 4
+
+
+def test_reduced_gemma2_and_deepseek_prefill_caches_against_closed_forms():
+    """Reduced copies of the benchmark's g2pre and dspre cases: the cache a prefill returns,
+    written once as kv_cache. Gemma 2's local (even) layers keep a ring of their window, the
+    global ones every position; DeepSeek-V3's MLA keeps one latent cache [B, S, r + dr] per
+    layer."""
+    L, S, B, W, HKV, HD = 2, 128, 2, 64, 2, 32
+    g2 = jaxmove.analyze("gemma2-9b-prefill", overrides={k: str(v) for k, v in dict(
+        layers=L, d_model=128, heads=4, kv_heads=HKV, head_dim=HD, seq_len=S, batch=B,
+        sliding_window=W, vocab=512, d_ff=256).items()})
+    assert g2.excess.by_role["kv_cache"].compulsory_bytes == 2 * B * HKV * HD * 2 * (W + S)
+    ds_sets = {"layers": "2", "dense_layers": "1", "d_model": "256", "d_ff": "256", "expert_d_ff": "128",
+               "vocab": "1024", "experts": "8", "top_k": "2", "heads": "16", "seq_len": "128", "batch": "2"}
+    ds = jaxmove.analyze("deepseek-v3-prefill", overrides=ds_sets)
+    c = models.build("deepseek-v3-prefill", ds_sets).config
+    assert ds.excess.by_role["kv_cache"].compulsory_bytes == (
+        c["layers"] * c["batch"] * c["seq_len"] * (c["kv_lora_rank"] + c["qk_rope_dim"]) * 2)
