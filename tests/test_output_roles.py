@@ -196,3 +196,16 @@ def test_reduced_gemma2_and_deepseek_prefill_caches_against_closed_forms():
     c = models.build("deepseek-v3-prefill", ds_sets).config
     assert ds.excess.by_role["kv_cache"].compulsory_bytes == (
         c["layers"] * c["batch"] * c["seq_len"] * (c["kv_lora_rank"] + c["qk_rope_dim"]) * 2)
+
+
+def test_leaf_index_inverts_leaf_position():
+    """The root's flat leaf j -> its ShapeIndex (how output roles find an output), across nested
+    tuples and empty tuple elements, checked against leaf_position."""
+    from jaxmove.passes.roles import _leaf_index, leaf_position
+    text = ("HloModule m\n\nENTRY e {\n"
+            "  ROOT p = ((f32[2], ()), f32[3], (), (s32[], (f32[1], f32[1]))) parameter(0)\n}\n")
+    shape = parse_module(text).entry.root.shape
+    assert shape.num_leaves == 5
+    got = [_leaf_index(shape, j) for j in range(shape.num_leaves)]
+    assert got == [(0, 0), (1,), (3, 0), (3, 1, 0), (3, 1, 1)]
+    assert [leaf_position(shape, i) for i in got] == list(range(5))

@@ -15,6 +15,7 @@ An entry parameter whose role cannot be told is ``unknown``, never a guess.
 from __future__ import annotations
 
 import re
+from bisect import bisect_right
 from collections.abc import Sequence
 
 from ..hlo import Computation, Instruction, Module, Shape
@@ -427,10 +428,9 @@ def _leaf_index(shape: Shape, pos: int) -> tuple[int, ...]:
     idx: list[int] = []
     s = shape
     while s.is_tuple:
-        offsets = s.leaf_offsets
-        i = max(k for k in range(len(offsets)) if offsets[k] <= pos)
+        i = bisect_right(s.leaf_offsets, pos) - 1  # (the last element starting at or before pos)
         idx.append(i)
-        pos -= offsets[i]
+        pos -= s.leaf_offsets[i]
         s = s.tuple_shapes[i]
     return tuple(idx)
 
