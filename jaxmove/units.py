@@ -14,11 +14,16 @@ def human_bytes(n: float) -> str:
 
 
 def short_seconds(t: float | None) -> str:
-    """0.0123 -> '12.3 ms' (s, ms or us at 3 significant digits); None -> 'n/a'."""
+    """0.0123 -> '12.3 ms' (s, ms or us at 3 significant digits, the unit chosen after the
+    rounding: 0.99982 -> '1 s', not '1e+03 ms'; 1000 s and over in whole seconds); None -> 'n/a'."""
     if t is None:
         return "n/a"
-    if t >= 1:
+    t = float(f"{t:.3g}")
+    a = abs(t)
+    if a >= 1000:
+        return f"{t:,.0f} s"
+    if a >= 1:
         return f"{t:.3g} s"
-    if t >= 1e-3:
+    if a >= 1e-3:
         return f"{t * 1e3:.3g} ms"
     return f"{t * 1e6:.3g} us"
