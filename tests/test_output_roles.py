@@ -209,3 +209,19 @@ def test_leaf_index_inverts_leaf_position():
     got = [_leaf_index(shape, j) for j in range(shape.num_leaves)]
     assert got == [(0, 0), (1,), (3, 0), (3, 1, 0), (3, 1, 1)]
     assert [leaf_position(shape, i) for i in got] == list(range(5))
+
+
+def test_plans_give_hbm_bytes_by_role_per_device():
+    """``jaxmove plans --json`` rows carry hbm_bytes_by_role (as sweep rows do): per device, the
+    roles sum to hbm_bytes, and a prefill's cache writes are kv_cache (at least the device's share
+    of the cache: 4 kv heads over model = 4)."""
+    from jaxmove.plans import compare_plans
+    sets = {"layers": "2", "d_model": "256", "heads": "4", "kv_heads": "4", "d_ff": "512",
+            "vocab": "1024", "seq_len": "128", "batch": "8"}
+    cmp = compare_plans("llama3-8b-prefill", {"model": 4}, ["tp"], overrides=sets, target="h100-sxm:1x1x4",
+                        jobs=1)
+    (res,) = cmp.results
+    by_role = cmp.to_json()["plans"][0]["hbm_bytes_by_role"]
+    assert set(by_role) == {"weights", "kv_cache", "optimizer_state", "activations", "unknown"}
+    assert sum(by_role.values()) == res.hbm_bytes
+    assert by_role["kv_cache"] >= 2 * 2 * 8 * 4 * 64 * 128 * 2 // 4

@@ -80,6 +80,8 @@ class PlanResult:
     hbm_bytes: int = 0
     flops: int = 0
     wire_bytes: int = 0
+    # per device, {role: read + write HBM bytes} for every role of vocab.ROLES (as a sweep row)
+    hbm_bytes_by_role: dict[str, int] = field(default_factory=dict)
     wire_bytes_by_kind: dict[str, int] = field(default_factory=dict)
     collective_time_s: float | None = None
     top_collectives: list[CollectiveSummary] = field(default_factory=list)
@@ -411,6 +413,8 @@ def summarize(report, plan: Plan, spec, num_devices: int, memory_stats: dict[str
                          "so needs_bytes / has_bytes are null")
     t = report.totals
     res.hbm_bytes, res.flops, res.wire_bytes = t.hbm_bytes, t.flops, t.device_to_device_bytes
+    from ..vocab import ROLES
+    res.hbm_bytes_by_role = {r: sum(t.role_bytes(r)) for r in ROLES}
     from ..passes.excess import excess_pass
     from ..passes.reuse import reuse_pass
     from ..passes.timing import estimate_times
