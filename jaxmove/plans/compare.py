@@ -374,8 +374,13 @@ def _source(report, row) -> str | None:
 
 
 def summarize(report, plan: Plan, spec, num_devices: int, memory_stats: dict[str, int],
-              platform: str = "cpu", mesh_shape: dict[str, int] | None = None) -> PlanResult:
+              platform: str = "cpu", mesh_shape: dict[str, int] | None = None,
+              analyzed_on_spec: bool = False) -> PlanResult:
     """A PlanResult from the analysis of a plan's partitioned program.
+
+    ``analyzed_on_spec``: ``report`` is ``analyze(program, hardware=spec)``'s, so its times and
+    excess (on ``spec``) are the plan's, not computed again (run_plan, sweep points); else the
+    reuse, time and excess passes run here on ``spec``.
 
     ``fits``: on a TPU target the compiler's verdict (it compiled, so it fits; a refusal is
     ``run_plan``'s DoesNotFitError) unless the user overrode ``hbm_capacity_bytes`` (``--spec``:
@@ -418,8 +423,11 @@ def summarize(report, plan: Plan, spec, num_devices: int, memory_stats: dict[str
     from ..passes.excess import excess_pass
     from ..passes.reuse import reuse_pass
     from ..passes.timing import estimate_times
-    reuse = reuse_pass(report.analysis, spec)
-    te = estimate_times(report.analysis, spec, reuse)
+    if analyzed_on_spec and report.times is not None and report.excess is not None:
+        reuse, te = None, report.times
+    else:
+        reuse = reuse_pass(report.analysis, spec)
+        te = estimate_times(report.analysis, spec, reuse)
     colls = []
     total_time: float | None = 0.0
     for row in report.rows:
@@ -442,7 +450,7 @@ def summarize(report, plan: Plan, spec, num_devices: int, memory_stats: dict[str
         res.notes.append(f"{spec.name} lacks interconnect bandwidth or latency: no collective time")
     colls.sort(key=lambda s: (s.time_s or 0.0, s.wire_bytes), reverse=True)
     res.top_collectives = colls[:3]
-    ex = excess_pass(report.analysis, report.parameters, spec, reuse)
+    ex = report.excess if reuse is None else excess_pass(report.analysis, report.parameters, spec, reuse)
     res.excess_bytes, res.excess_fraction = ex.excess_bytes, ex.excess_fraction
     res.step_time_s, res.step_bound = te.est_time_s, te.bound
     res.step_compute_s, res.step_memory_s = te.compute_time_s, te.memory_time_s
@@ -486,7 +494,7 @@ def run_plan(preset, overrides: dict[str, str] | None, plan: Plan, mesh_shape: d
     n = math.prod(mesh_shape.values())
     try:
         program = capture_with_plan(preset, overrides, plan, mesh_shape, notes, specs, target)
-        report = analyze(program)
+        report = analyze(program, hardware=spec)  # (its times and excess are the plan's: summarize)
     except DoesNotFitError as e:
         res = PlanResult(plan.name, plan.description, n, fits=False, does_not_fit=e.compiler_message,
                          needs_bytes=e.needs_bytes, has_bytes=e.has_bytes, plan_source=plan.source)
@@ -500,7 +508,7 @@ def run_plan(preset, overrides: dict[str, str] | None, plan: Plan, mesh_shape: d
         res.compile_s = time.perf_counter() - t0
         return res
     res = summarize(report, plan, spec, n, dict(program.memory_stats), Target.parse(target).platform,
-                    mesh_shape)
+                    mesh_shape, analyzed_on_spec=True)
     res.notes = _count_notes(notes) + res.notes
     res.shardings = specs
     res.compile_s = time.perf_counter() - t0

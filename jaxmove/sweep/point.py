@@ -168,7 +168,8 @@ def run_point(point: Point) -> dict:
         else:
             row.update(status="error", error=f"{type(e).__name__}: {e}")
         return row
-    res = summarize(report, plan, spec, program.num_devices, dict(program.memory_stats), target.platform)
+    res = summarize(report, plan, spec, program.num_devices, dict(program.memory_stats), target.platform,
+                    analyzed_on_spec=True)
     t = report.totals
     from ..vocab import ROLES
     row.update(
