@@ -278,6 +278,11 @@ def test_local_sweep_outputs(local_sweep, tmp_path):
     for r in res.rows:
         assert f"mlp-tiny batch={r['overrides']['batch']} data=2,model=4 {r['plan']}" in text
     assert ("excess" in text) == ("excess_bytes" in res.rows[0])
+    from jaxmove.units import human_bytes
+    for r in res.rows:  # excess and its share of the bytes compiled, as plans shows it
+        if r.get("excess_bytes") is not None:
+            n, c = r["excess_bytes"], r["compulsory_bytes"]
+            assert f"{human_bytes(n)} ({100 * n / (n + c):.0f}%)" in text
     res.pareto_plot(path=tmp_path / "p.png")
     assert (tmp_path / "p.png").read_bytes()[:4] == b"\x89PNG"
 

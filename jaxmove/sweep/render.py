@@ -29,6 +29,16 @@ def _b(n) -> str:
     return "n/a" if n is None else human_bytes(n)
 
 
+def _excess(r) -> str:
+    """A row's excess bytes and their share of the bytes compiled (compulsory + excess), as
+    ``jaxmove plans`` shows them; n/a when the point was not analysed."""
+    n, c = r.get("excess_bytes"), r.get("compulsory_bytes")
+    if n is None:
+        return "n/a"
+    compiled = n + (c or 0)
+    return f"{human_bytes(n)} ({100 * n / compiled if compiled else 0.0:.0f}%)"
+
+
 def short_model(model: str) -> str:
     """A model as a label shows it: ``/home/me/exp/wl.py:make`` -> ``wl.py:make`` (the file's
     name, not the absolute path the sweep resolved it to); presets and ``module:function`` as
@@ -114,7 +124,7 @@ def render_table(result, top: int | None = None, console: Console | None = None)
                  escape(str(r.get("bound") or "n/a")), _b(r.get("hbm_bytes")), escape(_kinds(r)),
                  fmt_time(r.get("compile_s"))]
         if has_excess:
-            cells.insert(7, _b(r.get("excess_bytes")))
+            cells.insert(7, _excess(r))
         table.add_row(*cells)
     console.print(table)
     if top is not None and len(result.rows) > top:
@@ -122,7 +132,8 @@ def render_table(result, top: int | None = None, console: Console | None = None)
     console.print("memory = XLA's arguments + outputs - aliased + temporaries per device; step time = "
                   "jaxmove's estimate on the point's hardware spec; "
                   + ("excess = bytes moved beyond the compulsory minimum on every path (HBM and wire "
-                     "bytes, so it can exceed HBM bytes); " if has_excess else "")
+                     "bytes, so it can exceed HBM bytes), and its share of the bytes compiled; "
+                     if has_excess else "")
                   + "* = on the Pareto front of step time vs memory.")
     for note in result.notes:
         console.print(f"[yellow]note[/yellow] {escape(note)}")
