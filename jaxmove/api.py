@@ -191,7 +191,8 @@ def analyze(obj, /, *args, overrides: dict[str, str] | None = None, hardware=Non
         if note:
             results.times.notes.append(note)
     return Report(ProgramInfo(program.name, program.backend, program.num_devices, program.source,
-                              getattr(program, "target", None)),
+                              getattr(program, "target", None),
+                              tuple(getattr(program, "output_roles", ()) or ())),
                   analysis, program.parameters, dict(program.memory_stats), program.xla_cost_analysis,
                   reuse=results.reuse, times=results.times, excess=excess_with_sources(module, results.excess), xla=xla)
 

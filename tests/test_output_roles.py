@@ -126,6 +126,8 @@ def test_prefill_writes_its_cache_as_kv_cache_on_xla_cpu():
     assert r.totals.kv_cache_read_bytes < r.totals.kv_cache_write_bytes
     # a cache the program makes is not one it rewrites instead of updating: no KV notes
     assert not [n for n in r.to_json()["notes"] if "KV-cache" in n or "KV cache" in n]
+    # --json says which roles the outputs were given
+    assert r.to_json()["program"]["output_roles"] == list(prog.output_roles)
     # the same module without the output roles: the same compulsory total, all of it elsewhere
     import dataclasses
     bare = jaxmove.analyze(dataclasses.replace(prog, output_roles=()))

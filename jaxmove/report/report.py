@@ -41,6 +41,7 @@ class ProgramInfo:
     num_devices: int
     source: str
     target: str | None = None
+    output_roles: tuple = ()  # Program.output_roles: a role (or None) per output leaf; () when none given
 
 
 @dataclass
@@ -182,7 +183,8 @@ class Report:
         return {
             "program": {"name": self.program.name, "backend": self.program.backend,
                         "num_devices": self.program.num_devices, "source": self.program.source,
-                        "target": self.program.target},
+                        "target": self.program.target,
+                        "output_roles": list(self.program.output_roles)},
             "totals": {"flops": t.flops, "transcendentals": t.transcendentals,
                        "hbm_read_bytes": t.hbm_read_bytes, "hbm_write_bytes": t.hbm_write_bytes,
                        "onchip_read_bytes": t.onchip_read_bytes,
