@@ -494,3 +494,31 @@ def test_hardware_json_lists_every_spec_with_values_and_sources(capsys):
     assert h["kind"] == "gpu" and h["values"]["hbm_bytes_per_s"] == 3.35e12   # the datasheet's 3.35 TB/s
     assert h["values"]["hbm_capacity_bytes"] == 80e9 and "datasheet" in h["sources"]["hbm_bytes_per_s"]
     assert h["target"].startswith("h100-sxm")
+
+
+@pytest.mark.skipif(not os.path.exists("/dev/full"), reason="no /dev/full on this system")
+@pytest.mark.parametrize("args", [["hardware"], ["analyze", "mlp-tiny", "--json"]])
+def test_stdout_that_cannot_be_written_is_one_line_exit_2(args):
+    """`jaxmove ... > /dev/full` (a full disk): the report cannot be written; as for a file
+    output, one line and exit 2 (it said 'internal error', exit 1)."""
+    with open("/dev/full", "w") as full:
+        r = subprocess.run(_CLI + args, stdout=full, stderr=subprocess.PIPE, text=True,
+                           env={**os.environ, "JAX_PLATFORMS": "cpu"}, timeout=300)
+    assert r.returncode == 2, r.stderr
+    assert one_error_line(r.stderr) == "jaxmove: error: cannot write to standard output (No space left on device)"
+
+
+def test_output_through_a_symlink_writes_its_target(tmp_path):
+    """An output path that is a symbolic link: the file it names is written (atomically) and the
+    link stays a link (it was replaced by a regular file, the target left as it was); a
+    dangling link creates its target."""
+    target = tmp_path / "real.html"
+    target.write_text("old")
+    link = tmp_path / "link.html"
+    link.symlink_to(target)
+    write_text_atomic(link, "new")
+    assert link.is_symlink() and target.read_text() == "new"
+    dangling = tmp_path / "dangling.json"
+    dangling.symlink_to(tmp_path / "made.json")
+    write_text_atomic(dangling, "{}")
+    assert dangling.is_symlink() and (tmp_path / "made.json").read_text() == "{}"

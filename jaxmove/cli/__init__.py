@@ -7,6 +7,7 @@ Exit status: 0 success, 2 bad input (missing or malformed file, unknown target, 
 from __future__ import annotations
 
 import argparse
+import errno
 import os
 import sys
 
@@ -147,6 +148,11 @@ def _stdout_to_devnull() -> None:
         pass
 
 
+#: errors of a write that has no file name: the report going to stdout (``> /dev/full``, a full
+#: disk or quota, an I/O error); files jaxmove writes itself name theirs (report/outputs.py)
+_WRITE_ERRNOS = frozenset({errno.ENOSPC, errno.EDQUOT, errno.EFBIG, errno.EIO})
+
+
 def _interrupted(console: bool, exc: BaseException | None = None) -> int:
     """One line, and status 130 (Ctrl-C) or 143 (SIGTERM, ``Terminated``). The console command
     leaves at once without interpreter finalization (after a Ctrl-C in the middle of a compile,
@@ -226,6 +232,12 @@ def _main(argv: list[str] | None) -> int:
         _stdout_to_devnull()
         return 0
     except Exception as e:  # a bug of ours, not bad input: one line, exit 1, traceback on request
+        if isinstance(e, OSError) and e.filename is None and e.errno in _WRITE_ERRNOS:
+            # the report could not be written where stdout goes (`> /dev/full`, a full disk): as
+            # for a file output (report/outputs.py), one line and exit 2, not a bug of ours
+            _stdout_to_devnull()
+            _error(f"cannot write to standard output ({e.strerror or e})")
+            return 2
         if os.environ.get("JAXMOVE_DEBUG"):
             raise
         print(one_line(f"jaxmove: internal error: {type(e).__name__}: {e} (set JAXMOVE_DEBUG=1 for "

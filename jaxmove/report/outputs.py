@@ -10,7 +10,8 @@ Every file jaxmove writes (``--html``, ``--trace``, ``annotate -o``, ``calibrate
 * ``write_text_atomic`` writes to a temporary file in the destination directory and
   renames it over the path (``os.replace``, atomic on POSIX), so a failure, a Ctrl-C or a
   SIGTERM never leaves a half-written or empty file, nor the temporary file, behind. A path that exists and is not a regular file
-  (``/dev/null``, a FIFO) is written in place instead of being replaced.
+  (``/dev/null``, a FIFO) is written in place instead of being replaced; a symbolic link is
+  followed (the file it names is replaced, the link stays, as writing through it would).
 
 Errors are ``OutputPathError`` naming the user's path, never a temporary file.
 """
@@ -72,6 +73,8 @@ def check_output_path(path, what: str = "output file", create_parent: bool = Fal
     """
     shown = _display(path)
     p = Path(path).expanduser()
+    if p.is_symlink():  # write the file the link names (as open() would), keeping the link
+        p = Path(os.path.realpath(p))
     if p.is_dir():
         raise OutputPathError(f"{shown}: is a directory; {what} must be a file path")
     if _is_special(p):
