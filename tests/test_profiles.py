@@ -190,6 +190,19 @@ def test_cli_profile_json(cpu_capture, jaxmove_cli):
     js = json.loads(r.stdout)
     assert js["capture"]["format"] == "trace-json" and js["capture"]["executions"] == 3
     assert js["instructions"] and js["stats"]["n_measured"] >= 3
+    # each row's shape, flops and HBM bytes per run, as analyze --json gives them (and as live
+    # compare --json rows have them)
+    import jaxmove
+    by = {(r.computation, r.instr.name): r.total for r in jaxmove.analyze(str(cpu_capture["hlo"])).rows}
+    matched = 0
+    for row in js["instructions"]:
+        assert {"shape", "flops", "hbm_read_bytes", "hbm_write_bytes"} <= set(row)
+        t = by.get((row["computation"], row["name"]))
+        if t is not None:
+            matched += 1
+            assert (row["flops"], row["hbm_read_bytes"], row["hbm_write_bytes"]) == (
+                t.flops, t.hbm_read_bytes, t.hbm_write_bytes)
+    assert matched >= 3
     r = jaxmove_cli("compare", "--hlo", str(cpu_capture["hlo"]))
     assert r.returncode == 2 and "compare needs TARGET" in r.stderr
 

@@ -189,21 +189,8 @@ class Comparison:
     fit: Fit | None = None
 
     def to_json(self) -> dict:
-        from ..report.shapes import shape_text
-
         m = self.measurement
-        # each instruction's result shape, flops and HBM bytes per program run, as `jaxmove
-        # analyze --json` gives them (None for a measured name the report has no row for)
-        by_key = {(r.computation, r.instr.name): r for r in self.report.rows}
-
-        def analysed(key) -> dict:
-            r = by_key.get(key)
-            if r is None:
-                return {"shape": None, "flops": None, "hbm_read_bytes": None, "hbm_write_bytes": None}
-            t = r.total
-            return {"shape": shape_text(r.instr.shape), "flops": t.flops,
-                    "hbm_read_bytes": t.hbm_read_bytes, "hbm_write_bytes": t.hbm_write_bytes}
-
+        analysed = instruction_figures(self.report)
         out = {
             "program": {"name": m.program.name, "source": m.program.source},
             "hardware": self.spec.name, "hardware_note": self.spec_note,
@@ -230,6 +217,25 @@ class Comparison:
                           "n_rows": f.n_rows, "rounds": f.rounds, "kept": list(f.kept),
                           "before": f.before.to_json(), "after": f.after.to_json()}
         return out
+
+
+def instruction_figures(report):
+    """``(computation, name) -> {"shape", "flops", "hbm_read_bytes", "hbm_write_bytes"}``: an
+    instruction's result shape, flops and HBM bytes per program run, as ``jaxmove analyze
+    --json`` gives them (each None for a measured name the report has no row for); the
+    ``compare --json`` rows of a live run and of a capture both carry them."""
+    from ..report.shapes import shape_text
+
+    by_key = {(r.computation, r.instr.name): r for r in report.rows}
+
+    def analysed(key) -> dict:
+        r = by_key.get(key)
+        if r is None:
+            return {"shape": None, "flops": None, "hbm_read_bytes": None, "hbm_write_bytes": None}
+        t = r.total
+        return {"shape": shape_text(r.instr.shape), "flops": t.flops,
+                "hbm_read_bytes": t.hbm_read_bytes, "hbm_write_bytes": t.hbm_write_bytes}
+    return analysed
 
 
 # ----------------------------------------------------------------------------- statistics

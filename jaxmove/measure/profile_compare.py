@@ -224,6 +224,8 @@ class ProfileComparison:
         return out
 
     def _json(self, m, j, c, p, meas, total_dev, mult) -> dict:
+        from .compare import instruction_figures
+        analysed = instruction_figures(self.report)
         return {
             "program": {"name": m.program.name, "source": m.program.source},
             "hardware": self.spec.name, "hardware_note": self.spec_note,
@@ -244,7 +246,7 @@ class ProfileComparison:
                  "measured_per_instruction_execution_s": (
                      r.measured_time_s / mult[(r.computation, r.name)]
                      if r.measured_time_s is not None and mult.get((r.computation, r.name)) else None),
-                 "excluded": r.excluded}
+                 "excluded": r.excluded, **analysed((r.computation, r.name))}
                 for r in self.rows],
             "complete": self.report.complete,
             "incomplete": self.report.incomplete_headline(),
