@@ -245,6 +245,11 @@ def _instruction_table(report, rows) -> str:
         shape_cell = (f'<td class="shape" title="{_e(shape_text(r.instr.shape))} \u2190 {_e("; ".join(ops))}">'
                       f'{_e(shape_text(r.instr.shape))}'
                       + (f'<div class="ops">\u2190 {ops_html}</div>' if ops else "") + "</td>")
+        # flops per HBM byte: the JSON's arithmetic_intensity (the time model's, over its modeled
+        # bytes with tiling re-reads, when the report has times; else over the HBM bytes)
+        tm0 = row_time(report, r) if has_times else None
+        ai = (tm0.arithmetic_intensity if tm0 is not None
+              else t.flops / t.hbm_bytes if t.hbm_bytes else None)
         cells = [_td_num(k), f'<td class="{name_cls}"{title}>{_e(r.instr.name)}</td>',
                  f'<td class="name">{_e(r.computation)}</td>', f"<td>{_e(kind)}</td>", shape_cell,
                  _td_num(r.multiplicity.count,
@@ -252,11 +257,10 @@ def _instruction_table(report, rows) -> str:
                  _td_num(t.flops, human_count(t.flops)),
                  _td_num(t.hbm_read_bytes, human_bytes(t.hbm_read_bytes)),
                  _td_num(t.hbm_write_bytes, human_bytes(t.hbm_write_bytes)),
-                 _td_num(t.flops / t.hbm_bytes if t.hbm_bytes else None,
-                         f"{t.flops / t.hbm_bytes:.3g}" if t.hbm_bytes else ""),
+                 _td_num(ai, f"{ai:.3g}" if ai is not None else ""),
                  f"<td>{_e(dominant_role(t))}</td>"]
         if has_times:
-            tm = row_time(report, r)
+            tm = tm0
             est = tm.est_time_s if tm is not None else None
             cells += [_td_num(est, _fmt_s(est)), f"<td>{_e((tm.bound or '') if tm is not None else '')}</td>"]
         if has_coll:
