@@ -210,8 +210,8 @@ def render_time_summary(report: Report, console: Console) -> None:
     console.print(f"[bold]Estimated time on {escape(t.spec_name + over)}: {lower}{human_seconds(t.est_time_s)}[/bold] per program run, "
                   f"{t.bound}-bound (the largest of the sums: compute {human_seconds(t.compute_time_s)}, memory "
                   f"{human_seconds(t.memory_time_s)}, network {human_seconds(t.network_time_s)}, launch overhead "
-                  f"{human_seconds(t.overhead_s)} for {t.kernels} kernels; no-overlap sum "
-                  f"{human_seconds(t.serial_time_s)})")
+                  f"{human_seconds(t.overhead_s)} for {t.kernels} kernels; the kernels' own times "
+                  f"one after another, without overlap: {human_seconds(t.serial_time_s)})")
     if reuse is not None:
         console.print(f"On-chip reuse by fusion: {human_bytes(reuse.total_onchip_reuse_bytes)} not moved through HBM"
                       + (f"; on-chip capacity {human_bytes(reuse.onchip_capacity_bytes)} ({reuse.onchip_capacity_key})"
