@@ -374,13 +374,9 @@ def _source(report, row) -> str | None:
 
 
 def summarize(report, plan: Plan, spec, num_devices: int, memory_stats: dict[str, int],
-              platform: str = "cpu", mesh_shape: dict[str, int] | None = None,
-              analyzed_on_spec: bool = False) -> PlanResult:
-    """A PlanResult from the analysis of a plan's partitioned program.
-
-    ``analyzed_on_spec``: ``report`` is ``analyze(program, hardware=spec)``'s, so its times and
-    excess (on ``spec``) are the plan's, not computed again (run_plan, sweep points); else the
-    reuse, time and excess passes run here on ``spec``.
+              platform: str = "cpu", mesh_shape: dict[str, int] | None = None) -> PlanResult:
+    """A PlanResult from ``report = analyze(program, hardware=spec)`` of a plan's partitioned
+    program: its step time and excess are the report's (on ``spec``), not computed again.
 
     ``fits``: on a TPU target the compiler's verdict (it compiled, so it fits; a refusal is
     ``run_plan``'s DoesNotFitError) unless the user overrode ``hbm_capacity_bytes`` (``--spec``:
@@ -388,8 +384,14 @@ def summarize(report, plan: Plan, spec, num_devices: int, memory_stats: dict[str
     and a plan that does not fit gets those two figures as ``needs_bytes`` / ``has_bytes`` (a
     note says where each comes from); without ``memory_analysis`` ``fits`` is None and a note
     says why both are null.
+
+    Raises:
+      ValueError: ``report`` has no times (it was analysed without a hardware spec).
     """
     from ..passes.collectives import collective_time_s
+
+    if report.times is None or report.excess is None:
+        raise ValueError("summarize needs analyze(program, hardware=spec)'s report (it has no times)")
 
     res = PlanResult(plan.name, plan.description, num_devices, plan_source=plan.source)
     ms = memory_stats
@@ -420,14 +422,7 @@ def summarize(report, plan: Plan, spec, num_devices: int, memory_stats: dict[str
     res.hbm_bytes, res.flops, res.wire_bytes = t.hbm_bytes, t.flops, t.device_to_device_bytes
     from ..vocab import ROLES
     res.hbm_bytes_by_role = {r: sum(t.role_bytes(r)) for r in ROLES}
-    from ..passes.excess import excess_pass
-    from ..passes.reuse import reuse_pass
-    from ..passes.timing import estimate_times
-    if analyzed_on_spec and report.times is not None and report.excess is not None:
-        reuse, te = None, report.times
-    else:
-        reuse = reuse_pass(report.analysis, spec)
-        te = estimate_times(report.analysis, spec, reuse)
+    te = report.times
     colls = []
     total_time: float | None = 0.0
     for row in report.rows:
@@ -450,7 +445,7 @@ def summarize(report, plan: Plan, spec, num_devices: int, memory_stats: dict[str
         res.notes.append(f"{spec.name} lacks interconnect bandwidth or latency: no collective time")
     colls.sort(key=lambda s: (s.time_s or 0.0, s.wire_bytes), reverse=True)
     res.top_collectives = colls[:3]
-    ex = report.excess if reuse is None else excess_pass(report.analysis, report.parameters, spec, reuse)
+    ex = report.excess
     res.excess_bytes, res.excess_fraction = ex.excess_bytes, ex.excess_fraction
     res.step_time_s, res.step_bound = te.est_time_s, te.bound
     res.step_compute_s, res.step_memory_s = te.compute_time_s, te.memory_time_s
@@ -508,7 +503,7 @@ def run_plan(preset, overrides: dict[str, str] | None, plan: Plan, mesh_shape: d
         res.compile_s = time.perf_counter() - t0
         return res
     res = summarize(report, plan, spec, n, dict(program.memory_stats), Target.parse(target).platform,
-                    mesh_shape, analyzed_on_spec=True)
+                    mesh_shape)
     res.notes = _count_notes(notes) + res.notes
     res.shardings = specs
     res.compile_s = time.perf_counter() - t0

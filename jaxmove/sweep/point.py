@@ -168,17 +168,15 @@ def run_point(point: Point) -> dict:
         else:
             row.update(status="error", error=f"{type(e).__name__}: {e}")
         return row
-    res = summarize(report, plan, spec, program.num_devices, dict(program.memory_stats), target.platform,
-                    analyzed_on_spec=True)
+    res = summarize(report, plan, spec, program.num_devices, dict(program.memory_stats), target.platform)
     t = report.totals
-    from ..vocab import ROLES
     row.update(
         backend=program.backend, num_devices=program.num_devices, fits=res.fits,
         peak_bytes=res.peak_bytes, argument_bytes=res.argument_bytes, output_bytes=res.output_bytes,
         alias_bytes=res.alias_bytes, temp_bytes=res.temp_bytes, xla_peak_bytes=res.xla_peak_bytes,
         flops=t.flops, hbm_bytes=t.hbm_bytes,
         hbm_read_bytes=t.hbm_read_bytes, hbm_write_bytes=t.hbm_write_bytes,
-        hbm_bytes_by_role=dict(res.hbm_bytes_by_role) or {r: sum(t.role_bytes(r)) for r in ROLES},
+        hbm_bytes_by_role=dict(res.hbm_bytes_by_role),
         wire_bytes=res.wire_bytes, wire_bytes_by_kind=dict(sorted(res.wire_bytes_by_kind.items())),
         collective_time_s=res.collective_time_s, unmodeled=len(report.unmodeled),
         compile_s=t1 - t0, analysis_s=t2 - t1,
