@@ -329,11 +329,13 @@ def _check_instruction(filename: str, mod: Module, comp: Computation, instr: Ins
         _check_elements(filename, instr, by_name[instr.operands[0]].shape)
     elif op == "get-tuple-element" and n == 1:
         src = by_name[instr.operands[0]].shape
-        idx = instr.attrs.get("index", "").strip()
-        if not is_uint(idx):
-            raise _err(filename, instr, f"get-tuple-element '{instr.name}' needs index=<integer>, "
-                       f"got {instr.attrs.get('index')!r}")
-        k = int(idx)
+        k = instr.index_first()  # (XLA's form, read without splitting the attributes)
+        if k is None:
+            idx = instr.attrs.get("index", "").strip()
+            if not is_uint(idx):
+                raise _err(filename, instr, f"get-tuple-element '{instr.name}' needs index=<integer>, "
+                           f"got {instr.attrs.get('index')!r}")
+            k = int(idx)
         if not src.is_tuple or k >= len(src.tuple_shapes):
             raise _err(filename, instr, f"get-tuple-element '{instr.name}': index={k} is not an "
                        f"element of its operand's shape {src}")
@@ -892,9 +894,6 @@ _QUOTED = re.compile(r'"(?:[^"\\]++|\\.)*+"')
 # An escape other than \" and \\ (every one XLA could refuse, and some it takes): strings whose
 # only escapes are those two (older XLA's backend_config="{\"a\":1}") need no unescaping check.
 _ESCAPE_TO_CHECK = re.compile(r'\\[^"\\]')
-# validate_module's get-tuple-element shortcut (Instruction.index_first) unless a shape rule
-# asks for the full check
-_GTE_GENERAL = "get-tuple-element" in _SHAPE_RULES or "get-tuple-element" in _OWN_SHAPE_RULES
 
 
 def _check_strings(filename: str, instr: Instruction) -> None:
@@ -967,16 +966,6 @@ def validate_module(mod: Module) -> None:
                     text is None and instr._attrs
                     and any("\\" in v and _ESCAPE_TO_CHECK.search(v) for v in instr._attrs.values())):
                 _check_strings(filename, instr)
-            if (instr.opcode == "get-tuple-element" and len(ops) == 1 and instr._attrs is None
-                    and text is not None and not _GTE_GENERAL):
-                # _check_instruction's checks of a get-tuple-element, on the index the fast path
-                # matched (one index= key, so the last value is this one; no called computations)
-                k = instr.index_first()
-                if k is not None and not instr.names_computations():
-                    src = by_name[ops[0]].shape
-                    if src.is_tuple and k < len(src.tuple_shapes) and compatible(src.tuple_shapes[k], instr.shape):
-                        defined.add(instr.name)
-                        continue
             # most instructions need only their operand count checked
             if cheap.get(instr.opcode, -1) != len(ops) or (
                     (instr._attr_text is not None or instr._attrs) and instr.names_computations()):
