@@ -112,17 +112,13 @@ CASES = [("bf16", "llama3-8b-decode", {}, "h100-sxm", "true"),
          ("g2pre", "gemma2-9b-prefill", {}, "h100-sxm", "false"),
          ("g2pre", "gemma2-9b-prefill", {}, "tpu-v5p", "false"),
          ("dspre", "deepseek-v3-prefill", {}, "h100-sxm", "false")]
-# the roles each case's closed form gives (the second is KV for decode, optimizer state for training)
-ROLES = {"bf16": ("weights", "kv_cache", "activations"), "int8": ("weights", "kv_cache", "activations"),
-         "train": ("weights", "optimizer_state", "activations"),
-         "tp/8": ("weights", "kv_cache", "activations"), "tp/4": ("weights", "kv_cache", "activations"),
-         # Gemma 2: the KV cache's closed form only (the ring of its local layers); the weights'
-         # and activations' compulsory bytes are shown, not checked
-         "g2": (None, "kv_cache", None), "g2/tp8": (None, "kv_cache", None), "g2q": (None, "kv_cache", None),
-         "pre": ("weights", "kv_cache", "activations"),
-         "mxpre": (None, "kv_cache", None), "g2pre": (None, "kv_cache", None), "dspre": (None, "kv_cache", None),
-         "fp8": ("weights", "kv_cache", "activations"), "fp8a": ("weights", "kv_cache", "activations"),
-         "int4": ("weights", "kv_cache", "activations")}
+# the roles each case's closed form gives: weights, KV cache and activations, but for training
+# (the second is the optimizer state) and the cases checked for their KV cache alone (Gemma 2's
+# ring, the prefill caches of Mixtral, Gemma 2 and DeepSeek-V3: weights and activations shown)
+_ALL = ("weights", "kv_cache", "activations")
+_KV_ONLY = (None, "kv_cache", None)
+ROLES = {"train": ("weights", "optimizer_state", "activations"),
+         **{c: _KV_ONLY for c in ("g2", "g2/tp8", "g2q", "mxpre", "g2pre", "dspre")}}
 TRAIN_B, TRAIN_S = 1, 8192  # models/families.py MODE_SIZES["train"]
 PRE_B, PRE_S = 1, 8192  # models/families.py MODE_SIZES["prefill"]
 # elements of one layer's projection kernels: q, k, v, o, gate, up, down
@@ -168,6 +164,7 @@ def closed_forms() -> dict[str, dict[str, int]]:
         return ((L * KERNELS + VOCAB * D) * elem_bits // 8 + L * scales * BF16 + L * 2 * D * BF16
                 + VOCAB * BF16 + D * BF16 + B * D * BF16)
     q_weights = quantized(8)
+    fp8 = {"weights": q_weights, "kv_cache": (per_position * S + per_position) // BF16, "activations": act}
     q_per_position = 2 * L * B * KV_HEADS * (HEAD_DIM + BF16)
     p = L * per_layer + 2 * VOCAB * D + D  # every parameter (embedding and lm_head untied)
     return {"bf16": {"weights": (L * per_layer + VOCAB * D + D + B * D) * BF16,
@@ -176,12 +173,10 @@ def closed_forms() -> dict[str, dict[str, int]]:
                      "activations": act},
             # fp8 (float8_e4m3fn) weights as int8's, a bf16 scale per output channel; the fp8
             # cache 1 B per element and no scales (a per-tensor scale of 1)
-            "fp8": {"weights": q_weights, "kv_cache": (per_position * S + per_position) // BF16,
-                    "activations": act},
+            "fp8": fp8,
             # fp8 x fp8 GEMMs (act_dtype=fp8): the activations' quantization is on chip or an
             # intermediate, so the compulsory bytes are fp8's
-            "fp8a": {"weights": q_weights, "kv_cache": (per_position * S + per_position) // BF16,
-                     "activations": act},
+            "fp8a": fp8,
             # int4 weights: half a byte per kernel element; the cache bf16
             "int4": {"weights": quantized(4), "kv_cache": per_position * S + per_position,
                      "activations": act},
@@ -275,10 +270,11 @@ def main(argv: list[str] | None = None) -> int:
             continue
         got = json.loads(proc.stdout.strip().splitlines()[-1])
         want = wants[case]
-        w_role, s_role, a_role = ROLES[case]
-        shown = [r or k for r, k in zip(ROLES[case], ("weights", "kv_cache", "activations"))]
+        roles = ROLES.get(case, _ALL)
+        w_role, s_role, a_role = roles
+        shown = [r or k for r, k in zip(roles, _ALL)]
         w, second, act = (got["by_role"].get(k, {"compulsory": 0})["compulsory"] for k in shown)
-        checked = [(g, want[r]) for g, r in zip((w, second, act), ROLES[case]) if r is not None]
+        checked = [(g, want[r]) for g, r in zip((w, second, act), roles) if r is not None]
         ok = (all(g == x for g, x in checked) and got["same_without_spec"]
               and got["identity_ok"] and got["split_k_weights_bytes"] == 0
               and got["unattributed_fraction"] <= 0.01)
