@@ -94,12 +94,13 @@ from operator import itemgetter
 from ...hlo import Instruction, Module
 from ...hlo.opcodes import OPCODES
 from ...hlo.shape import HOST_MEMORY_SPACE
+from ..memo import memo_of
 from ..roles import entry_parameter_name, leaf_position, roles_pass
 from ..traffic import NO_TRAFFIC, ON_CHIP_MEMORY_SPACES
 from .buffers import NATIVE_STARTS, Buffers, gathered_leaves, resolve_copy, union_all, write_key
 from .causes import (SPILL, RECOMPUTE_PRIORITY, KERNEL_WRITES, PROGRAM_WIDE, READ_PRIORITY, READS_COMPULSORY, UNATTRIBUTED,
                      FixContext, fix_text)
-from .kernels import REBUILD, classify, copy_kind
+from .kernels import PLAIN_KERNELS as _PLAIN_KERNELS, REBUILD, classify, copy_kind
 from .lookups import lookup_rows, table_lookup
 from .ledger import HBM_READ, HBM_WRITE, Ledger, build_result
 from .records import ExcessAnalysis
@@ -478,6 +479,8 @@ class Accounting:
         self.copy_starts = copy_starts = []  # copy-start rows (a prefetch into on-chip memory?)
         rebuilds: dict[tuple[str, str], int] = {}  # fusions that rebuild an operand: its number
         computations = module.computations
+        sclasses = module.structural_classes
+        fusion_kinds = memo_of(module).fusion_kinds
         cname = None
         for k, r in enumerate(rows):
             t = r.traffic
@@ -491,9 +494,30 @@ class Accounting:
                     comp = computations[cname]
                 if t.inplace_buffer_bytes and instr.opcode == "fusion":
                     inplace.add((cname, instr.name))
-                if instr.opcode == "copy-start":
+                op = instr.opcode
+                if op == "copy-start":
                     copy_starts.append(k)
-                c, ck = classify(instr, comp, module, t)
+                # classify's answer; for the common kernels without its rare forms (no remat
+                # clone, no split_k field, a fusion's memoized kind), its own memo read inline
+                attrs = instr._attrs
+                c = ck = None
+                if attrs is None or ".remat" in instr.name:
+                    c, ck = classify(instr, comp, module, t)
+                elif op == "fusion":
+                    md_text = attrs.get("metadata") or ""
+                    called = instr._called
+                    if called is None:
+                        called = instr.called_computations
+                    sc = sclasses.get(called[0]) if called else None
+                    hit = None if sc is None or "rematted_computation" in md_text \
+                        or "split_k" in (attrs.get("backend_config") or "") else fusion_kinds.get(
+                            (sc, id(instr.shape), len(instr.operands), "dot_general" in md_text, False))
+                    if hit is not None:
+                        c, ck = hit
+                    else:
+                        c, ck = classify(instr, comp, module, t)
+                elif op not in _PLAIN_KERNELS or "rematted_computation" in (attrs.get("metadata") or ""):
+                    c, ck = classify(instr, comp, module, t)
                 if c is not None:
                     kcause[k] = c
                 elif ck is not None:
@@ -743,12 +767,14 @@ class Accounting:
                 # buffer's root, whether that buffer is special), resolved at its first access
                 vinfo: dict[str, tuple] = {}
             operands = instr.operands
-            key = (cname, instr.name)
             kc = kc_of[k]
             # the cause of the kernel's reads: a split-K gemm, or a dot computed as multiply +
             # reduce, reads its operands as the dot would (compulsory; only its output is excess)
-            rkc = None if kc in READS_COMPULSORY else kc
-            prio = 0 if rkc is None else READ_PRIORITY[rkc]
+            if kc is None:
+                rkc, prio = None, 0
+            else:
+                rkc = None if kc in READS_COMPULSORY else kc
+                prio = 0 if rkc is None else READ_PRIORITY[rkc]
             for a in t_reads:
                 ms = a.memory_space
                 if ms:  # not HBM (0)
@@ -803,6 +829,7 @@ class Accounting:
                     if p is not None:
                         root = p if p not in parent else find(root)
                     is_special = root in special
+                    wt = None
                 else:
                     leaf = None
                     v = vinfo.get(oname)
@@ -811,8 +838,8 @@ class Accounting:
                         p = parent.get(root)
                         if p is not None:
                             root = p if p not in parent else find(root)
-                        v = vinfo[oname] = (roles[(cname, oname)][0], root, root in special)
-                    role, root, is_special = v
+                        v = vinfo[oname] = (roles[(cname, oname)][0], root, root in special, None)
+                    role, root, is_special, wt = v
                 phys = a.nbytes * count
                 lg = a.logical_nbytes
                 if lg is None:
@@ -831,7 +858,8 @@ class Accounting:
                             rkc if rkc is not None else produced_cause.get(root, no_cause), "", k)
                         continue
                     if prio == 0 and (not produced_cause or root not in produced_cause):
-                        wt = tally.get(root)
+                        if wt is None:  # (vinfo holds the tally of a value written before)
+                            wt = tally.get(root)
                         if wt is not None:  # a spilled intermediate already written: read it back once
                             g = wt[1]
                             give = wt[0] - g
@@ -863,7 +891,7 @@ class Accounting:
                     reads[budget_root.get(root, root) if budget_root else root].append(
                         (prio, logical, logical, k, role, phys, root))
             if t_writes:
-                out_roles = roles[key]
+                out_roles = roles[(cname, instr.name)]
                 shape = instr.shape
                 start = instr.opcode in NATIVE_STARTS
                 elements = None  # (the tuple elements, read at the first write with an index)
@@ -903,7 +931,6 @@ class Accounting:
                     p = parent.get(wkey)
                     root = wkey if p is None else p if p not in parent else find(wkey)
                     is_special = root in special
-                    vinfo[iname] = (role, root, is_special)  # (for its readers)
                 phys = a.nbytes * count
                 lg = a.logical_nbytes
                 logical = (lg if lg is not None else _logical(a, leaf)) * count
@@ -912,6 +939,8 @@ class Accounting:
                     wt = tally[root] = [logical, 0]
                 else:
                     wt[0] += logical
+                if not (start or idx):  # (for its readers: its buffer's tally too)
+                    vinfo[iname] = (role, root, is_special, wt)
                 if not is_special:  # an intermediate
                     if kc is not None and kc in kernel_write_causes:
                         add(role, HBM_WRITE, phys, 0, logical, kc, "", k)
@@ -949,8 +978,8 @@ class Accounting:
                         add(role, HBM_WRITE, phys, 0, logical, kind, subject, k)
                         continue
                 self._special_write(root, k, role, phys, logical, r, wt[0] - logical, update_left)
-            if tiled and key in tiled:
-                tilings.append((k, r, reuse_rows[key]))
+            if tiled and (cname, instr.name) in tiled:
+                tilings.append((k, r, reuse_rows[(cname, instr.name)]))
         self.onchip_reads = onchip_reads
         self.settle_reads(reads, tally)
         for k, r, ru in tilings:

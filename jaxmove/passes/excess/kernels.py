@@ -26,6 +26,9 @@ _COPY_OR_SLICE_OPS = COPY_OPS | SLICE_OPS
 # what a fused copy's root is through bitcasts and converts (``_fused_chain``'s ops, or its parameter)
 _FUSED_CHAIN_OPS = _FUSED_COPY_OPS | SLICE_OPS
 _COPY_CHAIN_OPS = _FUSED_CHAIN_OPS | {"parameter"}
+#: opcodes whose ``classify`` answer is (None, None) unless the kernel is a remat clone:
+#: no fusion, copy, slice, concatenate, copy-start or custom call, and no host check
+PLAIN_KERNELS = frozenset(_NO_HOST_CHECK - HOST_IO - _COPY_OR_SLICE_OPS - {"fusion", "concatenate", "copy-start", "custom-call"})
 #: ``classify``'s copy kind of a fusion that rebuilds an operand whole around its update:
 #: (REBUILD, operand number)
 REBUILD = "rebuild"
