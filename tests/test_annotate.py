@@ -246,3 +246,34 @@ def test_time_columns_equal_json():
         assert c["bound"] == row["bound"], row["name"]
         if row["arithmetic_intensity"] is not None:
             assert float(c["intensity"]) == row["arithmetic_intensity"], row["name"]
+
+
+INLINE = """\
+HloModule inline_operand
+
+ENTRY main {
+  p0 = f32[256,256] parameter(0)
+  ROOT r = f16[256,256] convert(f32[256,256] negate(p0))
+}
+"""
+
+
+def test_unnamed_inline_operand_is_annotated(tmp_path):
+    """An unnamed instruction written inline as an operand (XLA's parser accepts it; jaxmove
+    names it ``negate.anon1``) gets a comment line of its own; annotate was an internal error."""
+    path = tmp_path / "inline.hlo"
+    path.write_text(INLINE)
+    text = annotate(jaxmove.analyze(str(path)))
+    _same_instructions(parse_module(INLINE), parse_module(text))
+    anon = re.search(r"^  // %negate\.anon1 \(the unnamed negate written inline on the next line\): (.*)$",
+                     text, re.M)
+    assert anon is not None, text
+    f = _fields(anon.group(1))
+    # negate f32[256,256]: 256*256*4 = 262144 B read and written, one flop per element
+    assert f["hbm_read_bytes"] == "262144" and f["hbm_write_bytes"] == "262144" and f["flops"] == "65536"
+    r = _comments(text)["r"]
+    # convert to f16: reads 262144 B, writes 256*256*2 = 131072 B
+    assert r["hbm_read_bytes"] == "262144" and r["hbm_write_bytes"] == "131072"
+    out = tmp_path / "out.hlo"
+    assert main(["annotate", str(path), "-o", str(out)]) == 0
+    assert parse_module(out.read_text()).entry.root.name == "r"

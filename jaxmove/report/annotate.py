@@ -22,6 +22,9 @@ from .shapes import operand_shapes, shape_text
 _COMMENT_ONLY = re.compile(r"^\s*(//.*)?$")
 
 
+#: the parser's name of an unnamed instruction written inline as an operand (hlo/parser.py)
+_ANON = re.compile(r"[a-z][a-z0-9-]*\.anon\d+")
+
 def _q(s: str) -> str:
     """A program-derived string as a JSON string literal (quotes, control characters escaped)."""
     return json.dumps(s, ensure_ascii=True)
@@ -127,7 +130,13 @@ def annotate(report, hlo_text: str | None = None) -> str:
             if row is None:
                 continue
             i = instr.line - 1
-            if i >= len(lines) or f"{instr.name}" not in lines[i]:
+            # an unnamed instruction written inline as an operand (``convert(f32[4] negate(p))``)
+            # has the parser's name ``negate.anon1`` (hlo/parser.py), on the line it starts on
+            anon = (i < len(lines) and instr.name not in lines[i]
+                    and _ANON.fullmatch(instr.name) is not None
+                    and instr.name.rsplit(".anon", 1)[0] == instr.opcode
+                    and f"{instr.opcode}(" in lines[i])
+            if not anon and (i >= len(lines) or f"{instr.name}" not in lines[i]):
                 raise ValueError(f"line {instr.line} of the HLO text does not hold instruction "
                                  f"'{instr.name}': the text is not the one the report was parsed from")
             text = row_annotation(report, row)
@@ -141,7 +150,11 @@ def annotate(report, hlo_text: str | None = None) -> str:
                 single = j == nxt
             else:
                 single = j >= len(lines) or lines[j].lstrip().startswith("}")
-            if single and starts.get(i, 0) == 1:
+            if anon:
+                indent = re.match(r"\s*", lines[i]).group(0)
+                before.setdefault(i, []).append(
+                    f"{indent}// %{instr.name} (the unnamed {instr.opcode} written inline on the next line): {text}")
+            elif single and starts.get(i, 0) == 1:
                 after.setdefault(i, []).append(text)
             else:
                 indent = re.match(r"\s*", lines[i]).group(0)
