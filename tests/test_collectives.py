@@ -180,6 +180,61 @@ def test_bad_groups_name_the_instruction():
                 "source_target_pairs={{0,1,2}}")
 
 
+@pytest.mark.parametrize("line, expected", [
+    # f32[1024] gathered over groups of 4 (iota [2,4]) along 0 is f32[4096], not f32[3000]
+    ("ROOT ag = f32[3000]{0} all-gather(p), channel_id=1, replica_groups=[2,4]<=[8], dimensions={0}, "
+     "use_global_device_ids=true", r"'ag': result f32\[3000\] .*gathered over the 4 devices.*expected f32\[4096\]"),
+    # an all-reduce's result is its operand's shape
+    ("ROOT ar = f32[2048]{0} all-reduce(p), channel_id=1, replica_groups=[1,8]<=[8], "
+     "use_global_device_ids=true, to_apply=add", r"'ar': result f32\[2048\] .*expected f32\[1024\]"),
+    ("ROOT ar = f32[1024]{0} all-reduce-start(p), channel_id=1, replica_groups=[1,8]<=[8], "
+     "use_global_device_ids=true, to_apply=add", None),
+    # f32[1024] scattered over 8 is f32[128]
+    ("ROOT rs = f32[1000]{0} reduce-scatter(p), channel_id=1, replica_groups=[1,8]<=[8], "
+     "use_global_device_ids=true, dimensions={0}, to_apply=add", r"'rs': .*expected f32\[128\]"),
+    # 1024 is not divisible by 3 devices
+    ("ROOT rs = f32[341]{0} reduce-scatter(p), channel_id=1, replica_groups={{0,1,2}}, "
+     "use_global_device_ids=true, dimensions={0}, to_apply=add", r"dimension 0 \(1024\) is not divisible by the 3"),
+    # the async form: (operand, result)
+    ("ROOT ags = (f32[1024]{0}, f32[2048]{0}) all-gather-start(p), channel_id=1, replica_groups=[2,4]<=[8], "
+     "dimensions={0}, use_global_device_ids=true", r"'ags': .*expected f32\[4096\]"),
+    ("ROOT ags = (f32[1024]{0}, f32[4096]{0}) all-gather-start(p), channel_id=1, replica_groups=[2,4]<=[8], "
+     "dimensions={0}, use_global_device_ids=true", None),
+    # the element type is the operand's
+    ("ROOT ag = bf16[8192]{0} all-gather(p), channel_id=1, replica_groups=[1,8]<=[8], dimensions={0}, "
+     "use_global_device_ids=true", r"expected f32\[8192\]"),
+])
+def test_result_shapes_follow_from_operands_and_groups(tmp_path, line, expected):
+    """A collective whose result is not its operand gathered / reduced / scattered over its
+    groups (XLA's verifier rejects it) is an input error naming the file and line: jaxmove
+    counted the printed result's bytes against wire bytes from the groups, two figures that
+    disagreed (an all-gather of f32[1024] over 4 printed as f32[3000]: 12,000 B written, a
+    16,384 B buffer). Valid forms are counted as before."""
+    from jaxmove.cli import main
+    from jaxmove.errors import JaxmoveInputError
+    from jaxmove.passes.collectives import CollectiveError
+
+    text = f"HloModule m, num_partitions=8\n{ADD}\nENTRY e {{\n  p = f32[1024]{{0}} parameter(0)\n  {line}\n}}\n"
+    path = tmp_path / "c.hlo"
+    path.write_text(text)
+    m = parse_module(text)
+    if expected is None:
+        a = analyze_module(m)
+        root = m.entry.root
+        info = collective_info(root, m.entry, m)
+        n = info.group_size
+        if info.kind == "all-gather":  # (n - 1) shards of 4096 B
+            assert (n, info.wire_bytes) == (4, 3 * 4096)
+        else:  # all-reduce over 8: 2 (n - 1) / n of 4096 B
+            assert (n, info.wire_bytes) == (8, 2 * 7 * 4096 // 8)
+        assert a.totals.device_to_device_bytes == info.wire_bytes
+        return
+    with pytest.raises(CollectiveError, match=expected) as e:
+        analyze_module(m)
+    assert isinstance(e.value, JaxmoveInputError) and "<string>:11:" in str(e.value)  # (the line of the collective)
+    assert main(["analyze", str(path)]) == 2
+
+
 # ---- the corpus ---------------------------------------------------------------------------
 
 def test_every_corpus_collective_has_kind_group_and_wire_bytes(corpus_dir):

@@ -49,6 +49,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from operator import attrgetter
 
+from ..errors import JaxmoveInputError
 from ..hlo import Computation, Instruction, Module
 from ..hlo.attrs import parse_kv_block
 from ..hlo.opcodes import COLLECTIVE_KINDS, OPCODES
@@ -109,8 +110,9 @@ class CollectiveInfo:
                 "mode": self.mode, "is_async": self.is_async, "counted_on": self.counted_on}
 
 
-class CollectiveError(ValueError):
-    """A collective whose groups cannot be read (names the instruction and its line)."""
+class CollectiveError(JaxmoveInputError):
+    """A collective whose groups cannot be read, or whose result shapes do not follow from its
+    operands and groups (names the file, the instruction and its line)."""
 
 
 # every collective opcode (``kind``, ``kind-start``, async ``kind-start``) -> its kind: the
@@ -313,6 +315,66 @@ def _promoted_operands(instr: Instruction, comp: Computation) -> list[str]:
     return out
 
 
+def _plain(shape) -> str:
+    """``f32[8,128]``: an array shape without its layout."""
+    return f"{shape.element_type}[{','.join(map(str, shape.dims))}]"
+
+
+def _shape_mismatch(instr: Instruction, comp: Computation, n: int) -> str | None:
+    """Why the result shapes of an all-gather / all-reduce / reduce-scatter (or its ``-start``)
+    over groups of ``n`` devices are not those of its operands, else None. XLA's verifier
+    checks the same (xla/service/hlo_verifier.cc, HandleAllGather / HandleAllReduce /
+    HandleReduceScatter, with ShapeInference::InferAllGatherShape and its siblings): an
+    all-gather's result is its operand with dimension ``d`` times ``n``; an all-reduce's, its
+    operand; a reduce-scatter's, its operand with dimension ``d`` divided by ``n`` (which must
+    divide it). Forms it cannot pair one operand to one result leaf are not checked."""
+    op = instr.opcode
+    shape = instr.shape
+    if op == "all-gather-start":  # ((operands...), (results...)) or (operand, result)
+        if not shape.is_tuple or len(shape.tuple_shapes) != 2:
+            return None
+        shape = shape.tuple_shapes[1]
+    elif op not in ("all-gather", "all-reduce", "all-reduce-start", "reduce-scatter"):
+        return None
+    results = list(shape.tuple_shapes) if shape.is_tuple else [shape]
+    by_name = comp.by_name
+    operands = [by_name.get(o) for o in instr.operands]
+    if len(results) != len(operands) or any(o is None for o in operands):
+        return None
+    dim = None
+    if op not in ("all-reduce", "all-reduce-start"):
+        dims = instr.int_list("dimensions")
+        if not dims or len(dims) != 1:
+            return None
+        dim = dims[0]
+    for o, res in zip(operands, results):
+        osh = o.shape
+        if not osh.is_array or not res.is_array or osh.has_unbounded_dim or res.has_unbounded_dim:
+            continue
+        odims = list(osh.dims)
+        if dim is not None and not 0 <= dim < len(odims):
+            return f"dimensions={{{dim}}} is not a dimension of operand '{o.name}' {_plain(osh)}"
+        if dim is None:  # (an all-reduce)
+            want = odims
+        elif op == "reduce-scatter":
+            if odims[dim] % n:
+                return (f"operand '{o.name}' {_plain(osh)}: dimension {dim} ({odims[dim]}) is "
+                        f"not divisible by the {n} devices of its replica groups")
+            want = odims[:dim] + [odims[dim] // n] + odims[dim + 1:]
+        else:
+            want = odims[:dim] + [odims[dim] * n] + odims[dim + 1:]
+        if list(res.dims) != want or res.element_type != osh.element_type:
+            expect = f"{osh.element_type}[{','.join(map(str, want))}]"
+            if dim is None:
+                how = "an all-reduce's result has its operand's shape"
+            else:
+                how = (f"{'scattered' if op == 'reduce-scatter' else 'gathered'} over the {n} devices "
+                       f"of its replica groups along dimension {dim}")
+            return (f"result {_plain(res)} does not match operand '{o.name}' {_plain(osh)} ({how}): "
+                    f"expected {expect}")
+    return None
+
+
 def _info(instr: Instruction, comp: Computation, module: Module, kind: str) -> CollectiveInfo:
     mode = _mode(kind, instr)
     notes: list[str] = []
@@ -376,6 +438,10 @@ def _info(instr: Instruction, comp: Computation, module: Module, kind: str) -> C
     n = max(sizes)
     if len(sizes) > 1:
         notes.append(f"groups of unequal sizes {sorted(sizes)}: the largest is used")
+    else:
+        bad = _shape_mismatch(instr, comp, n)
+        if bad:
+            raise _error(instr, module, ValueError(bad))
     if kind == "all-gather":
         shard = _operand_bytes(instr, comp)
         buffer = n * shard
