@@ -111,3 +111,32 @@ def test_a_weight_shard_gathered_from_on_chip_memory_is_a_weight_gather(tmp_path
     ag = next(r for r in rep.rows if r.instr.name == "ag")
     assert ag.total.hbm_read_bytes == 0 and ag.collective.wire_bytes == 8 * 32 * 4   # (n-1)/n x 2 KiB
     assert plan_collective_note(load_plan("fsdp"), rep, {"data": 2}) is None
+
+
+def test_no_implied_gather_where_the_embed_rule_was_dropped(tmp_path):
+    """fsdp's embed rule dropped for every weight (it does not divide the mesh axis: the
+    weights stay replicated) implies no all-gather: the note said the plan implied gathering
+    (n - 1) x the weights and that XLA 'kept every weight sharded', contradicting the dropped
+    rule's own note (mlp-tiny over data=3)."""
+    rep = _report(tmp_path, PARTIAL_SUM)
+    fsdp = load_plan("fsdp")
+    assert weight_gathers_implied(fsdp, {"data": 3}, set()) == []
+    assert plan_collective_note(fsdp, rep, {"data": 3}, set()) is None
+    # a weight sharded over data: implied as before
+    assert weight_gathers_implied(fsdp, {"data": 2}, {"data"}) == ["data"]
+    assert "gathered no weights" in plan_collective_note(fsdp, rep, {"data": 2}, {"data"})
+
+
+def test_plans_json_mlp_tiny_fsdp_over_three_has_no_gather_note(capsys):
+    """End to end: mlp-tiny's embed (32) does not divide data=3, so fsdp shards nothing."""
+    import json
+
+    from jaxmove.cli import main
+
+    assert main(["plans", "mlp-tiny", "--mesh", "data=3", "--plan", "fsdp", "--json"]) == 0
+    got = json.loads(capsys.readouterr().out)
+    plans = got["plans"] if isinstance(got, dict) else got
+    (fsdp,) = [p for p in plans if p["plan"] == "fsdp"]
+    assert fsdp["collectives_note"] is None
+    assert not any("implies all-gathering" in n for n in fsdp["notes"])
+    assert any("not divisible by data=3" in n for n in fsdp["notes"])

@@ -210,8 +210,9 @@ def _out_roles(workload, treedef, n: int) -> list:
         raise PlanError(str(e)) from None
 
 
-def workload_shardings(workload, plan: Plan, mesh, notes: list[str]):
-    """(in_shardings, out_shardings or None, {path: spec text}) of a workload under a plan.
+def workload_shardings(workload, plan: Plan, mesh, notes: list[str], param_axes: set | None = None):
+    """(in_shardings, out_shardings or None, {path: spec text}) of a workload under a plan;
+    ``param_axes`` (when given) receives the mesh axes some parameter leaf is sharded over.
 
     Raises:
       PlanError: the workload has no logical axes.
@@ -244,6 +245,10 @@ def workload_shardings(workload, plan: Plan, mesh, notes: list[str]):
         spec = plan.partition_spec(axes, leaf.shape, mesh_shape, is_param, notes, path)
         if any(s is not None for s in spec):
             specs[path] = _spec_text(spec)
+            if is_param and param_axes is not None:
+                for s in spec:
+                    if s is not None:
+                        param_axes.update((s,) if isinstance(s, str) else s)
         return NamedSharding(mesh, PartitionSpec(*spec))
 
     roles = workload.roles
@@ -311,7 +316,8 @@ def load_workload(model, overrides: dict[str, str] | None = None):
 
 def capture_with_plan(preset, overrides: dict[str, str] | None, plan: Plan,
                       mesh_shape: dict[str, int], notes: list[str] | None = None,
-                      specs: dict[str, str] | None = None, target=None, weight_layouts: str | None = None):
+                      specs: dict[str, str] | None = None, target=None, weight_layouts: str | None = None,
+                      param_axes: set | None = None):
     """Capture ``preset`` (a zoo preset, ``module:function`` or Workload; ``load_workload``)
     partitioned by ``plan`` over ``mesh_shape``.
 
@@ -319,7 +325,7 @@ def capture_with_plan(preset, overrides: dict[str, str] | None, plan: Plan,
     ``devices.ensure_cpu_devices``); an accelerator target builds the mesh from its
     compile-only devices. Returns the ``Program`` (its HLO is the per-device SPMD program);
     ``notes`` receives dropped rules, ``specs`` the PartitionSpec of every sharded argument /
-    output leaf. ``weight_layouts``: as ``capture`` (``auto``: XLA picks the weights' layouts).
+    output leaf, ``param_axes`` the mesh axes some parameter leaf is sharded over. ``weight_layouts``: as ``capture`` (``auto``: XLA picks the weights' layouts).
     Raises:
       PlanError, KeyError (unknown preset), ValueError (bad override), CaptureError,
       TargetNameError (mesh larger than the topology), DoesNotFitError (the target compiler
@@ -347,7 +353,7 @@ def capture_with_plan(preset, overrides: dict[str, str] | None, plan: Plan,
     # the jit below: both must run under the resolver, or the cached trace has no
     # sharding constraints and every ``constrain`` in the model is silently dropped.
     with logical_sharding(resolver):
-        in_sh, out_sh, leaf_specs = workload_shardings(workload, plan, mesh, notes)
+        in_sh, out_sh, leaf_specs = workload_shardings(workload, plan, mesh, notes, param_axes)
         if specs is not None:
             specs.update(leaf_specs)
         if not leaf_specs and math.prod(mesh_shape.values()) > 1:
@@ -374,7 +380,8 @@ def _source(report, row) -> str | None:
 
 
 def summarize(report, plan: Plan, spec, num_devices: int, memory_stats: dict[str, int],
-              platform: str = "cpu", mesh_shape: dict[str, int] | None = None) -> PlanResult:
+              platform: str = "cpu", mesh_shape: dict[str, int] | None = None,
+              param_axes: set | None = None) -> PlanResult:
     """A PlanResult from ``report = analyze(program, hardware=spec)`` of a plan's partitioned
     program: its step time and excess are the report's (on ``spec``), not computed again.
 
@@ -454,7 +461,7 @@ def summarize(report, plan: Plan, spec, num_devices: int, memory_stats: dict[str
         m.unknown_trip_count for m in report.analysis.multiplicity.values())
     if mesh_shape is not None:
         from .explain import plan_collective_note
-        res.collectives_note = plan_collective_note(plan, report, mesh_shape)
+        res.collectives_note = plan_collective_note(plan, report, mesh_shape, param_axes)
         if res.collectives_note:
             res.notes.append(res.collectives_note)
     if te.unmodeled:
@@ -486,9 +493,11 @@ def run_plan(preset, overrides: dict[str, str] | None, plan: Plan, mesh_shape: d
     t0 = time.perf_counter()
     notes: list[str] = []
     specs: dict[str, str] = {}
+    param_axes: set = set()
     n = math.prod(mesh_shape.values())
     try:
-        program = capture_with_plan(preset, overrides, plan, mesh_shape, notes, specs, target)
+        program = capture_with_plan(preset, overrides, plan, mesh_shape, notes, specs, target,
+                                    param_axes=param_axes)
         report = analyze(program, hardware=spec)  # (its times and excess are the plan's: summarize)
     except DoesNotFitError as e:
         res = PlanResult(plan.name, plan.description, n, fits=False, does_not_fit=e.compiler_message,
@@ -503,7 +512,7 @@ def run_plan(preset, overrides: dict[str, str] | None, plan: Plan, mesh_shape: d
         res.compile_s = time.perf_counter() - t0
         return res
     res = summarize(report, plan, spec, n, dict(program.memory_stats), Target.parse(target).platform,
-                    mesh_shape)
+                    mesh_shape, param_axes)
     res.notes = _count_notes(notes) + res.notes
     res.shardings = specs
     res.compile_s = time.perf_counter() - t0

@@ -24,10 +24,15 @@ def _live_axes(axes, mesh_shape: dict[str, int]) -> list[str]:
     return [a for a in axes or () if mesh_shape.get(a, 1) > 1]
 
 
-def weight_gathers_implied(plan, mesh_shape: dict[str, int]) -> list[str]:
+def weight_gathers_implied(plan, mesh_shape: dict[str, int], param_axes: set | None = None) -> list[str]:
     """The mesh axes over which ``plan`` shards the weights' ``embed`` dimension (FSDP /
-    ZeRO-3: each weight is all-gathered over them where it is used); [] when it shards none."""
-    return _live_axes(plan.params.get("embed"), mesh_shape)
+    ZeRO-3: each weight is all-gathered over them where it is used); [] when it shards none.
+    ``param_axes``: the mesh axes some parameter leaf was sharded over when the plan was
+    applied (``compare.workload_shardings``; a rule that does not divide a dimension is
+    dropped, the tensor replicated): only those are implied. None: not known, every axis
+    of the rule."""
+    axes = _live_axes(plan.params.get("embed"), mesh_shape)
+    return axes if param_axes is None else [a for a in axes if a in param_axes]
 
 
 def _collectives(report) -> list[tuple]:
@@ -51,7 +56,7 @@ def _collectives(report) -> list[tuple]:
     return out
 
 
-def plan_collective_note(plan, report, mesh_shape: dict[str, int]) -> str | None:
+def plan_collective_note(plan, report, mesh_shape: dict[str, int], param_axes: set | None = None) -> str | None:
     """A sentence saying what the partitioner did when the plan's program does not move what
     the plan implies, else None.
 
@@ -67,6 +72,8 @@ def plan_collective_note(plan, report, mesh_shape: dict[str, int]) -> str | None
       plan: a Plan (plans/plan.py).
       report: the Report of the plan's per-device program (roles from the workload).
       mesh_shape: mesh axis name -> size.
+      param_axes: the mesh axes some parameter leaf was sharded over (``weight_gathers_implied``);
+        None: not known.
     Returns None for programs that read no weights (no bytes of role ``weights``).
     """
     weight_bytes = report.totals.role_bytes("weights")[0]  # weight bytes read per step (local shards)
@@ -75,7 +82,7 @@ def plan_collective_note(plan, report, mesh_shape: dict[str, int]) -> str | None
     colls = _collectives(report)
     gathers = [(row, c, b) for row, c, role, b in colls if c.kind == "all-gather" and role == "weights"]
     gathered = sum(b for _r, _c, b in gathers)
-    axes = weight_gathers_implied(plan, mesh_shape)
+    axes = weight_gathers_implied(plan, mesh_shape, param_axes)
     if axes:
         if gathered:
             return None
