@@ -48,7 +48,7 @@ def does_not_fit_note(module, spec, memory_stats: dict | None = None, backend: s
                 f"{human_bytes(cap)} of device memory of {spec.name} ({need / cap:.3g}x; {capacity_source(spec)}); "
                 + fix)
     from .capture.program import memory_analysis_peak_bytes
-    peak = memory_analysis_peak_bytes(ms)
+    peak = memory_analysis_peak_bytes(ms, backend)
     if peak is None or peak <= cap:
         return None
     arg, out, temp = ms["argument_size_in_bytes"], ms["output_size_in_bytes"], ms["temp_size_in_bytes"]
@@ -56,6 +56,7 @@ def does_not_fit_note(module, spec, memory_stats: dict | None = None, backend: s
     live = (f"arguments {human_bytes(arg)} + outputs {human_bytes(out)} - aliased {human_bytes(alias)} + "
             f"temporaries {human_bytes(temp)}")
     how = (f"XLA's memory_analysis: peak_memory_in_bytes, above {live}" if peak > arg + out - alias + temp
+           else "XLA:TPU's memory_analysis: peak_memory_in_bytes (its HBM peak)" if peak < arg + out - alias + temp
            else f"XLA's memory_analysis: {live}")
     return (f"does not fit: the program needs {human_bytes(peak)} per device ({how}), more than the "
             f"{human_bytes(cap)} of device memory of {spec.name} ({peak / cap:.3g}x; {capacity_source(spec)}); "

@@ -130,3 +130,34 @@ def test_the_needs_bytes_rule_on_accelerator_programs(capsys, target, module):
 ])
 def test_needs_bytes_is_the_larger_of_the_sum_and_the_compilers_peak(stats, expected):
     assert memory_analysis_peak_bytes(stats) == expected
+
+
+def test_tpu_peak_is_the_compilers_own():
+    """XLA:TPU's temp size is no HBM figure to add (0 where temporaries take 94 MB of the peak;
+    1,838,592 B in gpt-tiny-decode under tp on tpu-v5e:2x2, whose peak is 576,512 B): on TPU
+    the figure is XLA's peak_memory_in_bytes; elsewhere the larger of the sum and the peak."""
+    tiny_tp = {"argument_size_in_bytes": 416_768, "output_size_in_bytes": 66_560, "alias_size_in_bytes": 65_536,
+               "temp_size_in_bytes": 1_838_592, "peak_memory_in_bytes": 576_512}
+    assert memory_analysis_peak_bytes(tiny_tp, "tpu") == 576_512
+    assert memory_analysis_peak_bytes(tiny_tp) == 416_768 + 66_560 - 65_536 + 1_838_592
+    gpt2_tp = {"argument_size_in_bytes": 85_899_264, "output_size_in_bytes": 104_514_048, "alias_size_in_bytes": 0,
+               "temp_size_in_bytes": 0, "peak_memory_in_bytes": 284_052_992}
+    assert memory_analysis_peak_bytes(gpt2_tp, "tpu") == 284_052_992
+    # no peak reported: the sum, on TPU too
+    assert memory_analysis_peak_bytes({"argument_size_in_bytes": 8, "output_size_in_bytes": 4,
+                                       "temp_size_in_bytes": 2}, "tpu") == 14
+
+
+def test_plans_tpu_peak_of_gpt_tiny_tp_is_xlas(capsys):
+    """End to end on the compiler's own figures (the TPU extra): plans' peak on a TPU target is
+    XLA:TPU's peak_memory_in_bytes, not the sum with its temp size."""
+    import importlib.util
+    import json
+
+    if importlib.util.find_spec("libtpu") is None:
+        pytest.skip("libtpu is not installed (the tpu extra)")
+    assert main(["plans", "gpt-tiny-decode", "--target", "tpu-v5e:2x2", "--mesh", "data=2,model=2",
+                 "--plan", "tp", "--json"]) == 0
+    got = json.loads(capsys.readouterr().out)
+    (p,) = got["plans"] if isinstance(got, dict) else got
+    assert p["xla_peak_bytes"] and p["peak_bytes"] == p["xla_peak_bytes"]

@@ -50,7 +50,8 @@ class PlanResult:
     Memory fields are XLA:CPU's ``memory_analysis`` of the partitioned program;
     ``peak_bytes`` is ``capture.program.memory_analysis_peak_bytes``: arguments + outputs -
     aliased + temporaries (all live at once), or XLA's ``peak_memory_in_bytes`` where that is
-    larger (XLA:TPU, which reports no temporaries); never below the compiler's own peak.
+    larger; never below the compiler's own peak; on XLA:TPU its ``peak_memory_in_bytes``
+    alone (its temp size is no HBM figure to add).
     ``collective_time_s`` sums every collective's time, the one the step time uses
     (passes/timing.py: NCCL's model on GPU specs, passes/collectives.py otherwise), with no
     overlap with compute assumed; None when the spec lacks interconnect numbers.
@@ -409,7 +410,7 @@ def summarize(report, plan: Plan, spec, num_devices: int, memory_stats: dict[str
         res.temp_bytes = ms.get("temp_size_in_bytes")
         res.xla_peak_bytes = ms.get("peak_memory_in_bytes")
         from ..capture.program import memory_analysis_peak_bytes
-        res.peak_bytes = memory_analysis_peak_bytes(ms)
+        res.peak_bytes = memory_analysis_peak_bytes(ms, platform)
     from ..hardware.overrides import capacity_overridden
     if platform == "tpu" and not capacity_overridden(spec):
         res.fits = True  # XLA:TPU checks device memory and refuses what does not fit
@@ -419,9 +420,10 @@ def summarize(report, plan: Plan, spec, num_devices: int, memory_stats: dict[str
         if not res.fits:  # the verdict's own figures (a compiler's refusal gives its: run_plan)
             from ..api import capacity_source
             res.needs_bytes, res.has_bytes = int(res.peak_bytes), int(spec.hbm_capacity_bytes)
+            how = ("its own peak_memory_in_bytes" if platform == "tpu" and res.xla_peak_bytes else
+                   "arguments + outputs - aliased + temporaries, or its own peak where larger")
             res.notes.append(f"does not fit: needs {res.needs_bytes:,} B per device (XLA:{platform.upper()} "
-                             f"memory_analysis: arguments + outputs - aliased + temporaries, or its own peak "
-                             f"where larger), has {capacity_source(spec)}")
+                             f"memory_analysis: {how}), has {capacity_source(spec)}")
     else:  # no verdict, so no figures for needs_bytes / has_bytes
         res.notes.append(f"fits unknown: XLA:{platform.upper()} gave no memory_analysis for this program, "
                          "so needs_bytes / has_bytes are null")

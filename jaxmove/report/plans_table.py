@@ -89,8 +89,11 @@ def render_plans(cmp, console: Console | None = None) -> None:
                       human_bytes(r.hbm_bytes), _excess(r), kinds, _time(r.collective_time_s), top)
     console.print(table)
     compiler = "XLA:CPU" if target == "cpu" else "XLA:TPU" if target.startswith("tpu") else "XLA:GPU"
-    console.print(f"peak = XLA's arguments + outputs - aliased + temporaries of the partitioned "
-                  f"program ({compiler} buffer assignment), or its own peak_memory_in_bytes where larger; step time = the estimated time of one run on "
+    peak = ("XLA:TPU's own peak_memory_in_bytes of the partitioned program (its buffer assignment's HBM peak)"
+            if compiler == "XLA:TPU" else
+            f"XLA's arguments + outputs - aliased + temporaries of the partitioned program ({compiler} "
+            "buffer assignment), or its own peak_memory_in_bytes where larger")
+    console.print(f"peak = {peak}; step time = the estimated time of one run on "
                   f"{cmp.hardware} along the schedule (async collectives overlap), below it the summed "
                   "compute / memory / network / launch time of its kernels; coll. time sums the "
                   "collectives without overlap.")

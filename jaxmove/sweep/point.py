@@ -30,7 +30,7 @@ needs_bytes, has_bytes  message and figures (``capture.targets.DoesNotFitError``
                         spec's capacity (as ``jaxmove plans --json`` gives them); else None
 peak_bytes              memory per device: arguments + outputs - aliased + temporaries (XLA's
                         ``memory_analysis`` of the compiled program), or ``xla_peak_bytes`` where
-                        larger (see ``plans.PlanResult``)
+                        larger; on TPU targets ``xla_peak_bytes`` (see ``plans.PlanResult``)
 xla_peak_bytes          XLA's own ``peak_memory_in_bytes``, where the compiler reports one
 argument_bytes,         XLA's memory_analysis fields
 output_bytes,
