@@ -11,6 +11,7 @@ import pytest
 import jaxmove
 from jaxmove import zoo as models
 from jaxmove.capture.workload import Workload, flatten_out_roles
+from jaxmove.errors import JaxmoveInputError
 from jaxmove.hlo import parse_module
 from jaxmove.passes.pipeline import run_pipeline
 from jaxmove.passes.roles import roles_pass
@@ -227,3 +228,24 @@ def test_plans_give_hbm_bytes_by_role_per_device():
     assert set(by_role) == {"weights", "kv_cache", "optimizer_state", "activations", "unknown"}
     assert sum(by_role.values()) == res.hbm_bytes
     assert by_role["kv_cache"] >= 2 * 2 * 8 * 4 * 64 * 128 * 2 // 4
+
+
+def test_callable_takes_out_roles():
+    """``jaxmove.analyze(f, *args, out_roles=...)``: a callable's outputs get roles as a
+    Workload's do (it was a TypeError: only a Workload could give them)."""
+    import jax
+    import jax.numpy as jnp
+
+    def prefill(w, x):
+        h = x @ w
+        return jnp.tanh(h), jnp.stack([h, h])   # (logits, a cache of two [8, 256] f32 blocks)
+
+    w = jax.ShapeDtypeStruct((256, 256), jnp.float32)
+    x = jax.ShapeDtypeStruct((8, 256), jnp.float32)
+    rep = jaxmove.analyze(prefill, w, x, roles=("weights", "activations"),
+                          out_roles=("activations", "kv_cache"))
+    assert rep.program.output_roles[1] == "kv_cache"
+    # the cache written once: 2 x 8 x 256 x 4 B; nothing else is KV
+    assert rep.excess.by_role["kv_cache"].compulsory_bytes == 2 * 8 * 256 * 4
+    with pytest.raises(JaxmoveInputError, match="kv_cachee"):
+        jaxmove.analyze(prefill, w, x, out_roles=("activations", "kv_cachee"))

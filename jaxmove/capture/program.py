@@ -717,7 +717,8 @@ def _capture_module(module, args, name, target=None) -> Program:
 
 
 def capture(obj, /, *args, roles=None, donate_argnums=(), static_argnums=(), name=None,
-            in_shardings=None, out_shardings=None, target=None, weight_layouts: str | None = None) -> Program:
+            in_shardings=None, out_shardings=None, target=None, weight_layouts: str | None = None,
+            out_roles=None) -> Program:
     """Lower and compile ``target`` and label its ENTRY parameters.
 
     Args:
@@ -732,6 +733,11 @@ def capture(obj, /, *args, roles=None, donate_argnums=(), static_argnums=(), nam
         (``role_from_name`` of each path) or a callable.  Ignored for Workload
         (it has its own) and modules.
       donate_argnums, static_argnums: as ``jax.jit`` (callables only).
+      out_roles: for a callable: the roles of its outputs, as ``Workload.out_roles`` (a role
+        string, or a pytree prefix of the output with a role or None per entry; e.g.
+        ``("activations", "kv_cache")`` for a prefill returning (logits, cache)): what the
+        program writes into them is counted as that role (``Program.output_roles``). Ignored
+        for Workload (it has its own), Lowered / Compiled and modules.
       name: program name (default: workload name / function ``__name__``).
       in_shardings, out_shardings: passed to ``jax.jit`` (Workloads and callables only;
         None leaves them unspecified). With ``in_shardings`` the ENTRY parameters are
@@ -794,7 +800,8 @@ def capture(obj, /, *args, roles=None, donate_argnums=(), static_argnums=(), nam
         src = f"callable:{getattr(fn, '__module__', '?')}.{qual}"
         return _capture_fn(target, args, roles, donate_argnums, static_argnums,
                            name or getattr(fn, "__name__", "fn"), src, {},
-                           _jit_shardings(in_shardings, out_shardings), device_target, weight_layouts)
+                           _jit_shardings(in_shardings, out_shardings), device_target, weight_layouts,
+                           out_roles=out_roles)
     raise TypeError(f"cannot capture a {type(target).__name__}: expected a Workload, callable, "
                     "jax.stages.Lowered, jax.stages.Compiled or flax.nnx.Module")
 
