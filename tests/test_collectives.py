@@ -200,9 +200,11 @@ def test_bad_groups_name_the_instruction():
      "dimensions={0}, use_global_device_ids=true", r"'ags': .*expected f32\[4096\]"),
     ("ROOT ags = (f32[1024]{0}, f32[4096]{0}) all-gather-start(p), channel_id=1, replica_groups=[2,4]<=[8], "
      "dimensions={0}, use_global_device_ids=true", None),
-    # the element type is the operand's
-    ("ROOT ag = bf16[8192]{0} all-gather(p), channel_id=1, replica_groups=[1,8]<=[8], dimensions={0}, "
-     "use_global_device_ids=true", r"expected f32\[8192\]"),
+    # the element type may change (XLA:TPU all-reduces an f32 operand into a bf16 result)
+    ("ROOT ar = bf16[1024]{0} all-reduce(p), channel_id=1, replica_groups=[1,8]<=[8], "
+     "use_global_device_ids=true, to_apply=add", None),
+    ("ROOT ag = bf16[4096]{0} all-gather(p), channel_id=1, replica_groups=[1,8]<=[8], dimensions={0}, "
+     "use_global_device_ids=true", r"expected bf16\[8192\]"),
 ])
 def test_result_shapes_follow_from_operands_and_groups(tmp_path, line, expected):
     """A collective whose result is not its operand gathered / reduced / scattered over its
