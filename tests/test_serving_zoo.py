@@ -45,7 +45,9 @@ def test_tp_kv_heads_fall_back_to_batch_then_length():
     notes = []
     assert tp.partition_spec(("embed", "kv_heads", "kv"), (8192, 8, 128), {"model": 16}, True, notes) == \
         (None, None, None)
-    assert "kept replicated over model" in notes[0]
+    # (its note says it is the parameters': beside the cache's "batch takes model instead",
+    # a bare "kv_heads (8) ... kept replicated" read as a contradiction in a user trial)
+    assert notes == ["kv_heads (8) of the parameters is not divisible by model=16: kept replicated over model"]
     # dp has no fallbacks: a dimension that does not divide stays replicated
     assert PRESETS["dp"].partition_spec(("batch",), (3,), {"data": 2}, False) == (None,)
 

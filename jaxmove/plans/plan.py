@@ -180,7 +180,8 @@ class Plan:
                 kept = [a for a in dropped if a not in moved]
                 how = "; ".join(([f"kept replicated over {', '.join(kept)}"] if kept else [])
                                 + [f"{fb} takes {a} instead" for a, fb in moved.items()])
-                notes.append(f"{name} ({size}) is not divisible by "
+                # (a parameter's and an activation's note differ where fallbacks apply: say which)
+                notes.append(f"{name} ({size}){' of the parameters' if is_param else ''} is not divisible by "
                              f"{'x'.join(f'{a}={mesh_shape[a]}' for a in cands + dropped)}: {how}")
         return tuple(None if not c else c[0] if len(c) == 1 else tuple(c) for c in taken)
 
