@@ -151,6 +151,29 @@ def test_ranking_and_pareto_front():
     assert {r["key"] for r in res.rows if r["pareto"]} == {"fastest-no-fit", "fast-big", "mid", "slow-small"}
 
 
+def test_text_table_says_which_points_shard_nothing():
+    """A point whose plan shards nothing over its mesh (every device holds the whole program)
+    gets that note under the text table (README: sweep reports it); other per-point notes stay
+    in --json / -o / --html."""
+    from rich.console import Console
+
+    from jaxmove.plans.compare import SHARDS_NOTHING
+    from jaxmove.sweep import SweepResult
+    from jaxmove.sweep.render import render_table
+
+    nothing = f"plan tp {SHARDS_NOTHING} over mesh data=3 (...)"
+    rows = [{"key": "a", "status": "ok", "fits": True, "est_time_s": 1.0, "peak_bytes": 10,
+             "model": "mlp-tiny", "overrides": {}, "mesh": "data=3", "plan": "tp",
+             "notes": [nothing, "embed (32) of the parameters is not divisible by data=3: kept replicated over data"]},
+            {"key": "b", "status": "ok", "fits": True, "est_time_s": 2.0, "peak_bytes": 10,
+             "model": "mlp-tiny", "overrides": {}, "mesh": "data=2", "plan": "tp", "notes": []}]
+    con = Console(record=True, width=250)
+    render_table(SweepResult("t", "t.toml", rows), console=con)
+    text = con.export_text()
+    assert text.count(SHARDS_NOTHING) == 1 and nothing in text
+    assert "kept replicated" not in text
+
+
 # ---- one point at a time through the API (the reference) ----------------------------------
 
 _REFERENCE = textwrap.dedent(f"""

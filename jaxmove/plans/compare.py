@@ -151,6 +151,10 @@ class PlanComparison:
 
 # ---- shardings --------------------------------------------------------------------------
 
+#: the words of the note that a plan shards nothing over its mesh (sweep/render.py prints it)
+SHARDS_NOTHING = "shards no argument or result"
+
+
 def make_mesh(mesh_shape: dict[str, int], target=None):
     """A ``jax.sharding.Mesh`` of the first prod(sizes) devices, row-major: CPU devices, or
     the compile-only devices of ``target`` (a name or ``Target``; capture/targets.py).
@@ -359,7 +363,7 @@ def capture_with_plan(preset, overrides: dict[str, str] | None, plan: Plan,
             specs.update(leaf_specs)
         if not leaf_specs and math.prod(mesh_shape.values()) > 1:
             mesh_text = ",".join(f"{a}={n}" for a, n in mesh_shape.items())
-            notes.append(f"plan {plan.name} shards no argument or result over mesh {mesh_text} (none of "
+            notes.append(f"plan {plan.name} {SHARDS_NOTHING} over mesh {mesh_text} (none of "
                          "its rules maps a dimension to these mesh axes, or none divides): every device "
                          "holds and computes the whole program, with no collectives")
         return capture(workload, in_shardings=in_sh, out_shardings=out_sh, target=target,

@@ -18,6 +18,7 @@ from rich.table import Table
 
 from ..units import short_seconds
 from ..report.table import human_bytes, make_console
+from ..plans.compare import SHARDS_NOTHING
 
 __all__ = ["render_table", "pareto_plot", "render_html", "table_html", "point_label", "fmt_time"]
 
@@ -129,7 +130,8 @@ def render_table(result, top: int | None = None, console: Console | None = None)
     console.print(table)
     if top is not None and len(result.rows) > top:
         console.print(f"... {len(result.rows) - top} more points (--top, --json or -o for all)")
-    console.print("memory = XLA's arguments + outputs - aliased + temporaries per device; step time = "
+    console.print("memory = XLA's arguments + outputs - aliased + temporaries per device, or its own peak "
+                  "where larger (on TPU targets its peak); step time = "
                   "jaxmove's estimate on the point's hardware spec; "
                   + ("excess = bytes moved beyond the compulsory minimum on every path (HBM and wire "
                      "bytes, so it can exceed HBM bytes), and its share of the bytes compiled; "
@@ -137,6 +139,12 @@ def render_table(result, top: int | None = None, console: Console | None = None)
                   + "* = on the Pareto front of step time vs memory.")
     for note in result.notes:
         console.print(f"[yellow]note[/yellow] {escape(note)}")
+    # the one per-point note a ranking cannot do without (the others: --json, -o, --html): a
+    # plan that shards nothing over its mesh ranks a replicated program as if it were sharded
+    for r in rows:
+        for n in r.get("notes") or ():
+            if SHARDS_NOTHING in n:
+                console.print(f"[yellow]note[/yellow] {escape(point_label(r))}: {escape(n)}")
 
 
 def pareto_plot(result, ax=None, path=None):
