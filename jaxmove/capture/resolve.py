@@ -267,6 +267,11 @@ def resolve_program(obj, /, *args, overrides: dict[str, str] | None = None, **ca
     device_target = capture_kwargs.get("target")
     if dump_module is not None and not isinstance(target, (str, os.PathLike)):
         raise TargetError("module= names a module of an XLA dump directory; the target is not a path")
+    if isinstance(target, (cap.Program, str, os.PathLike)) and args:
+        raise TargetError(f"{len(args)} positional argument(s) after "
+                          f"{'a Program' if isinstance(target, cap.Program) else repr(os.fspath(target))}: "
+                          "arguments go with a callable (analyze(f, *args)); a preset, HLO file, "
+                          "module:function or Program takes none")
     if isinstance(target, cap.Program):
         return target
     if isinstance(target, (str, os.PathLike)):

@@ -431,6 +431,13 @@ class _Parser:
         layout = None
         if m.group(3):
             layout = self.layout(m.group(3)[1:-1], m.start(3))
+            m2m = layout.minor_to_major
+            if m2m and sorted(m2m) != list(range(len(dims))):
+                # XLA's LayoutUtil::ValidateLayoutForShape: a permutation of the dimensions
+                raise self.error(f"layout {m.group(3)} of {key.split('{')[0]}: expected the dimension numbers "
+                                 f"0..{len(dims) - 1} in some order, each once (minor to major)"
+                                 if dims else f"layout {m.group(3)} of {key.split('{')[0]}: a scalar's layout "
+                                 f"names no dimension", m.start(3))
         if any(unbounded):
             shape = Shape(etype, tuple(dims), tuple(dyn), layout, unbounded=tuple(unbounded))
             self.unbounded_dims = True
