@@ -186,6 +186,17 @@ def test_target_names():
             Target.parse(bad)
 
 
+def test_gpus_per_host_at_most_the_specs_node():
+    """h100-sxm:1x1x16 (16 GPUs on one host) was accepted and its collectives timed as one
+    8-GPU node's (the spec's devices_per_node); a host holds at most that many."""
+    with pytest.raises(TargetNameError, match=r"a h100-sxm host holds 8 GPUs .* not 16; .* h100-sxm:1x2x8"):
+        Target.parse("h100-sxm:1x1x16")
+    with pytest.raises(TargetNameError, match=r"holds 8 GPUs .* not 12"):
+        Target.parse("h100-sxm:1x1x12")
+    assert Target.parse("h100-sxm:1x1x4").num_devices == 4    # part of a node
+    assert Target.parse("b200:1x4x8").num_devices == 32
+
+
 def test_v5e_slices_larger_than_the_compiler_takes_are_refused_before_libtpu_aborts(capsys):
     """XLA:TPU (libtpu 0.0.42) builds a v5e:16x32 topology's devices, then aborts the process
     while compiling for it ('Check failed: Topology()->chip_bounds().y <= 16'): no error to

@@ -185,6 +185,17 @@ class Target:
             if len(dims) != 3:
                 raise TargetNameError(f"--target {name!r}: a GPU topology is slices x hosts x GPUs "
                                       f"per host, e.g. {spec.name}:1x2x8")
+            per_node = int(spec.devices_per_node or 0)
+            if per_node and dims[2] > per_node:
+                # (the spec's node holds fewer: its collectives would be timed as one node's,
+                # over NVLink, for GPUs that must sit on several hosts)
+                hosts = -(-dims[2] // per_node)
+                raise TargetNameError(
+                    f"--target {name!r}: a {spec.name} host holds {per_node} GPUs (the spec's "
+                    f"devices_per_node), not {dims[2]}; put them on several hosts, e.g. "
+                    f"{spec.name}:{dims[0]}x{dims[1] * hosts}x{per_node}" if dims[2] % per_node == 0 else
+                    f"--target {name!r}: a {spec.name} host holds {per_node} GPUs (the spec's "
+                    f"devices_per_node), not {dims[2]}")
             return cls(f"{spec.name}:{'x'.join(map(str, dims))}", spec.name, "gpu", dims)
         family = str(spec.target["tpu_family"])
         rank = 3 if family in _TPU_3D else 2
