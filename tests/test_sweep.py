@@ -510,9 +510,11 @@ def test_cli_resume_of_a_finished_sweep_compiles_nothing(local_sweep, tmp_path, 
     assert [p["key"] for p in js["points"]] == [r["key"] for r in res.rows]
     assert [p["est_time_s"] for p in js["points"]] == [r["est_time_s"] for r in res.rows]
     assert html.read_text().startswith("<!DOCTYPE html>") and "<svg" in plot.read_text()
-    # without --resume an existing result file is not overwritten
-    assert main(["sweep", str(out.parent / "SWEEP.toml"), "-o", str(out), "--no-progress"]) == 2
-    assert "exists; pass --resume" in capsys.readouterr().err
+    # without --resume an existing result file is not overwritten; said first, before the
+    # sweep's own header line (a user trial saw the header, then the error)
+    assert main(["sweep", str(out.parent / "SWEEP.toml"), "-o", str(out)]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "exists; pass --resume" in err[0]
 
 
 def test_a_point_over_the_specs_capacity_gives_needs_and_has_bytes(tmp_path):

@@ -51,6 +51,9 @@ def _cmd_sweep(args: argparse.Namespace) -> int:
     if args.plot:
         check_plot_path(args.plot)
     spec = load_sweep(args.sweep)  # bad SWEEP.toml: one line before anything starts
+    if args.output:  # a result file in the way: said before the sweep's first line
+        from ..sweep.store import refuse_existing
+        refuse_existing(args.output, args.resume, args.overwrite)
     if not args.json and not args.no_progress:
         print(f"jaxmove: sweep {spec.name}: {len(spec.points)} points, {args.executor} executor",
               file=sys.stderr, flush=True)

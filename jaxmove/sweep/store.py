@@ -108,6 +108,17 @@ def unflatten_row(flat: dict) -> dict:
     return row
 
 
+def refuse_existing(path, resume: bool, overwrite: bool) -> None:
+    """Raise ResultFileError when ``path`` holds results and neither ``resume`` nor
+    ``overwrite`` says what to do with them (the CLI asks before it starts, the store again
+    when it opens)."""
+    p = Path(path)
+    if not resume and not overwrite and p.exists() and p.is_file() and p.stat().st_size > 0:
+        raise ResultFileError(f"{path}: exists; pass --resume to continue that sweep "
+                              "(finished points are not compiled again) or --overwrite "
+                              "to start anew")
+
+
 class ResultStore:
     """Rows of one sweep in a file (``path``), or in memory only (``path`` None).
 
@@ -150,10 +161,8 @@ class ResultStore:
             if self.path.exists() and self.path.stat().st_size > 0:
                 if resume:
                     self.rows = self._read()
-                elif not overwrite:
-                    raise ResultFileError(f"{path}: exists; pass --resume to continue that sweep "
-                                          "(finished points are not compiled again) or --overwrite "
-                                          "to start anew")
+                else:
+                    refuse_existing(path, resume, overwrite)
             if not resume or not self.path.exists():
                 self._reset()
         except BaseException:
