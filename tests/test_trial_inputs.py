@@ -49,3 +49,14 @@ def test_positional_arguments_after_a_path_are_an_error(tmp_path):
     with pytest.raises(TargetError, match="positional argument"):
         jaxmove.analyze("mlp-tiny", w)
     assert jaxmove.analyze(str(path)).totals.hbm_bytes == 2 * 8 * 1024 * 4  # negate: read + write
+
+
+def test_unknown_memory_space_is_counted_as_hbm_with_a_note(tmp_path):
+    """S(99) is no memory space jaxmove knows: its bytes were counted as HBM without a word."""
+    path = tmp_path / "m.hlo"
+    path.write_text(_text("{1,0:S(99)}"))
+    rep = jaxmove.analyze(str(path))
+    assert rep.totals.hbm_bytes == 2 * 8 * 1024 * 4
+    assert any("S(99) are none jaxmove knows" in n for n in rep.notes)
+    path.write_text(_text("{1,0:S(5)}"))   # host memory: known, no note
+    assert not any("none jaxmove knows" in n for n in jaxmove.analyze(str(path)).notes)

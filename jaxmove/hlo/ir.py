@@ -348,6 +348,9 @@ class Module:
         self.entry_marked: bool = True
         # XLA:GPU memory-space colours (S(1), S(2)) its text printed, read as HBM (hlo/parser.py)
         self.gpu_memory_colors: tuple[int, ...] = ()
+        # memory spaces S(n) its text printed that are neither HBM, host nor a known on-chip
+        # space (hlo/shape.py): their bytes are counted as HBM, with a note (passes/pipeline.py)
+        self.unknown_memory_spaces: tuple[int, ...] = ()
         # some shape has an unbounded dynamic dimension ('?', Shape.unbounded): the pipeline
         # lists the instructions that produce or read one as unmodeled
         self.has_unbounded_dims: bool = False

@@ -37,7 +37,7 @@ from .ir import Computation, Instruction, Module
 from .opcodes import names
 from .replica_groups import MAX_DEVICES, ReplicaGroupsError, parse_replica_groups
 from .validate import validate_module
-from .shape import PRIMITIVE_BIT_WIDTHS, Layout, Shape
+from .shape import HOST_MEMORY_SPACE, ON_CHIP_MEMORY_SPACES, PRIMITIVE_BIT_WIDTHS, Layout, Shape
 
 # Possessive quantifiers (Python >= 3.11) throughout: a repeated group keeps no backtracking
 # state per repetition, so memory stays bounded by the input's size (a backtracking
@@ -148,6 +148,7 @@ class _Parser:
         # whether the text is XLA:GPU's is looked up at the first S(1) / S(2) (None: not yet)
         self._gpu: bool | None = None
         self.gpu_colors: set[int] = set()
+        self.unknown_spaces: set[int] = set()
         self._general = 0  # instructions read by the general code (instruction()) so far
         self._clones = CloneReader(text)
 
@@ -505,6 +506,8 @@ class _Parser:
                             self._gpu or self._is_gpu()):
                         self.gpu_colors.add(mspace)
                         mspace = 0
+                    elif mspace and mspace != HOST_MEMORY_SPACE and mspace not in ON_CHIP_MEMORY_SPACES:
+                        self.unknown_spaces.add(mspace)   # (counted as HBM, with a note: pipeline)
                 elif c == "L":  # tail padding alignment in elements (shape.py sizes)
                     align = max(1, ascii_int(m.group(1)))
                 i = m.end()
@@ -564,6 +567,7 @@ class _Parser:
                          for k, v in tables["StackFrames"].items()})
         mod.entry_marked = entry_marked
         mod.gpu_memory_colors = tuple(sorted(self.gpu_colors))
+        mod.unknown_memory_spaces = tuple(sorted(self.unknown_spaces))
         mod.has_unbounded_dims = self.unbounded_dims
         mod.clones = self._clones.clones
         self.validate(mod)

@@ -338,6 +338,12 @@ def analyze_module(module: Module, entry_roles: dict[int, str] | None = None,
                      + " (1: collective buffers in NCCL-registered memory, 2: temp buffers; "
                      "xla/service/gpu/gpu_memory_space_assignment.h) are device HBM: counted as HBM, "
                      "not as TPU on-chip memory")
+    unknown_spaces = getattr(module, "unknown_memory_spaces", ())  # (a module pickled before it had them)
+    if unknown_spaces:
+        notes.append("memory space(s) " + ", ".join(f"S({c})" for c in unknown_spaces)
+                     + " are none jaxmove knows (0 HBM, 5 host; on chip: TPU's 1 VMEM, 2 and 8 "
+                     "semaphores, 4 SMEM, 6 scalars; XLA:GPU's 1 and 2 are HBM): their bytes are "
+                     "counted as HBM")
     if any(m.unknown_trip_count for m in mult.values()):
         notes.append("some while loops have no known trip count; their bodies are counted once")
     trips = loop_trip_counts(module, mult)
