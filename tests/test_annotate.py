@@ -277,3 +277,16 @@ def test_unnamed_inline_operand_is_annotated(tmp_path):
     out = tmp_path / "out.hlo"
     assert main(["annotate", str(path), "-o", str(out)]) == 0
     assert parse_module(out.read_text()).entry.root.name == "r"
+
+
+@pytest.mark.parametrize("text", [HLO, INLINE], ids=["hand", "inline"])
+def test_annotating_annotated_text_replaces_its_comments(tmp_path, text):
+    """annotate of its own output gives the same text (its header and comments are replaced;
+    a user trial saw a second comment stacked on every line)."""
+    first = tmp_path / "a1.hlo"
+    src = tmp_path / "src.hlo"
+    src.write_text(text)
+    first.write_text(annotate(jaxmove.analyze(str(src))))
+    second = annotate(jaxmove.analyze(str(first)))
+    assert second == first.read_text()
+    assert second.count("// jaxmove annotate") == 1

@@ -22,6 +22,11 @@ from .shapes import operand_shapes, shape_text
 _COMMENT_ONLY = re.compile(r"^\s*(//.*)?$")
 
 
+#: annotate's own header line, and the comments it adds (a line before an instruction, the end
+#: of an instruction's line): replaced when annotate reads text it wrote
+_HEADER_START = "// jaxmove annotate"
+_OLD_LINE = re.compile(r"\s*// %[^\s:]+(?: \(the unnamed [^)]*\))?: x=\d+")
+_OLD_TAIL = re.compile(r"  // x=\d+\??(?: .*)?$")
 #: the parser's name of an unnamed instruction written inline as an operand (hlo/parser.py)
 _ANON = re.compile(r"[a-z][a-z0-9-]*\.anon\d+")
 
@@ -160,13 +165,21 @@ def annotate(report, hlo_text: str | None = None) -> str:
                 indent = re.match(r"\s*", lines[i]).group(0)
                 before.setdefault(i, []).append(f"{indent}// %{instr.name}: {text}")
 
+    # text annotate wrote before (its header first): its comments are replaced, not stacked
+    old_header = next((k + 1 for k, ln in enumerate(lines[:4]) if ln.startswith(_HEADER_START)), 0)
+    if old_header and not all(ln.startswith("//") for ln in lines[:old_header]):
+        old_header = 0
     out: list[str] = []
     for i, ln in enumerate(lines):
+        if old_header:
+            if i < old_header or _OLD_LINE.match(ln):
+                continue
+            ln = _OLD_TAIL.sub("", ln)
         out.extend(before.get(i, ()))
         if i in after:
             ln = f"{ln}  // {' '.join(after[i])}"
         out.append(ln)
-    header = ("// jaxmove annotate: figures are totals over one program run (per execution x "
+    header = (f"{_HEADER_START}: figures are totals over one program run (per execution x "
               "multiplicity x=); bytes in bytes; role = the tensor role with the most HBM bytes; "
               "shape / operand_shapes without layout (operands separated by '; '); "
               "src_inferred_from = the instruction whose source line was taken (XLA dropped this one's)")
