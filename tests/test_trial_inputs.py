@@ -60,3 +60,19 @@ def test_unknown_memory_space_is_counted_as_hbm_with_a_note(tmp_path):
     assert any("S(99) are none jaxmove knows" in n for n in rep.notes)
     path.write_text(_text("{1,0:S(5)}"))   # host memory: known, no note
     assert not any("none jaxmove knows" in n for n in jaxmove.analyze(str(path)).notes)
+
+
+@pytest.mark.parametrize("const, ok", [
+    ("s8[] constant(200)", False), ("s8[] constant(-128)", True), ("u8[] constant(255)", True),
+    ("u8[] constant(-1)", False), ("s32[] constant(3000000000)", False),
+    ("u32[] constant(3000000000)", True), ("s4[] constant(8)", False), ("pred[] constant(true)", True),
+])
+def test_scalar_integer_constants_fit_their_type(const, ok):
+    """XLA's parser refuses an integer constant out of its type's range; jaxmove took it (such
+    constants bound while loops: a trip count read from s32[] constant(3000000000) is wrong)."""
+    text = f"HloModule m\n\nENTRY e {{\n  ROOT c = {const}\n}}\n"
+    if ok:
+        parse_module(text)
+    else:
+        with pytest.raises(HloParseError, match=r"<string>:4:\d+: constant 'c': -?\d+ is out of range for"):
+            parse_module(text)

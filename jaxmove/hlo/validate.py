@@ -67,7 +67,7 @@ from .errors import HloParseError
 from .ints import ascii_int, is_uint
 from .ir import CALLED_COMPUTATION_ATTRS, Computation, Instruction, Module
 from .opcodes import OPCODES, arity_check, names
-from .shape import FLOAT_TYPES, Shape
+from .shape import FLOAT_TYPES, PRIMITIVE_BIT_WIDTHS, Shape
 
 # opcode -> (description, predicate on the operand count): the arity column of the opcode
 # table (opcodes.py, after HloOpcodeArity and the Create* factories)
@@ -270,6 +270,21 @@ def _check_cublas_gemm(filename: str, instr: Instruction, by_name: dict) -> None
                        f"of {ops[0]} and {list(rs)} of {ops[1]} differ in number or size")
 
 
+def _check_int_constant(filename: str, instr: Instruction) -> None:
+    """A scalar integer constant's value fits its type (XLA's parser refuses ``s8[] constant(200)``;
+    such constants bound loops: passes/trip_count.py)."""
+    et = instr.shape.element_type
+    bits = PRIMITIVE_BIT_WIDTHS.get(et)
+    text = (instr.literal or "").strip()
+    if not bits or not text or not (text.lstrip("-").isdigit() and text.isascii()):
+        return
+    v = int(text)
+    lo, hi = (-(1 << (bits - 1)), (1 << (bits - 1)) - 1) if et[0] == "s" else (0, (1 << bits) - 1)
+    if not lo <= v <= hi:
+        raise _err(filename, instr, f"constant '{instr.name}': {text} is out of range for {et} "
+                   f"[{lo}, {hi}]")
+
+
 def _check_instruction(filename: str, mod: Module, comp: Computation, instr: Instruction,
                        dots_ok: set | None = None) -> tuple[str, ...]:
     """Check one instruction; returns the computations it calls. ``dots_ok``: the keys of the
@@ -311,6 +326,8 @@ def _check_instruction(filename: str, mod: Module, comp: Computation, instr: Ins
                        f" and one scalar index per dimension), got {n}")
     elif op == "dot" and n != 2 and not ("sparsity" in instr.attrs and 2 < n <= 4):
         raise _err(filename, instr, f"'dot' instruction '{instr.name}' takes 2 operands, got {n}")
+    if op == "constant" and not instr.shape.dims and instr.shape.element_type[:1] in ("s", "u"):
+        _check_int_constant(filename, instr)
     if op == "custom-call" and (instr.custom_call_target or "").startswith("__cublas$"):
         _check_cublas_gemm(filename, instr, by_name)
     if op in ("dot", "ragged-dot", "scaled-dot") and n >= 2:
@@ -775,7 +792,7 @@ _CHEAP: dict[str, int] = {
     op: rec.arity for op, rec in OPCODES.items() if isinstance(rec.arity, int)
     and op not in _SHAPE_RULES and op not in _OWN_SHAPE_RULES
     and op not in ("reshape", "bitcast", "bitcast-convert", "get-tuple-element", "while",
-                   "ragged-dot", "scaled-dot")
+                   "ragged-dot", "scaled-dot", "constant")
 }
 
 
