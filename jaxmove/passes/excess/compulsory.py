@@ -354,6 +354,12 @@ def _entry_value(entry, instr: Instruction, v):
     return v   # a constant
 
 
+def _same_array(a, b) -> bool:
+    """Both arrays of one element type and the same dimensions (layouts aside): a result that
+    could be its parameter updated (and take its buffer, donated)."""
+    return a.is_array and b.is_array and a.dims == b.dims and a.element_type == b.element_type
+
+
 class Accounting:
     """One run of the excess pass over a ModuleAnalysis: the compulsory-traffic model (module
     docstring) applied to every access of every kernel, each byte put into the ledger with its
@@ -604,6 +610,15 @@ class Accounting:
                     continue
         self.param_root, self.out_root, self.alias_of_out = param_root, out_root, alias_of_out
 
+    def _may_update(self, leaf, pnum: int) -> bool:
+        """The result leaf ``leaf`` can be an update of ENTRY parameter ``pnum`` (an array of
+        its dimensions and element type; a tuple parameter: not told apart, True)."""
+        shapes = getattr(self, "_param_shapes", None)
+        if shapes is None:
+            shapes = self._param_shapes = {p.parameter_number: p.shape for p in self.module.entry.parameters}
+        pshape = shapes.get(pnum)
+        return pshape is None or pshape.is_tuple or _same_array(leaf, pshape)
+
     def _copy_buffers(self, copy_rows, kcause: dict, active: list[int]) -> set:
         """The copy kernels' buffers traced to their origin (``derived``), the results that
         update a parameter (``update_of``), the buffers whose readers read a kernel cause's
@@ -650,16 +665,21 @@ class Accounting:
             if got is not None:
                 derived[droot] = got
                 kcause[got[4]] = got[3]
-        # a copy of a parameter that becomes (the buffer of) an update result: not donated
+        # a copy of a parameter that becomes (the buffer of) an update result: not donated. An
+        # update has the parameter's dimensions and element type (it could take its buffer); a
+        # slice, transpose or conversion of it is a new value, written once (compulsory)
         update_of: dict[tuple, int] = {}
-        for oroot, (j, _leaf) in out_root.items():
+        for oroot, (j, leaf) in out_root.items():
             if oroot in param_root:
                 update_of[oroot] = param_root[oroot][0]
-            elif oroot in derived and derived[oroot][0] in param_root:
+            elif oroot in derived and derived[oroot][0] in param_root \
+                    and _same_array(leaf, param_root[derived[oroot][0]][2]):
                 pnum = update_of[oroot] = param_root[derived[oroot][0]][0]
                 donated = self._argument(pnum)[2]
                 kcause[derived[oroot][4]] = "donated_but_copied" if donated else "not_donated"
-            elif j in alias_of_out:
+            elif j in alias_of_out and self._may_update(leaf, alias_of_out[j]):
+                # (XLA aliases a donated buffer to a result of its byte size whatever its
+                # shape: a transpose written into it is a new value, not an update)
                 update_of[oroot] = alias_of_out[j]
         for oroot in [o for o in derived if o in out_root and o not in update_of]:
             del derived[oroot]  # a result written by a copy kernel: the result itself

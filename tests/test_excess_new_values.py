@@ -1,0 +1,46 @@
+"""A result that is a slice, transpose or conversion of an argument is a new value: its write is
+compulsory, and no donation would save it (a user trial: jaxmove counted half the compulsory
+bytes and blamed the rest on ``not_donated`` / ``donated_but_copied``, whose fix, "donate x",
+changes nothing: the result cannot take the argument's buffer).
+
+Closed forms: x is f32[512,256] (512 KiB): read what the result needs, write the result once."""
+
+from __future__ import annotations
+
+import importlib.util
+
+import jax
+import jax.numpy as jnp
+import pytest
+
+import jaxmove
+
+X = jax.ShapeDtypeStruct((512, 256), jnp.float32)
+N = 512 * 256 * 4
+
+CASES = [
+    ("slice", lambda x: x[:64], 2 * 64 * 256 * 4),                # read the window, write it
+    ("transpose", lambda x: x.T, 2 * N),                         # read x, write x.T
+    ("astype", lambda x: x.astype(jnp.bfloat16), N + N // 2),    # read f32, write bf16
+]
+
+
+def _targets():
+    out = [None]
+    if importlib.util.find_spec("libtpu") is not None:
+        out.append("tpu-v5e:1x1")
+    if importlib.util.find_spec("jax_plugins") is not None and importlib.util.find_spec("jax_plugins.xla_cuda12"):
+        out.append("h100-sxm")
+    return out
+
+
+@pytest.mark.filterwarnings("ignore:Some donated buffers were not usable")  # (jax: they cannot be)
+@pytest.mark.parametrize("target", _targets())
+@pytest.mark.parametrize("donate", [(), (0,)], ids=["kept", "donated"])
+@pytest.mark.parametrize("name, fn, compulsory", CASES, ids=[c[0] for c in CASES])
+def test_new_value_of_an_argument_is_compulsory(name, fn, compulsory, donate, target):
+    kw = {"target": target} if target else {}
+    ex = jaxmove.analyze(fn, X, roles=("activations",), donate_argnums=donate, **kw).excess
+    assert ex.compulsory_bytes == compulsory
+    assert not {c.kind for c in ex.causes} & {"not_donated", "donated_but_copied"}
+    assert ex.compiled_bytes == ex.compulsory_bytes + sum(c.bytes for c in ex.causes) + ex.unattributed.bytes
