@@ -44,3 +44,20 @@ def test_new_value_of_an_argument_is_compulsory(name, fn, compulsory, donate, ta
     assert ex.compulsory_bytes == compulsory
     assert not {c.kind for c in ex.causes} & {"not_donated", "donated_but_copied"}
     assert ex.compiled_bytes == ex.compulsory_bytes + sum(c.bytes for c in ex.causes) + ex.unattributed.bytes
+
+
+def test_jitted_function_keeps_its_donation():
+    """``jaxmove.analyze(jax.jit(g, donate_argnums=0), *args)``: jaxmove jits the function again,
+    which dropped the inner jit's donation (a donated cache update reported as a whole copy,
+    'not_donated', with the fix to donate what was donated)."""
+    g = lambda c, u, i: jax.lax.dynamic_update_slice(c, u, (i, 0))   # noqa: E731
+    args = (jax.ShapeDtypeStruct((512, 256), jnp.float32), jax.ShapeDtypeStruct((1, 256), jnp.float32),
+            jax.ShapeDtypeStruct((), jnp.int32))
+    roles = ("kv_cache", "activations", "activations")
+    rep = jaxmove.analyze(jax.jit(g, donate_argnums=0), *args, roles=roles)
+    assert [p.donated for p in rep.parameters] == [True, False, False]
+    # the update read and written in place (256 x 4 B each) and the index read (4 B)
+    assert rep.excess.compulsory_bytes == rep.excess.compiled_bytes == 256 * 4 * 2 + 4
+    kept = jaxmove.analyze(jax.jit(g), *args, roles=roles)   # no donation: the cache is copied
+    assert [p.donated for p in kept.parameters] == [False, False, False]
+    assert "not_donated" in {c.kind for c in kept.excess.causes}

@@ -576,6 +576,18 @@ def _auto_weight_layouts(shardings: dict, args, static_argnums, leaves) -> dict:
     return {**shardings, "in_shardings": tuple(out)}
 
 
+def _jit_donate_argnums(jitted, args) -> tuple[int, ...]:
+    """The positional arguments a ``jax.jit(f, donate_argnums=...)`` function donates (some leaf
+    donated in its ``Lowered.args_info``); () where it cannot be lowered with ``args`` (the
+    capture that follows then says why)."""
+    try:
+        info = jitted.lower(*args).args_info[0]
+    except Exception:  # noqa: BLE001 - the capture below reports the same failure
+        return ()
+    return tuple(i for i, a in enumerate(info)
+                 if any(getattr(leaf, "donated", False) for leaf in jax.tree_util.tree_leaves(a)))
+
+
 def _capture_fn(fn, args, roles, donate_argnums, static_argnums, name, source, config,
                 shardings=None, target=None, weight_layouts: str = "default", out_roles=None) -> Program:
     from .compile_cache import cached_compile
@@ -732,7 +744,8 @@ def capture(obj, /, *args, roles=None, donate_argnums=(), static_argnums=(), nam
         string or a pytree like the argument).  For Lowered/Compiled: None
         (``role_from_name`` of each path) or a callable.  Ignored for Workload
         (it has its own) and modules.
-      donate_argnums, static_argnums: as ``jax.jit`` (callables only).
+      donate_argnums, static_argnums: as ``jax.jit`` (callables only). A ``jax.jit``-wrapped
+        function keeps the donation it was given when ``donate_argnums`` is empty.
       out_roles: for a callable: the roles of its outputs, as ``Workload.out_roles`` (a role
         string, or a pytree prefix of the output with a role or None per entry; e.g.
         ``("activations", "kv_cache")`` for a prefill returning (logits, cache)): what the
@@ -795,6 +808,9 @@ def capture(obj, /, *args, roles=None, donate_argnums=(), static_argnums=(), nam
     if is_module:
         return _capture_module(target, args, name, device_target)
     if callable(target):
+        if hasattr(target, "lower") and not donate_argnums:
+            # a jax.jit-wrapped function: its own donation holds (jaxmove jits it again)
+            donate_argnums = _jit_donate_argnums(target, args)
         fn = inspect.unwrap(target) if not hasattr(target, "lower") else target
         qual = getattr(fn, "__qualname__", type(fn).__name__)
         src = f"callable:{getattr(fn, '__module__', '?')}.{qual}"
