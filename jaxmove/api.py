@@ -43,12 +43,12 @@ def does_not_fit_note(module, spec, memory_stats: dict | None = None, backend: s
     from .report.table import human_bytes
     need = sum(p.shape.byte_size for p in module.entry.parameters)
     fix = "it cannot run there as compiled (shard it over more devices, e.g. --mesh/--plan, or shrink it)"
-    if need > cap:
+    from .capture.program import memory_analysis_peak_bytes
+    peak = memory_analysis_peak_bytes(ms, backend)
+    if need > cap and (peak is None or peak <= need):  # (the compiler's figure where it has one)
         return (f"does not fit: the program's arguments take {human_bytes(need)} per device, more than the "
                 f"{human_bytes(cap)} of device memory of {spec.name} ({need / cap:.3g}x; {capacity_source(spec)}); "
                 + fix)
-    from .capture.program import memory_analysis_peak_bytes
-    peak = memory_analysis_peak_bytes(ms, backend)
     if peak is None or peak <= cap:
         return None
     arg, out, temp = ms["argument_size_in_bytes"], ms["output_size_in_bytes"], ms["temp_size_in_bytes"]

@@ -161,3 +161,25 @@ def test_plans_tpu_peak_of_gpt_tiny_tp_is_xlas(capsys):
     got = json.loads(capsys.readouterr().out)
     (p,) = got["plans"] if isinstance(got, dict) else got
     assert p["xla_peak_bytes"] and p["peak_bytes"] == p["xla_peak_bytes"]
+
+
+def test_figure_is_the_compilers_when_arguments_alone_do_not_fit():
+    """Arguments over the capacity: the note gave their bytes (256 GiB, 3.44x) although XLA's
+    memory_analysis said the program needs 1.5 TiB (mlp-tiny batch=2147483647 on h100-sxm):
+    the figure is never below the compiler's."""
+    from jaxmove.api import does_not_fit_note
+    from jaxmove.hardware import load_spec
+    from jaxmove.hlo import parse_module
+
+    m = parse_module("HloModule m\n\nENTRY e {\n  ROOT p = f32[1000000000] parameter(0)\n}\n")  # 4 GB
+    spec = load_spec("h100-sxm")
+    ms = {"argument_size_in_bytes": 4_000_000_000, "output_size_in_bytes": 4_000_000_000,
+          "alias_size_in_bytes": 0, "temp_size_in_bytes": 200_000_000_000, "peak_memory_in_bytes": 0}
+    import dataclasses
+    small = dataclasses.replace(spec, hbm_capacity_bytes=3_000_000_000)
+    note = does_not_fit_note(m, small, ms, "gpu")
+    assert note.startswith("does not fit: the program needs")
+    from jaxmove.units import human_bytes
+    assert human_bytes(208_000_000_000) in note
+    # without memory_analysis figures (an HLO file): the arguments
+    assert does_not_fit_note(m, small, None, None).startswith("does not fit: the program's arguments take")
