@@ -153,6 +153,12 @@ def test_cli_compare_hlo_file_is_bad_input(tmp_path, capsys):
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and "cannot be run" in err[0]
     assert main(["compare", "mlp-tiny", "--save-fit", "x.toml"]) == 2
+    capsys.readouterr()
+    # a fitted spec is TOML and --hardware reads it by its .toml name: fit.json could not be
+    # read back (a user trial: rc 0, then 'unknown hardware fit.json')
+    assert main(["compare", "mlp-tiny", "--fit", "--save-fit", str(tmp_path / "fit.json")]) == 2
+    err = capsys.readouterr().err
+    assert "ending in .toml" in err and not (tmp_path / "fit.json").exists()
 
 
 def test_compare_of_a_loop_of_unknown_trip_count_says_at_least_and_keeps_it_out(no_local_spec):

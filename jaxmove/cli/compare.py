@@ -25,6 +25,10 @@ def cmd_compare(args: argparse.Namespace) -> int:
         raise UsageError("--hlo, --program, --trace and --html go with --profile")
     if args.save_fit and not args.fit:
         raise UsageError("--save-fit needs --fit")
+    if args.save_fit and not str(args.save_fit).endswith(".toml"):
+        # (--hardware takes a spec by a path ending in .toml: another name could not be read back)
+        raise UsageError(f"--save-fit {args.save_fit}: the fitted spec is TOML; give a file name "
+                         "ending in .toml (what --hardware reads)")
     if args.runs < 1 or args.profile_runs < 1 or args.warmup < 0:
         raise UsageError("--runs and --profile-runs must be >= 1, --warmup >= 0")
     if args.save_fit:  # before measuring: a bad path must not cost the whole run
