@@ -134,5 +134,5 @@ def add_compare_command(sub) -> None:
     c.add_argument("--fit", action="store_true",
                    help="fit per-kernel overhead, bandwidth and a FLOP/s scale to the measurements "
                         "(least squares) and report the errors before and after")
-    c.add_argument("--save-fit", metavar="PATH", help="with --fit: write the fitted spec as TOML")
+    c.add_argument("--save-fit", metavar="PATH.toml", help="with --fit: write the fitted spec as TOML (a name ending in .toml, for --hardware)")
     c.set_defaults(func=cmd_compare)
