@@ -67,13 +67,16 @@ def tiny_hlo(tmp_path):
     ("cpu-generic", "smem_per_sm_bytes", "only GPU specs"),
     ("tpu-v6e", "command_buffer_launch_overhead_s", "only GPU specs"),
     ("tpu-v5e", "l2_bytes", "vmem_bytes"),
+    # and VMEM off a TPU (a user trial: accepted on h100-sxm, changing nothing)
+    ("h100-sxm", "vmem_bytes", "override l2_bytes"),
+    ("cpu-generic", "vmem_bytes", "only a TPU's"),
 ])
 def test_override_of_a_key_the_target_never_reads_is_an_error(spec_name, key, words):
     spec = load_spec(spec_name)
     with pytest.raises(HardwareSpecError) as e:
         value = {"link_latency_s": "1e-3", "tensor_cores_per_chip": "2", "torus_dims": "3", "num_sms": "100",
                  "command_buffer_launch_overhead_s": "1e-6", "smem_per_sm_bytes": "100000",
-                 "sm_clock_hz": "1.5e9", "l2_bytes": "1e6"}.get(key, "1e11")
+                 "sm_clock_hz": "1.5e9", "l2_bytes": "1e6", "vmem_bytes": "1e6"}.get(key, "1e11")
         override_spec(spec, [f"{key}={value}"])
     msg = str(e.value)
     assert msg.startswith(f"--spec {key}=") and f"{key} is not used for" in msg and spec_name in msg

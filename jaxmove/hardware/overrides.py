@@ -117,6 +117,7 @@ def unused_override_reason(spec: HardwareSpec, key: str) -> str | None:
     * ``num_sms``, ``sm_clock_hz``, ``smem_per_sm_bytes``, ``command_buffer_launch_overhead_s``
       on a TPU or CPU spec: only GPU code reads them (``_GPU_ONLY_KEYS``).
     * ``l2_bytes`` on a TPU spec with ``vmem_bytes``: the on-chip capacity is VMEM's.
+    * ``vmem_bytes`` on a GPU or CPU spec: only a TPU's on-chip capacity is VMEM's.
     * ``tensor_cores_per_chip`` and ``torus_dims`` on any spec: the datasheet's description of
       the chip, which no pass reads (the TPU compute peak is ``flops_per_s``, per chip; which
       ICI axes wrap around comes from the ``--target`` topology, hardware/overrides.py
@@ -144,6 +145,9 @@ def unused_override_reason(spec: HardwareSpec, key: str) -> str | None:
         return (f"{key} is not used for TPU spec {spec.name}: a TPU's on-chip capacity is vmem_bytes "
                 "(passes/reuse.py on_chip_capacity reads l2_bytes on a TPU only without it); "
                 "override vmem_bytes")
+    if key == "vmem_bytes" and spec.kind != "tpu":
+        return (f"{key} is not used for {spec.kind.upper()} spec {spec.name}: only a TPU's on-chip "
+                "capacity is vmem_bytes (passes/reuse.py onchip_capacity_bytes); override l2_bytes")
     if key in ("tensor_cores_per_chip", "torus_dims"):
         return (f"{key} is not used for spec {spec.name}: no cost model reads it (it describes the chip); the "
                 "compute peak is flops_per_s.<dtype> per chip, and which ICI axes wrap around comes "
