@@ -178,6 +178,11 @@ def analyze(obj, /, *args, overrides: dict[str, str] | None = None, hardware=Non
     analysis.notes.extend(getattr(program, "notes", ()))
     if spec is not None and program.backend in ("cpu", "gpu", "tpu") and program.backend != spec.kind:
         analysis.notes.append(backend_mismatch_note(program.backend, spec.name))
+    elif spec is not None and tgt is not None and tgt.platform != "cpu" and tgt.spec_name != spec.name:
+        # (the same compiler family, another chip: tiles, fusions and layouts are the target's)
+        analysis.notes.append(f"program compiled for {tgt.name} ({tgt.spec_name}) and costed on "
+                              f"{spec.name}, another chip: the program is {tgt.spec_name}'s as its "
+                              f"compiler chose it; compile with --target {spec.name} for {spec.name}'s own")
     fit = (does_not_fit_note(module, spec, getattr(program, "memory_stats", None), program.backend)
            if spec is not None else None)
     if fit:

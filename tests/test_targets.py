@@ -416,3 +416,16 @@ def test_annotate_takes_mesh_and_plan(cli_runs):
     p = cli_runs["annotate"].result()
     assert p.returncode == 0, p.stderr
     assert "HloModule" in p.stdout and "jaxmove: error" not in p.stderr
+
+
+def test_costed_on_another_chip_than_compiled_for_says_so():
+    """--target tpu-v5e:1x1 --hardware tpu-v5p: the headline is tpu-v5p's, the program v5e's
+    compiler's; a note says so (it did for CPU programs on a GPU spec, not for two TPUs)."""
+    import importlib.util
+
+    import jaxmove
+    if importlib.util.find_spec("libtpu") is None:
+        pytest.skip("libtpu is not installed (the tpu extra)")
+    rep = jaxmove.analyze("mlp-tiny", target="tpu-v5e:1x1", hardware="tpu-v5p")
+    assert any("compiled for tpu-v5e:1x1 (tpu-v5e) and costed on tpu-v5p, another chip" in n for n in rep.notes)
+    assert not any("another chip" in n for n in jaxmove.analyze("mlp-tiny", target="tpu-v5e:1x1").notes)
