@@ -61,3 +61,23 @@ def test_jitted_function_keeps_its_donation():
     kept = jaxmove.analyze(jax.jit(g), *args, roles=roles)   # no donation: the cache is copied
     assert [p.donated for p in kept.parameters] == [False, False, False]
     assert "not_donated" in {c.kind for c in kept.excess.causes}
+
+
+@pytest.mark.filterwarnings("ignore:Some donated buffers were not usable")
+@pytest.mark.parametrize("target", _targets())
+def test_a_reshape_is_the_arguments_value_a_transpose_a_new_one(target):
+    """A returned reshape of an argument holds its elements in their row-major order: as the
+    argument itself (kept: read once, compulsory, and copied, not_donated; donated: XLA:CPU and
+    XLA:GPU alias a bitcast of it, nothing moves). A transpose is a new value (read + write,
+    compulsory), however XLA writes it (XLA:TPU: a layout copy, then a bitcast)."""
+    kw = {"target": target} if target else {}
+    def run(fn, donate=()):
+        return jaxmove.analyze(fn, X, roles=("activations",), donate_argnums=donate, **kw).excess
+    ident, reshaped = run(lambda x: x), run(lambda x: x.reshape(256, 512))
+    for ex in (ident, reshaped):
+        assert ex.compulsory_bytes == N
+        assert {c.kind: c.bytes for c in ex.causes} == {"not_donated": N}
+    for donate in ((), (0,)):
+        assert run(lambda x: x.T, donate).compulsory_bytes == 2 * N
+    if target is None or target.startswith("h100"):
+        assert run(lambda x: x.reshape(256, 512), (0,)).compulsory_bytes == 0

@@ -354,6 +354,46 @@ def _entry_value(entry, instr: Instruction, v):
     return v   # a constant
 
 
+def _descending(shape) -> bool:
+    """No layout, or its dimensions major to minor in order (``{1,0}``): a bitcast between two
+    such shapes keeps the elements' row-major order (a reshape); between others it may be a
+    transpose."""
+    lay = shape.layout
+    m2m = lay.minor_to_major if lay is not None else ()
+    return not m2m or tuple(m2m) == tuple(range(len(m2m) - 1, -1, -1))
+
+
+def _reshaped_parameter(instr, leaf, pleaf, module) -> bool:
+    """ENTRY instruction ``instr`` (a result) holds an ENTRY parameter's elements in their
+    row-major order (a reshape of it, ``leaf`` of the parameter's element type and count): through ``reshape``,
+    bitcasts between row-major layouts, copies that keep the dimensions and copy-start / done
+    (XLA:CPU and XLA:GPU copy ``bitcast(x)``, XLA:TPU runs ``reshape(x)`` into its tiles). As
+    the parameter itself, such a result is the parameter's value, not a new one, on every
+    backend (donated, XLA:CPU / GPU alias it, a bitcast)."""
+    if instr is None or not (leaf.is_array and pleaf.is_array and leaf.element_type == pleaf.element_type
+                             and leaf.num_elements == pleaf.num_elements):
+        return False
+    comp = module.entry
+    node = instr
+    for _ in range(64):
+        op = node.opcode
+        if op == "parameter":
+            return comp is module.entry
+        src = comp.by_name.get(node.operands[0]) if node.operands else None
+        if src is None:
+            return False
+        if op == "bitcast":
+            if not (_descending(node.shape) and _descending(src.shape)):
+                return False
+        elif op == "copy":
+            if src.shape.dims != node.shape.dims:
+                return False
+        elif op not in ("reshape", "copy-start", "copy-done"):
+            return False
+        node = src
+    return False
+
+
 def _same_array(a, b) -> bool:
     """Both arrays of one element type and the same dimensions (layouts aside): a result that
     could be its parameter updated (and take its buffer, donated)."""
@@ -610,14 +650,27 @@ class Accounting:
                     continue
         self.param_root, self.out_root, self.alias_of_out = param_root, out_root, alias_of_out
 
-    def _may_update(self, leaf, pnum: int) -> bool:
-        """The result leaf ``leaf`` can be an update of ENTRY parameter ``pnum`` (an array of
-        its dimensions and element type; a tuple parameter: not told apart, True)."""
+    def _may_update(self, leaf, pnum: int, j: int) -> bool:
+        """Result leaf ``j`` (``leaf``) can be an update of ENTRY parameter ``pnum``: an array of
+        its dimensions and element type, or a reshape of it (``_reshaped_parameter``); a tuple
+        parameter is not told apart (True)."""
         shapes = getattr(self, "_param_shapes", None)
         if shapes is None:
             shapes = self._param_shapes = {p.parameter_number: p.shape for p in self.module.entry.parameters}
         pshape = shapes.get(pnum)
-        return pshape is None or pshape.is_tuple or _same_array(leaf, pshape)
+        return (pshape is None or pshape.is_tuple or _same_array(leaf, pshape)
+                or _reshaped_parameter(self._result_instr(j), leaf, pshape, self.module))
+
+    def _result_instr(self, j: int):
+        """The ENTRY instruction whose value is result leaf ``j`` (the root, or the operand of a
+        root tuple of array operands), or None."""
+        root = self.module.entry.root
+        if root.opcode != "tuple":
+            return root if j == 0 and not root.shape.is_tuple else None
+        if j >= len(root.operands):
+            return None
+        instr = self.module.entry.by_name.get(root.operands[j])
+        return instr if instr is not None and len(root.operands) == root.shape.num_leaves else None
 
     def _copy_buffers(self, copy_rows, kcause: dict, active: list[int]) -> set:
         """The copy kernels' buffers traced to their origin (``derived``), the results that
@@ -673,11 +726,13 @@ class Accounting:
             if oroot in param_root:
                 update_of[oroot] = param_root[oroot][0]
             elif oroot in derived and derived[oroot][0] in param_root \
-                    and _same_array(leaf, param_root[derived[oroot][0]][2]):
+                    and (_same_array(leaf, param_root[derived[oroot][0]][2])
+                         or _reshaped_parameter(self._result_instr(j), leaf, param_root[derived[oroot][0]][2],
+                                                module)):
                 pnum = update_of[oroot] = param_root[derived[oroot][0]][0]
                 donated = self._argument(pnum)[2]
                 kcause[derived[oroot][4]] = "donated_but_copied" if donated else "not_donated"
-            elif j in alias_of_out and self._may_update(leaf, alias_of_out[j]):
+            elif j in alias_of_out and self._may_update(leaf, alias_of_out[j], j):
                 # (XLA aliases a donated buffer to a result of its byte size whatever its
                 # shape: a transpose written into it is a new value, not an update)
                 update_of[oroot] = alias_of_out[j]
