@@ -245,7 +245,11 @@ def _sharded(fn, args: tuple, q_spec):
     ``k`` [B, Hkv, S, D] (its ``CACHE_AXES`` layout) over batch and kv heads only; the
     queries take the matching split (``q_spec(batch part, kv-head part)``: a query head's
     block of heads goes with its kv heads'), the rest is replicated. Without a plan, or when
-    the plan splits the sequence or head dim, ``fn(*args)`` on whole arrays."""
+    the plan splits the sequence or head dim, ``fn(*args)`` on whole arrays (XLA:GPU
+    replicates the kernel's operands); on a TPU mesh of several devices XLA cannot partition a
+    Mosaic kernel ("Mosaic kernels cannot be automatically partitioned"), so there the kernel
+    runs in ``shard_map`` over what the plan splits of batch and kv heads, on the whole
+    sequence (XLA all-gathers the cache's sequence split), or replicated."""
     from .transformer import CACHE_AXES
     k = args[1]
     s = logical_sharding_of(CACHE_AXES, tuple(k.shape))
@@ -254,7 +258,9 @@ def _sharded(fn, args: tuple, q_spec):
     spec = tuple(s.spec) + (None,) * (4 - len(s.spec))
     pb, ph, ps, pd = spec
     if ps is not None or pd is not None or (pb is None and ph is None):
-        return fn(*args)
+        devices = getattr(s.mesh, "devices", None)
+        if s.mesh.size == 1 or devices is None or devices.flat[0].platform != "tpu":
+            return fn(*args)
     P = jax.sharding.PartitionSpec
     cache = P(pb, ph, None, None)
     specs = (q_spec(pb, ph), cache, cache) + (P(),) * (len(args) - 3)

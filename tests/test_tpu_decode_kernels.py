@@ -92,3 +92,27 @@ def test_deepseek_decode_on_tpu_reads_each_layer_cache_once_in_place(deepseek_tp
     for role in ("weights", "kv_cache", "activations"):
         assert ex.by_role[role].compulsory_bytes == xla.by_role[role].compulsory_bytes, role
     assert rep.complete and not rep.analysis.unmodeled
+
+
+@pytest.mark.parametrize("sets, mesh, plan", [
+    # tp with 2 kv heads over model=4 falls back to batch, and batch 2 does not divide 4: the
+    # cache is split over its length
+    ({"batch": "2", "kv_heads": "2"}, {"model": 4}, "tp"),
+    # dp over data=4 with batch 2: nothing divides, every array replicated
+    ({"batch": "2", "kv_heads": "4"}, {"data": 4}, "dp"),
+])
+def test_flash_decode_under_a_plan_that_splits_no_batch_or_heads(sets, mesh, plan):
+    """XLA cannot partition a Mosaic kernel: a plan that splits the cache's sequence, or
+    nothing, made the TPU flash decode an internal error ("Mosaic kernels cannot be
+    automatically partitioned"); the kernel now runs in shard_map on the whole sequence."""
+    import importlib.util
+    if importlib.util.find_spec("libtpu") is None:
+        pytest.skip("libtpu is not installed (the tpu extra)")
+    from jaxmove.api import analyze
+    from jaxmove.plans import PRESETS, capture_with_plan
+    small = {"layers": "2", "d_model": "256", "heads": "4", "d_ff": "512", "vocab": "512", "seq_len": "128"}
+    rep = analyze(capture_with_plan("llama3-8b-decode", {**small, **sets}, PRESETS[plan], mesh,
+                                    target="tpu-v5e:2x2"))
+    kernels = [r for r in rep.rows if r.instr.opcode == "custom-call"
+               and r.instr.custom_call_target == "tpu_custom_call"]
+    assert len(kernels) == 2   # one flash decode per layer
