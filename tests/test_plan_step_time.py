@@ -140,3 +140,16 @@ def test_plans_json_mlp_tiny_fsdp_over_three_has_no_gather_note(capsys):
     assert fsdp["collectives_note"] is None
     assert not any("implies all-gathering" in n for n in fsdp["notes"])
     assert any("not divisible by data=3" in n for n in fsdp["notes"])
+
+
+def test_a_plan_jax_cannot_partition_is_a_failed_row(monkeypatch):
+    """jax raises NotImplementedError for what it cannot partition (a Mosaic kernel outside
+    shard_map): that plan's row fails, the others are still compared (plans aborted)."""
+    from jaxmove.hardware import load_spec
+    from jaxmove.plans import compare
+
+    def refuse(*a, **k):
+        raise NotImplementedError("Mosaic kernels cannot be automatically partitioned.")
+    monkeypatch.setattr(compare, "capture_with_plan", refuse)
+    res = compare.run_plan("mlp-tiny", None, load_plan("tp"), {"model": 1}, load_spec("h100-sxm"))
+    assert res.error.startswith("NotImplementedError: Mosaic kernels")

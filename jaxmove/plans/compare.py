@@ -512,7 +512,8 @@ def run_plan(preset, overrides: dict[str, str] | None, plan: Plan, mesh_shape: d
         res.shardings = specs
         res.compile_s = time.perf_counter() - t0
         return res
-    except (PlanError, ValueError, KeyError) as e:  # CaptureError is a ValueError
+    except (PlanError, ValueError, KeyError, NotImplementedError) as e:  # CaptureError is a ValueError;
+        # NotImplementedError: what jax raises for what it cannot partition (a failed row, ranked last)
         res = PlanResult(plan.name, plan.description, n, error=f"{type(e).__name__}: {e}",
                          plan_source=plan.source)
         res.compile_s = time.perf_counter() - t0
