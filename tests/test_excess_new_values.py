@@ -81,3 +81,20 @@ def test_a_reshape_is_the_arguments_value_a_transpose_a_new_one(target):
         assert run(lambda x: x.T, donate).compulsory_bytes == 2 * N
     if target is None or target.startswith("h100"):
         assert run(lambda x: x.reshape(256, 512), (0,)).compulsory_bytes == 0
+
+
+def test_one_token_row_looked_up_by_two_tpu_kernels_is_needed_once():
+    """XLA:TPU reads a decode step's embedding row in two fusions, each a dynamic-slice at
+    ``bitcast(copy(tokens))``: the row is needed once (the second read is re_read), as on
+    cpu and h100-sxm; it was counted twice (512 B of compulsory weights too many).
+
+    Closed form: the weights less the embedding table, plus one looked-up row (256 x 2 B)."""
+    if importlib.util.find_spec("libtpu") is None:
+        pytest.skip("libtpu is not installed (the tpu extra)")
+    sets = {"layers": "2", "d_model": "256", "heads": "4", "kv_heads": "2", "d_ff": "512",
+            "vocab": "512", "seq_len": "128", "batch": "1"}
+    for target in ("tpu-v5e:1x1", None):
+        rep = jaxmove.analyze("llama3-8b-decode", overrides=sets, target=target)
+        params = sum(p.byte_size for p in rep.parameters if p.role == "weights")
+        table = 512 * 256 * 2
+        assert rep.excess.by_role["weights"].compulsory_bytes == params - table + 256 * 2, target

@@ -338,10 +338,19 @@ def _logical(a, leaf) -> int:
 def _entry_value(entry, instr: Instruction, v):
     """An index expression of ``lookups.lookup_rows`` (a kernel operand number, a constant, or a
     pure expression of them) with each kernel operand replaced by the ENTRY value it is: a
-    ``parameter`` (its number) or a constant; None when an operand is any other value (one a
-    loop or an in-place update may change between readers)."""
+    ``parameter`` (its number) or a constant, also through copies, reshapes and bitcasts
+    between row-major layouts of one (XLA:TPU reads a decode step's token through
+    ``bitcast(copy(tokens))`` in each kernel that looks it up); None when an operand is any
+    other value (one a loop or an in-place update may change between readers)."""
     if isinstance(v, int):
         src = entry.by_name.get(instr.operands[v]) if v < len(instr.operands) else None
+        for _ in range(16):   # (the same values, in another buffer or shape)
+            if src is None or not src.operands or src.opcode not in ("copy", "reshape", "bitcast"):
+                break
+            nxt = entry.by_name.get(src.operands[0])
+            if nxt is None or (src.opcode == "bitcast" and not (_descending(src.shape) and _descending(nxt.shape))):
+                break
+            src = nxt
         if src is not None and src.opcode == "parameter":
             return ("entry_parameter", src.parameter_number)
         if src is not None and src.opcode == "constant" and src.literal is not None \
