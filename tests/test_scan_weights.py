@@ -302,3 +302,28 @@ def test_real_h100_scan_decode_over_read_is_the_transposed_qkv_copy():
     assert rep.totals.weights_read_bytes == pytest.approx(_touched_weight_bytes(params) + qkv, rel=0.002)
     note = [n for n in rep.notes if "write a copy of weights" in n]
     assert len(note) == 1 and f"({qkv} bytes per program run)" in note[0]
+
+
+def test_weight_copy_note_names_what_the_copy_is():
+    """The note said 'a layout change or dtype conversion' of an embedding lookup and of an
+    fsdp all-gather (user trials): it now says which kind of copy its example is."""
+    lookup = """HloModule lookup
+ENTRY e {
+  table = f32[512,64]{1,0} parameter(0)
+  ids = s32[4,1]{1,0} parameter(1)
+  rows = f32[4,64]{1,0} gather(table, ids), offset_dims={1}, collapsed_slice_dims={0}, start_index_map={0}, index_vector_dim=1, slice_sizes={1,64}
+  ROOT y = f32[4,64]{1,0} negate(rows)
+}"""
+    an = analyze_module(parse_module(lookup, "lookup.hlo"), {0: "weights", 1: "activations"})
+    (note,) = [n for n in an.notes if "copy of weights" in n]
+    assert "(gather: rows or a window taken from a weight, e.g. an embedding lookup)" in note
+    gathered = """HloModule fsdp, num_partitions=4
+ENTRY e {
+  w = f32[64,64]{1,0} parameter(0)
+  x = f32[8,256]{1,0} parameter(1)
+  ag = f32[256,64]{1,0} all-gather(w), channel_id=1, replica_groups={{0,1,2,3}}, dimensions={0}, use_global_device_ids=true
+  ROOT y = f32[8,64]{1,0} dot(x, ag), lhs_contracting_dims={1}, rhs_contracting_dims={0}
+}"""
+    an = analyze_module(parse_module(gathered, "fsdp.hlo"), {0: "weights", 1: "activations"})
+    (note,) = [n for n in an.notes if "copy of weights" in n]
+    assert "(all-gather: a sharded weight gathered whole" in note

@@ -1096,12 +1096,19 @@ def reread_notes(module: Module, rows) -> list[str]:
     if copies:
         nbytes = sum(r.total.weights_write_bytes for r in copies)
         first = max(copies, key=lambda r: r.total.weights_write_bytes)
+        op = first.instr.opcode
+        if op.startswith("all-gather") or op.startswith("collective-permute"):
+            what = "a sharded weight gathered whole (fsdp / ZeRO-3) or moved between devices"
+        elif op == "gather" or "gather" in first.instr.name or op == "dynamic-slice":
+            what = "rows or a window taken from a weight, e.g. an embedding lookup"
+        else:
+            what = ("a layout change or dtype conversion, such as XLA:GPU transposing a stacked "
+                    "[L, ...] weight before a scan's loop")
         notes.append(
             f"{len(copies)} instruction(s) write a copy of weights ({nbytes} bytes per program "
-            f"run), e.g. '{first.instr.name}' ({first.instr.opcode}: a layout change or dtype "
-            "conversion, such as XLA:GPU transposing a stacked [L, ...] weight before a scan's "
-            "loop); their consumers read the copy, so weights read exceed the parameters' bytes "
-            "by up to that much (the compiled program reads those weights twice)")
+            f"run), e.g. '{first.instr.name}' ({op}: {what}); their consumers read the copy, so "
+            "weights read exceed the parameters' bytes by up to that much (the compiled program "
+            "reads those weights twice)")
     return notes
 
 
