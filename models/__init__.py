@@ -228,8 +228,10 @@ MOE_ONLY_KEYS = ("top_k", "expert_d_ff", "shared_experts", "dense_layers")
 def _check_applicable(name: str, preset: Preset, cfg, overrides: dict) -> None:
     """Raise ValueError for a given key the preset's program never reads (it would compile the
     same program, silently): ``remat`` outside a training step (nothing is rematerialised
-    without a backward pass), the MoE keys of a dense model, ``window_cache`` without a
-    sliding window. A key given its default value
+    without a backward pass), the KV-cache keys (``kv_dtype``, ``stacked_cache``) of a
+    training step, which has no cache, and its ``weights_dtype`` (``train_workload`` refuses
+    it: said here too, so a sweep file is checked when read), the MoE keys of a dense model,
+    ``window_cache`` without a sliding window. A key given its default value
     (``remat=none``, ``shared_experts=0``: what the program does anyway) passes, so one sweep
     grid can span both kinds of preset."""
     defaults = {f.name: f.default for f in dataclasses.fields(cfg)}
@@ -237,9 +239,19 @@ def _check_applicable(name: str, preset: Preset, cfg, overrides: dict) -> None:
     def changes(key: str) -> bool:
         return key in overrides and getattr(cfg, key) != defaults.get(key)
 
-    if changes("remat") and preset.builder is not train.train_workload:
+    training = preset.builder is train.train_workload
+    if changes("remat") and not training:
         raise ValueError(f"--set remat={overrides['remat']}: remat applies to the training presets "
                          f"(it rematerialises activations for the backward pass); {name!r} has none")
+    if training:
+        if getattr(cfg, "weights_dtype", None) is not None and "weights_dtype" in overrides:
+            # (train_workload refuses it too: said here so a sweep file is checked when read)
+            raise ValueError(f"--set weights_dtype={overrides['weights_dtype']}: training presets "
+                             "train unquantized weights (weights_dtype applies to prefill and decode)")
+        given = [k for k in ("kv_dtype", "stacked_cache") if changes(k)]
+        if given:
+            raise ValueError(f"--set {given[0]}={overrides[given[0]]}: {given[0]} applies to a KV "
+                             f"cache (prefill and decode); the training step {name!r} has none")
     if changes("window_cache") and getattr(cfg, "sliding_window", None) is None:
         raise ValueError(f"--set window_cache={overrides['window_cache']}: window_cache applies to "
                          f"models with a sliding window (Gemma 2's local layers); {name!r} has none")

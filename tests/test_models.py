@@ -60,6 +60,14 @@ def test_keys_the_program_never_reads_are_refused():
             models.check_overrides("llama3-8b-decode", {**small, key: value})
     models.check_overrides("llama3-8b-decode", {**small, "experts": "4", "top_k": "1", "expert_d_ff": "64"})
     models.check_overrides("mixtral-8x7b-decode", {**small, "top_k": "1"})
+    # a training step has no KV cache, and trains unquantized weights: its cache keys change
+    # nothing, and weights_dtype is refused when a sweep file is read, not only at build
+    for key, value in (("kv_dtype", "int8"), ("stacked_cache", "true")):
+        with pytest.raises(models.PresetError, match=rf"--set {key}={value}: {key} applies to a KV cache"):
+            models.check_overrides("llama3-8b-train", {**small, key: value})
+        models.check_overrides("llama3-8b-decode", {**small, key: value})
+    with pytest.raises(models.PresetError, match=r"weights_dtype=int8: training presets train unquantized"):
+        models.check_overrides("llama3-8b-train", {**small, "weights_dtype": "int8"})
 
 
 def test_gpt2_small_is_abstract_and_has_124m_params():
