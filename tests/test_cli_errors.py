@@ -494,6 +494,15 @@ def test_hardware_json_lists_every_spec_with_values_and_sources(capsys):
     assert h["kind"] == "gpu" and h["values"]["hbm_bytes_per_s"] == 3.35e12   # the datasheet's 3.35 TB/s
     assert h["values"]["hbm_capacity_bytes"] == 80e9 and "datasheet" in h["sources"]["hbm_bytes_per_s"]
     assert h["target"].startswith("h100-sxm")
+    # --spec shows the numbers analyze --spec would cost with (it was refused as an unknown
+    # argument, after taking the override for NAME when given first)
+    for args in (["hardware", "h100-sxm", "--spec", "hbm_bytes_per_s=1e12", "--json"],
+                 ["hardware", "--spec", "hbm_bytes_per_s=1e12", "h100-sxm", "--json"]):
+        assert main(args) == 0
+        h = json.loads(capsys.readouterr().out)
+        assert h["values"]["hbm_bytes_per_s"] == 1e12 and h["sources"]["hbm_bytes_per_s"].startswith("user override")
+    assert main(["hardware", "--spec", "hbm_bytes_per_s=1e12"]) == 2     # which spec?
+    assert main(["hardware", "h100-sxm", "--spec", "vmem_bytes=1"]) == 2  # a key it never reads
 
 
 @pytest.mark.skipif(not os.path.exists("/dev/full"), reason="no /dev/full on this system")

@@ -68,15 +68,27 @@ def cmd_hardware(args: argparse.Namespace) -> int:
     from ..hardware import list_specs, load_spec
     from ..report.table import make_console
 
+    overrides = getattr(args, "spec", None) or []
+    if overrides and not args.name:
+        from ..errors import UsageError
+        raise UsageError("--spec overrides one spec's numbers: name it (jaxmove hardware NAME --spec KEY=VALUE)")
+
+    def named(name):
+        spec = load_spec(name)
+        if overrides:   # (the numbers analyze --spec would cost with, and their sources)
+            from ..hardware.overrides import override_spec
+            spec = override_spec(spec, overrides)
+        return spec
+
     if getattr(args, "json", False):
         import json
-        specs = [load_spec(args.name)] if args.name else list_specs(include_local=True)
+        specs = [named(args.name)] if args.name else list_specs(include_local=True)
         out = [_spec_json(sp) for sp in specs]
         print(json.dumps(out[0] if args.name else {"specs": out}, indent=1))
         return 0
     console = make_console()
     if args.name:
-        spec = load_spec(args.name)
+        spec = named(args.name)
         console.print(f"[bold]{escape(spec.name)}[/bold]: {escape(spec.label)} ({spec.kind}, {escape(spec.vendor)})"
                       + (f"  file={escape(spec.path)}" if spec.path else ""))
         table = Table(title="Every number and its source")
@@ -200,6 +212,9 @@ def add_hardware_commands(sub) -> None:
                                    "'local' or a .toml path): every number with its source, and the "
                                    "published values it does not use.")
     h.add_argument("name", nargs="?", help="a spec to show in full")
+    h.add_argument("--spec", action="append", default=[], metavar="KEY=VALUE",
+                   help="with NAME: show it with these numbers overridden, as analyze --spec costs with "
+                        "them (repeatable)")
     h.add_argument("--json", action="store_true",
                    help="JSON on stdout: {\"specs\": [...]} without NAME, the one spec with it (name, kind, "
                         "values by dotted key in SI units, sources, alternatives, notes, target)")
