@@ -589,6 +589,31 @@ def report_rows(report) -> list[InstructionCost]:
     return [r for r in report.rows if r.instr.opcode not in QUIET_OPCODES]
 
 
+def uncounted_computations(analysis) -> set[str]:
+    """Computations the program totals do not count: a conditional's branches other than the
+    one its totals take (``ModuleAnalysis.branches``, the costliest), and what only they call.
+    Empty for a program without conditionals."""
+    branches = getattr(analysis, "branches", None) or {}
+    if not branches:
+        return set()
+    module = analysis.module
+    seen: set[str] = set()
+    stack = [module.entry.name]
+    while stack:
+        cname = stack.pop()
+        if cname in seen or cname not in module.computations:
+            continue
+        seen.add(cname)
+        for instr in module.computations[cname].instructions:
+            called = instr.called_computations
+            if not called:
+                continue
+            if instr.opcode == "conditional" and (cname, instr.name) in branches:
+                called = (branches[(cname, instr.name)],)
+            stack.extend(c for c in called if c not in seen)
+    return set(module.computations) - seen
+
+
 def _sum_time(report, rows: list[InstructionCost]) -> float | None:
     if report.times is None:
         return None
@@ -614,15 +639,17 @@ def aggregate(report, by: str, rollup: bool = False) -> list[Group]:
       rollup: with ``by="module"``, merge repeated layers (``layers_*/attn``,
         ``rollup_path``); ignored otherwise.
     Returns:
-      Groups sorted by HBM bytes (then flops), largest first. For every key except
-      ``role`` the groups partition the rows of ``report_rows(report)``, so the group
-      sums equal the sums over the JSON ``instructions``. For ``role`` each group holds
-      that role's bytes of every instruction (the sums equal the JSON ``by_role`` when
-      the program has no conditional, whose totals count only the costliest branch).
+      Groups sorted by HBM bytes (then flops), largest first, of the instructions the
+      program totals count: those of ``report_rows(report)`` outside the branches of a
+      conditional that its totals leave out (``uncounted_computations``: they count the
+      costliest branch), so every grouping sums to the totals. For every key except
+      ``role`` the groups partition those rows; for ``role`` each group holds that role's
+      bytes of every such instruction.
     Raises:
       ValueError: an unknown ``by``.
     """
-    rows = report_rows(report)
+    skip = uncounted_computations(report.analysis)
+    rows = [r for r in report_rows(report) if r.computation not in skip] if skip else report_rows(report)
     groups: list[Group] = []
     rollup = rollup and by == "module"
     if by == "role":

@@ -156,6 +156,16 @@ def render_groups(report: Report, by: str, top: int = 40, console: Console | Non
     console.print(table)
     if len(groups) > top:
         console.print(f"({len(groups) - top} more groups; --json lists them all)")
+    from .attribution import uncounted_computations
+    skipped = uncounted_computations(report.analysis)
+    if skipped:
+        branches = report.analysis.branches
+        (cname, cond), taken = next(iter(branches.items()))
+        left = [b for b in report.module.computations[cname].by_name[cond].called_computations
+                if b != taken]
+        console.print(f"[yellow]note[/yellow] the groups leave out the conditional branches the totals "
+                      f"do not count (they count each conditional's costliest branch: '{escape(cond)}' "
+                      f"counts '{escape(taken)}', not {', '.join(repr(escape(b)) for b in left)})")
 
 
 # ---- estimated time (passes/timing.py, passes/reuse.py) -----------------------------------
