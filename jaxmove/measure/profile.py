@@ -204,6 +204,7 @@ class ProfileJoin:
       busy_s: length of the union of the run's event intervals (median), seconds:
         ``span_s - busy_s`` is time with no thunk running (executor scheduling, waits);
         None without ``run_id``.
+      joined_share: joined over device time, both summed over every run (``coverage``).
     """
 
     module_name: str
@@ -214,10 +215,16 @@ class ProfileJoin:
     unjoined_s: dict[str, float] = field(default_factory=dict)
     span_s: float | None = None
     busy_s: float | None = None
+    joined_share: float | None = None
 
     @property
     def coverage(self) -> float:
-        """joined_time_s / device_time_s (1.0 when no device time was recorded)."""
+        """The share of the device time whose events name an instruction: ``joined_share``
+        (over every run: joined / device time summed, not a ratio of two medians, which may
+        come from different runs), else joined_time_s / device_time_s (1.0 when no device
+        time was recorded)."""
+        if self.joined_share is not None:
+            return self.joined_share
         return self.joined_time_s / self.device_time_s if self.device_time_s > 0 else 1.0
 
     @property
@@ -371,4 +378,5 @@ def join_events(events: list[TraceEvent], module: Module, expected_runs: int | N
         device_time_s=statistics.median(device), joined_time_s=statistics.median(joined),
         unjoined_s=dict(sorted(unjoined.items(), key=lambda kv: -kv[1])),
         span_s=None if single else statistics.median(spans),
-        busy_s=None if single else statistics.median(busy))
+        busy_s=None if single else statistics.median(busy),
+        joined_share=sum(joined) / sum(device) if sum(device) > 0 else None)
