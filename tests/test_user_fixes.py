@@ -321,6 +321,19 @@ def test_dump_directory_with_several_modules_lists_them(tmp_path, capsys):
         assert d["instructions"][0]["hbm_read_bytes"] == n * 4, choice
     assert main(["analyze", str(root), "--module", "nope"]) == 2
     assert "no such module" in capsys.readouterr().err
+    assert main(["analyze", str(root), "--module", ""]) == 2
+    assert "needs a module name or number" in capsys.readouterr().err
+    # a module name with a dot (a function named step.v2): listed and chosen by its whole name,
+    # on every backend's file name form (it was cut at the dot)
+    dotted = _dump_dir(tmp_path / "dotted", {
+        "module_0004.jit_step.v2.cpu_after_optimizations.txt": PLAIN.format(name="jit_step.v2", n=32),
+        "module_0005.jit_step.cpu_after_optimizations.txt": PLAIN.format(name="jit_step", n=16),
+        "module_0006.jit_a.b.sm_9.0a_gpu_after_optimizations.txt": PLAIN.format(name="jit_a.b", n=8),
+        "module_0007.jit_c.d.cl_12.after_optimizations.txt": PLAIN.format(name="jit_c.d", n=4)})
+    for choice, n in (("jit_step.v2", 32), ("jit_step", 16), ("module_0004.jit_step.v2", 32),
+                      ("jit_a.b", 8), ("jit_c.d", 4)):
+        d = _cli_json("analyze", str(dotted), "--module", choice, "--json")
+        assert d["instructions"][0]["hbm_read_bytes"] == n * 4, choice
     empty = _dump_dir(tmp_path / "empty", {"module_0000.jit_f.before_optimizations.txt": "x"})
     assert main(["analyze", str(empty)]) == 2
     assert "no *after_optimizations.txt" in capsys.readouterr().err

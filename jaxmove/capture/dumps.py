@@ -28,7 +28,11 @@ from pathlib import Path
 from .errors import TargetError
 
 AFTER = "after_optimizations.txt"
-_MODULE = re.compile(r"^module_(\d+)\.([^.]+)")
+_MODULE = re.compile(r"^module_(\d+)\.(.+)$")
+# the backend tag between a module's name and ``after_optimizations.txt`` (module docstring): a
+# module name may hold dots (``jit_step.v2``), so the tag is cut off, not the name at a dot
+_BACKEND_TAG = re.compile(r"(?:\.cpu_|\.sm_\d+\.\d+[a-z]?_gpu_|\.gfx[0-9a-z]+_gpu_|\.[a-z0-9]+_gpu_"
+                          r"|\.cl_\d+\.|\.tpu_|\.)$")
 
 
 @dataclass(frozen=True)
@@ -79,8 +83,10 @@ def backend_from_name(path: Path) -> str:
 
 
 def dumped_module(path: Path) -> DumpedModule:
-    m = _MODULE.match(path.name)
-    number, name = (m.group(1), m.group(2)) if m else ("", path.name[:-len(AFTER)].rstrip("._"))
+    stem = path.name[:-len(AFTER)] if path.name.endswith(AFTER) else path.name
+    m = _MODULE.match(stem)
+    number, rest = (m.group(1), m.group(2)) if m else ("", stem)
+    name = _BACKEND_TAG.sub("", rest).rstrip("._") or rest.rstrip("._")
     return DumpedModule(path, number, name, backend_from_name(path))
 
 

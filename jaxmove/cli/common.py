@@ -180,6 +180,14 @@ def add_module_option(p: argparse.ArgumentParser) -> None:
 
 
 def module_kwargs(args: argparse.Namespace) -> dict:
-    """``{"module": NAME}`` for ``resolve_program`` when ``--module`` was given, else {}."""
-    return {"module": args.module} if getattr(args, "module", None) else {}
+    """``{"module": NAME}`` for ``resolve_program`` when ``--module`` was given, else {}.
+
+    Raises:
+      UsageError: ``--module ""`` (an empty name; it read as no --module at all).
+    """
+    module = getattr(args, "module", None)
+    if module is not None and not module.strip():
+        from ..errors import UsageError
+        raise UsageError("--module needs a module name or number (e.g. jit_f, module_0004.jit_f or 4), got ''")
+    return {"module": module} if module else {}
 
