@@ -651,6 +651,8 @@ def test_cli_profile_trace_and_html(cpu_capture, tmp_path, jaxmove_cli):
     doc = json.loads(tr.read_text())
     procs = {e["pid"]: e["args"]["name"] for e in doc["traceEvents"] if e.get("name") == "process_name"}
     assert set(procs) == {1, 2, 3} and procs[3].startswith("capture: execution")
+    # counted from 1 in time order, of how many (it printed the run id: 'execution 1' for the 2nd)
+    assert " of the one of" not in procs[3] and "the one of median span" in procs[3]
     cap_ev = [e for e in doc["traceEvents"] if e.get("pid") == 3 and e.get("ph") == "X"]
     ref = _profiledata_times(cpu_capture["xplane"], cpu_capture["module"])
     assert {e["name"] for e in cap_ev} == set(ref)  # one execution: every instruction recorded

@@ -30,9 +30,11 @@ def profile_trace(c) -> dict:
     run = min(r for r, s in spans.items() if s == med)
     evs = sorted(by_run[run], key=lambda e: e.start_ns)
     t0 = evs[0].start_ns
+    order = sorted(by_run, key=lambda r: min(e.start_ns for e in by_run[r]))
+    nth = order.index(run) + 1   # (in time, 1-based: run ids may start at 0, or be none)
     events.append({"ph": "M", "pid": 3, "name": "process_name",
-                   "args": {"name": f"capture: execution {run} of {c.program.label} on {c.program.device} "
-                                    "(as recorded)"}})
+                   "args": {"name": f"capture: execution {nth} of {len(order)} of {c.program.label} on "
+                                    f"{c.program.device}, the one of median span (as recorded)"}})
     tids: dict[str, int] = {}
     for e in evs:
         if e.line not in tids:
