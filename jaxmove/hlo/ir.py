@@ -385,11 +385,13 @@ class Module:
     def replica_count(self) -> int:
         return self._header_int("replica_count", 1)
 
-    def reachable_computations(self, names, through_fusions: bool = True) -> set[str]:
+    def reachable_computations(self, names, through_fusions: bool = True,
+                               branches: dict | None = None) -> set[str]:
         """Computations reachable from ``names`` (included) through called computations.
 
         With ``through_fusions=False`` fused computations are not entered: their
-        instructions never run as kernels (or profiler events) of their own.
+        instructions never run as kernels (or profiler events) of their own. ``branches``:
+        (computation, conditional name) -> the one branch to enter of that conditional.
         """
         seen: set[str] = set()
         stack = list(names)
@@ -399,7 +401,9 @@ class Module:
                 continue
             seen.add(c)
             for instr in self.computations[c].instructions:
-                if through_fusions or instr.opcode != "fusion":
+                if branches and instr.opcode == "conditional" and (c, instr.name) in branches:
+                    stack.append(branches[(c, instr.name)])
+                elif through_fusions or instr.opcode != "fusion":
                     stack.extend(instr.called_computations)
         return seen
 

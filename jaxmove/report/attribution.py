@@ -597,21 +597,7 @@ def uncounted_computations(analysis) -> set[str]:
     if not branches:
         return set()
     module = analysis.module
-    seen: set[str] = set()
-    stack = [module.entry.name]
-    while stack:
-        cname = stack.pop()
-        if cname in seen or cname not in module.computations:
-            continue
-        seen.add(cname)
-        for instr in module.computations[cname].instructions:
-            called = instr.called_computations
-            if not called:
-                continue
-            if instr.opcode == "conditional" and (cname, instr.name) in branches:
-                called = (branches[(cname, instr.name)],)
-            stack.extend(c for c in called if c not in seen)
-    return set(module.computations) - seen
+    return set(module.computations) - module.reachable_computations([module.entry.name], branches=branches)
 
 
 def _sum_time(report, rows: list[InstructionCost]) -> float | None:
