@@ -382,13 +382,13 @@ def _reshaped_parameter(instr, leaf, pleaf, module) -> bool:
     if instr is None or not (leaf.is_array and pleaf.is_array and leaf.element_type == pleaf.element_type
                              and leaf.num_elements == pleaf.num_elements):
         return False
-    comp = module.entry
+    by_name = module.entry.by_name   # (``instr`` is of ENTRY: so is the parameter it reaches)
     node = instr
     for _ in range(64):
         op = node.opcode
         if op == "parameter":
-            return comp is module.entry
-        src = comp.by_name.get(node.operands[0]) if node.operands else None
+            return True
+        src = by_name.get(node.operands[0]) if node.operands else None
         if src is None:
             return False
         if op == "bitcast":
