@@ -25,6 +25,8 @@ pointer table.
 
 from __future__ import annotations
 
+import functools
+
 from dataclasses import dataclass, field
 from math import prod
 
@@ -283,6 +285,17 @@ class Shape:
         if self.layout is not None and self.layout.text:
             out += "{" + self.layout.text + "}"
         return out
+
+
+@functools.lru_cache(maxsize=1 << 16)  # shapes repeat (every layer's); Shape is frozen, hashable
+def shape_text(shape: "Shape") -> str:
+    """``bf16[1,768]`` / ``(f32[8], s32[])``: dtype and dimensions, no layout (what the tensor
+    is; the layout changes its bytes). Messages of the passes and the renderings use it."""
+    if shape.is_tuple:
+        return "(" + ", ".join(shape_text(s) for s in shape.tuple_shapes) + ")"
+    dims = ",".join(("<=" if d else "") + str(n) for n, d in zip(shape.dims, shape.dynamic or
+                                                                  (False,) * len(shape.dims)))
+    return f"{shape.element_type}[{dims}]"
 
 
 def array_shape(element_type: str, dims: tuple[int, ...] | list[int]) -> Shape:

@@ -54,6 +54,7 @@ from ..hlo import Computation, Instruction, Module
 from ..hlo.attrs import parse_kv_block
 from ..hlo.opcodes import COLLECTIVE_KINDS, OPCODES
 from ..hlo.replica_groups import ReplicaGroupsError, parse_replica_groups
+from ..hlo.shape import shape_text
 from .memo import memo_of
 from .callgraph import post_order
 
@@ -315,11 +316,6 @@ def _promoted_operands(instr: Instruction, comp: Computation) -> list[str]:
     return out
 
 
-def _plain(shape) -> str:
-    """``f32[8,128]``: an array shape without its layout."""
-    return f"{shape.element_type}[{','.join(map(str, shape.dims))}]"
-
-
 def _shape_mismatch(instr: Instruction, comp: Computation, n: int) -> str | None:
     """Why the result shapes of an all-gather / all-reduce / reduce-scatter (or its ``-start``)
     over groups of ``n`` devices are not those of its operands, else None. XLA's verifier
@@ -355,12 +351,12 @@ def _shape_mismatch(instr: Instruction, comp: Computation, n: int) -> str | None
             continue
         odims = list(osh.dims)
         if dim is not None and not 0 <= dim < len(odims):
-            return f"dimensions={{{dim}}} is not a dimension of operand '{o.name}' {_plain(osh)}"
+            return f"dimensions={{{dim}}} is not a dimension of operand '{o.name}' {shape_text(osh)}"
         if dim is None:  # (an all-reduce)
             want = odims
         elif op == "reduce-scatter":
             if odims[dim] % n:
-                return (f"operand '{o.name}' {_plain(osh)}: dimension {dim} ({odims[dim]}) is "
+                return (f"operand '{o.name}' {shape_text(osh)}: dimension {dim} ({odims[dim]}) is "
                         f"not divisible by the {n} devices of its replica groups")
             want = odims[:dim] + [odims[dim] // n] + odims[dim + 1:]
         else:
@@ -372,7 +368,7 @@ def _shape_mismatch(instr: Instruction, comp: Computation, n: int) -> str | None
             else:
                 how = (f"{'scattered' if op == 'reduce-scatter' else 'gathered'} over the {n} devices "
                        f"of its replica groups along dimension {dim}")
-            return (f"result {_plain(res)} does not match operand '{o.name}' {_plain(osh)} ({how}): "
+            return (f"result {shape_text(res)} does not match operand '{o.name}' {shape_text(osh)} ({how}): "
                     f"expected {expect}")
     return None
 

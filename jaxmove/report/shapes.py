@@ -8,19 +8,8 @@ bytes (tile padding; the report's figures include it), not what the tensor is.
 
 from __future__ import annotations
 
-import functools
-
-from ..hlo import Instruction, Module, Shape
-
-
-@functools.lru_cache(maxsize=1 << 16)  # shapes repeat (every layer's); Shape is frozen, hashable
-def shape_text(shape: Shape) -> str:
-    """``bf16[1,768]`` / ``(f32[8], s32[])``: dtype and dimensions, no layout."""
-    if shape.is_tuple:
-        return "(" + ", ".join(shape_text(s) for s in shape.tuple_shapes) + ")"
-    dims = ",".join(("<=" if d else "") + str(n) for n, d in zip(shape.dims, shape.dynamic or
-                                                                  (False,) * len(shape.dims)))
-    return f"{shape.element_type}[{dims}]"
+from ..hlo import Instruction, Module
+from ..hlo.shape import shape_text  # noqa: F401  (re-exported: the renderers' name for it)
 
 
 def operand_shapes(module: Module, computation: str, instr: Instruction) -> list[str]:
