@@ -53,7 +53,6 @@ class Workload:
     out_roles: Any = None
 
 
-
 def flatten_out_roles(out_roles, treedef, n: int, name: str = "workload") -> list:
     """One role (or None) per output leaf from a Workload's ``out_roles`` (None, one string for
     all, or a pytree prefix of the output: its containers those of the output, each leaf a role
