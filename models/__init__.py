@@ -231,7 +231,7 @@ def _check_applicable(name: str, preset: Preset, cfg, overrides: dict) -> None:
     without a backward pass), the KV-cache keys (``kv_dtype``, ``stacked_cache``) of a
     training step, which has no cache, and its ``weights_dtype`` (``train_workload`` refuses
     it: said here too, so a sweep file is checked when read), the MoE keys of a dense model,
-    ``window_cache`` without a sliding window. A key given its default value
+    ``window_cache`` without a sliding window, ``kv_heads`` of a latent-attention (MLA) model. A key given its default value
     (``remat=none``, ``shared_experts=0``: what the program does anyway) passes, so one sweep
     grid can span both kinds of preset."""
     defaults = {f.name: f.default for f in dataclasses.fields(cfg)}
@@ -262,6 +262,12 @@ def _check_applicable(name: str, preset: Preset, cfg, overrides: dict) -> None:
                          "cache is one stacked array of seq_len positions, so no local layer keeps a "
                          "ring of its window; drop window_cache or use unrolled layers with one cache "
                          "array each (the decode presets' default)")
+    if getattr(cfg, "mla", False) and "kv_heads" in overrides and cfg.kv_heads != cfg.heads:
+        # (MLA's cache is one latent head every query head attends with: cache_entry_shapes)
+        raise ValueError(f"--set kv_heads={overrides['kv_heads']}: {name!r} uses multi-head latent "
+                         "attention (kv_lora_rank is set): its cache is one latent head "
+                         "[batch, seq_len, kv_lora_rank + qk_rope_dim] for every query head, so "
+                         "kv_heads changes nothing (the preset's kv_lora_rank sizes the cache)")
     if getattr(cfg, "experts", None) == 0:
         given = [k for k in MOE_ONLY_KEYS if k in overrides and (k == "expert_d_ff" or changes(k))]
         if given:

@@ -123,7 +123,7 @@ def reports():
         "mixtral3": run("mixtral-8x7b-decode", layers=3, experts=4, top_k=2),
         "gemma": run("gemma2-9b-decode", layers=2, head_dim=32, sliding_window=8),
         "mla": run("deepseek-v3-decode", layers=2, dense_layers=1, experts=4, top_k=2,
-                   expert_d_ff=32, head_dim=16),
+                   expert_d_ff=32, head_dim=16, kv_heads=H),   # (MLA has no kv_heads of its own)
     }
 
 
@@ -354,7 +354,7 @@ _EP_WORKER = textwrap.dedent("""
             ("mixtral", "mixtral-8x7b-prefill", {"layers": "2"}),
             ("deepseek", "deepseek-v3-prefill", {"layers": "3", "dense_layers": "1",
                                                  "shared_experts": "1", "expert_d_ff": "64",
-                                                 "head_dim": "8"})]:
+                                                 "head_dim": "8", "kv_heads": "4"})]:
         for plan, name in (("ep", preset), ("tp", preset.replace("prefill", "decode"))):
             rep = analyze(capture_with_plan(name, {**small, **extra}, PRESETS[plan], {"model": 4}))
             out[key + "/" + plan] = [[r.collective.kind, r.collective.group_size,
@@ -526,6 +526,8 @@ def test_tp_decode_splits_the_latent_cache_over_batch(moe_collectives):
     ("deepseek-v3-decode", {"dense_layers": "-1"}, r"--set dense_layers='-1': expected an integer"),
     # keys that would change nothing in latent attention
     ("deepseek-v3-decode", {"sliding_window": "8"}, r"sliding_window=8: latent attention"),
+    ("deepseek-v3-decode", {"kv_heads": "8"}, r"kv_heads=8: .*latent attention.*changes nothing"),
+    ("deepseek-v3-train", {"kv_heads": "1"}, r"kv_heads=1: .*latent attention"),
     ("llama3-8b-decode", {"window_cache": "false"}, r"window_cache=false: .*sliding window"),
     ("gemma2-9b-decode", {"window_cache": "maybe"}, r"--set window_cache='maybe'"),
     # a ring asked for where every layer's cache is one stacked array (it was ignored silently)
