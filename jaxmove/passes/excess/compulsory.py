@@ -372,35 +372,69 @@ def _descending(shape) -> bool:
     return not m2m or tuple(m2m) == tuple(range(len(m2m) - 1, -1, -1))
 
 
+def _value_chain(instr, module) -> list | None:
+    """The ENTRY instructions from ``instr`` back to the ENTRY parameter whose elements it
+    holds in their row-major order (``instr`` first, the parameter last), through
+    ``reshape``, bitcasts between row-major layouts, copies that keep the dimensions,
+    copy-start / done and elements of tuple instructions (XLA:GPU returns ``copy(gte(tuple(
+    bitcast(x), ...)))``); None where some step computes a new value (or none is reached)."""
+    if instr is None:
+        return None
+    by_name = module.entry.by_name   # (``instr`` is of ENTRY: so is the parameter it reaches)
+    node, chain = instr, []
+    for _ in range(64):
+        chain.append(node)
+        op = node.opcode
+        if op == "parameter":
+            return chain
+        src = by_name.get(node.operands[0]) if node.operands else None
+        if src is None:
+            return None
+        if op == "get-tuple-element":   # (an element of a tuple instruction: that operand)
+            i = node.tuple_index
+            if src.opcode != "tuple" or i is None or not 0 <= i < len(src.operands):
+                return None
+            src = by_name.get(src.operands[i])
+            if src is None:
+                return None
+            chain.append(by_name[node.operands[0]])
+        elif op == "bitcast":
+            if not (_descending(node.shape) and _descending(src.shape)):
+                return None
+        elif op == "copy":
+            if src.shape.dims != node.shape.dims:
+                return None
+        elif op not in ("reshape", "copy-start", "copy-done"):
+            return None
+        node = src
+    return None
+
+
 def _reshaped_parameter(instr, leaf, pleaf, module) -> bool:
     """ENTRY instruction ``instr`` (a result) holds an ENTRY parameter's elements in their
     row-major order (a reshape of it, ``leaf`` of the parameter's element type and count): through ``reshape``,
     bitcasts between row-major layouts, copies that keep the dimensions and copy-start / done
-    (XLA:CPU and XLA:GPU copy ``bitcast(x)``, XLA:TPU runs ``reshape(x)`` into its tiles). As
-    the parameter itself, such a result is the parameter's value, not a new one, on every
-    backend (donated, XLA:CPU / GPU alias it, a bitcast)."""
+    (``_value_chain``; XLA:CPU and XLA:GPU copy ``bitcast(x)``, XLA:TPU runs ``reshape(x)``
+    into its tiles). As the parameter itself, such a result is the parameter's value, not a
+    new one, on every backend (donated, XLA:CPU / GPU alias it, a bitcast)."""
     if instr is None or not (leaf.is_array and pleaf.is_array and leaf.element_type == pleaf.element_type
                              and leaf.num_elements == pleaf.num_elements):
         return False
-    by_name = module.entry.by_name   # (``instr`` is of ENTRY: so is the parameter it reaches)
-    node = instr
-    for _ in range(64):
-        op = node.opcode
-        if op == "parameter":
-            return True
-        src = by_name.get(node.operands[0]) if node.operands else None
-        if src is None:
-            return False
-        if op == "bitcast":
-            if not (_descending(node.shape) and _descending(src.shape)):
-                return False
-        elif op == "copy":
-            if src.shape.dims != node.shape.dims:
-                return False
-        elif op not in ("reshape", "copy-start", "copy-done"):
-            return False
-        node = src
-    return False
+    return _value_chain(instr, module) is not None
+
+
+def _same_order(a, b) -> bool:
+    """Arrays ``a`` and ``b`` of one element count hold their elements in the same order in
+    memory (a bitcast between them moves nothing): the same dimensions and layout (tiles
+    too), or both untiled and row-major (a reshape). Else a copy between them relays the
+    elements out (XLA:TPU's reshape of an (8,128)-tiled array into other tiles)."""
+    la, lb = a.layout, b.layout
+    ta = la.tiles if la is not None else ()
+    tb = lb.tiles if lb is not None else ()
+    if a.dims == b.dims and ta == tb and (la.minor_to_major if la is not None else None) == (
+            lb.minor_to_major if lb is not None else None):
+        return True
+    return not ta and not tb and _descending(a) and _descending(b)
 
 
 def _same_array(a, b) -> bool:
@@ -697,6 +731,18 @@ class Accounting:
         derived: dict[tuple, tuple] = {}
         copies: dict[tuple, tuple] = {}   # copy kernels' buffers: (source root, num, den, kind, row, sliced)
         onchip_dst: list[tuple] = []      # those in on-chip memory
+        # a parameter prefetched into on-chip memory (XLA:TPU's copy-start / done): a copy of it
+        # read there is a copy of the parameter (the prefetch moves it, changes nothing)
+        prefetched = {}
+        for k in self.copy_starts:
+            r = rows[k]
+            instr = r.instr
+            shape = instr.shape
+            if instr.operands and shape.is_tuple and shape.tuple_shapes \
+                    and shape.tuple_shapes[0].memory_space in ON_CHIP_MEMORY_SPACES:
+                sroot = find((r.computation, instr.operands[0], 0))
+                if sroot in param_root:
+                    prefetched[find((r.computation, instr.name, 0))] = sroot
         cname = None
         for k, (kind, src_k, sliced), pos in copy_rows:
             r = rows[k]
@@ -709,6 +755,8 @@ class Accounting:
             p = parent.get(sroot)
             if p is not None:
                 sroot = p if p not in parent else find(sroot)
+            if prefetched:
+                sroot = prefetched.get(sroot, sroot)
             droot = (cname, instr.name, pos)
             p = parent.get(droot)
             if p is not None:
@@ -739,14 +787,17 @@ class Accounting:
                          or _reshaped_parameter(self._result_instr(j), leaf, param_root[derived[oroot][0]][2],
                                                 module)):
                 pnum = update_of[oroot] = param_root[derived[oroot][0]][0]
-                donated = self._argument(pnum)[2]
-                kcause[derived[oroot][4]] = "donated_but_copied" if donated else "not_donated"
+                if derived[oroot][3] != "layout_change" or _same_order(leaf, param_root[derived[oroot][0]][2]):
+                    donated = self._argument(pnum)[2]
+                    kcause[derived[oroot][4]] = "donated_but_copied" if donated else "not_donated"
+                # (else the elements relaid out, which donating would not save: layout_change)
             elif j in alias_of_out and self._may_update(leaf, alias_of_out[j], j):
                 # (XLA aliases a donated buffer to a result of its byte size whatever its
                 # shape: a transpose written into it is a new value, not an update)
                 update_of[oroot] = alias_of_out[j]
         for oroot in [o for o in derived if o in out_root and o not in update_of]:
             del derived[oroot]  # a result written by a copy kernel: the result itself
+        self.same_value_rows, same_origin = self._same_value_rows(update_of, kcause)
         # copies of a parameter into on-chip memory (XLA:TPU's layout copy of a table into VMEM):
         # their readers' on-chip reads say how much of the parameter the program needs (lookups)
         self.onchip_copy = {droot: derived[droot] for droot in onchip_dst
@@ -768,6 +819,8 @@ class Accounting:
         self.update_root = {pnum: oroot for oroot, pnum in update_of.items()}
         self.onchip_update = self._onchip_updates([rows[k] for k in active] if self.update_of else ())
         self.copy_origin = {v[4]: v[0] for v in derived.values()}
+        for k, origin in same_origin.items():
+            self.copy_origin.setdefault(k, origin)
         # what a kernel of a reads_compulsory cause writes exists only to be read back (split-K
         # partial sums to be reduced, a concatenation of weights): reading it is that cause's too
         produced_cause: dict[tuple, str] = {}
@@ -793,6 +846,45 @@ class Accounting:
                            if (pnum, 0) in leaf_root}
         self.budget_root = budget_root
         return special
+
+    def _same_value_rows(self, update_of: dict, kcause: dict) -> tuple[frozenset, dict]:
+        """The rows that only carry a parameter's own value into a result leaf that updates
+        it (``_value_chain``: a copy of ``x`` returned without donation, XLA:TPU's reshape of a
+        donated ``x`` into its tiles, its prefetch into VMEM before): no computation needs
+        what they read, so they draw nothing of the parameter's compulsory read budget
+        (returned donated, the program moves nothing on XLA:CPU / GPU). Each such row without
+        a cause of its own takes that of the chain's kernel nearest the result. Returns (those
+        rows, row -> the parameter's buffer)."""
+        module = self.module
+        entry = module.entry
+        chains = []
+        for oroot, pnum in update_of.items():
+            j = self.out_root[oroot][0]
+            chain = _value_chain(self._result_instr(j), module)
+            if chain is not None and len(chain) > 1 and chain[-1].parameter_number == pnum \
+                    and chain[-1].shape.is_array:
+                chains.append(chain)
+        if not chains:
+            return frozenset(), {}
+        row_of = {r.instr.name: k for k, r in enumerate(self.rows) if r.computation == entry.name}
+        same, origin = set(), {}
+        for chain in chains:
+            # (up to the first step whose value other instructions read too: what it reads
+            # feeds them, e.g. a prefetch into VMEM that attention reads as well)
+            carried = [chain[0]]
+            for prev, node in zip(chain, chain[1:-1]):
+                if [u.name for u in entry.users(node.name)] != [prev.name]:
+                    break
+                carried.append(node)
+            ks = [row_of[i.name] for i in carried if i.name in row_of]
+            cause = next((kcause[k] for k in ks if k in kcause), None)
+            proot = self.buffers.find((entry.name, chain[-1].name, 0))
+            for k in ks:
+                same.add(k)
+                origin[k] = proot
+                if cause is not None:
+                    kcause.setdefault(k, cause)
+        return frozenset(same), origin
 
     def _account(self, active: list[int], collective_rows, special: set) -> None:
         """Every access of every row that moves bytes into the ledger (the module docstring's
@@ -1222,10 +1314,12 @@ class Accounting:
         l_code = None
         code = ledger.code
         events = ledger.events
+        same_rows = self.same_value_rows
         for broot, claims in reads.items():
             if len(claims) == 1:
                 c0 = claims[0]
-                pr = param_root.get(broot) if not c0[0] and c0[6] is broot else None
+                pr = param_root.get(broot) if not c0[0] and c0[6] is broot \
+                    and (not same_rows or c0[3] not in same_rows) else None
                 if pr is not None:
                     # the common case: one kernel reads a parameter, no copy in between
                     _p, units, logical, k, role, phys, _root = c0
@@ -1260,11 +1354,13 @@ class Accounting:
                 # reads), and that of XLA's rematerialization clones whose original is gone
                 # (the clone is then the only reader of what it reads: XLA:GPU can leave a
                 # layer's window of a stacked cache to a .remat clone); granted to clones last
-                normal = [c for c in claims if c[0] <= 0]
+                # (never the rows that only carry the parameter's own value into its update:
+                # _same_value_rows)
+                normal = [c for c in claims if c[0] <= 0 and c[3] not in same_rows]
                 if normal:
                     normal += [c for c in claims if c[0] == RECOMPUTE_PRIORITY and self._orphan_clone(c[3])]
                 else:
-                    normal = claims
+                    normal = [c for c in claims if c[3] not in same_rows] if same_rows else claims
                 if len(normal) > 1 and self._same_lookups(broot, normal):
                     # every reader looks up the same rows (an embedding gather XLA fused into
                     # each consumer): needed once, the other reads re_read
