@@ -62,3 +62,48 @@ def test_text_table_says_which_branch(report, capsys):
     assert main(["analyze", str(path), "--by", "opcode", "--json"]) == 0
     d = json.loads(capsys.readouterr().out)
     assert sum(g["hbm_read_bytes"] for g in d["by_opcode"]) == d["totals"]["hbm_read_bytes"]
+
+
+# both branches read and write f32[1024] once (4 KiB each way); on_true all-reduces it over 8
+# devices as well (a user trial: the tie went to the branch without the collective, so the
+# totals said device_to_device 0 B while the collectives table listed the all-reduce)
+HLO_COLLECTIVE = """HloModule cond_ar, replica_count=8
+
+add {
+  x = f32[] parameter(0)
+  y = f32[] parameter(1)
+  ROOT s = f32[] add(x, y)
+}
+
+on_true {
+  a = f32[1024]{0} parameter(0)
+  ROOT r = f32[1024]{0} all-reduce(a), replica_groups={{0,1,2,3,4,5,6,7}}, to_apply=add
+}
+
+on_false {
+  b = f32[1024]{0} parameter(0)
+  ROOT n = f32[1024]{0} negate(b)
+}
+
+ENTRY e {
+  pr = pred[] parameter(0)
+  x = f32[1024]{0} parameter(1)
+  ROOT c = f32[1024]{0} conditional(pr, x, x), true_computation=on_true, false_computation=on_false
+}
+"""
+
+
+@pytest.mark.parametrize("order", ["true_first", "false_first"])
+def test_a_branch_that_all_reduces_is_the_costlier_at_equal_hbm_bytes(tmp_path, order):
+    text = HLO_COLLECTIVE
+    if order == "false_first":   # (the branches' order must not decide)
+        text = text.replace("true_computation=on_true, false_computation=on_false",
+                            "true_computation=on_false, false_computation=on_true")
+    path = tmp_path / "cond_ar.hlo"
+    path.write_text(text)
+    rep = jaxmove.analyze(str(path))
+    t = rep.totals
+    assert t.hbm_read_bytes == t.hbm_write_bytes == 4096
+    # ring all-reduce: 2 (n - 1) / n of the buffer per device (NCCL's bus bandwidth formula)
+    assert t.device_to_device_bytes == 2 * 7 * 4096 // 8
+    assert rep.analysis.branches[("e", "c")] == "on_true"

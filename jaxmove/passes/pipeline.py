@@ -181,6 +181,15 @@ def _calls_kernels(instr: Instruction) -> bool:
 
 
 @gc_paused
+def _branch_cost(c: Cost) -> tuple[int, int]:
+    """How a conditional's branches are ranked (the totals take the largest): the bytes one
+    execution moves over every path (HBM, device <-> device, host <-> device: a branch that
+    all-reduces moves as many HBM bytes as one that does not, and its wire bytes as well),
+    then its flops."""
+    return (c.hbm_bytes + c.device_to_device_bytes + c.host_to_device_bytes + c.device_to_host_bytes,
+            c.flops)
+
+
 def analyze_module(module: Module, entry_roles: dict[int, str] | None = None,
                    output_roles: tuple[str | None, ...] | None = None) -> ModuleAnalysis:
     """Run the passes over ``module``.
@@ -306,11 +315,12 @@ def analyze_module(module: Module, entry_roles: dict[int, str] | None = None,
             instr = row.instr
             if instr.opcode == "conditional":
                 branches = [(b, total(b)) for b in instr.called_computations]
-                best = max(branches, key=lambda bc: (bc[1].hbm_bytes, bc[1].flops))
+                best = max(branches, key=lambda bc: _branch_cost(bc[1]))
                 chosen[(cname, instr.name)] = best[0]
                 parts.append(best[1])
                 notes.append(f"conditional '{instr.name}': totals use its costliest branch "
-                             f"'{best[0]}' (which branch runs is not known statically)")
+                             f"'{best[0]}' (the most bytes moved over HBM, the network and the host, "
+                             "then flops; which branch runs is not known statically)")
             elif instr.opcode in ("while", "call", "async-start", "call-start"):
                 for callee, k, _unknown, _branch in callee_counts(instr, module):
                     parts.append(total(callee) * k)
