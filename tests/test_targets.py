@@ -27,6 +27,7 @@ import jax.numpy as jnp  # noqa: E402
 from jax.sharding import NamedSharding, PartitionSpec as P  # noqa: E402
 
 from jaxmove import analyze  # noqa: E402
+from jaxmove.capture.program import CaptureError  # noqa: E402
 from jaxmove.capture.targets import (DoesNotFitError, MissingExtraError, Target,  # noqa: E402
                                      TargetNameError, gpu_target_config)
 from tests.conftest import cpu_devices_env  # noqa: E402
@@ -429,3 +430,21 @@ def test_costed_on_another_chip_than_compiled_for_says_so():
     rep = jaxmove.analyze("mlp-tiny", target="tpu-v5e:1x1", hardware="tpu-v5p")
     assert any("compiled for tpu-v5e:1x1 (tpu-v5e) and costed on tpu-v5p, another chip" in n for n in rep.notes)
     assert not any("another chip" in n for n in jaxmove.analyze("mlp-tiny", target="tpu-v5e:1x1").notes)
+
+
+@pytest.mark.parametrize("family", sorted(FAMILIES))
+def test_arguments_sharded_over_cpu_devices_are_refused_for_an_accelerator_target(family):
+    """jit compiles for the devices its arguments are sharded over: a function whose arguments
+    carry CPU shardings was compiled by XLA:CPU and labelled with the target (a user trial: an
+    f32 all-reduce of XLA:CPU's reported as the TPU program's). Refused, naming the leaf."""
+    t = _target_or_skip(family)
+    cpu_mesh = jax.sharding.Mesh(jax.devices("cpu")[:1], ("x",))
+    x = jax.ShapeDtypeStruct((64, 128), jnp.bfloat16, sharding=NamedSharding(cpu_mesh, P("x")))
+    with pytest.raises(CaptureError, match=rf"--target {t.name}: argument leaf 0 is sharded over cpu "
+                                           r"devices.*Target.parse"):
+        analyze(lambda a: a * 2, x, target=t.name)
+    # over the target's own compile-only devices: compiled by the target's compiler
+    on_target = NamedSharding(t.mesh({"x": 1}), P("x"))
+    rep = analyze(lambda a: a * 2, jax.ShapeDtypeStruct((64, 128), jnp.bfloat16, sharding=on_target),
+                  target=t.name)
+    assert rep.program.backend == family

@@ -492,14 +492,32 @@ def _target_shardings(shardings, target, args=()) -> dict:
     """``shardings`` with, for an accelerator target, no ``in_shardings`` and no argument that
     carries its own sharding (``jax.ShapeDtypeStruct(..., sharding=...)`` on the target's
     devices), every argument placed on the target's first compile-only device (so jit
-    compiles for that device)."""
+    compiles for that device).
+
+    Raises:
+      CaptureError: an argument (or ``in_shardings``) is sharded over devices of another
+        platform than the target's (jit would compile for them: a CPU program labelled TPU).
+    """
     from .targets import Target
 
     t = Target.parse(target)
     out = dict(shardings or {})
-    placed = any(isinstance(getattr(x, "sharding", None), jax.sharding.Sharding)
-                 for x in jax.tree_util.tree_leaves(args))
-    if t.platform != "cpu" and out.get("in_shardings") is None and not placed:
+    own = [(i, x.sharding) for i, x in enumerate(jax.tree_util.tree_leaves(args))
+           if isinstance(getattr(x, "sharding", None), jax.sharding.Sharding)]
+    given = out.get("in_shardings")
+    if given is not None:
+        own += [(i, sh) for i, sh in enumerate(jax.tree_util.tree_leaves(
+            given, is_leaf=lambda v: isinstance(v, jax.sharding.Sharding)))
+            if isinstance(sh, jax.sharding.Sharding)]
+    for i, sh in own:   # (jit would compile for those devices, not the target's)
+        platforms = sorted({d.platform for d in sh.device_set})
+        if platforms != [t.platform]:
+            raise CaptureError(
+                f"--target {t.name}: argument leaf {i} is sharded over {'/'.join(platforms)} "
+                f"devices, so jax would compile for those, not for {t.name}; shard it over the "
+                f"target's compile-only devices (a mesh of jaxmove.capture.targets.Target.parse("
+                f"{t.name!r}).mesh({{...}}), and any shard_map over that mesh) or leave target out")
+    if t.platform != "cpu" and given is None and not own:
         out["in_shardings"] = t.replicated()
     return out
 
