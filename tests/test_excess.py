@@ -439,6 +439,16 @@ ENTRY %main (x: f32[16,128]) -> f32[16,128] {
     control, _ = excess_of(full, H100)
     assert control.cause("all_gather_partly_used") is None
     assert control.by_path["device_to_device"].excess_bytes == 0
+    # returned as well as sliced: the caller gets the whole gathered result (a user trial: a
+    # returned all-gather was all_gather_partly_used, its readers inside being none)
+    returned = text.replace("-> f32[16,128] {\n  %x", "-> (f32[16,128], f32[64,128]) {\n  %x") \
+                   .replace("ROOT %y = f32[16,128] fusion(%ag), kind=kLoop, calls=%f",
+                            "%y = f32[16,128] fusion(%ag), kind=kLoop, calls=%f\n"
+                            "  ROOT %t = (f32[16,128], f32[64,128]) tuple(%y, %ag)")
+    assert "ROOT %t" in returned
+    ret, _ = excess_of(returned, H100)
+    assert ret.cause("all_gather_partly_used") is None
+    assert ret.by_path["device_to_device"].compulsory_bytes == wire
 
 
 def test_all_gather_into_vmem_read_whole_is_used_whole():

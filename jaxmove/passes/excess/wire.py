@@ -81,10 +81,13 @@ def collective_excess(acc, k: int, r, read_units: dict) -> None:
         leaves = gathered_leaves(instr, comp)  # (several for a combined all-gather)
         if leaves:
             size = used = 0
+            out_root = acc.out_root
             for key, leaf in leaves:  # (each leaf's wire bytes are its share of the result's)
                 leaf_size = leaf.logical_byte_size * count
                 size += leaf_size
-                used += min(leaf_size, read_units.get(acc.buffers.find(key), 0))
+                root = acc.buffers.find(key)
+                # (a result of the program is used whole: the caller gets all of it)
+                used += leaf_size if root in out_root else min(leaf_size, read_units.get(root, 0))
             if used < size:
                 keep = compulsory * used // size if size else compulsory
                 parts.append(("all_gather_partly_used", compulsory - keep))
