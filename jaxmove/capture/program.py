@@ -495,8 +495,9 @@ def _target_shardings(shardings, target, args=()) -> dict:
     compiles for that device).
 
     Raises:
-      CaptureError: an argument (or ``in_shardings``) is sharded over devices of another
-        platform than the target's (jit would compile for them: a CPU program labelled TPU).
+      CaptureError: ``target`` is given and an argument (or ``in_shardings``) is sharded over
+        devices of another platform (jit would compile for them: a CPU program labelled TPU);
+        without a target the shardings' devices are the program's.
     """
     from .targets import Target
 
@@ -509,7 +510,7 @@ def _target_shardings(shardings, target, args=()) -> dict:
         own += [(i, sh) for i, sh in enumerate(jax.tree_util.tree_leaves(
             given, is_leaf=lambda v: isinstance(v, jax.sharding.Sharding)))
             if isinstance(sh, jax.sharding.Sharding)]
-    for i, sh in own:   # (jit would compile for those devices, not the target's)
+    for i, sh in own if target is not None else ():   # (jit compiles for those devices)
         platforms = sorted({d.platform for d in sh.device_set})
         if platforms != [t.platform]:
             raise CaptureError(
