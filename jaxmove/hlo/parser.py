@@ -21,6 +21,7 @@ Every error is an :class:`HloParseError` with file, line, column and what was ex
 from __future__ import annotations
 
 import bisect
+import errno
 import os
 import re
 import stat
@@ -98,6 +99,9 @@ _ARRAY_AT = re.compile(_F_ARRAY)
 # signature, line breaks) is read by the general code, which also reports every error.
 _HEADER = re.compile(rf"(ENTRY[ \t]++)?+({_F_NAME})[ \t]*+{_SIG_PARAMS}[ \t]*+->[ \t]*+({_F_SHAPE})"
                      rf"[ \t]++\{{")  # a blank before '{': 'f32[]{' is a broken layout
+
+# Element types narrower than a byte, the only ones a layout's E(n) may pack (shape.py).
+_SUB_BYTE_TYPES = ", ".join(t for t, b in PRIMITIVE_BIT_WIDTHS.items() if 0 < b < 8)
 
 # Device groups are expanded into explicit lists; a count above MAX_DEVICES
 # (replica_groups.py: 2^20, more than any real system has) is refused rather than allocated.
@@ -295,7 +299,7 @@ class _Parser:
             into[key] = self.value(f"attribute '{key}' of {what}")
             if into[key].startswith("mesh["):
                 into[key] = self._mesh_axes_tail(into[key], f"attribute '{key}' of {what}")
-            self.check_attr(key, into[key], vpos)
+            self.check_attr(key, into[key], vpos, what)
 
     def inline_computation(self, name: str, what: str) -> str:
         """A computation written in place (``{`` at ``pos``): parsed, queued for the module
@@ -439,6 +443,14 @@ class _Parser:
                                  f"0..{len(dims) - 1} in some order, each once (minor to major)"
                                  if dims else f"layout {m.group(3)} of {key.split('{')[0]}: a scalar's layout "
                                  f"names no dimension", m.start(3))
+            esize = layout.element_size_bits
+            bits = PRIMITIVE_BIT_WIDTHS[etype]
+            if esize and bits >= 8 and esize != bits:
+                # XLA packs only sub-byte types (CpuGpuShapeVerifier::Preprocess: "custom element
+                # sizes on non-sub-byte types" are refused); E(n) would shrink this array's bytes
+                raise self.error(f"layout {m.group(3)} of {key.split('{')[0]}: E({esize}) sets a "
+                                 f"{esize}-bit element size on {etype} ({bits}-bit); expected E(n) "
+                                 f"only on sub-byte types ({_SUB_BYTE_TYPES})", m.start(3))
         if any(unbounded):
             shape = Shape(etype, tuple(dims), tuple(dyn), layout, unbounded=tuple(unbounded))
             self.unbounded_dims = True
@@ -838,7 +850,8 @@ class _Parser:
                             continue
                         for am in _FAST_ATTR.finditer(atext):
                             if am.group(1) == key and am.group(2) == groups:
-                                self.check_attr(key, groups, m.start(7) + am.start(2))
+                                self.check_attr(key, groups, m.start(7) + am.start(2),
+                                                f"instruction '{name}'")
             else:
                 atext = None
             instr = Instruction(name, intern(opcode), shape, operands, attrs, literal,
@@ -985,11 +998,13 @@ class _Parser:
     def validate(self, mod: Module) -> None:
         validate_module(mod)
 
-    def check_attr(self, key: str, value: str, pos: int) -> None:
+    def check_attr(self, key: str, value: str, pos: int, what: str = "") -> None:
         """Attribute values checked at parse time: ``replica_groups`` must expand (an iota
         list's sizes must multiply out, and span at most ``MAX_DEVICES``); the module
-        header's ``replica_count`` / ``num_partitions`` must be integers in [1, MAX_DEVICES].
-        Raises HloParseError at the value's position."""
+        header's ``replica_count`` / ``num_partitions`` must be integers in [1, MAX_DEVICES];
+        when the header gives either, group ids must lie below their product
+        (``_check_id_range``). ``what`` names the instruction for messages. Raises
+        HloParseError at the value's position."""
         if key in _COUNT_KEYS and self.pos_in_header:
             try:
                 n = ascii_int(value)
@@ -1018,6 +1033,8 @@ class _Parser:
                 raise self.error(f"{key} {value}: {e}", pos) from None
             if key == "source_target_pairs" and any(len(g) != 2 for g in groups):
                 raise self.error(f"source_target_pairs={value}: expected {{source,target}} pairs", pos)
+            if self.header_counts:
+                self._check_id_range(key, value, groups, pos, what)
             if key == "replica_groups":  # HloVerifier's CheckReplicaGroups: "Replica %d is repeated"
                 seen: dict[int, int] = {}
                 for k, g in enumerate(groups):
@@ -1028,6 +1045,23 @@ class _Parser:
                                              f"{k}; each device belongs to at most one group", pos)
                         seen[d] = k
             self._checked_groups.add(value)
+
+    def _check_id_range(self, key: str, value: str, groups: list[list[int]], pos: int,
+                        what: str) -> None:
+        """Every id of a ``replica_groups`` / ``source_target_pairs`` list is below
+        replica_count x num_partitions, when the module header gives either count (the other
+        is then 1). Ids are replica ids (< replica_count) without a channel_id, partition ids
+        or global device ids (< replica_count x num_partitions) with one
+        (xla/service/collective_ops_utils.cc, GetParticipatingIDs / GetCollectiveOpGroupMode);
+        the larger bound holds in every mode, so only an id no mode allows is refused."""
+        r = self.header_counts.get("replica_count", 1)
+        p = self.header_counts.get("num_partitions", 1)
+        top = max((d for g in groups for d in g), default=-1)
+        if top >= r * p:
+            raise self.error(f"{key}={value}{' of ' + what if what else ''} names device {top}, "
+                             f"but the HloModule header has "
+                             f"replica_count={r} x num_partitions={p} = {r * p} devices: expected "
+                             f"ids in [0, {r * p})", pos)
 
 
 #: XLA:GPU's buffer colours (xla/service/gpu/gpu_memory_space_assignment.h): 1
@@ -1071,13 +1105,24 @@ def max_hlo_file_bytes() -> int:
     return int(v) if v.isascii() and v.isdigit() else MAX_HLO_FILE_BYTES
 
 
+def _open_problem(e: OSError) -> str:
+    """Why ``os.open`` refused an HLO path, in words (the text of an ``HloFileError``)."""
+    if e.errno == errno.ELOOP:
+        return ("cannot be opened: too many levels of symbolic links (a symbolic link that "
+                "points, through others, back to itself?)")
+    if isinstance(e, PermissionError):
+        return "cannot be opened: permission denied (jaxmove needs to read the file)"
+    return f"cannot be opened: {e.strerror or e}"
+
+
 def read_hlo_text(path: str | Path) -> str:
     """The text of an HLO file, decoded as UTF-8 (a leading byte-order mark is dropped).
 
     Raises:
       FileNotFoundError: the file does not exist.
       HloFileError: the path is not a regular file (a directory, /dev/zero, a FIFO: read
-        until memory ran out before), or it is larger than ``max_hlo_file_bytes()``.
+        until memory ran out before), it is larger than ``max_hlo_file_bytes()``, or it cannot
+        be opened or read (a symbolic link loop, no permission, an I/O error).
       HloParseError: the bytes are not UTF-8 (names the file, line and column of the first
         bad byte).
     """
@@ -1088,6 +1133,10 @@ def read_hlo_text(path: str | Path) -> str:
         fd = os.open(p, os.O_RDONLY | getattr(os, "O_NONBLOCK", 0))
     except IsADirectoryError:
         raise HloFileError(str(p), "is a directory, not an HLO text file") from None
+    except FileNotFoundError:
+        raise
+    except OSError as e:  # a symlink loop (ELOOP), no permission, a name too long ...
+        raise HloFileError(str(p), _open_problem(e)) from None
     with os.fdopen(fd, "rb") as f:
         st = os.fstat(f.fileno())
         if not stat.S_ISREG(st.st_mode):
@@ -1100,7 +1149,10 @@ def read_hlo_text(path: str | Path) -> str:
         if st.st_size > limit:
             raise HloFileError(str(p), f"is {st.st_size} bytes, more than the {limit} jaxmove "
                                "reads (set JAXMOVE_MAX_HLO_BYTES to raise the limit)")
-        data = f.read(limit + 1)
+        try:
+            data = f.read(limit + 1)
+        except OSError as e:  # EIO, EISDIR from a file system that opens directories ...
+            raise HloFileError(str(p), f"cannot be read: {e.strerror or e}") from None
     if len(data) > limit:  # the file grew while being read
         raise HloFileError(str(p), f"is more than the {limit} bytes jaxmove reads (set "
                            "JAXMOVE_MAX_HLO_BYTES to raise the limit)")
@@ -1119,6 +1171,7 @@ def parse_file(path: str | Path) -> Module:
 
     Raises:
       FileNotFoundError: the file does not exist.
+      HloFileError: the path is not a regular file, is too large, or cannot be opened or read.
       HloParseError: the text is malformed, or not UTF-8.
     """
     return parse_module(read_hlo_text(path), str(path))

@@ -28,6 +28,17 @@ Checks, with their XLA source:
   computations with as many parameters as they pass operands (``HloVerifier::
   CheckParameterCount`` / ``HandleWhile`` / ``HandleConditional``); the attributes that name
   the called computations are present (``calls=``, ``condition=``/``body=``, ``to_apply=``);
+* called computations' signatures (``HloVerifier::HandleFusion`` / ``HandleCall`` /
+  ``HandleWhile`` / ``HandleConditional``, ``ShapeInference::InferCallShape`` /
+  ``InferWhileShape`` / ``InferConditionalShape``), compared by tuple structure, element type
+  and dimensions, layouts and memory spaces ignored (``_shape_difference``): a fusion's or
+  call's operands have its computation's parameter shapes and its shape is that computation's
+  root shape; a while's operand, shape, body and condition parameters and body root are one
+  loop state, and its condition returns ``pred[]``; a conditional's index is ``s32[]`` (or
+  ``pred[]`` with two branches), branch ``k`` takes operand ``k + 1``'s shape and every branch
+  returns the conditional's shape. Element types are compared exactly here: XLA builds a
+  called computation's parameters from its caller's operands, so they agree after float
+  normalization too;
 * string literals hold only the escapes XLA's lexer unescapes (``attrs.c_unescape``, after
   ``absl::CUnescape``; hlo_lexer.cc "Failed unescaping string");
 * the result shapes of the data-movement opcodes whose shapes jaxmove's byte counts read
@@ -46,9 +57,10 @@ Checks, with their XLA source:
   dimensions, then lhs's and then rhs's other non-contracted ones (sparse dots, ragged-dot,
   scaled-dot and cuBLAS custom calls: dimension numbers only); a copy keeps its operand's
   shape up to the layout; a select's on_true/on_false have the result's shape and its pred the
-  result's dimensions (or is a scalar pred); a pad adds ``lo + hi + interior * (n - 1)`` per
-  dimension and pads with a scalar; a reduce removes its ``dimensions`` from each input (one
-  result per input); a gather's result holds its slice sizes (less the collapsed and batching
+  result's dimensions (or is a scalar pred); a scatter has its operand's shape and update
+  windows that fit in the operand (``InferScatterShape``, ``_check_scatter``); a pad adds
+  ``lo + hi + interior * (n - 1)`` per dimension and pads with a scalar; a reduce removes its
+  ``dimensions`` from each input (one result per input); a gather's result holds its slice sizes (less the collapsed and batching
   ones) at ``offset_dims`` and its indices' batch dimensions elsewhere; a reverse keeps its
   operand's shape and names distinct dimensions of it; an iota's ``iota_dimension`` is a
   result dimension; a compare gives ``pred``. Element types are compared only where the rule
@@ -67,7 +79,7 @@ from .errors import HloParseError
 from .ints import ascii_int, is_uint
 from .ir import CALLED_COMPUTATION_ATTRS, Computation, Instruction, Module
 from .opcodes import OPCODES, arity_check, names
-from .shape import FLOAT_TYPES, PRIMITIVE_BIT_WIDTHS, Shape
+from .shape import FLOAT_TYPES, PRIMITIVE_BIT_WIDTHS, Shape, shape_text
 
 # opcode -> (description, predicate on the operand count): the arity column of the opcode
 # table (opcodes.py, after HloOpcodeArity and the Create* factories)
@@ -305,6 +317,7 @@ def _check_instruction(filename: str, mod: Module, comp: Computation, instr: Ins
             if len(callee.parameters) != n:
                 raise _err(filename, instr, f"fusion '{instr.name}' passes {n} operands to computation "
                            f"'{callee.name}', which has {len(callee.parameters)} parameters")
+            _check_call_signature(filename, comp, instr, callee)
         return called
     by_name = comp.by_name
     arity = _ARITY.get(op)
@@ -389,13 +402,17 @@ def _check_instruction(filename: str, mod: Module, comp: Computation, instr: Ins
         if len(callee.parameters) != n:
             raise _err(filename, instr, f"{op} '{instr.name}' passes {n} operands to computation "
                        f"'{callee.name}', which has {len(callee.parameters)} parameters")
+        _check_call_signature(filename, comp, instr, callee)
     elif op == "while":
         _check_trip_count(filename, instr)
+        loop = {}
         for key in ("condition", "body"):
-            callee = mod.computations[instr.attrs[key].strip().lstrip("%")]
+            callee = loop[key] = mod.computations[instr.attrs[key].strip().lstrip("%")]
             if len(callee.parameters) != 1:
                 raise _err(filename, instr, f"while '{instr.name}': its {key} '{callee.name}' must have "
                            f"1 parameter, has {len(callee.parameters)}")
+        if n == 1:
+            _check_while_signature(filename, comp, instr, loop["condition"], loop["body"])
     elif op == "conditional":
         if n != len(called) + 1:
             raise _err(filename, instr, f"conditional '{instr.name}' has {len(called)} branches and "
@@ -404,7 +421,130 @@ def _check_instruction(filename: str, mod: Module, comp: Computation, instr: Ins
             if len(mod.computations[c].parameters) != 1:
                 raise _err(filename, instr, f"conditional '{instr.name}': branch '{c}' must have 1 "
                            f"parameter, has {len(mod.computations[c].parameters)}")
+        _check_conditional_signature(filename, comp, instr, [mod.computations[c] for c in called])
     return called
+
+
+def _shape_difference(a: Shape, b: Shape, index: tuple[int, ...] = ()) -> tuple[int, ...] | None:
+    """The ShapeIndex of the first place where ``a`` and ``b`` differ in tuple structure,
+    element type or dimensions, else None (``ShapeUtil::Compatible``: layouts, tiles and
+    memory spaces are ignored, and bounded dynamic dimensions compare by their bounds). An
+    array with an unbounded (``?``) dimension matches any array of its element type."""
+    if a is b:  # (the parser shares one Shape per distinct text)
+        return None
+    if a.is_tuple or b.is_tuple:
+        if not (a.is_tuple and b.is_tuple and len(a.tuple_shapes) == len(b.tuple_shapes)):
+            return index
+        for k, (x, y) in enumerate(zip(a.tuple_shapes, b.tuple_shapes)):
+            where = _shape_difference(x, y, index + (k,))
+            if where is not None:
+                return where
+        return None
+    if a.element_type != b.element_type:
+        return index
+    if a.dims != b.dims and not (a.has_unbounded_dim or b.has_unbounded_dim):
+        return index
+    return None
+
+
+def _at(shape: Shape, index: tuple[int, ...]) -> str:
+    """`` (element {i,j}: f32[8])`` naming where in a tuple shape a difference lies; ''
+    at the top."""
+    if not index:
+        return ""
+    return f" (element {{{','.join(map(str, index))}}}: {shape_text(shape.subshape(index))})"
+
+
+def _check_call_signature(filename: str, comp: Computation, instr: Instruction,
+                          callee: Computation) -> None:
+    """A fusion's or call's operand ``k`` has the shape of parameter ``k`` of the computation
+    it calls, and its own shape is that computation's root shape (``HloVerifier``'s
+    ``HandleFusion`` / ``HandleCall``, ``ShapeInference::InferCallShape``; compared as
+    ``_shape_difference`` does, so TPU operands that differ from the parameters only in layout
+    or memory space ``S(n)`` pass). The parameter counts agree (checked before)."""
+    by_name = comp.by_name
+    ops = instr.operands
+    for p in callee.parameters:
+        k = p.parameter_number
+        if k is None or k >= len(ops):
+            continue
+        src = by_name[ops[k]].shape
+        where = _shape_difference(src, p.shape)
+        if where is not None:
+            raise _err(filename, instr, f"{instr.opcode} '{instr.name}' passes operand {k} '{ops[k]}' "
+                       f"{src} to parameter {k} '{p.name}' {p.shape} of computation '{callee.name}'"
+                       f"{_at(src, where)}: expected the operand to have the parameter's shape "
+                       f"{shape_text(p.shape)} (only layouts may differ)")
+    root = callee.root.shape
+    where = _shape_difference(instr.shape, root)
+    if where is not None:
+        raise _err(filename, instr, f"{instr.opcode} '{instr.name}' has shape {instr.shape}"
+                   f"{_at(instr.shape, where)} but its computation '{callee.name}' returns {root} (root '{callee.root.name}'): "
+                   f"expected {shape_text(root)}, the shape of the called computation's root")
+
+
+def _check_while_signature(filename: str, comp: Computation, instr: Instruction,
+                           cond: Computation, body: Computation) -> None:
+    """A while's loop state has one shape: its operand's, its own, its body's and condition's
+    parameter's and its body's root's; its condition returns ``pred[]`` (``HloVerifier::
+    HandleWhile``, ``ShapeInference::InferWhileShape``: "While condition should have shape
+    PRED"). Compared as ``_shape_difference`` does (layouts ignored)."""
+    state_name = instr.operands[0]
+    state = comp.by_name[state_name].shape
+    where = _shape_difference(instr.shape, state)
+    if where is not None:
+        raise _err(filename, instr, f"while '{instr.name}' has shape {instr.shape}{_at(instr.shape, where)} "
+                   f"but its operand (the initial loop state) '{state_name}' is {state}: expected "
+                   f"{shape_text(state)}")
+    for key, callee in (("body", body), ("condition", cond)):
+        p = callee.parameters[0]
+        where = _shape_difference(p.shape, state)
+        if where is not None:
+            raise _err(filename, instr, f"while '{instr.name}': parameter '{p.name}' of its {key} "
+                       f"'{callee.name}' is {p.shape}{_at(p.shape, where)} but the loop state "
+                       f"'{state_name}' is {state}: expected {shape_text(state)}")
+    root = body.root.shape
+    where = _shape_difference(root, state)
+    if where is not None:
+        raise _err(filename, instr, f"while '{instr.name}': its body '{body.name}' returns {root}"
+                   f"{_at(root, where)} (root '{body.root.name}') but the loop state "
+                   f"'{state_name}' is {state}: expected the body to return {shape_text(state)}")
+    pred = cond.root.shape
+    if pred.element_type != "pred" or pred.dims:
+        raise _err(filename, instr, f"while '{instr.name}': its condition '{cond.name}' returns "
+                   f"{pred} (root '{cond.root.name}'): expected pred[]")
+
+
+def _check_conditional_signature(filename: str, comp: Computation, instr: Instruction,
+                                 branches: list[Computation]) -> None:
+    """``conditional(index, operand_0, ..., operand_{n-1})``: the index is a scalar ``pred``
+    (two branches: true, then false) or ``s32``; branch ``k``'s parameter has operand ``k``'s
+    shape and every branch returns the conditional's shape (``ShapeInference::
+    InferConditionalShape``, ``HloVerifier::HandleConditional``). Compared as
+    ``_shape_difference`` does (layouts ignored)."""
+    by_name = comp.by_name
+    ops = instr.operands
+    idx = by_name[ops[0]].shape
+    if not idx.is_array or idx.dims or idx.element_type not in ("pred", "s32") or (
+            idx.element_type == "pred" and len(branches) != 2):
+        raise _err(filename, instr, f"conditional '{instr.name}': its branch index '{ops[0]}' is "
+                   f"{idx} with {len(branches)} branches: expected s32[] (or pred[] with 2 branches)")
+    out = instr.shape
+    for k, branch in enumerate(branches):
+        p = branch.parameters[0]
+        src = by_name[ops[k + 1]].shape
+        where = _shape_difference(src, p.shape)
+        if where is not None:
+            raise _err(filename, instr, f"conditional '{instr.name}' passes operand {k + 1} "
+                       f"'{ops[k + 1]}' {src} to branch {k} '{branch.name}', whose parameter "
+                       f"'{p.name}' is {p.shape}{_at(p.shape, where)}: expected the parameter to "
+                       f"have the operand's shape {shape_text(src)}")
+        root = branch.root.shape
+        where = _shape_difference(root, out)
+        if where is not None:
+            raise _err(filename, instr, f"conditional '{instr.name}' has shape {out} but branch {k} "
+                       f"'{branch.name}' returns {root}{_at(root, where)} (root "
+                       f"'{branch.root.name}'): expected every branch to return {shape_text(out)}")
 
 
 def _dims_text(dims) -> str:
@@ -761,6 +901,95 @@ def _check_iota(filename: str, comp: Computation, instr: Instruction) -> None:
                    f"its result {out}" + (f" (rank {rank})" if out.is_array else ""))
 
 
+_SCATTER_REQUIRED = ("update_window_dims", "inserted_window_dims", "scatter_dims_to_operand_dims",
+                     "index_vector_dim")
+
+
+def _check_scatter(filename: str, comp: Computation, instr: Instruction) -> None:
+    """``scatter(operands..., scatter_indices, updates...)`` (``ShapeInference::
+    InferScatterShape``, ``ValidateScatterDimensionNumbers``): the result is the operand's
+    shape (a tuple of them for several operands); ``update_window_dims`` are ascending
+    dimensions of the updates, and with ``inserted_window_dims`` and ``input_batching_dims``
+    account for the operand's dimensions; ``scatter_dims_to_operand_dims`` has one operand
+    dimension per index component; the updates' other dimensions are the indices' batch
+    dimensions (all but ``index_vector_dim``, which may be their rank), in order; each update
+    window dimension is at most the operand dimension it is written into (the operand's
+    dimensions that are neither inserted nor batching, in order). Element types are compared
+    up to floating-point precision (``_FP_TYPES``). A scatter printed without these attributes,
+    or with dynamic shapes, is not checked."""
+    attrs = instr.attrs
+    if any(k not in attrs for k in _SCATTER_REQUIRED):
+        return
+    by_name = comp.by_name
+    n = len(instr.operands) // 2
+    operands = [by_name[o].shape for o in instr.operands[:n]]
+    idx = by_name[instr.operands[n]].shape
+    updates = [by_name[o].shape for o in instr.operands[n + 1:]]
+    shapes = operands + [idx] + updates
+    if any(not s.is_array or any(s.dynamic) for s in shapes):
+        return
+    out = instr.shape
+    want = operands[0] if n == 1 else Shape("tuple", tuple_shapes=tuple(operands))
+    if not _compatible_up_to_fp(out, want):
+        raise _err(filename, instr, f"scatter '{instr.name}' has shape {out} but its operand"
+                   f"{'s are' if n > 1 else ' is'} {want}: expected {shape_text(want)} (a scatter's "
+                   "result has its operands' shapes)")
+    src, upd = operands[0], updates[0]
+
+    def bad(what: str) -> HloParseError:
+        return _err(filename, instr, f"scatter '{instr.name}' of {src} with indices {idx} and "
+                    f"updates {upd}: {what}")
+
+    for o, s in zip(instr.operands[1:n], operands[1:]):
+        if s.dims != src.dims:
+            raise bad(f"operand '{o}' is {s}: expected every operand to have dimensions "
+                      f"{_dims_text(src.dims)}")
+    for o, s in zip(instr.operands[n + 2:], updates[1:]):
+        if s.dims != upd.dims:
+            raise bad(f"updates '{o}' is {s}: expected every updates operand to have dimensions "
+                      f"{_dims_text(upd.dims)}")
+    ivd_text = attrs["index_vector_dim"].strip()
+    if not is_uint(ivd_text) or int(ivd_text) > len(idx.dims):
+        raise bad(f"index_vector_dim={ivd_text}: expected a dimension in [0, {len(idx.dims)}] of the "
+                  "indices")
+    ivd = int(ivd_text)
+    window = _dims_attr(filename, instr, "update_window_dims")
+    inserted = _dims_attr(filename, instr, "inserted_window_dims")
+    batching = _dims_attr(filename, instr, "input_batching_dims")
+    to_operand = _dims_attr(filename, instr, "scatter_dims_to_operand_dims")
+    rank, urank = len(src.dims), len(upd.dims)
+    batch = idx.dims[:ivd] + idx.dims[ivd + 1:]
+    vector = idx.dims[ivd] if ivd < len(idx.dims) else 1
+    if list(window) != sorted(set(window)) or any(not 0 <= d < urank for d in window):
+        raise bad(f"update_window_dims={_dims_list(window)}: expected ascending dimensions of the "
+                  f"rank-{urank} updates")
+    for key, dims in (("inserted_window_dims", inserted), ("input_batching_dims", batching)):
+        if len(set(dims)) != len(dims) or any(not 0 <= d < rank for d in dims):
+            raise bad(f"{key}={_dims_list(dims)}: expected distinct dimensions of the rank-{rank} "
+                      "operand")
+    if len(window) + len(inserted) + len(batching) != rank or set(inserted) & set(batching):
+        raise bad(f"update_window_dims={_dims_list(window)} ({len(window)}), inserted_window_dims="
+                  f"{_dims_list(inserted)} and input_batching_dims={_dims_list(batching)}: expected "
+                  f"them to account for the {rank} operand dimensions, each once")
+    if len(to_operand) != vector or any(not 0 <= d < rank for d in to_operand):
+        raise bad(f"scatter_dims_to_operand_dims={_dims_list(to_operand)}: expected {vector} "
+                  f"operand dimension(s), one per index component")
+    if urank != len(window) + len(batch):
+        raise bad(f"expected updates of rank {len(window) + len(batch)} ({len(window)} window "
+                  f"dimension(s) and the indices' {len(batch)} batch dimension(s)), got rank {urank}")
+    scatter_sizes = tuple(k for d, k in enumerate(upd.dims) if d not in window)
+    if scatter_sizes != batch:
+        raise bad(f"the updates' dimensions other than update_window_dims={_dims_list(window)} are "
+                  f"{_dims_text(scatter_sizes)}: expected the indices' batch dimensions "
+                  f"{_dims_text(batch)}")
+    dropped = set(inserted) | set(batching)
+    targets = [d for d in range(rank) if d not in dropped]
+    for w, d in zip(window, targets):
+        if upd.dims[w] > src.dims[d]:
+            raise bad(f"update window dimension {w} (size {upd.dims[w]}) is written into operand "
+                      f"dimension {d} (size {src.dims[d]}): expected at most {src.dims[d]}")
+
+
 # opcode -> the check of its result shape against its operands (called with operand 0's shape)
 _SHAPE_RULES = {
     "slice": _check_slice,
@@ -782,6 +1011,7 @@ _SHAPE_RULES = {
 _OWN_SHAPE_RULES = {
     "reduce": _check_reduce,
     "iota": _check_iota,
+    "scatter": _check_scatter,
 }
 
 
