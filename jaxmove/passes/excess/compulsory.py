@@ -423,6 +423,10 @@ def _reshaped_parameter(instr, leaf, pleaf, module) -> bool:
     return _value_chain(instr, module) is not None
 
 
+#: the kinds of copy kernels (kernels.copy_kind)
+_COPY_KINDS = frozenset(("layout_change", "dtype_conversion", "slice_copy"))
+
+
 def _same_order(a, b) -> bool:
     """Arrays ``a`` and ``b`` of one element count hold their elements in the same order in
     memory (a bitcast between them moves nothing): the same dimensions and layout (tiles
@@ -796,7 +800,12 @@ class Accounting:
                 # shape: a transpose written into it is a new value, not an update)
                 update_of[oroot] = alias_of_out[j]
         for oroot in [o for o in derived if o in out_root and o not in update_of]:
-            del derived[oroot]  # a result written by a copy kernel: the result itself
+            # a result written by a copy kernel: the result itself, a new value; one made of a
+            # parameter reads what it needs of it as any kernel does (compulsory; the copy of
+            # an intermediate keeps its kind: the layout copy XLA made of a computed value)
+            origin, _n, _d, _kind, k_copy = derived.pop(oroot)
+            if origin in param_root and kcause.get(k_copy) in _COPY_KINDS:
+                del kcause[k_copy]
         self.same_value_rows, same_origin = self._same_value_rows(update_of, kcause)
         # copies of a parameter into on-chip memory (XLA:TPU's layout copy of a table into VMEM):
         # their readers' on-chip reads say how much of the parameter the program needs (lookups)
