@@ -29,7 +29,9 @@ def does_not_fit_note(module, spec, memory_stats: dict | None = None, backend: s
     temporaries, all live at once, or XLA's own peak where larger); an XLA:TPU program is
     the exception, its compiler checked the memory itself and refuses what does not fit
     (``backend="tpu"`` with ``memory_stats``: no note; its refusal is capture/targets.py
-    ``DoesNotFitError``), unless the user overrode ``hbm_capacity_bytes`` (``--spec``). Otherwise, and for an HLO file (no ``memory_analysis``), arguments
+    ``DoesNotFitError``), unless the user overrode ``hbm_capacity_bytes`` (``--spec``). Otherwise, for an HLO file (no ``memory_analysis``) and for a program compiled for
+    another kind of device than the spec's (``analyze`` passes no ``memory_stats`` then: XLA:CPU's
+    temporaries hold f32 copies of bf16 buffers that no GPU program has), arguments
     larger than the capacity do not fit: the bytes that must sit in device memory before the
     program runs (its ENTRY parameters)."""
     cap = getattr(spec, "hbm_capacity_bytes", None)
@@ -183,7 +185,10 @@ def analyze(obj, /, *args, overrides: dict[str, str] | None = None, hardware=Non
         analysis.notes.append(f"program compiled for {tgt.name} ({tgt.spec_name}) and costed on "
                               f"{spec.name}, another chip: the program is {tgt.spec_name}'s as its "
                               f"compiler chose it; compile with --target {spec.name} for {spec.name}'s own")
-    fit = (does_not_fit_note(module, spec, getattr(program, "memory_stats", None), program.backend)
+    # (XLA:CPU's memory_analysis is no accelerator's: its temporaries hold f32 copies of bf16
+    # weights; a program costed on another kind of device is judged by its arguments alone)
+    fit = (does_not_fit_note(module, spec, getattr(program, "memory_stats", None)
+                             if program.backend == spec.kind else None, program.backend)
            if spec is not None else None)
     if fit:
         analysis.notes.insert(0, fit)

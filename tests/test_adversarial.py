@@ -376,7 +376,7 @@ def test_garbage_last_line_is_dropped_for_good(tmp_path):
     import json
     from jaxmove.sweep.store import ResultStore
     out = tmp_path / "r.jsonl"
-    out.write_text(json.dumps(_row("k1")) + "\n" + "garbage{\n")
+    out.write_text(json.dumps(_row("k1")) + "\n" + "garbage{")   # (a write killed mid-line)
     with ResultStore(out, resume=True) as s:
         assert list(s.rows) == ["k1"] and any("incomplete last line dropped" in n for n in s.notes)
         s.add(_row("k2"))

@@ -183,3 +183,34 @@ def test_figure_is_the_compilers_when_arguments_alone_do_not_fit():
     assert human_bytes(208_000_000_000) in note
     # without memory_analysis figures (an HLO file): the arguments
     assert does_not_fit_note(m, small, None, None).startswith("does not fit: the program's arguments take")
+
+
+def test_a_cpu_program_costed_on_a_gpu_spec_is_judged_by_its_arguments():
+    """XLA:CPU computes a bf16 dot in f32: its memory_analysis counts an f32 copy of the weight
+    among its temporaries, which no GPU program has. Costed on h100-sxm, the program was said
+    not to fit by those figures (a user trial: llama3-8b-decode --hardware h100-sxm, "needs
+    75.90 GiB ... temporaries 28.93 GiB", exit 2). The arguments alone decide there."""
+    import jax
+    import jax.numpy as jnp
+
+    import jaxmove
+    from jaxmove.hardware.overrides import override_spec
+    w = jax.ShapeDtypeStruct((2048, 2048), jnp.bfloat16)
+    x = jax.ShapeDtypeStruct((8, 2048), jnp.bfloat16)
+    args_bytes = 2048 * 2048 * 2 + 8 * 2048 * 2
+    f = lambda w, x: x @ w   # noqa: E731
+    from jaxmove.capture.program import capture
+    cpu_peak = memory_analysis_peak_bytes(capture(f, w, x, roles=("weights", "activations")).memory_stats, "cpu")
+    assert cpu_peak > args_bytes + 2048 * 2048 * 2     # (XLA:CPU's f32 copy of w, at least)
+    cap = args_bytes + 1024                            # the arguments fit, XLA:CPU's peak does not
+    for name in ("h100-sxm", "cpu-generic"):
+        spec = override_spec(load_spec(name), {"hbm_capacity_bytes": cap})
+        notes = jaxmove.analyze(f, w, x, hardware=spec).notes
+        fit = [n for n in notes if n.startswith("does not fit")]
+        if name == "cpu-generic":   # (XLA:CPU's figures are the CPU's own)
+            assert fit and "memory_analysis" in fit[0]
+        else:
+            assert not fit, fit
+    spec = override_spec(load_spec("h100-sxm"), {"hbm_capacity_bytes": args_bytes - 1})
+    (fit,) = [n for n in jaxmove.analyze(f, w, x, hardware=spec).notes if n.startswith("does not fit")]
+    assert f"arguments take {args_bytes / 2**20:.2f} MiB" in fit

@@ -433,6 +433,23 @@ def _bytes_text(n: int | None) -> str:
     return f"{n} B"
 
 
+def _refused_options(text: str, options: dict[str, str]) -> dict[str, str]:
+    """The ``--xla-option`` s a compile error is about: {} when it is about none of them.
+
+    XLA:CPU says "No such compile option: 'k'" / "While setting option k, 'v' is not a valid
+    bool value"; XLA:TPU (libtpu) "INVALID_ARGUMENT: Failed to parse 'v' into flag k: " (an
+    internal error before). An INVALID_ARGUMENT that names an option given is about the
+    options it names; "compile option" / "While setting option" naming none, about all."""
+    if not options:
+        return {}
+    named = {k: v for k, v in options.items() if re.search(rf"(?<![\w]){re.escape(k)}(?![\w])", text)}
+    if "compile option" in text or "While setting option" in text:
+        return named or dict(options)
+    if "INVALID_ARGUMENT" in text and named:
+        return named
+    return {}
+
+
 def compile_lowered(lowered, target: Target | str | None, what: str = "the program"):
     """``lowered.compile()`` with the plugins' noise filtered and the XLA compile options of
     ``xla_options()`` (``--xla-option``); ``target`` names the device in messages (None: a
@@ -442,7 +459,8 @@ def compile_lowered(lowered, target: Target | str | None, what: str = "the progr
       DoesNotFitError: the compiler ran out of device memory (``RESOURCE_EXHAUSTED``); the
         message is one line ``<what> does not fit on <target>: needs X, has Y (...)``.
       XlaOptionError: the compiler refused an option (XLA's message: "No such compile option",
-        "... is not a valid bool value").
+        "... is not a valid bool value", libtpu's "Failed to parse 'maybe' into flag ..."): the
+        message names the option(s) refused.
     """
     from .._platform import quiet_stderr
 
@@ -453,11 +471,13 @@ def compile_lowered(lowered, target: Target | str | None, what: str = "the progr
             return lowered.compile(options) if options else lowered.compile()
     except Exception as e:  # noqa: BLE001 - jax's JaxRuntimeError; anything else re-raised
         text = str(e)
-        if options and ("compile option" in text or "While setting option" in text):
+        refused = _refused_options(text, options)
+        if refused:
             first = (text.strip().splitlines() or [""])[0].replace("INVALID_ARGUMENT: ", "")
-            given = ", ".join(f"{k}={v}" for k, v in options.items())
+            given = ", ".join(f"{k}={v}" for k, v in refused.items())
             who = f"XLA compiling for {where}" if target is not None else "XLA"
-            raise XlaOptionError(f"--xla-option {given}: {who} refused it: {first}") from None
+            raise XlaOptionError(f"--xla-option {given}: {who} refused it: "
+                                 f"{first.rstrip(' :')}") from None
         if not _OOM.search(text):
             raise
         first = (text.strip().splitlines() or [""])[0]

@@ -41,10 +41,55 @@ def check_outputs(args: argparse.Namespace) -> None:
     if getattr(args, "trace", None) and not getattr(args, "hardware", None) and not implied:
         raise UsageError("--trace needs --hardware or a device --target (the trace is the "
                          "estimated timeline on a device)")
+    outputs = [(what.split()[0], getattr(args, attr, None)) for attr, what in
+               (("html", "--html file"), ("trace", "--trace file"), ("output", "-o file"))]
+    check_distinct_outputs(outputs)
     for attr, what in (("html", "--html file"), ("trace", "--trace file"), ("output", "-o file")):
         path = getattr(args, attr, None)
         if path and path != "-":
             check_output_path(path, what)
+
+
+def check_distinct_outputs(outputs) -> None:
+    """Two output options of one command must not name one file (``--html r.jsonl`` wrote the
+    page over ``-o r.jsonl``'s results; ``--html p.png --plot p.png`` wrote the file twice).
+
+    ``outputs``: (option, path or None) pairs; None and ``-`` (stdout) are skipped. Paths are
+    compared resolved (``./a/../r.html`` is ``r.html``, symbolic links followed), and existing
+    files by identity too (hard links).
+
+    Raises:
+      UsageError: the two options and the file they share.
+    """
+    seen: list[tuple[str, str, str]] = []
+    for option, path in outputs:
+        if not path or path == "-":
+            continue
+        resolved = os.path.realpath(os.path.expanduser(str(path)))
+        for other, other_path, other_resolved in seen:
+            same = resolved == other_resolved
+            if not same:
+                try:
+                    same = os.path.samefile(resolved, other_resolved)
+                except OSError:  # (one of them does not exist yet)
+                    same = False
+            if same:
+                shown = (f"{other_path}" if str(other_path) == str(path)
+                         else f"{other_path} and {path} are both {resolved}")
+                raise UsageError(f"{other} and {option} name the same file ({shown}): give each "
+                                 "output a file of its own")
+        seen.append((option, path, resolved))
+
+
+class _Once(argparse.Action):
+    """An option a command takes once: given twice it is an error (argparse keeps the last
+    silently: ``analyze --plan tp --plan dp`` compiled dp)."""
+
+    def __call__(self, parser, namespace, values, option_string=None):
+        before = getattr(namespace, self.dest, None)
+        if before is not None:
+            parser.error(f"{option_string} given twice ({before} and {values}): this command takes one")
+        setattr(namespace, self.dest, values)
 
 
 def fit_status(report) -> int:

@@ -12,9 +12,11 @@ from ..errors import UsageError
 
 
 def cmd_compare(args: argparse.Namespace) -> int:
-    from .common import _parse_sets
+    from .common import _parse_sets, check_distinct_outputs
     from ..measure.compare import compare
     from ..measure.profile import ProfileError
+
+    check_distinct_outputs([("--trace", args.trace), ("--html", args.html), ("--save-fit", args.save_fit)])
 
     if args.profile is not None:
         return _cmd_compare_profile(args)

@@ -19,9 +19,15 @@ def _cmd_plans(args: argparse.Namespace) -> int:
 
     check_plan_target(args.model)  # an HLO file or unknown name: one line before anything else
     target = getattr(args, "compile_target", None)
-    cmp = compare_plans(args.model, parse_mesh(args.mesh, target) if args.mesh else None,
-                        args.plan or None, _sets(args.set), hardware_from_args(args),
-                        progress=not args.no_progress, target=target, jobs=args.jobs)
+    from ..plans.compare import PlanChildError
+    try:
+        cmp = compare_plans(args.model, parse_mesh(args.mesh, target) if args.mesh else None,
+                            args.plan or None, _sets(args.set), hardware_from_args(args),
+                            progress=not args.no_progress, target=target, jobs=args.jobs)
+    except PlanChildError as e:
+        if e.returncode == 2:  # the child process said what was wrong (one line): no second line
+            return 2
+        raise
     if args.json:
         from ..report.json_out import dumps_json
         sys.stdout.write(dumps_json(cmp.to_json()))  # strict JSON: no Infinity
@@ -37,6 +43,15 @@ def _cmd_plans(args: argparse.Namespace) -> int:
             total = cache["reused"] + cache["compiled"]
             print(f"jaxmove: compile cache {cache['dir']}: {cache['reused']} of {total} compiles "
                   "reused (--no-compile-cache to compile again)", file=sys.stderr)
+    failed = [r for r in cmp.results if r.error]
+    if cmp.results and len(failed) == len(cmp.results):  # nothing compiled: not a comparison
+        from ..plans.devices import in_devices_child
+        if not in_devices_child():  # (the parent that re-ran us says it, under its own table)
+            from ..report.render_helpers import one_line
+            sys.stdout.flush()
+            print(one_line(f"jaxmove: {len(failed)} of {len(failed)} plans failed (first: "
+                           f"{failed[0].plan}: {failed[0].error}); exit status 1"), file=sys.stderr)
+        return 1
     return 0
 
 
@@ -51,7 +66,8 @@ def add_plans_command(sub) -> None:
                     "simulated CPU devices, or of the devices of --target, and print, per device: "
                     "memory (arguments, temporaries, peak), HBM bytes, bytes on the wire by "
                     "collective kind, estimated collective time and the three costliest "
-                    "collectives. Plans that do not fit the device's HBM are marked NO (exit 0). "
+                    "collectives. Plans that do not fit the device's HBM are marked NO (exit 0); exit "
+                    "status 1 when every plan failed to compile, 2 for bad input. "
                     f"Preset plans: {', '.join(PRESETS)}; or a TOML plan file.")
     p.add_argument("model")
     p.add_argument("--mesh", metavar="AXIS=N,...",
@@ -82,12 +98,14 @@ def add_plans_command(sub) -> None:
 
 def add_plan_options(a: argparse.ArgumentParser) -> None:
     """``--mesh`` and ``--plan`` for ``jaxmove analyze`` and ``jaxmove annotate``."""
-    a.add_argument("--mesh", metavar="AXIS=N,...",
+    from .common import _Once
+    a.add_argument("--mesh", metavar="AXIS=N,...", action=_Once,
                    help="analyse the per-device program of TARGET (a zoo preset or a module:function "
                         "Workload with logical axes) partitioned over this mesh of simulated CPU "
                         "devices, or of --target devices (with --plan; default plan dp)")
-    a.add_argument("--plan", metavar="NAME|plan.toml",
-                   help="sharding plan for --mesh: dp, fsdp, tp, fsdp_tp, ep or a TOML file")
+    a.add_argument("--plan", metavar="NAME|plan.toml", action=_Once,
+                   help="sharding plan for --mesh: dp, fsdp, tp, fsdp_tp, ep or a TOML file (one; "
+                        "`jaxmove plans` compares several)")
 
 
 def program_for_plan(args: argparse.Namespace):

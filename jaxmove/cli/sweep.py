@@ -44,16 +44,18 @@ def check_plot_path(path: str) -> None:
 def _cmd_sweep(args: argparse.Namespace) -> int:
     from ..report.outputs import check_output_path
     from ..sweep import load_sweep, sweep
+    from .common import check_distinct_outputs
 
+    check_distinct_outputs([("-o", args.output), ("--html", args.html), ("--plot", args.plot)])
     for path, what in ((args.html, "--html file"), (args.plot, "--plot file")):
         if path:
             check_output_path(path, what)
     if args.plot:
         check_plot_path(args.plot)
     spec = load_sweep(args.sweep)  # bad SWEEP.toml: one line before anything starts
-    if args.output:  # a result file in the way: said before the sweep's first line
-        from ..sweep.store import refuse_existing
-        refuse_existing(args.output, args.resume, args.overwrite)
+    if args.output:  # a result file in the way or unreadable: said before the sweep's first line
+        from ..sweep.store import check_result_file
+        check_result_file(args.output, args.resume, args.overwrite)
     if not args.json and not args.no_progress:
         print(f"jaxmove: sweep {spec.name}: {len(spec.points)} points, {args.executor} executor",
               file=sys.stderr, flush=True)
@@ -109,9 +111,10 @@ def add_sweep_command(sub) -> None:
                         "past it is killed and the point retried once")
     p.add_argument("-o", "--output", metavar="FILE.parquet|FILE.jsonl",
                    help="write each point's row as it finishes (Parquet or JSON lines)")
-    p.add_argument("--resume", action="store_true",
-                   help="continue the sweep in -o: finished points are not compiled again")
-    p.add_argument("--overwrite", action="store_true", help="replace an existing -o file")
+    existing = p.add_mutually_exclusive_group()  # (what to do with an existing -o file: one)
+    existing.add_argument("--resume", action="store_true",
+                          help="continue the sweep in -o: finished points are not compiled again")
+    existing.add_argument("--overwrite", action="store_true", help="replace an existing -o file")
     from .common import add_no_compile_cache_option
     add_no_compile_cache_option(p)  # local workers inherit it (JAXMOVE_NO_COMPILE_CACHE=1)
     p.add_argument("--json", action="store_true", help="print JSON (ranked points) instead of the table")

@@ -17,6 +17,7 @@ from .compare import (
     default_plans,
     load_workload,
     make_mesh,
+    spec_target_mismatch,
     workload_shardings,
 )
 from .devices import ensure_cpu_devices, run_cli_with_devices
@@ -36,5 +37,5 @@ __all__ = [
     "DEFAULT_HARDWARE", "LOGICAL_AXES", "MAX_SIMULATED_DEVICES", "PRESETS", "check_plan_mesh", "CollectiveSummary", "Plan", "PlanComparison", "PlanError",
     "PlanResult", "capture_with_plan", "compare_plans", "default_plans", "ensure_cpu_devices",
     "load_plan", "load_workload", "make_mesh", "parse_mesh", "parse_plan", "run_cli_with_devices",
-    "workload_shardings",
+    "spec_target_mismatch", "workload_shardings",
 ]

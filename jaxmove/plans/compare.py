@@ -30,6 +30,16 @@ from .plan import MAX_SIMULATED_DEVICES, PRESETS, Plan, PlanError, check_plan_me
 DEFAULT_HARDWARE = "h100-sxm"
 
 
+class PlanChildError(PlanError):
+    """The child process that compiles the plans with more simulated devices failed; an exit
+    status of 2 means it printed its own ``jaxmove: error:`` line (the CLI adds none)."""
+
+    def __init__(self, returncode: int):
+        super().__init__(f"the child process compiling the plans exited with {returncode}"
+                         + (" (its error is above)" if returncode == 2 else ""))
+        self.returncode = returncode
+
+
 @dataclass
 class CollectiveSummary:
     """One collective instruction of a plan's program (totals over one program run)."""
@@ -153,6 +163,23 @@ class PlanComparison:
 
 #: the words of the note that a plan shards nothing over its mesh (sweep/render.py prints it)
 SHARDS_NOTHING = "shards no argument or result"
+
+
+def spec_target_mismatch(spec, target, what: str = "the program", hardware_key: str = "--hardware",
+                         target_key: str = "--target") -> str | None:
+    """Why ``spec`` (a HardwareSpec) cannot cost what ``target`` (a name or ``Target``)
+    compiles, or None when it can: a TPU spec for a GPU target or the reverse (the cpu target
+    takes any spec; its reports note the mismatch). The one check of ``plans`` and ``sweep``
+    (``hardware_key`` / ``target_key``: how the message names the two, ``--hardware`` or
+    SWEEP.toml's ``hardware``; ``what``: what the target compiles)."""
+    from ..capture.targets import Target
+
+    tgt = Target.parse(target)
+    if tgt.platform == "cpu" or spec.kind == tgt.platform:
+        return None
+    return (f"{hardware_key} {spec.name} is a {spec.kind.upper()} spec, but {target_key} {tgt.name} "
+            f"compiles {what} for {tgt.platform.upper()}: drop {hardware_key} (the target's own spec, "
+            f"{tgt.spec_name}, is the default) or compile for a {spec.kind.upper()} target")
 
 
 def make_mesh(mesh_shape: dict[str, int], target=None):
@@ -282,6 +309,59 @@ def workload_shardings(workload, plan: Plan, mesh, notes: list[str], param_axes:
     return tuple(in_sh), out_sh, specs
 
 
+def check_workload_axes(workload) -> None:
+    """Refuse, before any plan compiles, logical axes that would fail every plan the same way:
+    none at all, not one entry per argument, an argument's axes not shaped like the argument,
+    a leaf's axes not one entry per dimension (``Plan.partition_spec``'s checks, with no rules).
+    Only the arguments are checked (the outputs' axes need a trace: ``workload_shardings``).
+
+    Raises:
+      PlanError: what is wrong, naming the argument leaf as the plans' errors do (``arg0['w']``).
+    """
+    import jax
+
+    from ..capture.workload import with_module_axes
+    from .plan import LOGICAL_AXES
+
+    workload = with_module_axes(workload)
+    axes_all = workload.logical_axes
+    if axes_all is None:
+        raise PlanError(f"workload {workload.name!r} names no logical axes; plans need them "
+                        "(Workload.logical_axes, or Flax NNX variables with sharding metadata, "
+                        "nnx.with_partitioning / nnx.Param(..., sharding=...), passed as an "
+                        "nnx.State or module argument)")
+    if not isinstance(axes_all, (tuple, list)) or len(axes_all) != len(workload.args):
+        got = f"{len(axes_all)} entries" if isinstance(axes_all, (tuple, list)) else repr(axes_all)
+        raise PlanError(f"workload {workload.name!r}: logical_axes is {got} for {len(workload.args)} "
+                        "argument(s); expected one entry per argument (None for one no rule shards)")
+    probe = Plan("check", "")
+
+    def known(a):
+        return all(n in LOGICAL_AXES for n in a) if isinstance(a, (tuple, list)) else a in LOGICAL_AXES
+
+    for i, (arg, axes) in enumerate(zip(workload.args, axes_all)):
+        flat, treedef = jax.tree_util.tree_flatten_with_path(arg)
+        try:
+            axes_flat = treedef.flatten_up_to(axes) if axes is not None else [None] * len(flat)
+        except (ValueError, TypeError) as e:
+            why = str(e).splitlines()[0] if str(e) else repr(e)
+            raise PlanError(f"workload {workload.name!r}: arg{i}: its logical axes are not shaped "
+                            f"like the argument (one tuple of names per array): {why}") from None
+        for (kp, leaf), ax in zip(flat, axes_flat):
+            path = f"arg{i}{jax.tree_util.keystr(kp)}"
+            if not (ax is None or isinstance(ax, (str, tuple, list))):
+                raise PlanError(f"workload {workload.name!r}: {path}: logical axes {ax!r}; expected a "
+                                "tuple of one entry per dimension (a name, None or a tuple of names)")
+            if isinstance(ax, (tuple, list)):  # (names plans do not map: replicated, with a note)
+                ax = tuple(a if known(a) else None for a in ax)
+            shape = getattr(leaf, "shape", None)
+            if shape is not None:
+                try:
+                    probe.partition_spec(ax, tuple(shape), {}, False, None, path)
+                except PlanError as e:
+                    raise PlanError(f"workload {workload.name!r}: {e}") from None
+
+
 def load_workload(model, overrides: dict[str, str] | None = None):
     """The Workload ``plans`` partitions: a zoo preset name, a ``module:function`` /
     ``file.py:function`` returning a Workload with logical axes, or a Workload.
@@ -394,8 +474,10 @@ def summarize(report, plan: Plan, spec, num_devices: int, memory_stats: dict[str
     ``run_plan``'s DoesNotFitError) unless the user overrode ``hbm_capacity_bytes`` (``--spec``:
     the compiler checked its own chip's); elsewhere ``peak_bytes <= spec.hbm_capacity_bytes``,
     and a plan that does not fit gets those two figures as ``needs_bytes`` / ``has_bytes`` (a
-    note says where each comes from); without ``memory_analysis`` ``fits`` is None and a note
-    says why both are null.
+    note says where each comes from); a program compiled for another kind of device than the
+    spec's (XLA:CPU's, costed on h100-sxm) fits when its arguments do (its memory_analysis is
+    not the spec's device's); without ``memory_analysis`` ``fits`` is None and a note says why
+    both are null.
 
     Raises:
       ValueError: ``report`` has no times (it was analysed without a hardware spec).
@@ -418,6 +500,19 @@ def summarize(report, plan: Plan, spec, num_devices: int, memory_stats: dict[str
     from ..hardware.overrides import capacity_overridden
     if platform == "tpu" and not capacity_overridden(spec):
         res.fits = True  # XLA:TPU checks device memory and refuses what does not fit
+    elif res.peak_bytes is not None and platform != spec.kind:
+        # XLA:CPU's memory_analysis is no accelerator's (f32 copies of bf16 weights in its
+        # temporaries): the arguments alone decide, as for an HLO file (api.does_not_fit_note)
+        need = res.argument_bytes or 0
+        res.fits = need <= spec.hbm_capacity_bytes
+        res.notes.append(f"fits judged by the arguments alone ({need:,} B per device): the program is "
+                         f"XLA:{platform.upper()}'s, whose memory_analysis is not {spec.name}'s "
+                         f"(compile with --target for its own)")
+        if not res.fits:
+            from ..api import capacity_source
+            res.needs_bytes, res.has_bytes = int(need), int(spec.hbm_capacity_bytes)
+            res.notes.append(f"does not fit: its arguments take {res.needs_bytes:,} B per device, has "
+                             f"{capacity_source(spec)}")
     elif res.peak_bytes is not None:  # (on TPU too when the user gave another capacity: the
         # compiler checked its own chip's)
         res.fits = res.peak_bytes <= spec.hbm_capacity_bytes
@@ -491,10 +586,15 @@ def run_plan(preset, overrides: dict[str, str] | None, plan: Plan, mesh_shape: d
     """Compile and analyse one plan (in this process; devices must be available).
 
     A plan the target compiler refuses for lack of device memory is a result, not an error:
-    ``fits`` False with the compiler's ``needs_bytes`` / ``has_bytes``.
+    ``fits`` False with the compiler's ``needs_bytes`` / ``has_bytes``; one that fails to
+    compile is a result with ``error`` set.
+
+    Raises:
+      XlaOptionError, MissingExtraError: not the plan's fault (an ``--xla-option`` the compiler
+        refuses, a missing compiler plugin): every plan would fail the same way.
     """
     from ..api import analyze
-    from ..capture.targets import DoesNotFitError, Target
+    from ..capture.targets import DoesNotFitError, MissingExtraError, Target, XlaOptionError
 
     t0 = time.perf_counter()
     notes: list[str] = []
@@ -512,6 +612,8 @@ def run_plan(preset, overrides: dict[str, str] | None, plan: Plan, mesh_shape: d
         res.shardings = specs
         res.compile_s = time.perf_counter() - t0
         return res
+    except (XlaOptionError, MissingExtraError):
+        raise  # not the plan's: every plan would fail the same way (compare_plans: no table)
     except (PlanError, ValueError, KeyError, NotImplementedError) as e:  # CaptureError is a ValueError;
         # NotImplementedError: what jax raises for what it cannot partition (a failed row, ranked last)
         res = PlanResult(plan.name, plan.description, n, error=f"{type(e).__name__}: {e}",
@@ -580,6 +682,9 @@ def _run_parallel(model: str, overrides, loaded: list[Plan], mesh_shape, spec, t
             except BrokenProcessPool:
                 raise PlanError(f"the worker process compiling plan {loaded[i].name} died (killed or "
                                 "out of memory?); rerun with --jobs 1") from None
+            except BaseException:
+                pool.shutdown(wait=False, cancel_futures=True)  # (an --xla-option error: no more plans)
+                raise
             advance(loaded[i].name)
     return [r for r in out if r is not None], hits, misses
 
@@ -629,14 +734,13 @@ def compare_plans(model, mesh_shape: dict[str, int] | None, plans: list[str | Pl
                             "--target the default mesh covers the target's devices")
         mesh_shape = tgt.default_mesh()
     workload = load_workload(model, overrides)
+    check_workload_axes(workload)  # axes that fail every plan alike: one error, no table
     label = model if isinstance(model, str) else workload.name
     hardware = hardware or (tgt.spec_name if tgt.platform != "cpu" else DEFAULT_HARDWARE)
     spec = hardware if isinstance(hardware, HardwareSpec) else load_spec(hardware)
-    if tgt.platform != "cpu" and spec.kind != tgt.platform:
-        raise PlanError(f"--hardware {spec.name} is a {spec.kind.upper()} spec, but --target {tgt.name} "
-                        f"compiles the plans for {tgt.platform.upper()}: drop --hardware (the target's "
-                        f"own spec, {tgt.spec_name}, is the default) or compile for a "
-                        f"{spec.kind.upper()} target")
+    mismatch = spec_target_mismatch(spec, tgt, "the plans")
+    if mismatch:
+        raise PlanError(mismatch)
     if tgt.platform == "tpu":  # the slice's chip grid: which ICI axes have wraparound links
         from ..hardware.overrides import with_slice_topology
         spec = with_slice_topology(spec, tgt.topology)
@@ -691,8 +795,9 @@ def compare_plans(model, mesh_shape: dict[str, int] | None, plans: list[str | Pl
             if spec_dir is not None:
                 import shutil
                 shutil.rmtree(spec_dir, ignore_errors=True)
-        if proc.returncode != 0:
-            raise PlanError(f"the child process compiling the plans exited with {proc.returncode}")
+        # (exit 1 with a table: every plan failed, cli/plans.py; the rows are the result)
+        if proc.returncode not in (0, 1) or not proc.stdout.strip():
+            raise PlanChildError(proc.returncode)
         return PlanComparison.from_json(json.loads(proc.stdout))
     source = workload  # built once; capture_with_plan traces a fresh wrapper of it per plan
     jobs = default_jobs(len(loaded)) if jobs is None else int(jobs)

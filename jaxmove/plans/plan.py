@@ -228,18 +228,26 @@ def parse_mesh(text: str, target: str | None = None) -> dict[str, int]:
     (``Target.mesh``).
 
     Raises:
-      PlanError: not ``name=size`` pairs of positive sizes, a repeated name, or (cpu) more
+      PlanError: not ``name=size`` pairs of positive integer sizes (the message says which
+        axis's size is not), a repeated name, or (cpu) more
         than ``MAX_SIMULATED_DEVICES`` devices in all.
     """
     out: dict[str, int] = {}
     for part in (p.strip() for p in text.split(",")):
-        m = re.fullmatch(r"([A-Za-z_][A-Za-z0-9_]*)\s*=\s*(\d+)", part)
-        if not m or int(m.group(2)) < 1:
+        m = re.fullmatch(r"([A-Za-z_][A-Za-z0-9_]*)\s*=\s*(.*)", part)
+        if not m:
             raise PlanError(f"--mesh {text!r}: expected name=size pairs such as data=2,model=4, "
                             f"got {part!r}")
+        size = m.group(2).strip()
+        if not re.fullmatch(r"[0-9]+", size) or not size.strip("0"):
+            raise PlanError(f"--mesh {text!r}: the size of axis {m.group(1)!r} must be a positive "
+                            f"integer (the devices along it), got {size!r}")
+        if len(size.lstrip("0")) > 30:  # (int() of thousands of digits raises)
+            raise PlanError(f"--mesh {text!r}: the size of axis {m.group(1)!r} is more devices than "
+                            "any mesh has")
         if m.group(1) in out:
             raise PlanError(f"--mesh {text!r}: axis {m.group(1)!r} given twice")
-        out[m.group(1)] = int(m.group(2))
+        out[m.group(1)] = int(size)
     n = math.prod(out.values())
     if n > MAX_SIMULATED_DEVICES and (target is None or str(target).lower() == "cpu"):
         raise PlanError(f"--mesh {text!r}: {n} devices; at most {MAX_SIMULATED_DEVICES} simulated "

@@ -106,7 +106,8 @@ def sweep(spec: str | os.PathLike | SweepSpec | list[Point], *, executor: str = 
       resume: read ``output`` first and run only points without a finished row there (rows
         of died / timed-out workers run again); keys hash the point's inputs and jaxmove's
         version, so a changed point or a new version recompiles.
-      overwrite: replace an existing ``output`` (without it or ``resume`` that is an error).
+      overwrite: replace an existing ``output`` (without it or ``resume`` that is an error; not
+        with ``resume``).
       progress: show a progress bar (done / running / failed, ETA) on stderr.
       on_row: called with each new row as it arrives (in the calling thread).
     Returns:
@@ -121,6 +122,9 @@ def sweep(spec: str | os.PathLike | SweepSpec | list[Point], *, executor: str = 
         raise SweepError(f"--jobs {jobs}: expected a positive integer")
     if timeout_s is not None and not timeout_s > 0:
         raise SweepError(f"--timeout {timeout_s}: expected a positive number of seconds")
+    if resume and overwrite:
+        raise SweepError("--resume and --overwrite exclude each other: --resume continues the sweep "
+                         "in the result file, --overwrite starts it anew")
     if resume and output is None:
         raise SweepError("--resume needs the result file of the sweep to continue (-o FILE)")
     if address and executor != "ray":

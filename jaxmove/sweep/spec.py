@@ -27,7 +27,8 @@ no ``plan`` uses ``dp``; a point without a mesh is the unsharded program on one 
 
 Errors (``SweepSpecError``, a ``JaxmoveInputError``) are one line naming the file, the line
 when it can be found, and the key: unknown keys, wrong types, an empty grid axis, unknown
-presets / ``--set`` keys / plans / hardware / targets, a bad ``--set`` value of any point
+presets / ``--set`` keys / plans / hardware / targets, a hardware spec of another accelerator
+than the point's target (``tpu-v5e`` costing an ``h100-sxm`` program), a bad ``--set`` value of any point
 (``batch = [0, 2]``, ``heads = 3`` not dividing ``d_model``: ``zoo.check_overrides``), a plan naming mesh axes the mesh
 lacks, a mesh larger than the target, more points than ``max_points`` (default
 ``MAX_POINTS``; a top-level ``max_points = N`` raises it), a TOML syntax error
@@ -501,10 +502,16 @@ def _make_point(w: _Where, d: dict, table: str, index: int | None, base: Path, c
     if ("hw", hardware) not in checked:
         from ..hardware import HardwareSpecError, load_spec
         try:
-            load_spec(hardware)
+            checked[("hw", hardware)] = load_spec(hardware)
         except HardwareSpecError as e:
             raise err("hardware", str(e)) from None
-        checked[("hw", hardware)] = True
+    if ("hw-target", hardware, target) not in checked:  # (analyze's and plans' check)
+        from ..plans.compare import spec_target_mismatch
+        mismatch = spec_target_mismatch(checked[("hw", hardware)], target, "the point",
+                                        "hardware", "target")
+        if mismatch:
+            raise err("hardware", mismatch.removeprefix("hardware "))  # (the key is said first)
+        checked[("hw-target", hardware, target)] = True
     mesh = None
     plan = d.get("plan")
     if "mesh" in d:

@@ -4,16 +4,17 @@ Two formats, chosen by the file's extension:
 
 * ``.jsonl`` / ``.json`` / ``.ndjson`` (JSON lines): one row (``point.py``'s JSON, nested
   dicts kept) per line, appended and flushed (``fsync``) as each point finishes. A last line
-  cut short by a kill is ignored when the file is read back.
+  cut short by a kill (no newline after it) is dropped when the file is read back; any other
+  line that is not JSON is an error naming it (the file is left untouched).
 * ``.parquet`` (pyarrow): the flat form of the rows (``flatten_row``: ``set.<key>``,
   ``hbm_bytes.<role>``, ``wire_bytes.<kind>`` columns), rewritten to a temporary file and
   renamed over the path after every point, so the file on disk is always a complete table.
 
 Rows are keyed by ``key`` (``spec.point_key``: the point's inputs and jaxmove's version).
 Reading keeps the last row of each key. A row read back is checked (``row_problem``: a string
-key, numbers where numbers belong, ``fits`` a boolean); a bad one (hand-edited, not JSON) is
-skipped with a note naming its line, and an unreadable last line is dropped from the file, so
-the next ``--resume`` does not trip on it once rows follow it.
+key, numbers where numbers belong, ``fits`` a boolean); a bad one (hand-edited) is skipped with
+a note naming its line, and a last line cut short is dropped from the file, so the next
+``--resume`` does not trip on it once rows follow it.
 
 One sweep writes a file at a time: the store holds an exclusive ``fcntl.flock`` on a lock
 file beside it (``.NAME.lock``, removed when the store closes); a second sweep on the same
@@ -30,7 +31,8 @@ from pathlib import Path
 
 from ..errors import JaxmoveInputError
 
-__all__ = ["ResultStore", "ResultFileError", "flatten_row", "unflatten_row", "FINISHED"]
+__all__ = ["ResultStore", "ResultFileError", "check_result_file", "flatten_row", "unflatten_row",
+           "FINISHED"]
 
 #: Statuses of points that need not run again on ``--resume`` (a died / timed-out worker does).
 FINISHED = ("ok", "error")
@@ -117,6 +119,57 @@ def refuse_existing(path, resume: bool, overwrite: bool) -> None:
         raise ResultFileError(f"{path}: exists; pass --resume to continue that sweep "
                               "(finished points are not compiled again) or --overwrite "
                               "to start anew")
+
+
+def _read_jsonl(path: Path) -> tuple[dict[str, dict], list[str], list[str], bool]:
+    """(rows by key, notes, the file's lines split at newlines, whether its last line is a
+    write cut short) of a JSON-lines result file; writes nothing.
+
+    Only a last line without its newline can be a write a killed sweep cut short: when it is
+    not JSON it is dropped (a note says so). Any other line that is not JSON (a complete
+    line: hand-edited, or another file) is an error; a JSON line that is not a sweep row
+    (``row_problem``) is skipped with a note.
+
+    Raises:
+      ResultFileError: unreadable, or a complete line that is not JSON (``FILE:LINE``).
+    """
+    try:
+        text = path.read_text(encoding="utf-8")
+    except (OSError, UnicodeDecodeError) as e:
+        raise ResultFileError(f"{path}: cannot read the result file ({e})") from None
+    lines = text.split("\n") if text else []   # [..., ""] when the last line has its newline
+    rows: dict[str, dict] = {}
+    notes: list[str] = []
+    cut_last = False
+    for i, line in enumerate(lines, 1):
+        if not line.strip():
+            continue
+        try:
+            row = json.loads(line)
+        except (json.JSONDecodeError, RecursionError) as e:
+            if i == len(lines):  # no newline after it: the last write was cut short (killed sweep)
+                notes.append(f"{path}:{i}: incomplete last line dropped (no newline: a write cut "
+                             "short)")
+                cut_last = True
+                continue
+            why = e.msg if isinstance(e, json.JSONDecodeError) else "nested too deeply"
+            raise ResultFileError(f"{path}:{i}: not a JSON row ({why}); the file is left as it is: "
+                                  "fix or delete that line, or start anew with --overwrite") from None
+        problem = row_problem(row)
+        if problem is not None:
+            notes.append(f"{path}:{i}: not a sweep row ({problem}); skipped")
+            continue
+        rows[row["key"]] = row
+    return rows, notes, lines, cut_last
+
+
+def check_result_file(path, resume: bool, overwrite: bool) -> None:
+    """What the CLI checks of ``-o`` before the sweep says anything: ``refuse_existing``, and
+    with ``resume`` a JSON-lines file must read back (``_read_jsonl``; nothing is written)."""
+    refuse_existing(path, resume, overwrite)
+    p = Path(path)
+    if (resume and p.suffix.lower() in _JSONL and p.is_file() and p.stat().st_size > 0):
+        _read_jsonl(p)
 
 
 class ResultStore:
@@ -229,33 +282,12 @@ class ResultStore:
     def _read(self) -> dict[str, dict]:
         rows: dict[str, dict] = {}
         if self.format == "jsonl":
-            try:
-                text = self.path.read_text(encoding="utf-8")
-            except (OSError, UnicodeDecodeError) as e:
-                raise ResultFileError(f"{self.path}: cannot read the result file ({e})") from None
-            lines = text.splitlines()
-            cut_last = False
-            for i, line in enumerate(lines, 1):
-                if not line.strip():
-                    continue
-                try:
-                    row = json.loads(line)
-                except (json.JSONDecodeError, RecursionError):
-                    if i == len(lines):  # the last write was cut short (killed sweep)
-                        self.notes.append(f"{self.path}:{i}: incomplete last line dropped")
-                        cut_last = True
-                    else:
-                        self.notes.append(f"{self.path}:{i}: not a JSON row; skipped")
-                    continue
-                problem = row_problem(row)
-                if problem is not None:
-                    self.notes.append(f"{self.path}:{i}: not a sweep row ({problem}); skipped")
-                    continue
-                rows[row["key"]] = row
-            if cut_last or (lines and not text.endswith("\n")):
+            rows, notes, lines, cut_last = _read_jsonl(self.path)
+            self.notes += notes
+            if lines and lines[-1] != "":  # the last line has no newline (a write cut short)
                 # appends start on a fresh line, after no broken last line
-                self._atomic(lambda f: f.write("".join(l + "\n" for l in (lines[:-1] if cut_last
-                                                                          else lines)).encode()))
+                kept = lines[:-1] if cut_last else lines
+                self._atomic(lambda f: f.write("".join(l + "\n" for l in kept).encode()))
             return rows
         import pyarrow.parquet as pq
         try:
