@@ -113,3 +113,39 @@ def test_one_token_row_looked_up_by_two_tpu_kernels_is_needed_once():
         params = sum(p.byte_size for p in rep.parameters if p.role == "weights")
         table = 512 * 256 * 2
         assert rep.excess.by_role["weights"].compulsory_bytes == params - table + 256 * 2, target
+
+
+DUS_AND_WINDOW = """HloModule dus_copy
+fused_dus {
+  p0 = f32[1024,256]{1,0} parameter(0)
+  p1 = f32[8,256]{1,0} parameter(1)
+  p2 = s32[] parameter(2)
+  c0 = s32[] constant(0)
+  ROOT dus = f32[1024,256]{1,0} dynamic-update-slice(p0, p1, p2, c0)
+}
+ENTRY main {
+  buf = f32[1024,256]{1,0} parameter(0)
+  upd = f32[8,256]{1,0} parameter(1)
+  idx = s32[] parameter(2)
+  cp = f32[1024,256]{1,0} copy(buf)
+  dus = f32[1024,256]{1,0} fusion(cp, upd, idx), kind=kLoop, calls=fused_dus
+  c0 = s32[] constant(0)
+  ds = f32[16,256]{1,0} dynamic-slice(buf, idx, c0), dynamic_slice_sizes={16,256}
+  ROOT t = (f32[1024,256]{1,0}, f32[16,256]{1,0}) tuple(dus, ds)
+}
+"""
+
+
+def test_a_returned_window_of_an_argument_is_read_as_any_kernel_reads(tmp_path):
+    """A returned dynamic-slice of ``buf`` is a new value: reading its window is compulsory
+    (a user trial: it was ``slice_copy``, the budget of ``buf`` going to the copy XLA makes of
+    the kept buffer before updating it). Closed form: the window read and written (16 x 256 x
+    4 B each), the update read and written in place (8 x 256 x 4 B each), the index read."""
+    path = tmp_path / "dus_copy.hlo"
+    path.write_text(DUS_AND_WINDOW)
+    ex = jaxmove.analyze(str(path)).excess
+    assert ex.cause("slice_copy") is None
+    window, update = 16 * 256 * 4, 8 * 256 * 4
+    assert ex.by_path["hbm_to_onchip"].compulsory_bytes == window + update + 4
+    assert ex.by_path["onchip_to_hbm"].compulsory_bytes == window + update
+    assert ex.cause("not_donated", "buf").bytes == 2 * 1024 * 256 * 4   # the copy, read and written
