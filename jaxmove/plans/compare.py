@@ -25,6 +25,8 @@ import sys
 import time
 from dataclasses import asdict, dataclass, field
 
+import numpy as np
+
 from .plan import MAX_SIMULATED_DEVICES, PRESETS, Plan, PlanError, check_plan_mesh, load_plan
 
 DEFAULT_HARDWARE = "h100-sxm"
@@ -242,9 +244,12 @@ def _out_roles(workload, treedef, n: int) -> list:
         raise PlanError(str(e)) from None
 
 
-def workload_shardings(workload, plan: Plan, mesh, notes: list[str], param_axes: set | None = None):
+def workload_shardings(workload, plan: Plan, mesh, notes: list[str], param_axes: set | None = None,
+                       param_leaves: list | None = None):
     """(in_shardings, out_shardings or None, {path: spec text}) of a workload under a plan;
-    ``param_axes`` (when given) receives the mesh axes some parameter leaf is sharded over.
+    ``param_axes`` (when given) receives the mesh axes some parameter leaf is sharded over,
+    ``param_leaves`` (when given) ``(role, PartitionSpec entries, whole bytes)`` of each
+    parameter leaf some mesh axis shards.
 
     Raises:
       PlanError: the workload has no logical axes.
@@ -264,7 +269,8 @@ def workload_shardings(workload, plan: Plan, mesh, notes: list[str], param_axes:
     mesh_shape = dict(mesh.shape)
     specs: dict[str, str] = {}
 
-    def named(leaf, axes, is_param, path):
+    def named(leaf, axes, role, path):
+        is_param = role in PARAM_ROLES
         def known(a):   # (a tuple names a merged dimension: plan.py, step 4)
             return all(n in LOGICAL_AXES for n in a) if isinstance(a, (tuple, list)) else a in LOGICAL_AXES
 
@@ -281,6 +287,9 @@ def workload_shardings(workload, plan: Plan, mesh, notes: list[str], param_axes:
                 for s in spec:
                     if s is not None:
                         param_axes.update((s,) if isinstance(s, str) else s)
+            if is_param and param_leaves is not None:
+                nbytes = math.prod(leaf.shape) * np.dtype(leaf.dtype).itemsize
+                param_leaves.append((role, tuple(spec), nbytes))
         return NamedSharding(mesh, PartitionSpec(*spec))
 
     roles = workload.roles
@@ -294,7 +303,7 @@ def workload_shardings(workload, plan: Plan, mesh, notes: list[str], param_axes:
                       else treedef.flatten_up_to(role))
         if role is None:  # no roles given: an NNX Param is a parameter (capture/program.py's rule)
             roles_flat = _nnx_param_roles(arg, len(flat))
-        leaves = [named(leaf, ax, r in PARAM_ROLES, f"arg{i}{jax.tree_util.keystr(kp)}")
+        leaves = [named(leaf, ax, r, f"arg{i}{jax.tree_util.keystr(kp)}")
                   for (kp, leaf), ax, r in zip(flat, axes_flat, roles_flat)]
         in_sh.append(jax.tree_util.tree_unflatten(treedef, leaves))
     out_sh = None
@@ -402,7 +411,7 @@ def load_workload(model, overrides: dict[str, str] | None = None):
 def capture_with_plan(preset, overrides: dict[str, str] | None, plan: Plan,
                       mesh_shape: dict[str, int], notes: list[str] | None = None,
                       specs: dict[str, str] | None = None, target=None, weight_layouts: str | None = None,
-                      param_axes: set | None = None):
+                      param_axes: set | None = None, param_leaves: list | None = None):
     """Capture ``preset`` (a zoo preset, ``module:function`` or Workload; ``load_workload``)
     partitioned by ``plan`` over ``mesh_shape``.
 
@@ -410,7 +419,8 @@ def capture_with_plan(preset, overrides: dict[str, str] | None, plan: Plan,
     ``devices.ensure_cpu_devices``); an accelerator target builds the mesh from its
     compile-only devices. Returns the ``Program`` (its HLO is the per-device SPMD program);
     ``notes`` receives dropped rules, ``specs`` the PartitionSpec of every sharded argument /
-    output leaf, ``param_axes`` the mesh axes some parameter leaf is sharded over. ``weight_layouts``: as ``capture`` (``auto``: XLA picks the weights' layouts).
+    output leaf, ``param_axes`` the mesh axes some parameter leaf is sharded over,
+    ``param_leaves`` the sharded parameter leaves (``workload_shardings``). ``weight_layouts``: as ``capture`` (``auto``: XLA picks the weights' layouts).
     Raises:
       PlanError, KeyError (unknown preset), ValueError (bad override), CaptureError,
       TargetNameError (mesh larger than the topology), DoesNotFitError (the target compiler
@@ -438,7 +448,7 @@ def capture_with_plan(preset, overrides: dict[str, str] | None, plan: Plan,
     # the jit below: both must run under the resolver, or the cached trace has no
     # sharding constraints and every ``constrain`` in the model is silently dropped.
     with logical_sharding(resolver):
-        in_sh, out_sh, leaf_specs = workload_shardings(workload, plan, mesh, notes, param_axes)
+        in_sh, out_sh, leaf_specs = workload_shardings(workload, plan, mesh, notes, param_axes, param_leaves)
         if specs is not None:
             specs.update(leaf_specs)
         if not leaf_specs and math.prod(mesh_shape.values()) > 1:
@@ -466,7 +476,7 @@ def _source(report, row) -> str | None:
 
 def summarize(report, plan: Plan, spec, num_devices: int, memory_stats: dict[str, int],
               platform: str = "cpu", mesh_shape: dict[str, int] | None = None,
-              param_axes: set | None = None) -> PlanResult:
+              param_axes: set | None = None, param_leaves: list | None = None) -> PlanResult:
     """A PlanResult from ``report = analyze(program, hardware=spec)`` of a plan's partitioned
     program: its step time and excess are the report's (on ``spec``), not computed again.
 
@@ -562,7 +572,7 @@ def summarize(report, plan: Plan, spec, num_devices: int, memory_stats: dict[str
         m.unknown_trip_count for m in report.analysis.multiplicity.values())
     if mesh_shape is not None:
         from .explain import plan_collective_note
-        res.collectives_note = plan_collective_note(plan, report, mesh_shape, param_axes)
+        res.collectives_note = plan_collective_note(plan, report, mesh_shape, param_axes, param_leaves)
         if res.collectives_note:
             res.notes.append(res.collectives_note)
     if te.unmodeled:
@@ -600,10 +610,11 @@ def run_plan(preset, overrides: dict[str, str] | None, plan: Plan, mesh_shape: d
     notes: list[str] = []
     specs: dict[str, str] = {}
     param_axes: set = set()
+    param_leaves: list = []
     n = math.prod(mesh_shape.values())
     try:
         program = capture_with_plan(preset, overrides, plan, mesh_shape, notes, specs, target,
-                                    param_axes=param_axes)
+                                    param_axes=param_axes, param_leaves=param_leaves)
         report = analyze(program, hardware=spec)  # (its times and excess are the plan's: summarize)
     except DoesNotFitError as e:
         res = PlanResult(plan.name, plan.description, n, fits=False, does_not_fit=e.compiler_message,
@@ -621,7 +632,7 @@ def run_plan(preset, overrides: dict[str, str] | None, plan: Plan, mesh_shape: d
         res.compile_s = time.perf_counter() - t0
         return res
     res = summarize(report, plan, spec, n, dict(program.memory_stats), Target.parse(target).platform,
-                    mesh_shape, param_axes)
+                    mesh_shape, param_axes, param_leaves)
     res.notes = _count_notes(notes) + res.notes
     res.shardings = specs
     res.compile_s = time.perf_counter() - t0

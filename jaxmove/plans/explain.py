@@ -13,9 +13,11 @@ plan implies and says what happened instead, with the bytes.
 
 from __future__ import annotations
 
+import math
+
 from ..units import human_bytes
 
-__all__ = ["plan_collective_note", "weight_gathers_implied"]
+__all__ = ["implied_gather_bytes", "plan_collective_note", "weight_gathers_implied"]
 
 
 def _live_axes(axes, mesh_shape: dict[str, int]) -> list[str]:
@@ -56,15 +58,36 @@ def _collectives(report) -> list[tuple]:
     return out
 
 
-def plan_collective_note(plan, report, mesh_shape: dict[str, int], param_axes: set | None = None) -> str | None:
+def implied_gather_bytes(axes: list[str], mesh_shape: dict[str, int], param_leaves: list) -> int:
+    """Bytes per device per step that all-gathering the weights over ``axes`` moves (ZeRO-3,
+    Rajbhandari et al. 2020, section 5: each device receives the (n - 1) shards it lacks of
+    every weight it uses, n = devices over the axes that shard that weight): the sum over
+    ``param_leaves`` (``(role, PartitionSpec entries, whole bytes)``, plans/compare.py
+    ``workload_shardings``) of role ``weights`` of shard bytes x (n - 1); a leaf those axes do
+    not shard (a replicated bias) adds nothing."""
+    total = 0
+    for role, spec, nbytes in param_leaves:
+        if role != "weights":
+            continue
+        every = [a for s in spec if s is not None for a in ((s,) if isinstance(s, str) else s)]
+        n_all = math.prod(mesh_shape.get(a, 1) for a in every)
+        n = math.prod(mesh_shape.get(a, 1) for a in every if a in axes)
+        if n > 1:
+            total += nbytes // n_all * (n - 1)
+    return total
+
+
+def plan_collective_note(plan, report, mesh_shape: dict[str, int], param_axes: set | None = None,
+                         param_leaves: list | None = None) -> str | None:
     """A sentence saying what the partitioner did when the plan's program does not move what
     the plan implies, else None.
 
     * The plan shards the weights' ``embed`` dimension (fsdp, fsdp_tp) but no all-gather reads
       weights: the partitioner computed on the local shards; the note gives the collectives it
       used instead (kinds, counts, wire bytes) and the weight bytes per device that gathering
-      would have moved ((n - 1) x the weight bytes the step reads, its local shards; n =
-      devices over those axes).
+      would have moved (``implied_gather_bytes`` of ``param_leaves`` when given: (n - 1) x
+      the shard of each weight those axes shard; else (n - 1) x the weight bytes the step
+      reads, its local shards; n = devices over those axes).
     * The plan does not imply gathering weights but all-gathers read weights: the note names
       the bytes and the largest such collective (instruction, result shape, source line).
 
@@ -74,6 +97,8 @@ def plan_collective_note(plan, report, mesh_shape: dict[str, int], param_axes: s
       mesh_shape: mesh axis name -> size.
       param_axes: the mesh axes some parameter leaf was sharded over (``weight_gathers_implied``);
         None: not known.
+      param_leaves: ``(role, PartitionSpec entries, whole bytes)`` of the sharded parameter
+        leaves (``implied_gather_bytes``); None: not known.
     Returns None for programs that read no weights (no bytes of role ``weights``).
     """
     weight_bytes = report.totals.role_bytes("weights")[0]  # weight bytes read per step (local shards)
@@ -104,8 +129,10 @@ def plan_collective_note(plan, report, mesh_shape: dict[str, int], param_axes: s
                    "of weights")
         else:
             how = "it kept every weight sharded and computed on the local shards with no collective at all"
+        implied = (implied_gather_bytes(axes, mesh_shape, param_leaves) if param_leaves is not None
+                   else weight_bytes * (n - 1))
         return (f"plan {plan.name} shards the weights' embed dimension over {where}, which implies "
-                f"all-gathering each weight where it is used (ZeRO-3: about {human_bytes(weight_bytes * (n - 1))} "
+                f"all-gathering each weight where it is used (ZeRO-3: about {human_bytes(implied)} "
                 f"per device per step for the {human_bytes(weight_bytes)} of weight shards it reads); XLA's "
                 f"partitioner gathered no weights: {how}")
     if gathered:
