@@ -200,6 +200,9 @@ def _config(name: str, overrides: dict[str, str] | None = None):
     applied (``_build``'s checks before the workload is made; raises as ``_build``)."""
     if name not in PRESETS:
         raise KeyError(f"unknown preset {name!r}; available presets: {', '.join(PRESETS)}")
+    if overrides is not None and not isinstance(overrides, dict):
+        raise ValueError(f"overrides must be a dict of --set keys to values, e.g. {{'batch': '8'}}; "
+                         f"got {type(overrides).__name__} {overrides!r:.80}")
     preset = PRESETS[name]
     fields = {f.name for f in dataclasses.fields(preset.config_cls)}
     valid = [k for k in OVERRIDE_KEYS if k in fields]
@@ -252,10 +255,11 @@ def _check_applicable(name: str, preset: Preset, cfg, overrides: dict) -> None:
         if given:
             raise ValueError(f"--set {given[0]}={overrides[given[0]]}: {given[0]} applies to a KV "
                              f"cache (prefill and decode); the training step {name!r} has none")
-    if changes("window_cache") and getattr(cfg, "sliding_window", None) is None:
+    no_window = getattr(cfg, "sliding_window", None) is None
+    if changes("window_cache") and no_window:
         raise ValueError(f"--set window_cache={overrides['window_cache']}: window_cache applies to "
                          f"models with a sliding window (Gemma 2's local layers); {name!r} has none")
-    if "window_cache" in overrides and getattr(cfg, "window_cache", False) \
+    if "window_cache" in overrides and not no_window and getattr(cfg, "window_cache", False) \
             and (cfg.scan_layers or cfg.stacked_cache):
         form = "scan_layers=true" if cfg.scan_layers else "stacked_cache=true"
         raise ValueError(f"--set window_cache={overrides['window_cache']}: with {form} every layer's "

@@ -213,3 +213,21 @@ def test_decode_matches_prefill(overrides):
     # Row p of the new cache equals prefill's row p.
     for new, ref in zip(leaves(new_cache), leaves(cache)):
         np.testing.assert_allclose(new[..., p, :, :], ref[..., p, :, :], rtol=1e-5, atol=1e-5)
+
+
+def test_window_cache_on_a_model_without_a_window_names_the_missing_window():
+    """Llama has no sliding window: ``window_cache=false`` is refused for that reason, also on
+    the (scanned) training preset, where the scanned-cache rule answered instead (a user trial);
+    the default value passes, as every key's default does (one sweep grid spans presets)."""
+    for preset in ("llama3-8b-decode", "llama3-8b-train"):
+        with pytest.raises(models.PresetError, match=r"window_cache=false: window_cache applies to "
+                                                     r"models with a sliding window"):
+            models.check_overrides(preset, {"window_cache": "false"})
+        models.check_overrides(preset, {"window_cache": "true"})
+    with pytest.raises(models.PresetError, match=r"window_cache=true: with scan_layers"):
+        models.check_overrides("gemma2-9b-decode", {"window_cache": "true", "scan_layers": "true"})
+
+
+def test_overrides_must_be_a_dict():
+    with pytest.raises(models.PresetError, match=r"overrides must be a dict .* got list"):
+        models.check_overrides("mlp-tiny", [("batch", "2")])
