@@ -1333,6 +1333,21 @@ def _config(cfg: TransformerConfig, mode: str) -> dict:
     return {**dataclasses.asdict(cfg), "model": cfg.family, "mode": mode}
 
 
+def _decode_platform_notes(cfg: TransformerConfig) -> dict:
+    """``{"platform_notes": {platform: [note]}}`` for a decode whose report on a GPU or TPU
+    target must say how its attention runs (capture/program.py adds the target platform's
+    notes to the program's): ``attention=auto`` over a quantized cache takes XLA's form there
+    (``_decode_kernel``: the decode kernels read the cache in the model dtype)."""
+    kv, dt = jnp.dtype(cfg.kv_dtype), cfg.jnp_dtype
+    if cfg.attention != "auto" or cfg.mla or kv == dt:
+        return {}
+    note = (f"attention=auto over a KV cache of {kv.name} (kv_dtype) runs XLA's attention, not the "
+            f"decode kernel (the zoo's GPU and TPU decode kernels read the cache in {dt.name}): "
+            "XLA dequantizes the cache and may write it to HBM and read it back (see the excess "
+            f"pass's spilled_intermediate); compare with kv_dtype={dt.name} for the kernel's form")
+    return {"platform_notes": {"gpu": [note], "tpu": [note]}}
+
+
 def prefill_workload(cfg: TransformerConfig, name: str) -> Workload:
     """``fn(params, tokens) -> (logits [B, 1, V] f32, cache)``; tokens int32 [B, seq_len].
 
@@ -1376,7 +1391,7 @@ def decode_workload(cfg: TransformerConfig, name: str) -> Workload:
         roles=(jax.tree.map(lambda _: "weights", params), jax.tree.map(lambda _: "kv_cache", cache),
                "activations", "activations"),
         donate_argnums=(1,),
-        config=_config(cfg, "decode"),
+        config={**_config(cfg, "decode"), **_decode_platform_notes(cfg)},
         logical_axes=(param_axes, cache_axes, ("batch", None), ()),
         out_logical_axes=(("batch", None, "vocab"), cache_axes),
         out_roles=("activations", "kv_cache"),

@@ -214,3 +214,22 @@ def test_int4_weights_compile_as_s4_parameters(compiled):
         ran += 1
     if not ran:
         pytest.skip("neither libtpu nor the CUDA plugin is installed")
+
+
+def test_auto_attention_over_a_quantized_cache_says_it_is_xlas_on_gpu_and_tpu():
+    """attention=auto decodes with XLA's attention over an int8 cache on GPU and TPU targets
+    (the decode kernels read the cache in the model dtype): the report says so there (a user
+    trial: int8 KV on h100-sxm was twice as slow as bf16 and nothing said why), not on cpu
+    (no kernel there) and not for a cache in the model dtype."""
+    import importlib.util
+
+    import jaxmove
+    sets = dict(layers="1", d_model="256", heads="4", kv_heads="2", d_ff="512", vocab="512",
+                seq_len="128", batch="2")
+    targets = [None] + [t for t, mod in (("h100-sxm", "jax_plugins.xla_cuda12"), ("tpu-v5e", "libtpu"))
+                        if importlib.util.find_spec(mod) is not None]
+    for target in targets:
+        for kv in ("int8", "bfloat16"):
+            rep = jaxmove.analyze("llama3-8b-decode", overrides={**sets, "kv_dtype": kv}, target=target)
+            said = [n for n in rep.notes if n.startswith("attention=auto over a KV cache of int8")]
+            assert len(said) == (1 if target is not None and kv == "int8" else 0), (target, kv)

@@ -483,6 +483,11 @@ def _program(name, source, config, facts, parameters, target=None) -> Program:
     else:
         t = Target.parse(target)
         tname, notes = t.name, tuple(target_notes(t))
+    # a workload's notes for the platform it was compiled for (Workload.config "platform_notes":
+    # {platform: [note]}; the zoo's decode says how its attention runs there)
+    platform_notes = (config or {}).get("platform_notes")
+    if isinstance(platform_notes, dict):
+        notes += tuple(str(n) for n in platform_notes.get(backend, ()))
     return Program(name=name, hlo_text=facts.hlo_text, backend=backend, num_devices=num_devices,
                    memory_stats=stats, parameters=parameters, source=source,
                    xla_cost_analysis=cost, config=dict(config), target=tname, notes=notes)
