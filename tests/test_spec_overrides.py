@@ -119,3 +119,9 @@ def test_a_capacity_override_is_checked_on_tpu_targets_too(capsys):
                           "--plan", "dp", "--spec", "hbm_capacity_bytes=10000", "--json", "--no-progress")
     (dp,) = json.loads(out)["plans"]
     assert dp["fits"] is False and dp["peak_bytes"] > 10000
+
+
+def test_minus_zero_is_zero():
+    spec = override_spec(load_spec("h100-sxm"), ["kernel_launch_overhead_s=-0"])
+    assert spec.kernel_launch_overhead_s == 0 and "=-0" not in spec.display_name
+    assert "kernel_launch_overhead_s=0]" in spec.display_name

@@ -174,6 +174,8 @@ def override_spec(spec: HardwareSpec, overrides: Mapping[str, float] | list[str]
         overrides = parse_spec_overrides([f"{k}={v!r}" for k, v in overrides.items()])
     if not overrides:
         return spec
+    # (-0 is 0: shown and kept as 0)
+    overrides = {k: (0.0 if isinstance(v, float) and v == 0 else v) for k, v in overrides.items()}
     for key, value in overrides.items():
         why = unused_override_reason(spec, key)
         if why:
