@@ -29,9 +29,11 @@ def does_not_fit_note(module, spec, memory_stats: dict | None = None, backend: s
     temporaries, all live at once, or XLA's own peak where larger); an XLA:TPU program is
     the exception, its compiler checked the memory itself and refuses what does not fit
     (``backend="tpu"`` with ``memory_stats``: no note; its refusal is capture/targets.py
-    ``DoesNotFitError``), unless the user overrode ``hbm_capacity_bytes`` (``--spec``). Otherwise, for an HLO file (no ``memory_analysis``) and for a program compiled for
-    another kind of device than the spec's (``analyze`` passes no ``memory_stats`` then: XLA:CPU's
-    temporaries hold f32 copies of bf16 buffers that no GPU program has), arguments
+    ``DoesNotFitError``), unless the user overrode ``hbm_capacity_bytes`` (``--spec``). A
+    program compiled for another kind of device than the spec's is judged by its arguments +
+    outputs - aliased (``analyze`` passes ``memory_stats`` without the temporaries then, with
+    ``temporaries_not_counted`` naming its backend: XLA:CPU's hold f32 copies of bf16 buffers
+    that no GPU program has). Otherwise, for an HLO file (no ``memory_analysis``), arguments
     larger than the capacity do not fit: the bytes that must sit in device memory before the
     program runs (its ENTRY parameters)."""
     cap = getattr(spec, "hbm_capacity_bytes", None)
@@ -55,8 +57,10 @@ def does_not_fit_note(module, spec, memory_stats: dict | None = None, backend: s
         return None
     arg, out, temp = ms["argument_size_in_bytes"], ms["output_size_in_bytes"], ms["temp_size_in_bytes"]
     alias = ms.get("alias_size_in_bytes") or 0
-    live = (f"arguments {human_bytes(arg)} + outputs {human_bytes(out)} - aliased {human_bytes(alias)} + "
-            f"temporaries {human_bytes(temp)}")
+    other = ms.get("temporaries_not_counted")
+    live = (f"arguments {human_bytes(arg)} + outputs {human_bytes(out)} - aliased {human_bytes(alias)}"
+            + (f"; XLA:{other.upper()}'s temporaries not counted, they are no {spec.kind.upper()} "
+               "program's" if other else f" + temporaries {human_bytes(temp)}"))
     how = (f"XLA's memory_analysis: peak_memory_in_bytes, above {live}" if peak > arg + out - alias + temp
            else "XLA:TPU's memory_analysis: peak_memory_in_bytes (its HBM peak)" if peak < arg + out - alias + temp
            else f"XLA's memory_analysis: {live}")
@@ -185,11 +189,15 @@ def analyze(obj, /, *args, overrides: dict[str, str] | None = None, hardware=Non
         analysis.notes.append(f"program compiled for {tgt.name} ({tgt.spec_name}) and costed on "
                               f"{spec.name}, another chip: the program is {tgt.spec_name}'s as its "
                               f"compiler chose it; compile with --target {spec.name} for {spec.name}'s own")
-    # (XLA:CPU's memory_analysis is no accelerator's: its temporaries hold f32 copies of bf16
-    # weights; a program costed on another kind of device is judged by its arguments alone)
-    fit = (does_not_fit_note(module, spec, getattr(program, "memory_stats", None)
-                             if program.backend == spec.kind else None, program.backend)
-           if spec is not None else None)
+    # (XLA:CPU's temporaries are no accelerator's: they hold f32 copies of bf16 weights; a
+    # program costed on another kind of device is judged by its arguments and outputs alone)
+    ms = getattr(program, "memory_stats", None)
+    if spec is not None and ms and program.backend != spec.kind:
+        ms = {k: ms[k] for k in ("argument_size_in_bytes", "output_size_in_bytes", "alias_size_in_bytes")
+              if k in ms}
+        ms["temp_size_in_bytes"] = 0
+        ms["temporaries_not_counted"] = program.backend
+    fit = does_not_fit_note(module, spec, ms, program.backend) if spec is not None else None
     if fit:
         analysis.notes.insert(0, fit)
     from .capture.xla_figures import xla_figures

@@ -202,7 +202,9 @@ def test_a_cpu_program_costed_on_a_gpu_spec_is_judged_by_its_arguments():
     from jaxmove.capture.program import capture
     cpu_peak = memory_analysis_peak_bytes(capture(f, w, x, roles=("weights", "activations")).memory_stats, "cpu")
     assert cpu_peak > args_bytes + 2048 * 2048 * 2     # (XLA:CPU's f32 copy of w, at least)
-    cap = args_bytes + 1024                            # the arguments fit, XLA:CPU's peak does not
+
+    out_bytes = 8 * 2048 * 2
+    cap = args_bytes + out_bytes + 1024                # arguments + outputs fit, XLA:CPU's peak does not
     for name in ("h100-sxm", "cpu-generic"):
         spec = override_spec(load_spec(name), {"hbm_capacity_bytes": cap})
         notes = jaxmove.analyze(f, w, x, hardware=spec).notes
@@ -211,6 +213,12 @@ def test_a_cpu_program_costed_on_a_gpu_spec_is_judged_by_its_arguments():
             assert fit and "memory_analysis" in fit[0]
         else:
             assert not fit, fit
-    spec = override_spec(load_spec("h100-sxm"), {"hbm_capacity_bytes": args_bytes - 1})
+    spec = override_spec(load_spec("h100-sxm"), {"hbm_capacity_bytes": args_bytes + out_bytes - 1})
     (fit,) = [n for n in jaxmove.analyze(f, w, x, hardware=spec).notes if n.startswith("does not fit")]
-    assert f"arguments take {args_bytes / 2**20:.2f} MiB" in fit
+    assert f"needs {(args_bytes + out_bytes) / 2**20:.2f} MiB" in fit
+    # outputs count (they are the function's own, on any device): an outer product of two
+    # f32[200000] is 149.01 GiB, more than an H100's 74.51 GiB (it was said to fit)
+    a = jax.ShapeDtypeStruct((200_000,), jnp.float32)
+    (fit,) = [n for n in jaxmove.analyze(jnp.outer, a, a, hardware="h100-sxm").notes
+              if n.startswith("does not fit")]
+    assert "outputs 149.01 GiB" in fit and "XLA:CPU's temporaries not counted" in fit

@@ -485,8 +485,8 @@ def summarize(report, plan: Plan, spec, num_devices: int, memory_stats: dict[str
     the compiler checked its own chip's); elsewhere ``peak_bytes <= spec.hbm_capacity_bytes``,
     and a plan that does not fit gets those two figures as ``needs_bytes`` / ``has_bytes`` (a
     note says where each comes from); a program compiled for another kind of device than the
-    spec's (XLA:CPU's, costed on h100-sxm) fits when its arguments do (its memory_analysis is
-    not the spec's device's); without ``memory_analysis`` ``fits`` is None and a note says why
+    spec's (XLA:CPU's, costed on h100-sxm) fits when its arguments + outputs - aliased do (its
+    temporaries are not the spec's device's); without ``memory_analysis`` ``fits`` is None and a note says why
     both are null.
 
     Raises:
@@ -511,18 +511,18 @@ def summarize(report, plan: Plan, spec, num_devices: int, memory_stats: dict[str
     if platform == "tpu" and not capacity_overridden(spec):
         res.fits = True  # XLA:TPU checks device memory and refuses what does not fit
     elif res.peak_bytes is not None and platform != spec.kind:
-        # XLA:CPU's memory_analysis is no accelerator's (f32 copies of bf16 weights in its
-        # temporaries): the arguments alone decide, as for an HLO file (api.does_not_fit_note)
-        need = res.argument_bytes or 0
+        # XLA:CPU's temporaries are no accelerator's (f32 copies of bf16 weights): arguments +
+        # outputs - aliased decide (api.does_not_fit_note's rule)
+        need = (res.argument_bytes or 0) + (res.output_bytes or 0) - (res.alias_bytes or 0)
         res.fits = need <= spec.hbm_capacity_bytes
-        res.notes.append(f"fits judged by the arguments alone ({need:,} B per device): the program is "
-                         f"XLA:{platform.upper()}'s, whose memory_analysis is not {spec.name}'s "
+        res.notes.append(f"fits judged by arguments + outputs - aliased ({need:,} B per device): the "
+                         f"program is XLA:{platform.upper()}'s, whose temporaries are not {spec.name}'s "
                          f"(compile with --target for its own)")
         if not res.fits:
             from ..api import capacity_source
             res.needs_bytes, res.has_bytes = int(need), int(spec.hbm_capacity_bytes)
-            res.notes.append(f"does not fit: its arguments take {res.needs_bytes:,} B per device, has "
-                             f"{capacity_source(spec)}")
+            res.notes.append(f"does not fit: arguments + outputs - aliased take {res.needs_bytes:,} B "
+                             f"per device, has {capacity_source(spec)}")
     elif res.peak_bytes is not None:  # (on TPU too when the user gave another capacity: the
         # compiler checked its own chip's)
         res.fits = res.peak_bytes <= spec.hbm_capacity_bytes
