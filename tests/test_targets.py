@@ -443,6 +443,12 @@ def test_arguments_sharded_over_cpu_devices_are_refused_for_an_accelerator_targe
     with pytest.raises(CaptureError, match=rf"--target {t.name}: argument leaf 0 is sharded over cpu "
                                            r"devices.*Target.parse"):
         analyze(lambda a: a * 2, x, target=t.name)
+    with pytest.raises(CaptureError, match=r"in_shardings entry 1 is sharded over cpu devices"):
+        plain = jax.ShapeDtypeStruct((64, 128), jnp.bfloat16)
+        analyze(lambda a, b: a * b, plain, plain, in_shardings=(None, NamedSharding(cpu_mesh, P())),
+                target=t.name)
+    # an uncommitted array (jnp.ones: nobody placed it) goes where jit puts it: the target
+    assert analyze(lambda a: a * 2, jnp.ones((64, 128), jnp.bfloat16), target=t.name).program.backend == family
     # over the target's own compile-only devices: compiled by the target's compiler
     on_target = NamedSharding(t.mesh({"x": 1}), P("x"))
     rep = analyze(lambda a: a * 2, jax.ShapeDtypeStruct((64, 128), jnp.bfloat16, sharding=on_target),

@@ -508,18 +508,20 @@ def _target_shardings(shardings, target, args=()) -> dict:
 
     t = Target.parse(target)
     out = dict(shardings or {})
-    own = [(i, x.sharding) for i, x in enumerate(jax.tree_util.tree_leaves(args))
-           if isinstance(getattr(x, "sharding", None), jax.sharding.Sharding)]
+    # (an uncommitted array, jnp.ones(...) not placed by the user, goes where jit puts it)
+    own = [(f"argument leaf {i}", x.sharding) for i, x in enumerate(jax.tree_util.tree_leaves(args))
+           if isinstance(getattr(x, "sharding", None), jax.sharding.Sharding)
+           and getattr(x, "committed", True)]
     given = out.get("in_shardings")
     if given is not None:
-        own += [(i, sh) for i, sh in enumerate(jax.tree_util.tree_leaves(
-            given, is_leaf=lambda v: isinstance(v, jax.sharding.Sharding)))
+        own += [(f"in_shardings entry {i}", sh) for i, sh in enumerate(
+            given if isinstance(given, (tuple, list)) else (given,))
             if isinstance(sh, jax.sharding.Sharding)]
-    for i, sh in own if target is not None else ():   # (jit compiles for those devices)
+    for what, sh in own if target is not None else ():   # (jit compiles for those devices)
         platforms = sorted({d.platform for d in sh.device_set})
         if platforms != [t.platform]:
             raise CaptureError(
-                f"--target {t.name}: argument leaf {i} is sharded over {'/'.join(platforms)} "
+                f"--target {t.name}: {what} is sharded over {'/'.join(platforms)} "
                 f"devices, so jax would compile for those, not for {t.name}; shard it over the "
                 f"target's compile-only devices (a mesh of jaxmove.capture.targets.Target.parse("
                 f"{t.name!r}).mesh({{...}}), and any shard_map over that mesh) or leave target out")
