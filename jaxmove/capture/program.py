@@ -617,8 +617,15 @@ def _jit_donate_argnums(jitted, args) -> tuple[int, ...]:
 def _capture_fn(fn, args, roles, donate_argnums, static_argnums, name, source, config,
                 shardings=None, target=None, weight_layouts: str = "default", out_roles=None) -> Program:
     from .compile_cache import cached_compile
-    from .targets import compile_lowered
+    from .targets import Target, compile_lowered
 
+    if target is not None and Target.parse(target).platform != "cpu":
+        # an uncommitted array (jnp.ones: nobody placed it) is its shape and dtype there: jit
+        # would keep it on the CPU ("memory kinds ... does not match" on a GPU target)
+        static = set(static_argnums)
+        args = tuple(a if i in static else jax.tree_util.tree_map(
+            lambda x: jax.ShapeDtypeStruct(x.shape, x.dtype)
+            if isinstance(x, jax.Array) and not x.committed else x, a) for i, a in enumerate(args))
     shardings = _target_shardings(shardings, target, args)
     early = (_roles_before_tracing(args, roles, tuple(donate_argnums), tuple(static_argnums))
              if weight_layouts == "auto" else None)
