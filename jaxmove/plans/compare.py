@@ -244,6 +244,16 @@ def _out_roles(workload, treedef, n: int) -> list:
         raise PlanError(str(e)) from None
 
 
+def _dtype_bits(dtype) -> int:
+    """Bits per element of ``dtype`` (4 for int4 / float4, whose numpy itemsize is 1 byte)."""
+    import jax
+    dt = np.dtype(dtype)
+    try:
+        return (jax.dtypes.finfo(dt) if jax.dtypes.issubdtype(dt, np.inexact) else jax.dtypes.iinfo(dt)).bits
+    except (TypeError, ValueError):
+        return dt.itemsize * 8
+
+
 def workload_shardings(workload, plan: Plan, mesh, notes: list[str], param_axes: set | None = None,
                        param_leaves: list | None = None):
     """(in_shardings, out_shardings or None, {path: spec text}) of a workload under a plan;
@@ -288,7 +298,7 @@ def workload_shardings(workload, plan: Plan, mesh, notes: list[str], param_axes:
                     if s is not None:
                         param_axes.update((s,) if isinstance(s, str) else s)
             if is_param and param_leaves is not None:
-                nbytes = math.prod(leaf.shape) * np.dtype(leaf.dtype).itemsize
+                nbytes = -(-math.prod(leaf.shape) * _dtype_bits(leaf.dtype) // 8)
                 param_leaves.append((role, tuple(spec), nbytes))
         return NamedSharding(mesh, PartitionSpec(*spec))
 
