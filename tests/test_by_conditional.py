@@ -10,6 +10,7 @@ import pytest
 
 import jaxmove
 from jaxmove.cli import main
+from jaxmove.hardware import load_spec
 from jaxmove.report.attribution import aggregate, uncounted_computations
 
 # on_true negates f32[1024] (4 KiB read + 4 KiB written); on_false negates f32[16] twice
@@ -107,3 +108,26 @@ def test_a_branch_that_all_reduces_is_the_costlier_at_equal_hbm_bytes(tmp_path, 
     # ring all-reduce: 2 (n - 1) / n of the buffer per device (NCCL's bus bandwidth formula)
     assert t.device_to_device_bytes == 2 * 7 * 4096 // 8
     assert rep.analysis.branches[("e", "c")] == "on_true"
+
+
+def test_the_time_sums_count_the_branch_the_totals_take(tmp_path):
+    """on_false reduces f32[4,262144] (5 MiB of HBM), on_true all-reduces f32[262144] (2 MiB of
+    HBM, 1.75 MiB on the wire): the totals take on_false, and the time's network sum must not
+    count on_true's all-reduce (it did: "network-bound ... network 37.6 us" over totals of 0 B
+    device_to_device, a user trial)."""
+    text = HLO_COLLECTIVE.replace("replica_count=8", "replica_count=8").replace(
+        """on_false {
+  b = f32[1024]{0} parameter(0)
+  ROOT n = f32[1024]{0} negate(b)
+}""", """on_false {
+  b = f32[1024]{0} parameter(0)
+  bb = f32[4096,1024]{1,0} broadcast(b), dimensions={1}
+  ROOT n = f32[1024]{0} reduce(bb, f32[] constant(0)), dimensions={0}, to_apply=add
+}""")
+    path = tmp_path / "cond_time.hlo"
+    path.write_text(text)
+    rep = jaxmove.analyze(str(path), hardware="h100-sxm")
+    assert rep.analysis.branches[("e", "c")] == "on_false", "the test needs on_false the costlier"
+    assert rep.totals.device_to_device_bytes == 0
+    assert rep.times.network_time_s == 0
+    assert rep.times.memory_time_s == pytest.approx(rep.totals.hbm_bytes / load_spec("h100-sxm").hbm_bytes_per_s)

@@ -833,7 +833,14 @@ def estimate_times(analysis, spec, reuse: ReuseAnalysis | None = None,
     hbm_floor = _Walker(module, rows, analysis.branches, serial=True, per_execution=hbm_s
                         ).comp_time(module.entry.name)
     total = max(scheduled, hbm_floor) + dispatch
-    vals = rows.values()
+    # the component sums count what the totals count: a conditional's other branches are out
+    # (they were in: a branch that all-reduces made the program "network-bound" while the
+    # totals, and the schedule, took the other)
+    if analysis.branches:
+        counted = module.reachable_computations([module.entry.name], branches=analysis.branches)
+        vals = [t for k, t in rows.items() if k[0] in counted]
+    else:
+        vals = rows.values()
     comp_s = sum(r.compute_time_s or 0.0 for r in vals)
     mem_s = sum(r.memory_time_s for r in vals)
     net_s = sum(r.network_time_s or 0.0 for r in vals)
