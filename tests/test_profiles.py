@@ -716,3 +716,23 @@ def test_a100_floor_holdout_errors_are_compares_own():
     from jaxmove.measure.profile_compare import kernel_floor_holdout_errors
     med, p90 = kernel_floor_holdout_errors(compare_profile(NSYS, program="40"))
     assert round(med * 100) == 19 and round(p90 * 100) == 58
+
+
+@pytest.mark.parametrize("event, want", [
+    ({"ts": 1.0}, "without numeric ts and dur"),                  # (was ZeroDivisionError)
+    ({"ts": 1.0, "dur": -5.0}, "a duration >= 0"),                # (was a negative device time)
+    ({"ts": 1.0, "dur": float("nan")}, "finite microseconds"),    # (was a median of a NaN list)
+    ({"ts": 1.0, "dur": float("inf")}, "finite microseconds"),    # (was "joined nan%")
+    ({"ts": 1.0, "dur": 5.0, "args": "x"}, "'args' is str"),      # (was ValueError)
+])
+def test_trace_json_events_with_bad_times_or_args_are_input_errors(tmp_path, event, want):
+    from jaxmove.measure.profiles import CaptureFormatError, _read_trace_json
+    path = tmp_path / "bad.trace.json"
+    path.write_text(json.dumps({"traceEvents": [
+        {"ph": "X", "name": "ok", "pid": 1, "tid": 1, "ts": 0.0, "dur": 1.0},
+        {"ph": "X", "name": "fusion", "pid": 1, "tid": 1, **event}]}))
+    with pytest.raises(CaptureFormatError, match=rf"traceEvents\[1\]: .*{want}"):
+        _read_trace_json(str(path))
+    path.write_text(json.dumps({"traceEvents": [{"ph": "X", "name": "ok", "ts": 0.0, "dur": 1.0}]}))
+    (ev,) = _read_trace_json(str(path))
+    assert ev.duration_ns == 1000.0

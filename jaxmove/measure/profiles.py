@@ -45,6 +45,7 @@ import gzip
 import io
 import json
 import lzma
+import math
 import os
 import re
 import zipfile
@@ -498,10 +499,18 @@ def _read_trace_json(path: str) -> list[XPlaneEvent]:
         if not isinstance(e, dict) or e.get("ph") != "X":
             continue
         try:
-            ts, dur = float(e["ts"]), float(e.get("dur", 0.0))
+            ts, dur = float(e["ts"]), float(e["dur"])
         except (KeyError, TypeError, ValueError):
-            raise CaptureFormatError(f"{path}: traceEvents[{i}]: an 'X' event without numeric ts/dur") from None
-        stats = dict(e.get("args") or {})
+            raise CaptureFormatError(f"{path}: traceEvents[{i}]: an 'X' (complete) event without numeric "
+                                     "ts and dur (microseconds; the Trace Event Format requires both)") from None
+        if not (math.isfinite(ts) and math.isfinite(dur)) or dur < 0:
+            raise CaptureFormatError(f"{path}: traceEvents[{i}]: ts {e['ts']!r}, dur {e['dur']!r}: expected "
+                                     "finite microseconds and a duration >= 0")
+        args = e.get("args")
+        if args is not None and not isinstance(args, dict):
+            raise CaptureFormatError(f"{path}: traceEvents[{i}]: 'args' is {type(args).__name__}, "
+                                     "expected an object of stats")
+        stats = dict(args or {})
         for k in ("run_id", "program_id", "correlation_id", "device_ordinal"):
             if k in stats and _int(stats[k]) is not None:
                 stats[k] = _int(stats[k])

@@ -92,7 +92,7 @@ def render_comparison(c, top: int = 20, console: Console | None = None) -> None:
     console.print(f"instructions: sum of estimates {fmt_s(s.est_sum_s)} vs sum measured {fmt_s(s.measured_sum_s)}; "
                   f"MdAPE {fmt_pct(s.mdape)} over the {s.n_significant} taking >= 1% of the run, "
                   f"time-weighted error {fmt_pct(s.weighted_error)} over {s.n_measured}, "
-                  f"Spearman {fmt_num(s.spearman)}")
+                  f"Spearman {fmt_num(s.spearman)} over the {s.n_significant} taking >= 1%")
     if c.baseline_s is not None:
         console.print(f"baseline (XLA cost_analysis roofline, same spec): {fmt_s(c.baseline_s)} "
                       f"({fmt_pct(c.baseline_s / s.measured_wall_s - 1, signed=True)} vs wall)")

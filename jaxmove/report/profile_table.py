@@ -59,4 +59,4 @@ def render_profile_comparison(c, top: int = 20, console: Console | None = None) 
                   f"{fmt_s(s.measured_sum_s)}; per-instruction error median {fmt_pct(o.median_error if o else None)}, "
                   f"p90 {fmt_pct(o.p90_error if o else None)} over {o.n if o else 0}; MdAPE {fmt_pct(s.mdape)} over "
                   f"the {s.n_significant} taking >= 1%, time-weighted error {fmt_pct(s.weighted_error)}, "
-                  f"Spearman {fmt_num(s.spearman)}")
+                  f"Spearman {fmt_num(s.spearman)} over the same {s.n_significant}")
