@@ -210,6 +210,10 @@ def test_sharded_leaves_are_sized_in_bits():
     for dt, nbytes in ((jnp.int4, 128 * 128 // 2), (jnp.bfloat16, 128 * 128 * 2)):
         leaves.clear()
         wl = Workload("w", lambda w: w, (jax.ShapeDtypeStruct((128, 128), dt),), ("weights",),
-                      logical_axes=(("embed", "mlp"),))
-        workload_shardings(wl, load_plan("fsdp"), mesh, [], set(), leaves)
-        assert leaves == [("weights", ("data", None), nbytes)]
+                      logical_axes=(("embed", "mlp"),), out_logical_axes=("embed", "mlp"),
+                      out_roles="weights")
+        in_sh, out_sh, _ = workload_shardings(wl, load_plan("fsdp"), mesh, [], set(), leaves)
+        assert leaves == [("weights", ("data", None), nbytes)]     # (the argument only)
+        # a returned weight is sharded as the argument (so a donated one can take its buffer:
+        # the outputs were once sharded as activations, and a train step lost its donation)
+        assert out_sh.spec == in_sh[0].spec

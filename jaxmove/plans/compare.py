@@ -279,7 +279,7 @@ def workload_shardings(workload, plan: Plan, mesh, notes: list[str], param_axes:
     mesh_shape = dict(mesh.shape)
     specs: dict[str, str] = {}
 
-    def named(leaf, axes, role, path):
+    def named(leaf, axes, role, path, argument=True):
         is_param = role in PARAM_ROLES
         def known(a):   # (a tuple names a merged dimension: plan.py, step 4)
             return all(n in LOGICAL_AXES for n in a) if isinstance(a, (tuple, list)) else a in LOGICAL_AXES
@@ -293,11 +293,11 @@ def workload_shardings(workload, plan: Plan, mesh, notes: list[str], param_axes:
         spec = plan.partition_spec(axes, leaf.shape, mesh_shape, is_param, notes, path)
         if any(s is not None for s in spec):
             specs[path] = _spec_text(spec)
-            if is_param and param_axes is not None:
+            if is_param and argument and param_axes is not None:
                 for s in spec:
                     if s is not None:
                         param_axes.update((s,) if isinstance(s, str) else s)
-            if is_param and param_leaves is not None:
+            if is_param and argument and param_leaves is not None:
                 nbytes = -(-math.prod(leaf.shape) * _dtype_bits(leaf.dtype) // 8)
                 param_leaves.append((role, tuple(spec), nbytes))
         return NamedSharding(mesh, PartitionSpec(*spec))
@@ -323,7 +323,7 @@ def workload_shardings(workload, plan: Plan, mesh, notes: list[str], param_axes:
         axes_flat = treedef.flatten_up_to(workload.out_logical_axes)
         out_roles = _out_roles(workload, treedef, len(flat))
         out_sh = jax.tree_util.tree_unflatten(treedef, [
-            named(leaf, ax, r in PARAM_ROLES, f"out{jax.tree_util.keystr(kp)}")
+            named(leaf, ax, r, f"out{jax.tree_util.keystr(kp)}", argument=False)
             for (kp, leaf), ax, r in zip(flat, axes_flat, out_roles)])
     return tuple(in_sh), out_sh, specs
 
