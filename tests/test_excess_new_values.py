@@ -149,3 +149,25 @@ def test_a_returned_window_of_an_argument_is_read_as_any_kernel_reads(tmp_path):
     assert ex.by_path["hbm_to_onchip"].compulsory_bytes == window + update + 4
     assert ex.by_path["onchip_to_hbm"].compulsory_bytes == window + update
     assert ex.cause("not_donated", "buf").bytes == 2 * 1024 * 256 * 4   # the copy, read and written
+
+
+@pytest.mark.filterwarnings("ignore:Some donated buffers were not usable")
+@pytest.mark.parametrize("target", _targets())
+def test_one_update_per_argument_and_what_donating_saves(target):
+    """An argument has at most one update among the results; another result holding its value
+    is a new buffer, written once (compulsory). A kept update copies x first: reading x for
+    that copy is what donating saves, with the copy's write (a user trial: ``x.at[0, 0].set``
+    kept said "saves 512 KiB", donating saved 1 MiB; ``(x, x)`` called both copies excess).
+    Closed forms (N = 512 KiB): ``(x, x)`` needs one copy, N read + N written, donated or
+    kept (kept, the other copy is ``not_donated``, 2N); ``x.at[0, 0].set(1.)`` writes 4 B."""
+    kw = {"target": target} if target else {}
+    def run(fn, donate=()):
+        return jaxmove.analyze(fn, X, roles=("activations",), donate_argnums=donate, **kw).excess
+    for donate in ((), (0,)):
+        twice = run(lambda x: (x, x), donate)
+        assert twice.compulsory_bytes == 2 * N, donate
+        assert {c.kind: c.bytes for c in twice.causes} == ({} if donate else {"not_donated": 2 * N})
+    kept, donated = run(lambda x: x.at[0, 0].set(1.0)), run(lambda x: x.at[0, 0].set(1.0), (0,))
+    assert kept.compulsory_bytes == donated.compulsory_bytes == 4
+    assert kept.cause("not_donated", "x").bytes == 2 * N
+    assert "saves 1.00 MiB" in kept.cause("not_donated", "x").fix

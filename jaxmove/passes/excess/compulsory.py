@@ -782,23 +782,41 @@ class Accounting:
         # a copy of a parameter that becomes (the buffer of) an update result: not donated. An
         # update has the parameter's dimensions and element type (it could take its buffer); a
         # slice, transpose or conversion of it is a new value, written once (compulsory)
-        update_of: dict[tuple, int] = {}
-        for oroot, (j, leaf) in out_root.items():
+        # A parameter has at most one update among the results: its own buffer returned (or
+        # written in place), else the result XLA aliased to it, else one written into a copy of
+        # it (an update before the parameter's value returned as such); another result holding
+        # its value is a new value, written once (``(x, x)`` needs two buffers however donated)
+        cands = []   # (preference, result order, result root, parameter number, its leaf, how)
+        for order, (oroot, (j, leaf)) in enumerate(out_root.items()):
             if oroot in param_root:
-                update_of[oroot] = param_root[oroot][0]
+                pr = param_root[oroot]
+                cands.append((0, order, oroot, pr[0], pr[1], "own"))
             elif oroot in derived and derived[oroot][0] in param_root \
                     and (_same_array(leaf, param_root[derived[oroot][0]][2])
                          or _reshaped_parameter(self._result_instr(j), leaf, param_root[derived[oroot][0]][2],
                                                 module)):
-                pnum = update_of[oroot] = param_root[derived[oroot][0]][0]
+                pr = param_root[derived[oroot][0]]
+                same = _value_chain(self._result_instr(j), module) is not None
+                cands.append((3 if same else 2, order, oroot, pr[0], pr[1], "copy"))
+            elif j in alias_of_out and self._may_update(leaf, alias_of_out[j], j):
+                # (XLA aliases a donated buffer to a result of its byte size whatever its
+                # shape: a transpose written into it is a new value, not an update; the leaf
+                # of a tuple parameter it aliases is not told apart: a key of its own)
+                cands.append((1, order, oroot, alias_of_out[j], ("result", order), "alias"))
+        chosen: dict[tuple, tuple] = {}   # (parameter number, leaf) -> its update
+        for c in sorted(cands, key=lambda c: (c[0], c[1])):
+            chosen.setdefault((c[3], c[4]), c)
+        update_of: dict[tuple, int] = {}
+        for _pref, _order, oroot, pnum, pleaf, how in cands:
+            if chosen[(pnum, pleaf)][2] != oroot:
+                continue
+            update_of[oroot] = pnum
+            if how == "copy":
+                leaf = out_root[oroot][1]
                 if derived[oroot][3] != "layout_change" or _same_order(leaf, param_root[derived[oroot][0]][2]):
                     donated = self._argument(pnum)[2]
                     kcause[derived[oroot][4]] = "donated_but_copied" if donated else "not_donated"
                 # (else the elements relaid out, which donating would not save: layout_change)
-            elif j in alias_of_out and self._may_update(leaf, alias_of_out[j], j):
-                # (XLA aliases a donated buffer to a result of its byte size whatever its
-                # shape: a transpose written into it is a new value, not an update)
-                update_of[oroot] = alias_of_out[j]
         for oroot in [o for o in derived if o in out_root and o not in update_of]:
             # a result written by a copy kernel: the result itself, a new value; one made of a
             # parameter reads what it needs of it as any kernel does (compulsory; the copy of
@@ -806,7 +824,7 @@ class Accounting:
             origin, _n, _d, _kind, k_copy = derived.pop(oroot)
             if origin in param_root and kcause.get(k_copy) in _COPY_KINDS:
                 del kcause[k_copy]
-        self.same_value_rows, same_origin = self._same_value_rows(update_of, kcause)
+        self.same_value_rows, same_origin = self._same_value_rows(update_of, kcause, derived)
         # copies of a parameter into on-chip memory (XLA:TPU's layout copy of a table into VMEM):
         # their readers' on-chip reads say how much of the parameter the program needs (lookups)
         self.onchip_copy = {droot: derived[droot] for droot in onchip_dst
@@ -856,27 +874,35 @@ class Accounting:
         self.budget_root = budget_root
         return special
 
-    def _same_value_rows(self, update_of: dict, kcause: dict) -> tuple[frozenset, dict]:
+    def _same_value_rows(self, update_of: dict, kcause: dict, derived: dict) -> tuple[frozenset, dict]:
         """The rows that only carry a parameter's own value into a result leaf that updates
         it (``_value_chain``: a copy of ``x`` returned without donation, XLA:TPU's reshape of a
         donated ``x`` into its tiles, its prefetch into VMEM before): no computation needs
         what they read, so they draw nothing of the parameter's compulsory read budget
-        (returned donated, the program moves nothing on XLA:CPU / GPU). Each such row without
-        a cause of its own takes that of the chain's kernel nearest the result. Returns (those
-        rows, row -> the parameter's buffer)."""
+        (returned donated, the program moves nothing on XLA:CPU / GPU); and the copy kernel
+        of a parameter into the buffer of its update (kept, ``x.at[i].set(v)`` copies ``x``
+        first): donated, the update needs none of ``x``'s other elements read. Each such row
+        without a cause of its own takes that of the chain's kernel nearest the result.
+        Returns (those rows, row -> the parameter's buffer)."""
         module = self.module
         entry = module.entry
         chains = []
+        copies = {}   # the copy kernel of a parameter into its update's buffer -> the parameter
         for oroot, pnum in update_of.items():
+            d = derived.get(oroot)
+            if d is not None and d[0] in self.param_root and kcause.get(d[4]) in ("not_donated",
+                                                                                  "donated_but_copied"):
+                copies[d[4]] = d[0]
             j = self.out_root[oroot][0]
             chain = _value_chain(self._result_instr(j), module)
             if chain is not None and len(chain) > 1 and chain[-1].parameter_number == pnum \
                     and chain[-1].shape.is_array:
                 chains.append(chain)
-        if not chains:
+        if not chains and not copies:
             return frozenset(), {}
-        row_of = {r.instr.name: k for k, r in enumerate(self.rows) if r.computation == entry.name}
-        same, origin = set(), {}
+        row_of = {r.instr.name: k for k, r in enumerate(self.rows) if r.computation == entry.name} \
+            if chains else {}
+        same, origin = set(copies), dict(copies)
         for chain in chains:
             # (up to the first step whose value other instructions read too: what it reads
             # feeds them, e.g. a prefetch into VMEM that attention reads as well)
