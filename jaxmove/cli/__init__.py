@@ -198,6 +198,12 @@ def main(argv: list[str] | None = None) -> int:
                     os.environ[k] = v
     if interrupts.swallowed:  # re-delivered too late to stop the command: still interrupted
         return _interrupted(argv is None, interrupts._swallowed_exc)
+    if argv is None:
+        # the command is done and its files written: a Ctrl-C now, while the interpreter
+        # finalizes (jax's exit handlers, ~0.3 s), would end it with 130 and no line, as if
+        # interrupted; it changes nothing, so the status is the command's
+        import signal
+        signal.signal(signal.SIGINT, signal.SIG_IGN)
     return rc
 
 
