@@ -180,7 +180,6 @@ def _calls_kernels(instr: Instruction) -> bool:
     return instr.opcode in ("while", "call", "conditional", "async-start", "call-start")
 
 
-@gc_paused
 def _branch_cost(c: Cost) -> tuple[int, int]:
     """How a conditional's branches are ranked (the totals take the largest): the bytes one
     execution moves over every path (HBM, device <-> device, host <-> device: a branch that
@@ -190,6 +189,7 @@ def _branch_cost(c: Cost) -> tuple[int, int]:
             c.flops)
 
 
+@gc_paused
 def analyze_module(module: Module, entry_roles: dict[int, str] | None = None,
                    output_roles: tuple[str | None, ...] | None = None) -> ModuleAnalysis:
     """Run the passes over ``module``.
