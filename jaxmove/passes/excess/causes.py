@@ -342,6 +342,17 @@ def _end_of_program_prefetch(c: FixContext) -> str:
             f"single run moves the parameter twice -- {c.saves} on a single run only")
 
 
+@cause("whole_prefetch",
+       matches="a parameter other than a weights table that XLA copies whole into on-chip memory "
+               "(XLA:TPU's cross-program prefetch into VMEM) while the program reads only windows "
+               "of it there (dynamic-slice / gather of rows; excess/lookups.py)",
+       bytes="the copy's read beyond the windows' footprint")
+def _whole_prefetch(c: FixContext) -> str:
+    return (f"XLA copies all of {c.named('a parameter')} into on-chip memory (`{c.first}`) to read "
+            "a window of it: pass the program only the window it needs (slice it where it is made), "
+            f"or make the array too large to prefetch whole -- {c.saves}")
+
+
 #: Stable cause keys of the JSON ``excess.causes[].kind`` (may be added to, never removed).
 CAUSE_KINDS = tuple(CAUSES)
 

@@ -1350,6 +1350,7 @@ class Accounting:
         code = ledger.code
         events = ledger.events
         same_rows = self.same_value_rows
+        onchip_row = self.onchip_copy_row   # (rows copying a parameter into on-chip memory)
         for broot, claims in reads.items():
             if len(claims) == 1:
                 c0 = claims[0]
@@ -1358,7 +1359,7 @@ class Accounting:
                 if pr is not None:
                     # the common case: one kernel reads a parameter, no copy in between
                     _p, units, logical, k, role, phys, _root = c0
-                    if role == "weights":  # (a lookup table? lookups.py)
+                    if role == "weights" or k in onchip_row:  # (a lookup table? lookups.py)
                         foot = self._table_footprint(broot, claims)
                         if foot is not None:
                             self._settle_table(broot, claims, foot)
@@ -1378,7 +1379,7 @@ class Accounting:
             if mixed:
                 claims.sort(key=itemgetter(0))  # by priority, then schedule order (stable)
             if broot in self.param_root:
-                if claims[0][4] == "weights":  # (a lookup table? lookups.py)
+                if claims[0][4] == "weights" or claims[0][3] in onchip_row:  # (a lookup table?)
                     foot = self._table_footprint(broot, claims)
                     if foot is not None:
                         self._settle_table(broot, claims, foot)
@@ -1515,7 +1516,9 @@ class Accounting:
         it only as the table of lookups (``lookups.py``: a gather / dynamic-slice of rows, a
         one-hot dot) and its ``claims`` read more of it than those lookups touch: copied whole
         into on-chip memory (every reader of the copy a lookup), or read whole from HBM by a
-        one-hot dot; else None. The footprint is the sum of the lookups' elements in the
+        one-hot dot; else None. A parameter of another role than weights only through its
+        copy into on-chip memory (XLA:TPU's prefetch of ``x`` for ``dynamic_slice(x, ...)``:
+        ``whole_prefetch``). The footprint is the sum of the lookups' elements in the
         parameter's width (the gathered rows: tokens x d_model x width), at most the
         parameter's bytes."""
         leaf = self.param_root[broot][2]
@@ -1527,9 +1530,9 @@ class Accounting:
         foot = claimed = 0
         for _p, units, _lg, k, role, _phys, root in claims:
             claimed += units
-            if role != "weights":
-                return None
             droot = copy_root.get(k)
+            if role != "weights" and droot is None:
+                return None   # (another role: only its copy into on-chip memory, whole_prefetch)
             if droot is not None and onchip_copy[droot][0] == broot:
                 readers = onchip_reads.get(droot)
                 if not readers:
@@ -1568,7 +1571,8 @@ class Accounting:
         for _p, units, logical, k, role, phys, _root in claims:
             g = min(units, budget, logical)
             budget -= g
-            add(role, HBM_READ, phys, g, logical, "whole_table_read", subject, k)
+            add(role, HBM_READ, phys, g, logical,
+                "whole_table_read" if role == "weights" else "whole_prefetch", subject, k)
 
     def _orphan_clone(self, k: int) -> bool:
         """Row ``k`` is a clone XLA's rematerialization made (``NAME.remat``, ``NAME.remat2``;
