@@ -708,6 +708,48 @@ class Accounting:
         return (pshape is None or pshape.is_tuple or _same_array(leaf, pshape)
                 or _reshaped_parameter(self._result_instr(j), leaf, pshape, self.module))
 
+    def _copied_back(self, j: int, prefetched: dict) -> tuple | None:
+        """(parameter root, row number of the copy-start, row number of the prefetch or None)
+        when result leaf ``j`` is ``copy-done(copy-start(v))`` of an on-chip buffer ``v`` that is
+        a parameter's prefetch (``prefetched``: on-chip root -> parameter root; an in-place
+        update of it shares its buffer), else None. The prefetch's row is given where only
+        in-place updates lie between it and the copy back, nothing else reading them."""
+        instr = self._result_instr(j)
+        if instr is None or instr.opcode != "copy-done" or not instr.operands:
+            return None
+        entry = self.module.entry
+        start = entry.by_name.get(instr.operands[0])
+        if start is None or start.opcode != "copy-start" or not start.operands:
+            return None
+        proot = prefetched.get(self.buffers.find((entry.name, start.operands[0], 0)))
+        if proot is None:
+            return None
+        row_of = getattr(self, "_entry_row_of", None)
+        if row_of is None:
+            row_of = self._entry_row_of = {r.instr.name: k for k, r in enumerate(self.rows)
+                                           if r.computation == entry.name}
+        k = row_of.get(start.name)
+        if k is None:
+            return None
+        # the prefetch's copy-start when nothing but in-place updates and this copy back use the
+        # prefetched value (none of its elements is needed but to be copied back: donated, the
+        # update would need no read of them), else None
+        by_name = entry.by_name
+        node, prev, prefetch = by_name.get(start.operands[0]), start, None
+        for _ in range(64):
+            if node is None or [u.name for u in entry.users(node.name)] != [prev.name]:
+                break
+            if node.opcode == "copy-done":
+                cs = by_name.get(node.operands[0]) if node.operands else None
+                if cs is not None and cs.opcode == "copy-start" \
+                        and [u.name for u in entry.users(cs.name)] == [node.name]:
+                    prefetch = row_of.get(cs.name)
+                break
+            if node.opcode != "dynamic-update-slice" and (entry.name, node.name) not in self.inplace_fusions:
+                break
+            node, prev = by_name.get(node.operands[0]) if node.operands else None, node
+        return proot, k, prefetch
+
     def _result_instr(self, j: int):
         """The ENTRY instruction whose value is result leaf ``j`` (the root, or the operand of a
         root tuple of array operands), or None."""
@@ -787,6 +829,7 @@ class Accounting:
         # it (an update before the parameter's value returned as such); another result holding
         # its value is a new value, written once (``(x, x)`` needs two buffers however donated)
         cands = []   # (preference, result order, result root, parameter number, its leaf, how)
+        copied_back: dict[tuple, tuple] = {}   # result root -> (parameter root, copy-back row)
         for order, (oroot, (j, leaf)) in enumerate(out_root.items()):
             if oroot in param_root:
                 pr = param_root[oroot]
@@ -803,10 +846,20 @@ class Accounting:
                 # shape: a transpose written into it is a new value, not an update; the leaf
                 # of a tuple parameter it aliases is not told apart: a key of its own)
                 cands.append((1, order, oroot, alias_of_out[j], ("result", order), "alias"))
+            elif prefetched and leaf.is_array:
+                # XLA:TPU's kept update: the parameter prefetched into VMEM, updated there in
+                # place, and copied back to HBM into a result buffer of its own
+                back = self._copied_back(j, prefetched)
+                if back is not None and _same_array(leaf, param_root[back[0]][2]):
+                    pr = param_root[back[0]]
+                    copied_back[oroot] = back
+                    cands.append((2, order, oroot, pr[0], pr[1], "back"))
         chosen: dict[tuple, tuple] = {}   # (parameter number, leaf) -> its update
         for c in sorted(cands, key=lambda c: (c[0], c[1])):
             chosen.setdefault((c[3], c[4]), c)
         update_of: dict[tuple, int] = {}
+        back_origin: dict[int, tuple] = {}   # copy-back row -> the parameter's buffer
+        carried: set[int] = set()   # prefetches that only carry the value to its copy back
         for _pref, _order, oroot, pnum, pleaf, how in cands:
             if chosen[(pnum, pleaf)][2] != oroot:
                 continue
@@ -817,6 +870,14 @@ class Accounting:
                     donated = self._argument(pnum)[2]
                     kcause[derived[oroot][4]] = "donated_but_copied" if donated else "not_donated"
                 # (else the elements relaid out, which donating would not save: layout_change)
+            elif how == "back":
+                proot, k_back, k_prefetch = copied_back[oroot]
+                kcause[k_back] = "donated_but_copied" if self._argument(pnum)[2] else "not_donated"
+                back_origin[k_back] = proot
+                if k_prefetch is not None:   # (its read carries x's value into the update only)
+                    kcause[k_prefetch] = kcause[k_back]
+                    back_origin[k_prefetch] = proot
+                    carried.add(k_prefetch)
         for oroot in [o for o in derived if o in out_root and o not in update_of]:
             # a result written by a copy kernel: the result itself, a new value; one made of a
             # parameter reads what it needs of it as any kernel does (compulsory; the copy of
@@ -825,6 +886,8 @@ class Accounting:
             if origin in param_root and kcause.get(k_copy) in _COPY_KINDS:
                 del kcause[k_copy]
         self.same_value_rows, same_origin = self._same_value_rows(update_of, kcause, derived)
+        if carried:
+            self.same_value_rows = self.same_value_rows | carried
         # copies of a parameter into on-chip memory (XLA:TPU's layout copy of a table into VMEM):
         # their readers' on-chip reads say how much of the parameter the program needs (lookups)
         self.onchip_copy = {droot: derived[droot] for droot in onchip_dst
@@ -846,7 +909,7 @@ class Accounting:
         self.update_root = {pnum: oroot for oroot, pnum in update_of.items()}
         self.onchip_update = self._onchip_updates([rows[k] for k in active] if self.update_of else ())
         self.copy_origin = {v[4]: v[0] for v in derived.values()}
-        for k, origin in same_origin.items():
+        for k, origin in (*same_origin.items(), *back_origin.items()):
             self.copy_origin.setdefault(k, origin)
         # what a kernel of a reads_compulsory cause writes exists only to be read back (split-K
         # partial sums to be reduced, a concatenation of weights): reading it is that cause's too
