@@ -17,7 +17,6 @@ import importlib.util
 import json
 import os
 import sys
-import textwrap
 
 import pytest
 
