@@ -543,3 +543,31 @@ def test_a_point_over_the_specs_capacity_gives_needs_and_has_bytes(tmp_path):
     need = row["argument_bytes"] + row["output_bytes"] - row["alias_bytes"]
     assert (row["needs_bytes"], row["has_bytes"]) == (need, 1000)
     assert need < row["peak_bytes"]
+
+
+def test_a_model_of_yours_that_plans_would_refuse_is_refused_when_the_file_is_read(tmp_path):
+    """A file.py model without logical axes (or returning no Workload) under a plan: `plans`
+    refuses it before compiling; a sweep compiled every point and stored the same PlanError in
+    each row (exit 1, a user trial). Now one error naming the file's line, nothing compiled."""
+    (tmp_path / "wl.py").write_text(textwrap.dedent("""
+        import jax, jax.numpy as jnp
+        from jaxmove.workload import Workload
+        def noaxes():
+            w = jax.ShapeDtypeStruct((64, 64), jnp.float32)
+            return Workload("noaxes", lambda w, x: x @ w, (w, w), ("weights", "activations"))
+        def withaxes():
+            w = jax.ShapeDtypeStruct((64, 64), jnp.float32)
+            return Workload("withaxes", lambda w, x: x @ w, (w, w), ("weights", "activations"),
+                            logical_axes=(("embed", "mlp"), ("batch", "embed")))
+        def notaworkload():
+            return {"w": 1}
+    """))
+    for fn, want in (("noaxes", "names no logical axes"), ("notaworkload", "returned a dict")):
+        text = f'[grid]\nmodel = ["wl.py:{fn}"]\nplan = ["dp"]\nmesh = ["data=2"]\n'
+        with pytest.raises(SweepSpecError, match=rf"SWEEP.toml:2: grid.model: .*wl.py:{fn}'?: .*{want}"):
+            parse_sweep(text, str(tmp_path / "SWEEP.toml"), tmp_path)
+    ok = '[grid]\nmodel = ["wl.py:withaxes"]\nplan = ["dp"]\nmesh = ["data=2"]\n'
+    assert len(parse_sweep(ok, str(tmp_path / "SWEEP.toml"), tmp_path).points) == 1
+    # without a plan no axes are needed: a single-device point of the same model reads fine
+    single = '[grid]\nmodel = ["wl.py:noaxes"]\n'
+    assert len(parse_sweep(single, str(tmp_path / "SWEEP.toml"), tmp_path).points) == 1

@@ -536,6 +536,17 @@ def _make_point(w: _Where, d: dict, table: str, index: int | None, base: Path, c
             check_plan_mesh(checked[("plan", plan)], dict(mesh))
         except PlanError as e:
             raise err("plan", str(e).replace("--mesh ", "mesh ")) from None
+        if not is_preset and ("axes", model) not in checked:
+            # a model of the user's under a plan: what `plans` refuses before compiling (a
+            # function that returns no Workload, logical axes that fail every plan alike) is
+            # refused here too, not stored as the same error in every row. This runs the
+            # model's function, as the workers would
+            from ..plans.compare import check_workload_axes, load_workload
+            try:
+                check_workload_axes(load_workload(model))
+            except (PlanError, JaxmoveInputError) as e:
+                raise err("model", f"{model!r}: {e}") from None
+            checked[("axes", model)] = True
     elif plan is not None:
         raise err("plan", "a plan needs a mesh (e.g. mesh = \"data=8\")")
     return Point(model, target, hardware, mesh, plan, tuple(sorted(overrides.items())))
