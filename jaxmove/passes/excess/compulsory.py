@@ -344,13 +344,8 @@ def _entry_value(entry, instr: Instruction, v):
     other value (one a loop or an in-place update may change between readers)."""
     if isinstance(v, int):
         src = entry.by_name.get(instr.operands[v]) if v < len(instr.operands) else None
-        for _ in range(16):   # (the same values, in another buffer or shape)
-            if src is None or not src.operands or src.opcode not in ("copy", "reshape", "bitcast"):
-                break
-            nxt = entry.by_name.get(src.operands[0])
-            if nxt is None or (src.opcode == "bitcast" and not (_descending(src.shape) and _descending(nxt.shape))):
-                break
-            src = nxt
+        if src is not None:   # (the same values, in another buffer or shape)
+            src = _value_source(src, entry.by_name)[-1]
         if src is not None and src.opcode == "parameter":
             return ("entry_parameter", src.parameter_number)
         if src is not None and src.opcode == "constant" and src.literal is not None \
@@ -372,42 +367,43 @@ def _descending(shape) -> bool:
     return not m2m or tuple(m2m) == tuple(range(len(m2m) - 1, -1, -1))
 
 
-def _value_chain(instr, module) -> list | None:
-    """The ENTRY instructions from ``instr`` back to the ENTRY parameter whose elements it
-    holds in their row-major order (``instr`` first, the parameter last), through
-    ``reshape``, bitcasts between row-major layouts, copies that keep the dimensions,
-    copy-start / done and elements of tuple instructions (XLA:GPU returns ``copy(gte(tuple(
-    bitcast(x), ...)))``); None where some step computes a new value (or none is reached)."""
-    if instr is None:
-        return None
-    by_name = module.entry.by_name   # (``instr`` is of ENTRY: so is the parameter it reaches)
+def _value_source(instr, by_name) -> list:
+    """``instr`` and the ENTRY instructions it takes its elements from in their row-major
+    order, until the first that is no such step (the chain's last element: a parameter, a
+    constant, or a value computed there): ``reshape``, ``copy`` (which keeps the dimensions:
+    hlo/validate.py), bitcasts between row-major layouts, copy-start / done, and elements of
+    tuple instructions (XLA:GPU returns ``copy(gte(tuple(bitcast(x), ...)))``)."""
     node, chain = instr, []
     for _ in range(64):
         chain.append(node)
         op = node.opcode
-        if op == "parameter":
+        if op not in ("reshape", "copy", "bitcast", "copy-start", "copy-done", "get-tuple-element") \
+                or not node.operands:
             return chain
-        src = by_name.get(node.operands[0]) if node.operands else None
+        src = by_name.get(node.operands[0])
         if src is None:
-            return None
+            return chain
         if op == "get-tuple-element":   # (an element of a tuple instruction: that operand)
             i = node.tuple_index
-            if src.opcode != "tuple" or i is None or not 0 <= i < len(src.operands):
-                return None
-            src = by_name.get(src.operands[i])
-            if src is None:
-                return None
-            chain.append(by_name[node.operands[0]])
-        elif op == "bitcast":
-            if not (_descending(node.shape) and _descending(src.shape)):
-                return None
-        elif op == "copy":
-            if src.shape.dims != node.shape.dims:
-                return None
-        elif op not in ("reshape", "copy-start", "copy-done"):
-            return None
+            if src.opcode != "tuple" or i is None or not 0 <= i < len(src.operands) \
+                    or src.operands[i] not in by_name:
+                return chain
+            chain.append(src)
+            src = by_name[src.operands[i]]
+        elif op == "bitcast" and not (_descending(node.shape) and _descending(src.shape)):
+            return chain   # (a bitcast between other layouts may transpose)
         node = src
-    return None
+    return chain
+
+
+def _value_chain(instr, module) -> list | None:
+    """``_value_source`` of ENTRY instruction ``instr`` when it ends at an ENTRY parameter
+    (``instr`` first, the parameter last): ``instr`` holds that parameter's elements in their
+    row-major order; None where some step computes a new value (or for None)."""
+    if instr is None:
+        return None
+    chain = _value_source(instr, module.entry.by_name)
+    return chain if chain[-1].opcode == "parameter" else None
 
 
 def _reshaped_parameter(instr, leaf, pleaf, module) -> bool:
@@ -724,10 +720,7 @@ class Accounting:
         proot = prefetched.get(self.buffers.find((entry.name, start.operands[0], 0)))
         if proot is None:
             return None
-        row_of = getattr(self, "_entry_row_of", None)
-        if row_of is None:
-            row_of = self._entry_row_of = {r.instr.name: k for k, r in enumerate(self.rows)
-                                           if r.computation == entry.name}
+        row_of = self._entry_rows()
         k = row_of.get(start.name)
         if k is None:
             return None
@@ -749,6 +742,15 @@ class Accounting:
                 break
             node, prev = by_name.get(node.operands[0]) if node.operands else None, node
         return proot, k, prefetch
+
+    def _entry_rows(self) -> dict[str, int]:
+        """ENTRY instruction name -> its row number (built once, on first use)."""
+        row_of = getattr(self, "_entry_row_of", None)
+        if row_of is None:
+            name = self.module.entry.name
+            row_of = self._entry_row_of = {r.instr.name: k for k, r in enumerate(self.rows)
+                                           if r.computation == name}
+        return row_of
 
     def _result_instr(self, j: int):
         """The ENTRY instruction whose value is result leaf ``j`` (the root, or the operand of a
@@ -777,9 +779,10 @@ class Accounting:
         derived: dict[tuple, tuple] = {}
         copies: dict[tuple, tuple] = {}   # copy kernels' buffers: (source root, num, den, kind, row, sliced)
         onchip_dst: list[tuple] = []      # those in on-chip memory
-        # a parameter prefetched into on-chip memory (XLA:TPU's copy-start / done): a copy of it
-        # read there is a copy of the parameter (the prefetch moves it, changes nothing)
-        prefetched = {}
+        # a parameter prefetched into on-chip memory (XLA:TPU's copy-start / done, its
+        # cross-program prefetch): on-chip root -> (parameter root, the copy-start's row). A copy
+        # of it read there is a copy of the parameter (the prefetch moves it, changes nothing)
+        prefetch_of: dict[tuple, tuple] = {}
         for k in self.copy_starts:
             r = rows[k]
             instr = r.instr
@@ -788,7 +791,8 @@ class Accounting:
                     and shape.tuple_shapes[0].memory_space in ON_CHIP_MEMORY_SPACES:
                 sroot = find((r.computation, instr.operands[0], 0))
                 if sroot in param_root:
-                    prefetched[find((r.computation, instr.name, 0))] = sroot
+                    prefetch_of[find((r.computation, instr.name, 0))] = (sroot, k)
+        prefetched = {droot: sroot for droot, (sroot, _k) in prefetch_of.items()}
         cname = None
         for k, (kind, src_k, sliced), pos in copy_rows:
             r = rows[k]
@@ -821,13 +825,13 @@ class Accounting:
             if got is not None:
                 derived[droot] = got
                 kcause[got[4]] = got[3]
-        # a copy of a parameter that becomes (the buffer of) an update result: not donated. An
-        # update has the parameter's dimensions and element type (it could take its buffer); a
-        # slice, transpose or conversion of it is a new value, written once (compulsory)
-        # A parameter has at most one update among the results: its own buffer returned (or
-        # written in place), else the result XLA aliased to it, else one written into a copy of
-        # it (an update before the parameter's value returned as such); another result holding
-        # its value is a new value, written once (``(x, x)`` needs two buffers however donated)
+        # The results that update a parameter. An update has the parameter's dimensions and
+        # element type (it could take its buffer); a slice, transpose or conversion of it is a
+        # new value, written once (compulsory). A parameter has at most one update: its own
+        # buffer returned (or written in place), else the result XLA aliased to it, else one
+        # written into a copy of it (an update before the parameter's value returned as such);
+        # another result holding its value is a new value, written once (``(x, x)`` needs two
+        # buffers however donated). A copy of the parameter into its update: not donated
         cands = []   # (preference, result order, result root, parameter number, its leaf, how)
         copied_back: dict[tuple, tuple] = {}   # result root -> (parameter root, copy-back row)
         for order, (oroot, (j, leaf)) in enumerate(out_root.items()):
@@ -892,18 +896,10 @@ class Accounting:
         # their readers' on-chip reads say how much of the parameter the program needs (lookups)
         self.onchip_copy = {droot: derived[droot] for droot in onchip_dst
                             if droot in derived and derived[droot][0] in param_root}
-        # a copy-start of a parameter into on-chip memory (XLA:TPU's cross-program prefetch of a
-        # table into VMEM): its copy-done's readers are the copy's
-        for k in self.copy_starts:
-            r = rows[k]
-            instr = r.instr
-            shape = instr.shape
-            if not instr.operands or not shape.is_tuple or not shape.tuple_shapes \
-                    or shape.tuple_shapes[0].memory_space not in ON_CHIP_MEMORY_SPACES:
-                continue
-            sroot = find((r.computation, instr.operands[0], 0))
-            if sroot in param_root:
-                self.onchip_copy[find((r.computation, instr.name, 0))] = (sroot, 1, 1, None, k)
+        # a prefetch of a parameter into on-chip memory (a table, a cache): its copy-done's
+        # readers are the copy's
+        for droot, (sroot, k) in prefetch_of.items():
+            self.onchip_copy[droot] = (sroot, 1, 1, None, k)
         self.onchip_copy_row = {d[4]: droot for droot, d in self.onchip_copy.items()}  # row -> its copy
         self.derived, self.kcause, self.update_of = derived, kcause, update_of
         self.update_root = {pnum: oroot for oroot, pnum in update_of.items()}
@@ -963,8 +959,7 @@ class Accounting:
                 chains.append(chain)
         if not chains and not copies:
             return frozenset(), {}
-        row_of = {r.instr.name: k for k, r in enumerate(self.rows) if r.computation == entry.name} \
-            if chains else {}
+        row_of = self._entry_rows() if chains else {}
         same, origin = set(copies), dict(copies)
         for chain in chains:
             # (up to the first step whose value other instructions read too: what it reads
