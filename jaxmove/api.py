@@ -160,12 +160,12 @@ def analyze(obj, /, *args, overrides: dict[str, str] | None = None, hardware=Non
     if hardware is not None:
         from .hardware import HardwareSpec, load_spec
         spec = hardware if isinstance(hardware, HardwareSpec) else load_spec(hardware)
-        if tgt is not None and tgt.platform != "cpu" and spec.kind != tgt.platform:
-            from .errors import UsageError
-            raise UsageError(f"--hardware {spec.name} is a {spec.kind.upper()} spec, but --target "
-                             f"{tgt.name} compiles the program for {tgt.platform.upper()}: drop "
-                             f"--hardware (the target's own spec, {tgt.spec_name}, is the default) or "
-                             f"compile for a {spec.kind.upper()} target")
+        if tgt is not None:
+            from .capture.targets import spec_target_mismatch
+            mismatch = spec_target_mismatch(spec, tgt)
+            if mismatch:
+                from .errors import UsageError
+                raise UsageError(mismatch)
     program = resolve_program(obj, *args, overrides=overrides, **capture_kwargs)
     if spec is not None and spec.kind == "tpu" and getattr(program, "target", None):
         spec = _with_target_topology(spec, program.target)  # which ICI axes have wraparound links

@@ -492,6 +492,22 @@ def compile_lowered(lowered, target: Target | str | None, what: str = "the progr
                               where, needs, has, first) from None
 
 
+def spec_target_mismatch(spec, target, what: str = "the program", hardware_key: str = "--hardware",
+                         target_key: str = "--target") -> str | None:
+    """Why ``spec`` (a HardwareSpec) cannot cost what ``target`` (a name or ``Target``)
+    compiles, or None when it can: a TPU spec for a GPU target or the reverse (the cpu target
+    takes any spec; its reports note the mismatch). The one check of ``analyze``, ``plans``
+    and ``sweep``
+    (``hardware_key`` / ``target_key``: how the message names the two, ``--hardware`` or
+    SWEEP.toml's ``hardware``; ``what``: what the target compiles)."""
+    tgt = Target.parse(target)
+    if tgt.platform == "cpu" or spec.kind == tgt.platform:
+        return None
+    return (f"{hardware_key} {spec.name} is a {spec.kind.upper()} spec, but {target_key} {tgt.name} "
+            f"compiles {what} for {tgt.platform.upper()}: drop {hardware_key} (the target's own spec, "
+            f"{tgt.spec_name}, is the default) or compile for a {spec.kind.upper()} target")
+
+
 def target_notes(target: Target | str | None) -> list[str]:
     """What a report compiled for ``target`` must say about how it was compiled (and with which
     ``--xla-option`` s)."""

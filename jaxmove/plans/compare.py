@@ -27,6 +27,7 @@ from dataclasses import asdict, dataclass, field
 
 import numpy as np
 
+from ..capture.targets import spec_target_mismatch  # noqa: F401  (re-exported by plans)
 from .plan import MAX_SIMULATED_DEVICES, PRESETS, Plan, PlanError, check_plan_mesh, load_plan
 
 DEFAULT_HARDWARE = "h100-sxm"
@@ -165,23 +166,6 @@ class PlanComparison:
 
 #: the words of the note that a plan shards nothing over its mesh (sweep/render.py prints it)
 SHARDS_NOTHING = "shards no argument or result"
-
-
-def spec_target_mismatch(spec, target, what: str = "the program", hardware_key: str = "--hardware",
-                         target_key: str = "--target") -> str | None:
-    """Why ``spec`` (a HardwareSpec) cannot cost what ``target`` (a name or ``Target``)
-    compiles, or None when it can: a TPU spec for a GPU target or the reverse (the cpu target
-    takes any spec; its reports note the mismatch). The one check of ``plans`` and ``sweep``
-    (``hardware_key`` / ``target_key``: how the message names the two, ``--hardware`` or
-    SWEEP.toml's ``hardware``; ``what``: what the target compiles)."""
-    from ..capture.targets import Target
-
-    tgt = Target.parse(target)
-    if tgt.platform == "cpu" or spec.kind == tgt.platform:
-        return None
-    return (f"{hardware_key} {spec.name} is a {spec.kind.upper()} spec, but {target_key} {tgt.name} "
-            f"compiles {what} for {tgt.platform.upper()}: drop {hardware_key} (the target's own spec, "
-            f"{tgt.spec_name}, is the default) or compile for a {spec.kind.upper()} target")
 
 
 def make_mesh(mesh_shape: dict[str, int], target=None):

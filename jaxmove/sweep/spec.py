@@ -506,7 +506,7 @@ def _make_point(w: _Where, d: dict, table: str, index: int | None, base: Path, c
         except HardwareSpecError as e:
             raise err("hardware", str(e)) from None
     if ("hw-target", hardware, target) not in checked:  # (analyze's and plans' check)
-        from ..plans.compare import spec_target_mismatch
+        from ..capture.targets import spec_target_mismatch
         mismatch = spec_target_mismatch(checked[("hw", hardware)], target, "the point",
                                         "hardware", "target")
         if mismatch:
