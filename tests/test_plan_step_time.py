@@ -199,10 +199,8 @@ def test_sharded_leaves_are_sized_in_bits():
     import jax.numpy as jnp
 
     from jaxmove.capture.targets import Target
-    from jaxmove.plans.compare import _dtype_bits, workload_shardings
+    from jaxmove.plans.compare import workload_shardings
     from jaxmove.workload import Workload
-    assert [_dtype_bits(d) for d in (jnp.int4, jnp.float4_e2m1fn, jnp.int8, jnp.bfloat16, jnp.float32)] \
-        == [4, 4, 8, 16, 32]
     if importlib.util.find_spec("libtpu") is None:
         pytest.skip("libtpu is not installed (the tpu extra): no 4-device mesh to shard over")
     mesh = Target.parse("tpu-v5e:2x2").mesh({"data": 4})

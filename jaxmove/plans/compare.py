@@ -25,8 +25,6 @@ import sys
 import time
 from dataclasses import asdict, dataclass, field
 
-import numpy as np
-
 from ..capture.targets import spec_target_mismatch  # noqa: F401  (re-exported by plans)
 from .plan import MAX_SIMULATED_DEVICES, PRESETS, Plan, PlanError, check_plan_mesh, load_plan
 
@@ -228,16 +226,6 @@ def _out_roles(workload, treedef, n: int) -> list:
         raise PlanError(str(e)) from None
 
 
-def _dtype_bits(dtype) -> int:
-    """Bits per element of ``dtype`` (4 for int4 / float4, whose numpy itemsize is 1 byte)."""
-    import jax
-    dt = np.dtype(dtype)
-    try:
-        return (jax.dtypes.finfo(dt) if jax.dtypes.issubdtype(dt, np.inexact) else jax.dtypes.iinfo(dt)).bits
-    except (TypeError, ValueError):
-        return dt.itemsize * 8
-
-
 def workload_shardings(workload, plan: Plan, mesh, notes: list[str], param_axes: set | None = None,
                        param_leaves: list | None = None):
     """(in_shardings, out_shardings or None, {path: spec text}) of a workload under a plan;
@@ -282,7 +270,8 @@ def workload_shardings(workload, plan: Plan, mesh, notes: list[str], param_axes:
                     if s is not None:
                         param_axes.update((s,) if isinstance(s, str) else s)
             if is_param and argument and param_leaves is not None:
-                nbytes = -(-math.prod(leaf.shape) * _dtype_bits(leaf.dtype) // 8)
+                from ..capture.program import _leaf_byte_size   # (in bits: int4 is half a byte)
+                nbytes = _leaf_byte_size(leaf.shape, leaf.dtype)
                 param_leaves.append((role, tuple(spec), nbytes))
         return NamedSharding(mesh, PartitionSpec(*spec))
 
