@@ -193,10 +193,8 @@ def analyze(obj, /, *args, overrides: dict[str, str] | None = None, hardware=Non
     # program costed on another kind of device is judged by its arguments and outputs alone)
     ms = getattr(program, "memory_stats", None)
     if spec is not None and ms and program.backend != spec.kind:
-        ms = {k: ms[k] for k in ("argument_size_in_bytes", "output_size_in_bytes", "alias_size_in_bytes")
-              if k in ms}
-        ms["temp_size_in_bytes"] = 0
-        ms["temporaries_not_counted"] = program.backend
+        from .capture.program import without_temporaries
+        ms = without_temporaries(ms, program.backend)
     fit = does_not_fit_note(module, spec, ms, program.backend) if spec is not None else None
     if fit:
         analysis.notes.insert(0, fit)

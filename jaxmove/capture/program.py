@@ -126,6 +126,19 @@ _KEY_TOKEN = re.compile(
 )
 
 
+def without_temporaries(memory_stats: dict, backend: str) -> dict:
+    """``memory_stats`` of a program costed on another kind of device than its compiler's
+    (XLA:CPU's program on an H100 spec): arguments, outputs and aliased bytes kept (they are the
+    function's own on any device), temporaries 0 (XLA:CPU's hold f32 copies of bf16 weights no
+    accelerator's program has), ``temporaries_not_counted`` naming ``backend``. The one rule of
+    ``api.does_not_fit_note`` and ``plans`` (``summarize``)."""
+    out = {k: memory_stats[k] for k in ("argument_size_in_bytes", "output_size_in_bytes",
+                                        "alias_size_in_bytes") if k in memory_stats}
+    out["temp_size_in_bytes"] = 0
+    out["temporaries_not_counted"] = backend
+    return out
+
+
 def memory_analysis_peak_bytes(memory_stats: dict | None, platform: str | None = None) -> int | None:
     """Bytes a compiled program needs on one device: the larger of (a) arguments + outputs -
     aliased + temporaries of XLA's ``memory_analysis()`` (``Program.memory_stats``), everything

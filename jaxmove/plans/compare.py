@@ -496,7 +496,8 @@ def summarize(report, plan: Plan, spec, num_devices: int, memory_stats: dict[str
     elif res.peak_bytes is not None and platform != spec.kind:
         # XLA:CPU's temporaries are no accelerator's (f32 copies of bf16 weights): arguments +
         # outputs - aliased decide (api.does_not_fit_note's rule)
-        need = (res.argument_bytes or 0) + (res.output_bytes or 0) - (res.alias_bytes or 0)
+        from ..capture.program import memory_analysis_peak_bytes, without_temporaries
+        need = memory_analysis_peak_bytes(without_temporaries(ms, platform), platform)
         res.fits = need <= spec.hbm_capacity_bytes
         res.notes.append(f"fits judged by arguments + outputs - aliased ({need:,} B per device): the "
                          f"program is XLA:{platform.upper()}'s, whose temporaries are not {spec.name}'s "
