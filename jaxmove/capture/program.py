@@ -521,10 +521,9 @@ def _target_shardings(shardings, target, args=()) -> dict:
 
     t = Target.parse(target)
     out = dict(shardings or {})
-    # (an uncommitted array, jnp.ones(...) not placed by the user, goes where jit puts it)
+    # (_capture_fn made an uncommitted array for an accelerator target its shape and dtype)
     own = [(f"argument leaf {i}", x.sharding) for i, x in enumerate(jax.tree_util.tree_leaves(args))
-           if isinstance(getattr(x, "sharding", None), jax.sharding.Sharding)
-           and getattr(x, "committed", True)]
+           if isinstance(getattr(x, "sharding", None), jax.sharding.Sharding)]
     given = out.get("in_shardings")
     if given is not None:
         own += [(f"in_shardings entry {i}", sh) for i, sh in enumerate(
