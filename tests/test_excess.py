@@ -1057,3 +1057,103 @@ def test_end_of_program_prefetch_is_its_own_cause_not_a_re_read():
     control, _ = excess_of(_cross_program_prefetch(False), spec)
     assert control.cause("end_of_program_prefetch") is None
     assert control.by_role["weights"].compulsory_bytes == control.by_role["weights"].compiled_bytes == w
+
+
+# f(x, y) -> (y + 1, x * 2) with x donated: jax pairs x with result {0} (the first of its shape
+# and dtype), which is not x's update; x is still read after {0} is written, so XLA copies x
+# out first (`cx`) and computes {0} elsewhere and copies it in (`c0`). Neither copy relays
+# anything out (same layout): the donation's copies, not layout_change. Hand count, x and y
+# 4 KiB each: compulsory = read x (by `cx`), y + write both results = 16 KiB; the copy `cx`
+# writes 4 KiB and `m` reads it back (4 KiB beyond x's footprint); `c0` reads the
+# intermediate `a` (4 KiB) and writes {0} (x's result: compulsory): 12 KiB the donation's;
+# `a`'s write is a materialized intermediate (4 KiB).
+SWAPPED_DONATION = f"""HloModule swap, input_output_alias={{ {{0}}: (0, {{}}, may-alias) }}
+%fa (p: f32[{N}]) -> f32[{N}] {{
+  %p = f32[{N}]{{0}} parameter(0)
+  ROOT %n = f32[{N}]{{0}} negate(%p)
+}}
+%fm (q: f32[{N}]) -> f32[{N}] {{
+  %q = f32[{N}]{{0}} parameter(0)
+  ROOT %e = f32[{N}]{{0}} exponential(%q)
+}}
+ENTRY %main (x: f32[{N}], y: f32[{N}]) -> (f32[{N}], f32[{N}]) {{
+  %x = f32[{N}]{{0}} parameter(0)
+  %y = f32[{N}]{{0}} parameter(1)
+  %cx = f32[{N}]{{0}} copy(%x)
+  %a = f32[{N}]{{0}} fusion(%y), kind=kLoop, calls=%fa
+  %m = f32[{N}]{{0}} fusion(%cx), kind=kLoop, calls=%fm
+  %c0 = f32[{N}]{{0}} copy(%a)
+  ROOT %t = (f32[{N}]{{0}}, f32[{N}]{{0}}) tuple(%c0, %m)
+}}
+"""
+
+
+def test_swapped_donation_copies_are_the_donations_not_layout_changes():
+    ex, _ = excess_of(SWAPPED_DONATION, H100)
+    kb = 4 * N
+    assert ex.compulsory_bytes == 4 * kb
+    assert ex.cause("layout_change") is None
+    c = ex.cause("donated_but_copied")
+    assert c.subject == "x" and c.bytes == 3 * kb   # cx's write, m's read of it, c0's read of `a`
+    assert {i.name for i in c.instructions} == {"cx", "c0"}   # (a copy's readers' bytes: the copy's)
+    assert "first unpaired result of its shape and dtype" in c.fix and "do not donate it" in c.fix
+    assert ex.bytes_of("materialized_intermediate") == kb   # `a` written (its read is c0's)
+    assert ex.excess_bytes == 4 * kb
+    # the same program without the alias (x not donated): the copies are no donation's
+    plain, _ = excess_of(SWAPPED_DONATION.replace(", input_output_alias={ {0}: (0, {}, may-alias) }", ""), H100)
+    assert plain.cause("donated_but_copied") is None
+
+
+def test_relayout_copy_of_a_donated_argument_stays_layout_change():
+    # the same program with `cx` changing the layout ({1,0} -> {0,1}): a relayout, whatever
+    # the donation; `c0` still copies as it is into x's buffer (the donation's)
+    text = """HloModule swap, input_output_alias={ {0}: (0, {}, may-alias) }
+%fa (p: f32[32,32]) -> f32[32,32] {
+  %p = f32[32,32]{1,0} parameter(0)
+  ROOT %n = f32[32,32]{1,0} negate(%p)
+}
+%fm (q: f32[32,32]) -> f32[32,32] {
+  %q = f32[32,32]{0,1} parameter(0)
+  ROOT %e = f32[32,32]{0,1} exponential(%q)
+}
+ENTRY %main (x: f32[32,32], y: f32[32,32]) -> (f32[32,32], f32[32,32]) {
+  %x = f32[32,32]{1,0} parameter(0)
+  %y = f32[32,32]{1,0} parameter(1)
+  %cx = f32[32,32]{0,1} copy(%x)
+  %a = f32[32,32]{1,0} fusion(%y), kind=kLoop, calls=%fa
+  %m = f32[32,32]{0,1} fusion(%cx), kind=kLoop, calls=%fm
+  %c0 = f32[32,32]{1,0} copy(%a)
+  ROOT %t = (f32[32,32]{1,0}, f32[32,32]{0,1}) tuple(%c0, %m)
+}
+"""
+    ex, _ = excess_of(text, H100)
+    assert {i.name for i in ex.cause("layout_change", "x").instructions} == {"cx"}
+    assert {i.name for i in ex.cause("donated_but_copied", "x").instructions} == {"c0"}
+
+
+def test_swapped_donation_on_xla_cpu():
+    # the same, compiled by XLA:CPU from jax: x donated, paired by jax with result {0} = y + 1
+    import jax
+    import jax.numpy as jnp
+
+    from jaxmove.capture import capture
+
+    def swap(x, y):
+        return y + 1.0, x * 2.0
+
+    a = jax.ShapeDtypeStruct((512, 256), jnp.float32)
+    nbytes = 512 * 256 * 4
+    out = {}
+    for donate in ((), (0,)):
+        prog = capture(swap, a, a, roles=("activations", "activations"), donate_argnums=donate)
+        analysis = analyze_module(parse_module(prog.hlo_text), {p.number: p.role for p in prog.parameters})
+        out[donate] = ex = excess_pass(analysis, prog.parameters, None, reuse_pass(analysis, None))
+        check_identity(ex, analysis)
+        assert ex.compulsory_bytes == 4 * nbytes and ex.cause("layout_change") is None
+    assert out[()].excess_bytes == 0   # not donated: no copy
+    c = out[(0,)].cause("donated_but_copied")
+    assert c is not None and c.subject == "x"
+    # every byte beyond the undonated program is the donation's (its copies), or the spill of
+    # the result computed outside x's buffer and copied in
+    assert out[(0,)].excess_bytes == c.bytes + out[(0,)].bytes_of("spilled_intermediate")
+    assert c.bytes >= 2 * nbytes

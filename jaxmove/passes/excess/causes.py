@@ -110,13 +110,18 @@ def _not_donated(c: FixContext) -> str:
 
 
 @cause("donated_but_copied", read_priority=1,
-       matches="as not_donated, but the argument is donated",
-       bytes="as not_donated")
+       matches="as not_donated, but the argument is donated; and a copy that keeps its source's "
+               "layout of a donated argument whose buffer a result takes, or into that result "
+               "(XLA's copy insertion where the program reads the argument after that result is "
+               "written)",
+       bytes="as not_donated; a copy's write, and its reads beyond the source's footprint")
 def _donated_but_copied(c: FixContext) -> str:
     return (f"`{c.subject}` is donated but XLA still copies it (`{c.first}`) before updating it: the "
             "program also reads the old value after the update is scheduled, or returns it with "
-            "another layout or sharding; read it before updating it, return it as it came in -- "
-            f"{c.saves}")
+            "another layout or sharding, or the result jax gave its buffer is not its update (jax "
+            "pairs each donated argument with the first unpaired result of its shape and dtype, in "
+            "output order); read it before updating it, return it as it came in and in that "
+            f"position, or do not donate it -- {c.saves}")
 
 
 @cause("materialized_intermediate",

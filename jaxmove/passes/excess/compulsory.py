@@ -48,7 +48,10 @@ holds exactly (``ledger.py``). Causes (``causes.CAUSES``; the first that applies
    ``transpose`` / ``convert`` / ``reshape``, or a fusion whose root (or, multi-output, every
    root element) is a chain of them from one parameter:
    ``not_donated`` when the copy is of a parameter whose update the program returns (XLA
-   copies an argument it may not overwrite), else ``layout_change`` or ``dtype_conversion``;
+   copies an argument it may not overwrite; ``donated_but_copied`` when donated; so too a
+   ``copy`` that keeps its layout of a donated parameter whose buffer a result takes, or into
+   that result: XLA's copy insertion where jax paired the argument with a result that is not
+   its update), else ``layout_change`` or ``dtype_conversion``;
    a (dynamic-)slice kernel of a parameter or of a copy of one (XLA:TPU copies a scanned
    layer's window of a stacked KV cache out before attention) is ``slice_copy``: its reader's
    read is the parameter's compulsory read, the window's write and read-back are no spill.
@@ -437,6 +440,16 @@ def _same_order(a, b) -> bool:
     return not ta and not tb and _descending(a) and _descending(b)
 
 
+def _same_layout(a, b) -> bool:
+    """Arrays ``a`` and ``b`` of the same dimensions, layout (``minor_to_major`` and tiles)
+    and memory space: a ``copy`` from one to the other moves the bytes as they are."""
+    if not (a.is_array and b.is_array) or a.dims != b.dims or a.memory_space != b.memory_space:
+        return False
+    la, lb = a.layout, b.layout
+    return (la.minor_to_major if la is not None else None) == (lb.minor_to_major if lb is not None else None) \
+        and (la.tiles if la is not None else ()) == (lb.tiles if lb is not None else ())
+
+
 def _same_array(a, b) -> bool:
     """Both arrays of one element type and the same dimensions (layouts aside): a result that
     could be its parameter updated (and take its buffer, donated)."""
@@ -793,6 +806,7 @@ class Accounting:
                 if sroot in param_root:
                     prefetch_of[find((r.computation, instr.name, 0))] = (sroot, k)
         prefetched = {droot: sroot for droot, (sroot, _k) in prefetch_of.items()}
+        in_order: set[int] = set()   # copy kernels that keep their source's element order
         cname = None
         for k, (kind, src_k, sliced), pos in copy_rows:
             r = rows[k]
@@ -815,6 +829,8 @@ class Accounting:
                 continue  # writes into a parameter's own buffer: not a copy of it
             dshape = instr.shape if not instr.shape.is_tuple else _leaf_shapes(instr.shape)[pos]
             copies[droot] = (sroot, dshape.element_bits, src.shape.element_bits, kind, k, sliced)
+            if kind == "layout_change" and instr.opcode == "copy" and _same_layout(src.shape, dshape):
+                in_order.add(k)   # (no relayout: a buffer copied as it is)
             if dshape.memory_space in ON_CHIP_MEMORY_SPACES:
                 onchip_dst.append(droot)
         # chains of copies lead to their origin (in any row order: a layout copy before a loop,
@@ -889,6 +905,7 @@ class Accounting:
             origin, _n, _d, _kind, k_copy = derived.pop(oroot)
             if origin in param_root and kcause.get(k_copy) in _COPY_KINDS:
                 del kcause[k_copy]
+        donation_copies = self._donation_copies(copies, in_order, kcause) if in_order and alias_of_out else {}
         self.same_value_rows, same_origin = self._same_value_rows(update_of, kcause, derived)
         if carried:
             self.same_value_rows = self.same_value_rows | carried
@@ -905,6 +922,7 @@ class Accounting:
         self.update_root = {pnum: oroot for oroot, pnum in update_of.items()}
         self.onchip_update = self._onchip_updates([rows[k] for k in active] if self.update_of else ())
         self.copy_origin = {v[4]: v[0] for v in derived.values()}
+        self.copy_origin.update(donation_copies)
         for k, origin in (*same_origin.items(), *back_origin.items()):
             self.copy_origin.setdefault(k, origin)
         # what a kernel of a reads_compulsory cause writes exists only to be read back (split-K
@@ -932,6 +950,35 @@ class Accounting:
                            if (pnum, 0) in leaf_root}
         self.budget_root = budget_root
         return special
+
+    def _donation_copies(self, copies: dict, in_order: set, kcause: dict) -> dict[int, tuple]:
+        """The copy kernels a donation makes (their cause set to ``donated_but_copied`` in
+        ``kcause``): row -> the donated parameter's buffer. A copy that keeps its source's
+        element order (the same layout and memory: no relayout, so not ``layout_change``) of a
+        donated parameter whose buffer a result takes, or into such a result: XLA's copy
+        insertion. jax pairs each donated argument with the first unpaired result of its shape
+        and dtype, in output order (``input_output_alias``); where the program still reads the
+        argument after that result is written -- the result is not the argument's update, as in
+        ``f(x, y) -> (y + 1, x * 2)`` with ``x`` donated -- XLA copies the old value out first,
+        and writes the result elsewhere and copies it in: without the donation, neither copy."""
+        param_root, out_root, alias_of_out = self.param_root, self.out_root, self.alias_of_out
+        taken = set(alias_of_out.values())   # donated parameters a result's buffer takes
+        leaf0 = {pr[0]: proot for proot, pr in param_root.items() if pr[1] == 0}
+        out: dict[int, tuple] = {}
+        for droot, (sroot, _num, _den, _kind, k, _sliced) in copies.items():
+            if k not in in_order or kcause.get(k) != "layout_change":
+                continue
+            if sroot in param_root and param_root[sroot][0] in taken:
+                pnum = param_root[sroot][0]   # the old value copied out of the buffer
+            elif droot in out_root and out_root[droot][0] in alias_of_out:
+                pnum = alias_of_out[out_root[droot][0]]   # a value copied into the buffer
+            else:
+                continue
+            if not self._argument(pnum)[2] or pnum not in leaf0:
+                continue
+            kcause[k] = "donated_but_copied"
+            out[k] = leaf0[pnum]
+        return out
 
     def _same_value_rows(self, update_of: dict, kcause: dict, derived: dict) -> tuple[frozenset, dict]:
         """The rows that only carry a parameter's own value into a result leaf that updates
@@ -1040,10 +1087,12 @@ class Accounting:
             # the cause of the kernel's reads: a split-K gemm, or a dot computed as multiply +
             # reduce, reads its operands as the dot would (compulsory; only its output is excess)
             if kc is None:
-                rkc, prio = None, 0
+                rkc, prio, rsubj = None, 0, ""
             else:
                 rkc = None if kc in READS_COMPULSORY else kc
                 prio = 0 if rkc is None else READ_PRIORITY[rkc]
+                # (a donation's copy reading an intermediate: about the donated argument)
+                rsubj = self._not_donated_subject(k) if rkc in ("not_donated", "donated_but_copied") else ""
             for a in t_reads:
                 ms = a.memory_space
                 if ms:  # not HBM (0)
@@ -1071,13 +1120,13 @@ class Accounting:
                     if ms == HOST_MEMORY_SPACE:
                         phys = a.nbytes * count
                         add(None, "host_to_device", phys, phys if rkc is None else 0, phys,
-                            rkc or "host_round_trip", "", k)
+                            rkc or "host_round_trip", rsubj, k)
                         continue
                 if a.operand is None:  # a constant inside a fusion (traffic.py): read once is needed
                     phys = a.nbytes * count
                     lg = a.logical_nbytes if a.logical_nbytes is not None else a.nbytes
                     add("activations", HBM_READ, phys, lg if rkc is None else 0, lg * count,
-                        rkc or "re_read", "", k)
+                        rkc or "re_read", rsubj, k)
                     continue
                 oname = operands[a.operand]
                 # the leaf's shape only where a rule asks (a tuple index, no logical size, an
@@ -1124,7 +1173,7 @@ class Accounting:
                     if cap is not None and (leaf if leaf is not None else by_name[oname].shape).logical_byte_size <= cap:
                         # an intermediate that fits on chip: reading it back is excess
                         add(role, HBM_READ, phys, 0, logical,
-                            rkc if rkc is not None else produced_cause.get(root, no_cause), "", k)
+                            rkc if rkc is not None else produced_cause.get(root, no_cause), rsubj, k)
                         continue
                     if prio == 0 and (not produced_cause or root not in produced_cause):
                         if wt is None:  # (vinfo holds the tally of a value written before)
@@ -1145,7 +1194,7 @@ class Accounting:
                                 if rkc is None:
                                     events += (k, spill_r[role], give + pad, 0, give)
                                 else:
-                                    add(role, HBM_READ, give + pad, 0, give, rkc, "", k)
+                                    add(role, HBM_READ, give + pad, 0, give, rkc, rsubj, k)
                                 pad = 0
                             if logical > give:
                                 events += (k, re_read_r[role], logical - give + pad, 0, logical - give)
@@ -1488,7 +1537,9 @@ class Accounting:
                     rk = kcause.get(k)
                     if rk is None or rk in READS_COMPULSORY:
                         rk = kcause.get(derived[root][4], derived[root][3]) if root in derived else SPILL
-                    add(role, HBM_READ, phys - (logical - s_b), 0, s_b, rk, "", k)
+                    add(role, HBM_READ, phys - (logical - s_b), 0, s_b, rk,
+                        self._not_donated_subject(k if kcause.get(k) == rk else derived[root][4])
+                        if rk in ("not_donated", "donated_but_copied") else "", k)
                     phys = logical = logical - s_b
                     if not logical:
                         continue
@@ -1642,9 +1693,14 @@ class Accounting:
         return i > 0 and name[:i] not in self.module.computations[r.computation].by_name
 
     def _not_donated_subject(self, k: int) -> str:
+        """The subject of copy row ``k`` of cause ``not_donated`` (the argument to donate) or
+        ``donated_but_copied`` (the donated leaf copied: ``params/lm_head/kernel``)."""
         origin = self.copy_origin.get(k)
         if origin is not None and origin in self.param_root:
-            return self._argument(self.param_root[origin][0])[0]
+            pnum = self.param_root[origin][0]
+            if self.kcause.get(k) == "donated_but_copied":
+                return self._param_subject(pnum)
+            return self._argument(pnum)[0]
         return ""
 
     def _logical_size(self, root: tuple) -> int | None:
