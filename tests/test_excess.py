@@ -1157,3 +1157,45 @@ def test_swapped_donation_on_xla_cpu():
     # the result computed outside x's buffer and copied in
     assert out[(0,)].excess_bytes == c.bytes + out[(0,)].bytes_of("spilled_intermediate")
     assert c.bytes >= 2 * nbytes
+
+
+def test_same_layout_copy_into_a_loop_state_is_buffer_copy():
+    # XLA:CPU's scan of a gradient accumulator: the zeros (a broadcast) copied as they are into
+    # the while loop's state buffer (copy insertion: the loop updates its state in place). Not a
+    # layout change. Hand count (f32[1024] = 4 KiB): `init` writes 4 KiB (an intermediate),
+    # `c` reads it (4 KiB) and writes the state (4 KiB); the loop reads and writes it 4 times
+    text = f"""HloModule acc
+%body (s: (s32[], f32[{N}])) -> (s32[], f32[{N}]) {{
+  %s = (s32[], f32[{N}]{{0}}) parameter(0)
+  %i = s32[] get-tuple-element(%s), index=0
+  %a = f32[{N}]{{0}} get-tuple-element(%s), index=1
+  %one = s32[] constant(1)
+  %j = s32[] add(%i, %one)
+  %e = f32[{N}]{{0}} exponential(%a)
+  ROOT %t = (s32[], f32[{N}]{{0}}) tuple(%j, %e)
+}}
+%cond (s: (s32[], f32[{N}])) -> pred[] {{
+  %s = (s32[], f32[{N}]{{0}}) parameter(0)
+  %i = s32[] get-tuple-element(%s), index=0
+  %four = s32[] constant(4)
+  ROOT %lt = pred[] compare(%i, %four), direction=LT
+}}
+ENTRY %main (x: f32[{N}]) -> f32[{N}] {{
+  %x = f32[{N}]{{0}} parameter(0)
+  %zero = f32[] constant(0)
+  %init = f32[{N}]{{0}} broadcast(%zero), dimensions={{}}
+  %c = f32[{N}]{{0}} copy(%init)
+  %i0 = s32[] constant(0)
+  %t0 = (s32[], f32[{N}]{{0}}) tuple(%i0, %c)
+  %w = (s32[], f32[{N}]{{0}}) while(%t0), condition=%cond, body=%body, backend_config={{"known_trip_count":{{"n":"4"}}}}
+  %r = f32[{N}]{{0}} get-tuple-element(%w), index=1
+  ROOT %y = f32[{N}]{{0}} add(%r, %x)
+}}
+"""
+    ex, _ = excess_of(text, H100)
+    assert ex.cause("layout_change") is None
+    c = ex.cause("buffer_copy")
+    assert c is not None and "copy insertion" in c.fix and "initial value inside the loop" in c.fix
+    # the copy's own bytes: its read of `init` and its write (the loop's own reads and writes
+    # of its state are charged to the copy's buffer as well; not asserted here)
+    assert {i.name: i.bytes for i in c.instructions}["c"] == 2 * 4 * N

@@ -358,6 +358,23 @@ def _whole_prefetch(c: FixContext) -> str:
             f"or make the array too large to prefetch whole -- {c.saves}")
 
 
+@cause("buffer_copy", read_priority=1,
+       matches="a ``copy`` kernel that moves its source as it is (the same dimensions, layout, tiles "
+               "and memory space: nothing relaid out), not a donation's (``donated_but_copied``) nor "
+               "a not-donated argument's: XLA's copy insertion (hlo/copy_insertion.cc), which copies a "
+               "value that an in-place write would otherwise overwrite while it is still read -- a "
+               "while loop's state initialised from a constant, a broadcast or a value read after "
+               "the loop, a loop-carried value read after the body updates it, a value returned twice",
+       bytes="as layout_change: its write, and the reads of the copy beyond the source's footprint")
+def _buffer_copy(c: FixContext) -> str:
+    return (f"`{c.first}` copies {c.named('a buffer')} as it is (the same layout: no relayout): XLA's "
+            "copy insertion keeps a value that an in-place write would overwrite -- a while loop's "
+            "state (a scan's carry initialised from zeros or from a value also read after the loop, "
+            "a loop-carried value read after the body updates it) or a value returned twice; make "
+            "the carry's initial value inside the loop, read the old value before it is updated, or "
+            f"return one value once -- {c.saves}")
+
+
 #: Stable cause keys of the JSON ``excess.causes[].kind`` (may be added to, never removed).
 CAUSE_KINDS = tuple(CAUSES)
 

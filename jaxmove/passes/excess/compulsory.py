@@ -51,7 +51,8 @@ holds exactly (``ledger.py``). Causes (``causes.CAUSES``; the first that applies
    copies an argument it may not overwrite; ``donated_but_copied`` when donated; so too a
    ``copy`` that keeps its layout of a donated parameter whose buffer a result takes, or into
    that result: XLA's copy insertion where jax paired the argument with a result that is not
-   its update), else ``layout_change`` or ``dtype_conversion``;
+   its update), else ``dtype_conversion``, ``buffer_copy`` (a ``copy`` that keeps its source's
+   layout: XLA's copy insertion for a loop's state, a value returned twice) or ``layout_change``;
    a (dynamic-)slice kernel of a parameter or of a copy of one (XLA:TPU copies a scanned
    layer's window of a stacked KV cache out before attention) is ``slice_copy``: its reader's
    read is the parameter's compulsory read, the window's write and read-back are no spill.
@@ -423,7 +424,7 @@ def _reshaped_parameter(instr, leaf, pleaf, module) -> bool:
 
 
 #: the kinds of copy kernels (kernels.copy_kind)
-_COPY_KINDS = frozenset(("layout_change", "dtype_conversion", "slice_copy"))
+_COPY_KINDS = frozenset(("layout_change", "dtype_conversion", "slice_copy", "buffer_copy"))
 
 
 def _same_order(a, b) -> bool:
@@ -906,6 +907,13 @@ class Accounting:
             if origin in param_root and kcause.get(k_copy) in _COPY_KINDS:
                 del kcause[k_copy]
         donation_copies = self._donation_copies(copies, in_order, kcause) if in_order and alias_of_out else {}
+        for k in in_order:   # the other copies that relay nothing out: XLA's copy insertion
+            if kcause.get(k) == "layout_change":
+                kcause[k] = "buffer_copy"
+        if in_order:   # (a copy's buffer keeps its kernel's kind: its other writers and readers')
+            for droot, d in derived.items():
+                if d[4] in in_order and d[3] != kcause.get(d[4], d[3]):
+                    derived[droot] = (*d[:3], kcause[d[4]], *d[4:])
         self.same_value_rows, same_origin = self._same_value_rows(update_of, kcause, derived)
         if carried:
             self.same_value_rows = self.same_value_rows | carried
