@@ -72,7 +72,11 @@ holds exactly (``ledger.py``). Causes (``causes.CAUSES``; the first that applies
    on TPU computed in VMEM and copied to their buffers; on GPU, for a kernel read in another
    element order, computed in an ``input_transpose_fusion`` into a buffer of its own and copied
    into the donated one: the copy's write is the update, the fusion's write and the copy's
-   read excess) writes update bytes only. A weights
+   read excess) writes update bytes only. A loop's state -- a parameter's buffer or a copy's
+   that kernels in the loop write new values into (a scan's carry) -- holds intermediates:
+   the values written anew in every iteration but the last (the update), and the reads of
+   them back, are ``materialized_intermediate`` / ``spilled_intermediate``, not the copy's
+   cause, ``whole_rewrite`` or ``re_read`` (the unrolled loop's figures). A weights
    parameter used only as the table of lookups (``lookups.py``: gather / dynamic-slice of
    rows, a one-hot dot) is needed for the rows the lookups touch (tokens x d_model x width):
    the rest of a whole read of it (copied whole into VMEM, multiplied by a one-hot matrix)
@@ -1051,6 +1055,10 @@ class Accounting:
         reads: dict[tuple, list] = defaultdict(list)
         # buffer root -> [data bytes written into it, of those granted to reads so far]
         tally: dict[tuple, list[int]] = {}
+        # a parameter's buffer or a copy's -> data bytes other kernels (no copy kernels) wrote
+        # into it: new values in it (a loop's state, copied in from its initial value or the
+        # donated argument itself, updated every iteration)
+        self.new_written = new_written = {}
         read_units: dict[tuple, int] = {}  # buffer root -> data bytes its readers touch
         update_left: dict[tuple, int] = {}
         tilings = []
@@ -1276,6 +1284,8 @@ class Accounting:
                         events += (k, spill_w[role], phys, 0, logical)
                     continue
                 # (wt[0] - logical: the data bytes written into the buffer before this write)
+                if kc is None and (root in param_root or root in derived and k != derived[root][4]):
+                    new_written[root] = new_written.get(root, 0) + logical
                 o = out_root.get(root) if kc is None else None
                 if o is not None and root not in update_of:
                     # a result leaf that updates no parameter (_special_write's rule, inline):
@@ -1294,6 +1304,12 @@ class Accounting:
                     # that parameter: no compulsory bytes
                     pr = param_root.get(d[0])
                     if pr is None or not update_root or update_root.get(pr[0]) is None:
+                        if kc is None and k != d[4]:
+                            # a new value written into the copy's buffer (a loop's state updated
+                            # in place): an intermediate, not the copy's
+                            add(role, HBM_WRITE, phys, 0, logical, self._intermediate_kind(
+                                leaf.logical_byte_size if leaf is not None else logical), "", k)
+                            continue
                         kind = kc if kc is not None else d[3]
                         if kind in ("not_donated", "donated_but_copied"):
                             subject = self._not_donated_subject(k)
@@ -1344,6 +1360,12 @@ class Accounting:
             comp_b = min(update, left)
             update_left[root] = left - comp_b
             own, subject = "whole_rewrite", self._param_subject(pnum)
+            count = r.multiplicity.count
+            if update >= logical and count > 1 and logical > comp_b:
+                # every element written anew in every run of a loop (a scan's carry): each run's
+                # value is an intermediate the next run reads, the last one the update -- no
+                # rewrite of unchanged bytes (the unrolled loop's materialized intermediates)
+                own, subject = self._intermediate_kind(logical // count), ""
         elif root in self.out_root:  # written once: the first bytes written are compulsory
             left = self.out_root[root][1].logical_byte_size - before
             comp_b = 0 if left <= 0 else min(logical, left)
@@ -1466,11 +1488,16 @@ class Accounting:
         events = ledger.events
         same_rows = self.same_value_rows
         onchip_row = self.onchip_copy_row   # (rows copying a parameter into on-chip memory)
+        # new values written into a parameter's or a copy's buffer that its readers read back:
+        # all of them but the last value of a result (returned, not read again)
+        new_left = {root: n - (self._out_size(root) if root in self.out_root else 0)
+                    for root, n in self.new_written.items()}
         for broot, claims in reads.items():
             if len(claims) == 1:
                 c0 = claims[0]
                 pr = param_root.get(broot) if not c0[0] and c0[6] is broot \
-                    and (not same_rows or c0[3] not in same_rows) else None
+                    and (not same_rows or c0[3] not in same_rows) \
+                    and (not new_left or new_left.get(broot, 0) <= 0) else None
                 if pr is not None:
                     # the common case: one kernel reads a parameter, no copy in between
                     _p, units, logical, k, role, phys, _root = c0
@@ -1566,6 +1593,17 @@ class Accounting:
                         continue
                 else:
                     comp_b = 0
+                if new_left and logical > comp_b and phys == logical and new_left.get(root, 0) > 0 \
+                        and (kcause.get(k) is None or kcause.get(k) in READS_COMPULSORY):
+                    # a parameter's or a copy's buffer that kernels also wrote new values into
+                    # (a loop's state): reading those back is an intermediate's read-back, not
+                    # the copy's nor a re-read of the parameter
+                    t = min(logical - comp_b, new_left[root])
+                    new_left[root] -= t
+                    add(role, HBM_READ, t, 0, t, self._intermediate_kind(self._logical_size(root)), "", k)
+                    phys = logical = logical - t
+                    if not logical:
+                        continue
                 kind = kcause.get(k)
                 if kind in READS_COMPULSORY:
                     kind = None  # (its reads are a kernel's like any other: the buffer's cause)
@@ -1721,6 +1759,12 @@ class Accounting:
             return shape.logical_byte_size
         leaves = _leaves(shape)
         return leaves[root[2]][1].logical_byte_size if root[2] < len(leaves) else None
+
+    def _intermediate_kind(self, nbytes: int | None) -> str:
+        """An intermediate of ``nbytes`` data bytes: ``materialized_intermediate`` where it fits
+        the spec's on-chip capacity, else ``spilled_intermediate``."""
+        return "materialized_intermediate" if self.capacity is not None and nbytes is not None \
+            and nbytes <= self.capacity else SPILL
 
     def _out_size(self, root: tuple) -> int:
         return self.out_root[root][1].logical_byte_size if root in self.out_root else \
