@@ -135,6 +135,8 @@ def _parse_count(key: str, s: str) -> int:
 def _parse_with(canonical: Callable[[str], Any]) -> Callable[[str, str], Any]:
     """A parser from a canonicalising function that raises ValueError on a bad name."""
     def parse(key: str, s: str):
+        if not str(s).strip():   # (`--set weights_dtype=` is a slip, not a request for none)
+            raise ValueError(f"--set {key}={s!r}: an empty value; write {key}=none for none")
         try:
             return canonical(str(s).strip())
         except ValueError as e:

@@ -531,3 +531,24 @@ def test_output_through_a_symlink_writes_its_target(tmp_path):
     dangling.symlink_to(tmp_path / "made.json")
     write_text_atomic(dangling, "{}")
     assert dangling.is_symlink() and (tmp_path / "made.json").read_text() == "{}"
+
+
+def test_an_empty_dtype_override_is_an_error_not_none():
+    # a user trial: `--set weights_dtype=` ran bf16 weights and exited 0
+    import pytest
+
+    import models
+    with pytest.raises(Exception, match="weights_dtype=''.*empty value"):
+        models.check_overrides("llama3-8b-decode", {"weights_dtype": ""})
+    models.check_overrides("llama3-8b-decode", {"weights_dtype": "none"})   # (none is spelled out)
+
+
+def test_a_python_file_without_a_function_says_to_name_one(tmp_path, capsys):
+    # a user trial: `jaxmove analyze myq.py` was parsed as HLO ("expected '{' opening the body
+    # of computation 'import'")
+    from jaxmove.cli import main
+    f = tmp_path / "myq.py"
+    f.write_text("import jax\n")
+    assert main(["analyze", str(f)]) == 2
+    err = capsys.readouterr().err
+    assert "is a Python file" in err and f"{f}:FUNCTION" in err

@@ -304,6 +304,9 @@ def resolve_program(obj, /, *args, overrides: dict[str, str] | None = None, **ca
                                     f"{(str(e).strip().splitlines() or [''])[0]}"
                                     f"{' (at ' + where + ')' if where else ''}") from e
         p = Path(s)
+        if s.endswith(".py") and p.is_file():   # (not HLO: Python that returns a program)
+            raise TargetError(f"'{s}' is a Python file: name the function that returns the program, "
+                              f"'{s}:FUNCTION' (README: module:function targets)")
         if p.exists() or s.endswith(HLO_SUFFIXES) or os.sep in s:
             from .dumps import program_from_dump, with_name_backend
             if p.is_dir() or dump_module is not None:   # an --xla_dump_to directory
