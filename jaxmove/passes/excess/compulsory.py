@@ -1692,6 +1692,9 @@ class Accounting:
                 readers = onchip_reads.get(droot)
                 if not readers:
                     return None  # (a copy whose readers are not seen: no footprint to take)
+                num, den = onchip_copy[droot][1], onchip_copy[droot][2]
+                if num and num != den:   # (read in the copy's width: in the parameter's, as units)
+                    readers = [(kr, op, nb * den // num) for kr, op, nb in readers]
                 got = self._lookups_bytes(readers, size, n)
             else:
                 r = rows[k]
