@@ -67,7 +67,9 @@ holds exactly (``ledger.py``). Causes (``causes.CAUSES``; the first that applies
    by several kernels, or in every loop iteration); an intermediate that fits on chip is
    ``materialized_intermediate`` (a fusion boundary), one that does not
    ``spilled_intermediate``; an update of a parameter written
-   beyond its update bytes is ``whole_rewrite``; a kernel that computes every element of the
+   beyond its update bytes is ``whole_rewrite``, and so is the read of the parameter by a
+   fusion that rebuilds it around a dynamic-update-slice and needs none of its old values
+   (``_rewrite_reads``: XLA:CPU's bf16 update through f32); a kernel that computes every element of the
    update anew (elementwise arithmetic: a training step's new parameters and optimizer state,
    on TPU computed in VMEM and copied to their buffers; on GPU, for a kernel read in another
    element order, computed in an ``input_transpose_fusion`` into a buffer of its own and copied
@@ -584,6 +586,7 @@ class Accounting:
         kcause: dict[int, str] = {}
         copy_rows: list[tuple[int, tuple, int]] = []  # (row number, copy kind, result leaf)
         self.copy_starts = copy_starts = []  # copy-start rows (a prefetch into on-chip memory?)
+        self.rebuild_rows = rebuild_rows = {}  # row -> the operand it rebuilds around an update
         rebuilds: dict[tuple[str, str], int] = {}  # fusions that rebuild an operand: its number
         computations = module.computations
         sclasses = module.structural_classes
@@ -633,6 +636,7 @@ class Accounting:
                     elif ck[0] == REBUILD:  # rebuilds an operand around its update: that buffer
                         if not t.inplace_buffer_bytes:
                             rebuilds[(cname, instr.name)] = ck[1]
+                            rebuild_rows[k] = ck[1]
                     else:
                         copy_rows.append((k, ck, 0))
             elif t.inplace_buffer_bytes and r.instr.opcode == "fusion":
@@ -1492,7 +1496,12 @@ class Accounting:
         # all of them but the last value of a result (returned, not read again)
         new_left = {root: n - (self._out_size(root) if root in self.out_root else 0)
                     for root, n in self.new_written.items()}
+        rebuild_rows = self.rebuild_rows
         for broot, claims in reads.items():
+            if rebuild_rows and broot in param_root:
+                claims = self._rewrite_reads(broot, claims)
+                if not claims:
+                    continue
             if len(claims) == 1:
                 c0 = claims[0]
                 pr = param_root.get(broot) if not c0[0] and c0[6] is broot \
@@ -1629,6 +1638,56 @@ class Accounting:
                         read_compulsory[role] += comp_b
             if acc_role is not _NONE:
                 read_both[acc_role] += acc
+
+    def _rewrite_reads(self, broot, claims: list) -> list:
+        """``claims`` of parameter root ``broot`` less the reads of it that only rebuild it
+        around an update, charged here as ``whole_rewrite``: a
+        fusion whose root is a dynamic-update-slice (through bitcast / convert) of the
+        parameter (through bitcast / convert) that reads the parameter for nothing else
+        (XLA:CPU updates a donated bf16 array as convert(dynamic-update-slice(convert(s) to
+        f32, ...)) to bf16, reading and writing it whole): none of its old values is needed --
+        the window is overwritten, the rest stays where it is (XLA:TPU and XLA:GPU update in
+        place, reading nothing)."""
+        pnum = self.param_root[broot][0]
+        # (donated or not: XLA:CPU rebuilds the array whole either way -- donating saves none
+        # of it there, so not ``not_donated`` -- where an update in place reads nothing)
+        kind, subject = "whole_rewrite", self._param_subject(pnum)
+        keep = []
+        for c in claims:
+            _p, _units, logical, k, role, phys, root = c
+            n = self.rebuild_rows.get(k)
+            if n is None or root != broot or phys != logical or not self._only_rebuilt(k, n, broot):
+                keep.append(c)
+                continue
+            self.ledger.add(role, HBM_READ, phys, 0, logical, kind, subject, k)
+        return keep
+
+    def _only_rebuilt(self, k: int, n: int, broot) -> bool:
+        """Row ``k``'s fusion reads its operand ``n`` (of buffer ``broot``) only as the buffer
+        its root dynamic-update-slice updates (through bitcast / convert), and writes into
+        that buffer."""
+        r = self.rows[k]
+        instr = r.instr
+        if n >= len(instr.operands) or self.buffers.find((r.computation, instr.operands[n], 0)) != broot \
+                or self.buffers.find((r.computation, instr.name, 0)) != broot:
+            return False
+        if instr.operands.count(instr.operands[n]) != 1:
+            return False
+        fused = self.module.computations.get(instr.called_computations[0]) if instr.called_computations else None
+        if fused is None:
+            return False
+        node = next((i for i in fused.parameters if i.parameter_number == n), None)
+        while node is not None:   # up the chain: each step's one user the next step
+            users = fused.users(node.name)
+            if len(users) != 1:
+                return False
+            u = users[0]
+            if u.opcode == "dynamic-update-slice":
+                return u.operands[0] == node.name and node.name not in u.operands[1:]
+            if u.opcode not in ("bitcast", "convert"):
+                return False
+            node = u
+        return False
 
     def _same_lookups(self, broot, claims) -> bool:
         """Every claim reads parameter root ``broot`` directly, once per program run, through
