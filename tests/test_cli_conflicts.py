@@ -240,3 +240,26 @@ def test_mesh_sizes_must_be_positive_integers(mesh, axis, size, capsys):
     assert rc == 2 and _one_error_line(err) == (
         f"jaxmove: error: --mesh '{mesh}': the size of axis '{axis}' must be a positive integer "
         f"(the devices along it), got '{size}'")
+
+
+def test_plans_exits_1_when_one_plan_of_several_failed(monkeypatch, capsys):
+    # as sweep with a failed point: the table with every plan's row, then one stderr line, exit
+    # 1 (before: exit 0 unless every plan failed, so a script missed the failed plan)
+    import dataclasses
+
+    import jaxmove.plans as plans_pkg
+    from jaxmove.cli import main
+
+    real = plans_pkg.compare_plans
+
+    def one_fails(*a, **kw):
+        cmp = real(*a, **kw)
+        cmp.results[1] = dataclasses.replace(cmp.results[1], error="RuntimeError: boom")
+        return cmp
+
+    monkeypatch.setattr(plans_pkg, "compare_plans", one_fails)
+    rc = main(["plans", "mlp-tiny", "--mesh", "model=1", "--plan", "tp", "--plan", "dp", "--no-progress"])
+    out, err = capsys.readouterr()
+    assert rc == 1
+    assert "tp" in out and "boom" in out
+    assert err.strip().splitlines()[-1] == "jaxmove: 1 of 2 plans failed (first: dp: RuntimeError: boom); exit status 1"

@@ -44,12 +44,12 @@ def _cmd_plans(args: argparse.Namespace) -> int:
             print(f"jaxmove: compile cache {cache['dir']}: {cache['reused']} of {total} compiles "
                   "reused (--no-compile-cache to compile again)", file=sys.stderr)
     failed = [r for r in cmp.results if r.error]
-    if cmp.results and len(failed) == len(cmp.results):  # nothing compiled: not a comparison
+    if failed:  # a plan that did not compile is no result (one that does not fit is): as sweep
         from ..plans.devices import in_devices_child
         if not in_devices_child():  # (the parent that re-ran us says it, under its own table)
             from ..report.render_helpers import one_line
             sys.stdout.flush()
-            print(one_line(f"jaxmove: {len(failed)} of {len(failed)} plans failed (first: "
+            print(one_line(f"jaxmove: {len(failed)} of {len(cmp.results)} plans failed (first: "
                            f"{failed[0].plan}: {failed[0].error}); exit status 1"), file=sys.stderr)
         return 1
     return 0
@@ -67,7 +67,7 @@ def add_plans_command(sub) -> None:
                     "memory (arguments, temporaries, peak), HBM bytes, bytes on the wire by "
                     "collective kind, estimated collective time and the three costliest "
                     "collectives. Plans that do not fit the device's HBM are marked NO (exit 0); exit "
-                    "status 1 when every plan failed to compile, 2 for bad input. "
+                    "status 1 when a plan failed to compile (the table first), 2 for bad input. "
                     f"Preset plans: {', '.join(PRESETS)}; or a TOML plan file.")
     p.add_argument("model")
     p.add_argument("--mesh", metavar="AXIS=N,...",

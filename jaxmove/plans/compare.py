@@ -790,7 +790,7 @@ def compare_plans(model, mesh_shape: dict[str, int] | None, plans: list[str | Pl
             if spec_dir is not None:
                 import shutil
                 shutil.rmtree(spec_dir, ignore_errors=True)
-        # (exit 1 with a table: every plan failed, cli/plans.py; the rows are the result)
+        # (exit 1 with a table: a plan failed, cli/plans.py; the rows are the result)
         if proc.returncode not in (0, 1) or not proc.stdout.strip():
             raise PlanChildError(proc.returncode)
         return PlanComparison.from_json(json.loads(proc.stdout))
