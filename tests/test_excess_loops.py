@@ -72,3 +72,46 @@ def test_a_bf16_update_needs_no_read_of_the_array(donate, target):
     assert ex.compulsory_bytes == 8 * 128 + 8 * 2 + 1024 + 4
     if target is None:   # XLA:CPU rewrites s whole, donated or not: what is beyond the update
         assert ex.bytes_of("whole_rewrite") == 2 * 8 * 4096 * 2 - 8 * 2
+
+
+def test_element_offsets_of_tiled_layouts_round_trip():
+    # layouts.offset_of / index_at against XLA's tiling rule, by hand: f32[12,260]{1,0:T(8,128)}
+    # is tiled as [2, 3, 8, 128] (rows 12 -> 2 tiles of 8, columns 260 -> 3 tiles of 128)
+    import itertools
+
+    from jaxmove.hlo import parse_module
+    from jaxmove.passes.excess.layouts import index_at, offset_of
+    shapes = ["f32[12,260]{1,0:T(8,128)}", "f32[12,260]{0,1:T(8,128)}", "bf16[5,7,9]{2,0,1:T(8,128)(2,1)}",
+              "f32[7]{0:T(1024)}", "s32[]{:T(128)}", "f32[3,4,5]{0,2,1}"]
+    params = ", ".join(f"p{i}: {s.split('{')[0]}" for i, s in enumerate(shapes))
+    body = "\n".join(f"  %p{i} = {s} parameter({i})" for i, s in enumerate(shapes))
+    m = parse_module(f"HloModule t\nENTRY %m ({params}) -> f32[] {{\n{body}\n  ROOT %r = f32[] constant(0)\n}}\n")
+    for i, s in enumerate(shapes):
+        sh = m.entry.by_name[f"p{i}"].shape
+        seen = set()
+        for idx in itertools.product(*[range(d) for d in sh.dims]):
+            off = offset_of(sh, idx)
+            assert off not in seen and index_at(sh, off) == tuple(idx), s
+            seen.add(off)
+    a = m.entry.by_name["p0"].shape
+    assert offset_of(a, (9, 130)) == ((1 * 3 + 1) * 8 + 1) * 128 + 2   # tile (1, 1), element (1, 2)
+    assert index_at(a, 4 * 8 * 128 + 7 * 128 + 5) is None   # row 15 of 12: the partial tile's padding
+
+
+X2 = jax.ShapeDtypeStruct((512, 256), jnp.float32)
+
+
+@pytest.mark.filterwarnings("ignore:Some donated buffers were not usable")
+@pytest.mark.parametrize("target", _targets())
+@pytest.mark.parametrize("donate", [(), (0,)], ids=["kept", "donated"])
+def test_a_returned_reshape_is_the_arguments_value_on_every_backend(donate, target):
+    # x.reshape(-1): on XLA:TPU a bitcast into x's (8,128) tiles, a relayout copy and a bitcast
+    # out, which the value chain did not follow (compulsory 2N there, 0 elsewhere); now the
+    # elements are followed through the buffers: the same value as x, so no compulsory bytes
+    # (the relayout is layout_change); x.T is a new value everywhere (read x, write it)
+    n = 512 * 256 * 4
+    kw = {"target": target} if target else {}
+    ex = jaxmove.analyze(lambda x: x.reshape(-1), X2, roles=("activations",), donate_argnums=donate, **kw).excess
+    assert ex.compulsory_bytes == 0
+    t = jaxmove.analyze(lambda x: x.T, X2, roles=("activations",), donate_argnums=donate, **kw).excess
+    assert t.compulsory_bytes == 2 * n

@@ -111,6 +111,7 @@ from .buffers import NATIVE_STARTS, Buffers, gathered_leaves, resolve_copy, unio
 from .causes import (SPILL, RECOMPUTE_PRIORITY, KERNEL_WRITES, PROGRAM_WIDE, READ_PRIORITY, READS_COMPULSORY, UNATTRIBUTED,
                      FixContext, fix_text)
 from .kernels import PLAIN_KERNELS as _PLAIN_KERNELS, REBUILD, classify, copy_kind
+from .layouts import keeps_row_major
 from .lookups import lookup_rows, table_lookup
 from .ledger import HBM_READ, HBM_WRITE, Ledger, build_result
 from .records import ExcessAnalysis
@@ -377,7 +378,7 @@ def _descending(shape) -> bool:
     return not m2m or tuple(m2m) == tuple(range(len(m2m) - 1, -1, -1))
 
 
-def _value_source(instr, by_name) -> list:
+def _value_source(instr, by_name, any_bitcast: bool = False) -> list:
     """``instr`` and the ENTRY instructions it takes its elements from in their row-major
     order, until the first that is no such step (the chain's last element: a parameter, a
     constant, or a value computed there): ``reshape``, ``copy`` (which keeps the dimensions:
@@ -400,7 +401,7 @@ def _value_source(instr, by_name) -> list:
                 return chain
             chain.append(src)
             src = by_name[src.operands[i]]
-        elif op == "bitcast" and not (_descending(node.shape) and _descending(src.shape)):
+        elif op == "bitcast" and not any_bitcast and not (_descending(node.shape) and _descending(src.shape)):
             return chain   # (a bitcast between other layouts may transpose)
         node = src
     return chain
@@ -413,7 +414,15 @@ def _value_chain(instr, module) -> list | None:
     if instr is None:
         return None
     chain = _value_source(instr, module.entry.by_name)
-    return chain if chain[-1].opcode == "parameter" else None
+    if chain[-1].opcode == "parameter":
+        return chain
+    if chain[-1].opcode != "bitcast":
+        return None
+    # a bitcast between tiled or other layouts (XLA:TPU's reshape of x: bitcast into its tiles,
+    # a relayout copy, a bitcast out): the elements followed through the buffers
+    # (layouts.keeps_row_major)
+    chain = _value_source(instr, module.entry.by_name, any_bitcast=True)
+    return chain if chain[-1].opcode == "parameter" and keeps_row_major(chain) else None
 
 
 def _reshaped_parameter(instr, leaf, pleaf, module) -> bool:
