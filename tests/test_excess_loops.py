@@ -115,3 +115,28 @@ def test_a_returned_reshape_is_the_arguments_value_on_every_backend(donate, targ
     assert ex.compulsory_bytes == 0
     t = jaxmove.analyze(lambda x: x.T, X2, roles=("activations",), donate_argnums=donate, **kw).excess
     assert t.compulsory_bytes == 2 * n
+
+
+def _kv_attend_loop(cache, rows, q, pos):
+    def body(c, i):
+        c = jax.lax.dynamic_update_slice(c, rows[i][None], (pos + i, 0))
+        return c, jnp.dot(c, q[i])
+    return jax.lax.scan(body, cache, jnp.arange(8))
+
+
+@pytest.mark.filterwarnings("ignore:Some donated buffers were not usable")
+@pytest.mark.parametrize("target", [t for t in _targets() if t is None or t.startswith("h100")])
+def test_not_donated_is_what_donating_saves_when_a_loop_reads_the_copy(target):
+    # a review: a cache updated a row per step and read whole every step of a scan, not
+    # donated: XLA copies it into the loop's state once; its 8 reads of the copy were all
+    # `not_donated` (294,912 B on cpu and h100) though donating saves the copy's write and one
+    # read-back, 2 x 32 KiB; the other reads are the re_read the donated program makes too
+    args = (jax.ShapeDtypeStruct((64, 128), jnp.float32), jax.ShapeDtypeStruct((8, 128), jnp.float32),
+            jax.ShapeDtypeStruct((8, 128), jnp.float32), jax.ShapeDtypeStruct((), jnp.int32))
+    kw = {"target": target} if target else {}
+    roles = ("kv_cache", "activations", "activations", "activations")
+    kept, donated = (jaxmove.analyze(_kv_attend_loop, *args, roles=roles, donate_argnums=d, **kw).excess
+                     for d in ((), (0,)))
+    saved = kept.compiled_bytes - donated.compiled_bytes
+    assert saved == 2 * 64 * 128 * 4 == kept.bytes_of("not_donated")
+    assert kept.bytes_of("re_read") == donated.bytes_of("re_read")

@@ -60,7 +60,10 @@ holds exactly (``ledger.py``). Causes (``causes.CAUSES``; the first that applies
    VMEM, updated, copied back) is the compulsory update write; an update made on chip is
    credited to the kernel that writes the result back to HBM. A result that updates a
    parameter in a buffer of its own (rebuilt whole) is read from the parameter's read budget.
-3. A read of a copy of a buffer beyond that buffer's footprint: the copy's cause.
+3. A read of a copy of a buffer beyond that buffer's footprint: the copy's cause, for one
+   read of the copy's value (its read-back: what the copy adds); reading it again (in every
+   iteration of a loop) is ``re_read`` of what it copies, as the program without the copy
+   reads it (so ``not_donated`` is what donating saves).
 4. The buffer: a parameter read again beyond its footprint (several kernels looking up the
    same rows of a table -- an embedding gather fused into each consumer -- need them once), or
    a spilled intermediate read more often than written, is ``re_read`` (the same buffer read
@@ -1505,6 +1508,7 @@ class Accounting:
         # all of them but the last value of a result (returned, not read again)
         new_left = {root: n - (self._out_size(root) if root in self.out_root else 0)
                     for root, n in self.new_written.items()}
+        copy_back: dict[tuple, int] = {}   # a copy's buffer -> bytes of its one read-back left
         rebuild_rows = self.rebuild_rows
         for broot, claims in reads.items():
             if rebuild_rows and broot in param_root:
@@ -1580,7 +1584,9 @@ class Accounting:
                 subject = ""
             acc_role, acc = _NONE, 0  # compulsory bytes of a run of claims of one role, added once
             for prio, units, logical, k, role, phys, root in claims:
-                if spill > 0:
+                if spill > 0 and (not derived or root not in derived):
+                    # (a read of a copy of the intermediate: the copy's read-back, below, with a
+                    # spec or without)
                     g = units if units < spill else spill
                     spill -= g
                     s_b = g if g < logical else logical
@@ -1602,6 +1608,10 @@ class Accounting:
                     # granted in the origin's bytes (a wider copy: the rest is excess)
                     comp_b = g if g < logical else logical
                     if comp_b == logical == phys:  # all of it needed: no cause
+                        if derived and root in derived:   # (it reads the copy's value)
+                            left = copy_back.get(root)
+                            copy_back[root] = max(0, (self._logical_size(root) or 0 if left is None else left)
+                                                  - logical)
                         if role == acc_role:
                             acc += phys
                         else:
@@ -1627,7 +1637,26 @@ class Accounting:
                     kind = None  # (its reads are a kernel's like any other: the buffer's cause)
                 subj = subject
                 if kind is None:
-                    kind = kcause.get(derived[root][4], derived[root][3]) if root in derived else own
+                    if root in derived:
+                        kind = kcause.get(derived[root][4], derived[root][3])
+                        if phys == logical:
+                            # the copy read back once is the copy's; reading its value more
+                            # (every iteration of a loop) is the re-read the program makes
+                            # without the copy too: re_read of what it copies (the part granted
+                            # above reads the copy too; new values written into it, above, not)
+                            left = copy_back.get(root)
+                            if left is None:
+                                left = self._logical_size(root) or 0
+                            back = min(left, logical)
+                            copy_back[root] = left - back
+                            over = logical - comp_b - max(0, back - comp_b)
+                            if over > 0:
+                                origin = derived[root][0]
+                                add(role, HBM_READ, over, 0, over, "re_read",
+                                    self._param_subject(param_root[origin][0]) if origin in param_root else "", k)
+                                phys = logical = logical - over
+                    else:
+                        kind = own
                 if kind in ("not_donated", "donated_but_copied"):
                     subj = self._not_donated_subject(k if kcause.get(k) == kind else derived[root][4])
                 elif kind in PROGRAM_WIDE:
