@@ -926,6 +926,7 @@ class Accounting:
             origin, _n, _d, _kind, k_copy = derived.pop(oroot)
             if origin in param_root and kcause.get(k_copy) in _COPY_KINDS:
                 del kcause[k_copy]
+        self.copied_in = {}   # (_donation_copies: an intermediate computed only to be copied in)
         donation_copies = self._donation_copies(copies, in_order, kcause) if in_order and alias_of_out else {}
         for k in in_order:   # the other copies that relay nothing out: XLA's copy insertion
             if kcause.get(k) == "layout_change":
@@ -996,16 +997,24 @@ class Accounting:
         for droot, (sroot, _num, _den, _kind, k, _sliced) in copies.items():
             if k not in in_order or kcause.get(k) != "layout_change":
                 continue
+            into = False
             if sroot in param_root and param_root[sroot][0] in taken:
                 pnum = param_root[sroot][0]   # the old value copied out of the buffer
             elif droot in out_root and out_root[droot][0] in alias_of_out:
-                pnum = alias_of_out[out_root[droot][0]]   # a value copied into the buffer
+                pnum, into = alias_of_out[out_root[droot][0]], True   # a value copied into the buffer
             else:
                 continue
             if not self._argument(pnum)[2] or pnum not in leaf0:
                 continue
             kcause[k] = "donated_but_copied"
             out[k] = leaf0[pnum]
+            r = self.rows[k]
+            if into and sroot not in param_root and sroot[2] == 0:
+                # the value was computed into a buffer of its own only to be copied in (its
+                # one reader this copy): that buffer's write is the donation's too
+                comp = self.module.computations[r.computation]
+                if [u.name for u in comp.users(sroot[1])] == [r.instr.name] and sroot[0] == r.computation:
+                    self.copied_in[sroot] = self._param_subject(pnum)
         return out
 
     def _same_value_rows(self, update_of: dict, kcause: dict, derived: dict) -> tuple[frozenset, dict]:
@@ -1096,6 +1105,7 @@ class Accounting:
         no_cause = "materialized_intermediate"
         kernel_write_causes = KERNEL_WRITES  # (causes.py: the kernel causes' writes are theirs)
         onchip_copy = self.onchip_copy
+        copied_in = self.copied_in
         onchip_reads: dict[tuple, list] = {}  # on-chip copy root -> [(row, operand, data bytes)]
         kc_of = [None] * len(rows)  # kcause as a list: row number -> cause kind or None
         for k, c in kcause.items():
@@ -1292,7 +1302,9 @@ class Accounting:
                 if not (start or idx):  # (for its readers: its buffer's tally too)
                     vinfo[iname] = (role, root, is_special, wt)
                 if not is_special:  # an intermediate
-                    if kc is not None and kc in kernel_write_causes:
+                    if copied_in and root in copied_in:   # (computed only to be copied in)
+                        add(role, HBM_WRITE, phys, 0, logical, "donated_but_copied", copied_in[root], k)
+                    elif kc is not None and kc in kernel_write_causes:
                         add(role, HBM_WRITE, phys, 0, logical, kc, "", k)
                     elif cap is not None and (leaf.logical_byte_size if leaf is not None else logical) <= cap:
                         add(role, HBM_WRITE, phys, 0, logical, no_cause, "", k)
