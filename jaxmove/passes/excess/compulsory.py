@@ -907,7 +907,13 @@ class Accounting:
             update_of[oroot] = pnum
             if how == "copy":
                 leaf = out_root[oroot][1]
-                if derived[oroot][3] != "layout_change" or _same_order(leaf, param_root[derived[oroot][0]][2]):
+                if self._read_beside_copy(derived[oroot][0], derived[oroot][4]):
+                    # the parameter is read beside its copy (a loop reading x in every
+                    # iteration while its carry, copied from x, is updated): the copy is needed
+                    # however donated -- XLA's copy insertion, not a donation's
+                    if derived[oroot][3] == "layout_change" and derived[oroot][4] in in_order:
+                        kcause[derived[oroot][4]] = "buffer_copy"
+                elif derived[oroot][3] != "layout_change" or _same_order(leaf, param_root[derived[oroot][0]][2]):
                     donated = self._argument(pnum)[2]
                     kcause[derived[oroot][4]] = "donated_but_copied" if donated else "not_donated"
                 # (else the elements relaid out, which donating would not save: layout_change)
@@ -999,6 +1005,8 @@ class Accounting:
                 continue
             into = False
             if sroot in param_root and param_root[sroot][0] in taken:
+                if self._read_beside_copy(sroot, k):
+                    continue   # (needed however donated: buffer_copy)
                 pnum = param_root[sroot][0]   # the old value copied out of the buffer
             elif droot in out_root and out_root[droot][0] in alias_of_out:
                 pnum, into = alias_of_out[out_root[droot][0]], True   # a value copied into the buffer
@@ -1016,6 +1024,36 @@ class Accounting:
                 if [u.name for u in comp.users(sroot[1])] == [r.instr.name] and sroot[0] == r.computation:
                     self.copied_in[sroot] = self._param_subject(pnum)
         return out
+
+    def _read_beside_copy(self, proot, k: int) -> bool:
+        """ENTRY parameter root ``proot``, which the copy kernel of row ``k`` copies (through
+        bitcasts), is also passed into a while loop itself (beside the carry copied from it, as
+        ``fori_loop(0, n, lambda i, c: f(c) + x, x)``): live all through the loop while the copy
+        is updated, so no donation removes the copy."""
+        pr = self.param_root.get(proot)
+        r = self.rows[k]
+        entry = self.module.entry
+        if pr is None or r.computation != entry.name:
+            return False
+        p = next((i for i in entry.parameters if i.parameter_number == pr[0]), None)
+        if p is None:
+            return False
+        todo, seen = [p], set()
+        other = reached = False
+        while todo:
+            node = todo.pop()
+            for u in entry.users(node.name):
+                if u.name in seen:
+                    continue
+                seen.add(u.name)
+                if u is r.instr:
+                    reached = True
+                elif u.opcode == "bitcast":
+                    todo.append(u)
+                elif u.opcode == "while" or u.opcode == "tuple" and any(
+                        w.opcode == "while" for w in entry.users(u.name)):
+                    other = True   # (passed into a loop: live all through it)
+        return reached and other   # (a copy of another value made of it: not this rule's)
 
     def _same_value_rows(self, update_of: dict, kcause: dict, derived: dict) -> tuple[frozenset, dict]:
         """The rows that only carry a parameter's own value into a result leaf that updates
