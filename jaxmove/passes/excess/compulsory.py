@@ -1742,40 +1742,59 @@ class Accounting:
         kind, subject = "whole_rewrite", self._param_subject(pnum)
         keep = []
         for c in claims:
-            _p, _units, logical, k, role, phys, root = c
+            prio, units, logical, k, role, phys, root = c
             n = self.rebuild_rows.get(k)
-            if n is None or root != broot or phys != logical or not self._only_rebuilt(k, n, broot):
+            # (of the parameter, or of the copy XLA made of it: XLA:CPU copies a donated bf16
+            # array it rebuilds whole around an x.at[i].add)
+            of = root == broot or root in self.derived and self.derived[root][0] == broot
+            need = None if n is None or not of or phys != logical else self._rebuild_need(k, n, root, broot)
+            if need is None or need >= logical:
                 keep.append(c)
                 continue
-            self.ledger.add(role, HBM_READ, phys, 0, logical, kind, subject, k)
+            self.ledger.add(role, HBM_READ, logical - need, 0, logical - need, kind, subject, k)
+            if need:   # (the old windows it reads: a read like any kernel's)
+                keep.append((prio, min(units, need), need, k, role, need, root))
         return keep
 
-    def _only_rebuilt(self, k: int, n: int, broot) -> bool:
-        """Row ``k``'s fusion reads its operand ``n`` (of buffer ``broot``) only as the buffer
-        its root dynamic-update-slice updates (through bitcast / convert), and writes into
-        that buffer."""
+    def _rebuild_need(self, k: int, n: int, root, broot) -> int | None:
+        """Bytes (per program run, in the parameter's width) of its old values that row
+        ``k``'s fusion needs when it reads its operand ``n`` (of buffer ``broot``) only as the
+        buffer its root dynamic-update-slice updates and for windows of it (dynamic-slice /
+        slice: ``x.at[i].add(v)`` reads the old window), through bitcast / convert, and writes
+        into that buffer (``broot``, or ``root``, the copy of it the operand is): the windows'
+        elements; None for any other use."""
         r = self.rows[k]
         instr = r.instr
-        if n >= len(instr.operands) or self.buffers.find((r.computation, instr.operands[n], 0)) != broot \
-                or self.buffers.find((r.computation, instr.name, 0)) != broot:
-            return False
+        find = self.buffers.find
+        if n >= len(instr.operands) or find((r.computation, instr.operands[n], 0)) != root \
+                or find((r.computation, instr.name, 0)) not in (root, broot):
+            return None
         if instr.operands.count(instr.operands[n]) != 1:
-            return False
+            return None
         fused = self.module.computations.get(instr.called_computations[0]) if instr.called_computations else None
         if fused is None:
-            return False
-        node = next((i for i in fused.parameters if i.parameter_number == n), None)
-        while node is not None:   # up the chain: each step's one user the next step
-            users = fused.users(node.name)
-            if len(users) != 1:
-                return False
-            u = users[0]
-            if u.opcode == "dynamic-update-slice":
-                return u.operands[0] == node.name and node.name not in u.operands[1:]
-            if u.opcode not in ("bitcast", "convert"):
-                return False
-            node = u
-        return False
+            return None
+        param = next((i for i in fused.parameters if i.parameter_number == n), None)
+        if param is None or not param.shape.is_array:
+            return None
+        todo, window_elems, updated = [param], 0, False
+        while todo:   # the parameter and its bitcasts / converts: what reads them
+            node = todo.pop()
+            for u in fused.users(node.name):
+                op = u.opcode
+                if op in ("bitcast", "convert"):
+                    todo.append(u)
+                elif op == "dynamic-update-slice" and u.operands[0] == node.name and node.name not in u.operands[1:]:
+                    updated = True
+                elif op in ("dynamic-slice", "slice") and u.operands[0] == node.name \
+                        and node.name not in u.operands[1:]:
+                    window_elems += u.shape.num_elements
+                else:
+                    return None
+        if not updated:
+            return None
+        pshape = param.shape
+        return window_elems * pshape.logical_byte_size // max(1, pshape.num_elements) * r.multiplicity.count
 
     def _same_lookups(self, broot, claims) -> bool:
         """Every claim reads parameter root ``broot`` directly, once per program run, through
