@@ -1654,9 +1654,11 @@ class Accounting:
                         continue
                 if budget > 0:
                     g = units if units < budget else budget
-                    budget -= g
-                    # granted in the origin's bytes (a wider copy: the rest is excess)
+                    # granted in the origin's bytes (a wider copy: the rest is excess; a
+                    # narrower one, read whole, stands for no more of the origin than it holds:
+                    # the rest of the budget is the copy kernel's read, at the origin's width)
                     comp_b = g if g < logical else logical
+                    budget -= g if units <= logical else comp_b
                     if comp_b == logical == phys:  # all of it needed: no cause
                         if derived and root in derived:   # (it reads the copy's value)
                             left = copy_back.get(root)

@@ -486,8 +486,9 @@ def _rebuilt_operand(instr: Instruction, by_name: dict, dus: Instruction) -> int
     while buf.opcode in ("bitcast", "convert") and buf.operands:
         buf = by_name[buf.operands[0]]
     n = buf.parameter_number if buf.opcode == "parameter" else None
-    if n is None or n >= len(instr.operands) or buf.shape.dims != instr.shape.dims:
-        return None
+    if n is None or n >= len(instr.operands) or buf.shape.dims != instr.shape.dims \
+            or buf.shape.element_type != instr.shape.element_type:
+        return None   # (another element type: a new value made of it, e.g. the f32 cache a dot reads)
     return n
 
 
