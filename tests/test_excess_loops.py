@@ -217,3 +217,26 @@ def test_a_bf16_cache_attended_in_a_scan_has_one_compulsory_figure(target):
                          donate_argnums=(0,), **kw).excess
     assert ex.by_role["kv_cache"].compulsory_bytes == 64 * 128 * 2 + 8 * 128 * 2
     assert ex.by_role["activations"].compulsory_bytes == 2 * 8 * 128 * 4 + 4 + 8 * 64 * 4
+
+
+def _three_windows(x, a, b, c, i, j, k):
+    x = jax.lax.dynamic_update_slice(x, a.astype(x.dtype), (i, 0))
+    x = jax.lax.dynamic_update_slice(x, b.astype(x.dtype), (j, 0))
+    return jax.lax.dynamic_update_slice(x, c.astype(x.dtype), (k, 64))
+
+
+@pytest.mark.filterwarnings("ignore:Some donated buffers were not usable")
+@pytest.mark.parametrize("donate", [(), (0,)], ids=["kept", "donated"])
+def test_three_windows_of_a_bf16_array_in_one_rebuild(donate):
+    # a review: XLA:CPU rebuilds bf16 x around three dynamic-update-slices in one fusion; only
+    # the root's window was its update, and the read of x compulsory (74,764 B donated; kept, no
+    # excess at all). Closed form: write the windows (2x256 + 4x256 + 8x64 bf16), read a, b, c
+    # (f32) and the three indices
+    s = jax.ShapeDtypeStruct
+    args = (s((128, 256), jnp.bfloat16), s((2, 256), jnp.float32), s((4, 256), jnp.float32),
+            s((8, 64), jnp.float32), s((), jnp.int32), s((), jnp.int32), s((), jnp.int32))
+    ex = jaxmove.analyze(_three_windows, *args, roles=("kv_cache",) + ("activations",) * 6,
+                         donate_argnums=donate).excess
+    windows = (2 * 256 + 4 * 256 + 8 * 64) * 2
+    assert ex.by_role["kv_cache"].compulsory_bytes == windows
+    assert ex.compulsory_bytes == windows + 2 * windows + 12

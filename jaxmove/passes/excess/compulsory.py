@@ -141,17 +141,24 @@ def _inner_update_bytes(instr: Instruction, module: Module, element: int | None 
         if not 0 <= element < len(root.operands) or root.operands[element] not in fused.by_name:
             return 0
         out = root = fused.by_name[root.operands[element]]
-    while root.opcode in _PERMUTES and root.operands and root.operands[0] in fused.by_name:
-        root = fused.by_name[root.operands[0]]
-    if root.opcode == "dynamic-update-slice" and len(root.operands) > 1:
+    total = 0
+    for _ in range(1000):   # (several windows: a chain of dynamic-update-slices, each of the last)
+        while root.opcode in _PERMUTES and root.operands and root.operands[0] in fused.by_name:
+            root = fused.by_name[root.operands[0]]
+        if root.opcode != "dynamic-update-slice" or len(root.operands) < 2:
+            break
         upd = fused.by_name.get(root.operands[1])
         if upd is None or not upd.shape.is_array:
             return 0
         out_bits, upd_bits = out.shape.element_bits, upd.shape.element_bits
         if not out_bits or not upd_bits or not out.shape.is_array:
-            return upd.shape.logical_byte_size
-        return upd.shape.logical_byte_size * out_bits // upd_bits
-    return 0
+            total += upd.shape.logical_byte_size
+        else:
+            total += upd.shape.logical_byte_size * out_bits // upd_bits
+        if root.operands[0] not in fused.by_name:
+            break
+        root = fused.by_name[root.operands[0]]
+    return total
 
 
 # elementwise arithmetic (hlo/opcodes.py's elementwise category less select / clamp / convert,
@@ -1788,6 +1795,7 @@ class Accounting:
                     todo.append(u)
                 elif op == "dynamic-update-slice" and u.operands[0] == node.name and node.name not in u.operands[1:]:
                     updated = True
+                    todo.append(u)   # (its result: the buffer, for the next window's update)
                 elif op in ("dynamic-slice", "slice") and u.operands[0] == node.name \
                         and node.name not in u.operands[1:]:
                     window_elems += u.shape.num_elements

@@ -483,7 +483,8 @@ def _rebuilt_operand(instr: Instruction, by_name: dict, dus: Instruction) -> int
     if not dus.operands or not instr.shape.is_array:
         return None
     buf = by_name[dus.operands[0]]
-    while buf.opcode in ("bitcast", "convert") and buf.operands:
+    # (through bitcast / convert, and the dynamic-update-slices of several windows before it)
+    while buf.opcode in ("bitcast", "convert", "dynamic-update-slice") and buf.operands:
         buf = by_name[buf.operands[0]]
     n = buf.parameter_number if buf.opcode == "parameter" else None
     if n is None or n >= len(instr.operands) or buf.shape.dims != instr.shape.dims \
