@@ -1129,6 +1129,7 @@ class Accounting:
         # into it: new values in it (a loop's state, copied in from its initial value or the
         # donated argument itself, updated every iteration)
         self.new_written = new_written = {}
+        self.update_counted = {}   # (_special_write: a buffer -> update bytes counted compulsory in it)
         read_units: dict[tuple, int] = {}  # buffer root -> data bytes its readers touch
         update_left: dict[tuple, int] = {}
         tilings = []
@@ -1430,8 +1431,13 @@ class Accounting:
                 update = logical  # new values computed elsewhere (on chip, transposed), copied here
             if not update:  # a buffer rebuilt around an update elsewhere, copied here: the update
                 update = min(logical, _copied_update_bytes(r, self.module))
+                if update and r.instr.operands and self.update_counted.get(
+                        self.buffers.find((r.computation, r.instr.operands[0], 0)), 0) >= update:
+                    update = 0   # (the rebuild wrote it into a buffer counted already: not again)
             comp_b = min(update, left)
             update_left[root] = left - comp_b
+            if comp_b:
+                self.update_counted[root] = self.update_counted.get(root, 0) + comp_b
             own, subject = "whole_rewrite", self._param_subject(pnum)
             count = r.multiplicity.count
             if update >= logical and count > 1 and logical > comp_b:
