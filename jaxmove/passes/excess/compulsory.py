@@ -476,6 +476,14 @@ def _same_layout(a, b) -> bool:
         and (la.tiles if la is not None else ()) == (lb.tiles if lb is not None else ())
 
 
+def _reshaped_buffer(leaf, pleaf) -> bool:
+    """A result leaf in a copy's buffer of a parameter (a bitcast of it: the same buffer) holds
+    the parameter's element type and count in the same element order (row-major, untiled): a
+    reshape of the copy, updated in place or not (``x.at[i].set(v).reshape(...)`` kept)."""
+    return leaf.is_array and pleaf.is_array and leaf.element_type == pleaf.element_type \
+        and leaf.num_elements == pleaf.num_elements and _same_order(leaf, pleaf)
+
+
 def _same_array(a, b) -> bool:
     """Both arrays of one element type and the same dimensions (layouts aside): a result that
     could be its parameter updated (and take its buffer, donated)."""
@@ -885,7 +893,10 @@ class Accounting:
             elif oroot in derived and derived[oroot][0] in param_root \
                     and (_same_array(leaf, param_root[derived[oroot][0]][2])
                          or _reshaped_parameter(self._result_instr(j), leaf, param_root[derived[oroot][0]][2],
-                                                module)):
+                                                module)
+                         or derived[oroot][4] in in_order   # (one copy of it that keeps the order)
+                         and copies.get(oroot, (None,))[0] == derived[oroot][0]
+                         and _reshaped_buffer(leaf, param_root[derived[oroot][0]][2])):
                 pr = param_root[derived[oroot][0]]
                 same = _value_chain(self._result_instr(j), module) is not None
                 cands.append((3 if same else 2, order, oroot, pr[0], pr[1], "copy"))
