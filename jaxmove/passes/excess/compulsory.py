@@ -832,6 +832,8 @@ class Accounting:
         # cross-program prefetch): on-chip root -> (parameter root, the copy-start's row). A copy
         # of it read there is a copy of the parameter (the prefetch moves it, changes nothing)
         prefetch_of: dict[tuple, tuple] = {}
+        self.eviction_of: dict[int, int] = {}   # copy-back row -> the row of the copy into VMEM
+        evictions = []   # copy-starts out of on-chip memory back to HBM
         for k in self.copy_starts:
             r = rows[k]
             instr = r.instr
@@ -841,6 +843,12 @@ class Accounting:
                 sroot = find((r.computation, instr.operands[0], 0))
                 if sroot in param_root:
                     prefetch_of[find((r.computation, instr.name, 0))] = (sroot, k)
+            elif instr.operands and shape.is_tuple and shape.tuple_shapes and shape.tuple_shapes[0].is_array:
+                src = computations[r.computation].by_name.get(instr.operands[0])
+                if src is not None and src.shape.is_array and src.shape.memory_space in ON_CHIP_MEMORY_SPACES \
+                        and src.shape.dims == shape.tuple_shapes[0].dims:
+                    evictions.append((k, find((r.computation, instr.operands[0], 0)),
+                                      find((r.computation, instr.name, 0)), shape.tuple_shapes[0], src.shape))
         prefetched = {droot: sroot for droot, (sroot, _k) in prefetch_of.items()}
         in_order: set[int] = set()   # copy kernels that keep their source's element order
         cname = None
@@ -869,6 +877,13 @@ class Accounting:
                 in_order.add(k)   # (no relayout: a buffer copied as it is)
             if dshape.memory_space in ON_CHIP_MEMORY_SPACES:
                 onchip_dst.append(droot)
+        # XLA:TPU's copy-start of a parameter's plain copy in VMEM back to HBM (kept x copied
+        # into VMEM and back, then updated in HBM): a copy kernel of that copy
+        for k, sroot, droot, dshape, sshape in evictions:
+            if sroot in copies and copies[sroot][0] in param_root and copies[sroot][3] == "layout_change" \
+                    and not copies[sroot][5] and droot not in copies and droot not in param_root:
+                copies[droot] = (sroot, dshape.element_bits, sshape.element_bits, "layout_change", k, False)
+                self.eviction_of[k] = copies[sroot][4]   # (the copy into VMEM it copies back)
         # chains of copies lead to their origin (in any row order: a layout copy before a loop,
         # a slice of it inside); a window copied out of an intermediate is no copy kernel (the
         # intermediate's own rules decide), one of a parameter or of a copy of one is
@@ -1092,6 +1107,11 @@ class Accounting:
             if d is not None and d[0] in self.param_root and kcause.get(d[4]) in ("not_donated",
                                                                                   "donated_but_copied"):
                 copies[d[4]] = d[0]
+                k_in = self.eviction_of.get(d[4])
+                if k_in is not None and kcause.get(k_in) == "layout_change":
+                    # (x copied into VMEM only to be copied back: the round trip is the copy)
+                    kcause[k_in] = kcause[d[4]]
+                    copies[k_in] = d[0]
             j = self.out_root[oroot][0]
             chain = _value_chain(self._result_instr(j), module)
             if chain is not None and len(chain) > 1 and chain[-1].parameter_number == pnum \
