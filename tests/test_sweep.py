@@ -571,3 +571,20 @@ def test_a_model_of_yours_that_plans_would_refuse_is_refused_when_the_file_is_re
     # without a plan no axes are needed: a single-device point of the same model reads fine
     single = '[grid]\nmodel = ["wl.py:noaxes"]\n'
     assert len(parse_sweep(single, str(tmp_path / "SWEEP.toml"), tmp_path).points) == 1
+
+
+@pytest.mark.parametrize("args, expected", [
+    (["-o", "{tmp}/nodir/r.jsonl"], "directory {tmp}/nodir does not exist"),
+    (["-o", "{tmp}/r.txt"], "unknown result format '.txt'; expected .parquet or .jsonl"),
+    (["--resume"], "--resume needs the result file of the sweep to continue (-o FILE)"),
+])
+def test_bad_result_file_is_said_before_the_sweeps_first_line(tmp_path, capsys, args, expected):
+    # a user trial: these printed "jaxmove: sweep sw: 1 points, local executor" first, then the
+    # error (the README: output files are checked before any work)
+    from jaxmove.cli import main
+    f = tmp_path / "sw.toml"
+    f.write_text('name = "sw"\nmodel = "mlp-tiny"\n[grid]\nhardware = ["h100-sxm"]\n')
+    rc = main(["sweep", str(f)] + [a.format(tmp=tmp_path) for a in args])
+    err = capsys.readouterr().err.strip().splitlines()
+    assert rc == 2 and len(err) == 1, err
+    assert expected.format(tmp=tmp_path) in err[0]

@@ -53,6 +53,9 @@ def _cmd_sweep(args: argparse.Namespace) -> int:
     if args.plot:
         check_plot_path(args.plot)
     spec = load_sweep(args.sweep)  # bad SWEEP.toml: one line before anything starts
+    if args.resume and not args.output:   # (said before the sweep's first line, as the rest)
+        from ..sweep.run import SweepError
+        raise SweepError("--resume needs the result file of the sweep to continue (-o FILE)")
     if args.output:  # a result file in the way or unreadable: said before the sweep's first line
         from ..sweep.store import check_result_file
         check_result_file(args.output, args.resume, args.overwrite)

@@ -163,9 +163,30 @@ def _read_jsonl(path: Path) -> tuple[dict[str, dict], list[str], list[str], bool
     return rows, notes, lines, cut_last
 
 
+def _result_format(path) -> str:
+    """``jsonl`` or ``parquet`` by ``path``'s extension; ResultFileError for another one, or for
+    Parquet without pyarrow."""
+    suffix = Path(path).suffix.lower()
+    if suffix in _JSONL:
+        return "jsonl"
+    if suffix == ".parquet":
+        try:
+            import pyarrow  # noqa: F401
+        except ImportError:
+            raise ResultFileError(f"{path}: Parquet needs pyarrow (pip install 'jaxmove[ray]' or "
+                                  "pyarrow); or write JSON lines (-o results.jsonl)") from None
+        return "parquet"
+    raise ResultFileError(f"{path}: unknown result format {suffix or '(no extension)'!r}; "
+                          "expected .parquet or .jsonl")
+
+
 def check_result_file(path, resume: bool, overwrite: bool) -> None:
-    """What the CLI checks of ``-o`` before the sweep says anything: ``refuse_existing``, and
-    with ``resume`` a JSON-lines file must read back (``_read_jsonl``; nothing is written)."""
+    """What the CLI checks of ``-o`` before the sweep says anything: its format
+    (``_result_format``), that it can be written (``check_output_path``), ``refuse_existing``,
+    and with ``resume`` a JSON-lines file must read back (``_read_jsonl``; nothing is written)."""
+    from ..report.outputs import check_output_path
+    _result_format(path)
+    check_output_path(Path(path), "-o result file")
     refuse_existing(path, resume, overwrite)
     p = Path(path)
     if (resume and p.suffix.lower() in _JSONL and p.is_file() and p.stat().st_size > 0):
@@ -195,19 +216,7 @@ class ResultStore:
             return
         from ..report.outputs import check_output_path
 
-        suffix = self.path.suffix.lower()
-        if suffix in _JSONL:
-            self.format = "jsonl"
-        elif suffix == ".parquet":
-            self.format = "parquet"
-            try:
-                import pyarrow  # noqa: F401
-            except ImportError:
-                raise ResultFileError(f"{path}: Parquet needs pyarrow (pip install 'jaxmove[ray]' or "
-                                      "pyarrow); or write JSON lines (-o results.jsonl)") from None
-        else:
-            raise ResultFileError(f"{path}: unknown result format {suffix or '(no extension)'!r}; "
-                                  "expected .parquet or .jsonl")
+        self.format = _result_format(self.path)
         check_output_path(self.path, "-o result file")
         self._lock()
         try:
