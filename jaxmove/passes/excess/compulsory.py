@@ -833,6 +833,7 @@ class Accounting:
         # of it read there is a copy of the parameter (the prefetch moves it, changes nothing)
         prefetch_of: dict[tuple, tuple] = {}
         self.eviction_of: dict[int, int] = {}   # copy-back row -> the row of the copy into VMEM
+        self.copy_chain = copies   # (a copy kernel's buffer -> (its source's root, ..., row))
         evictions = []   # copy-starts out of on-chip memory back to HBM
         for k in self.copy_starts:
             r = rows[k]
@@ -1488,6 +1489,8 @@ class Accounting:
             o = self.derived[root][0]
             subject = self._param_subject(self.param_root[o][0]) if o in self.param_root else ""
             uroot = self.update_root.get(self.param_root[o][0]) if o in self.param_root else None
+            if uroot is not None and not self._flows_into(root, uroot):
+                uroot = None   # (a copy updated for another reader; the result computes its own)
             update = _update_bytes(r, logical, self.module) if uroot is not None else 0
             if update:
                 # an in-place update of a copy of a parameter whose update the program returns
@@ -1497,6 +1500,8 @@ class Accounting:
                     left = self._out_size(uroot)
                 comp_b = min(update, left)
                 update_left[uroot] = left - comp_b
+                if comp_b:   # (a later copy of this buffer into the result carries it: not again)
+                    self.update_counted[root] = self.update_counted.get(root, 0) + comp_b
         kind = kc if kc is not None else own
         if kind in ("not_donated", "donated_but_copied"):
             subject = self._not_donated_subject(k)
@@ -1975,6 +1980,19 @@ class Accounting:
             return shape.logical_byte_size
         leaves = _leaves(shape)
         return leaves[root[2]][1].logical_byte_size if root[2] < len(leaves) else None
+
+    def _flows_into(self, root, uroot) -> bool:
+        """Buffer ``root`` (a copy of a parameter) is ``uroot`` (the result that updates the
+        parameter) or one of the copies ``uroot`` is copied from (``copy_chain``): an update
+        made in it is the result's (else the result is computed apart, e.g. XLA:GPU's
+        input_transpose_fusion, and the copy's update serves another reader)."""
+        chain = self.copy_chain
+        node, n = uroot, 0
+        while node in chain and n < 64:
+            if node == root:
+                return True
+            node, n = chain[node][0], n + 1
+        return node == root
 
     def _intermediate_kind(self, nbytes: int | None) -> str:
         """An intermediate of ``nbytes`` data bytes: ``materialized_intermediate`` where it fits
