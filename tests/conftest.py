@@ -98,3 +98,15 @@ def cpu_devices_env(device_count: int | None, **extra: str) -> dict[str, str]:
     else:
         env.pop("XLA_FLAGS", None)
     return env
+
+
+def compile_targets() -> list[str | None]:
+    """The compile targets a test runs its program on: None (XLA:CPU), and the compile-only
+    ``tpu-v5e:1x1`` and ``h100-sxm`` where their plugins are installed (the tpu / gpu extras)."""
+    import importlib.util
+    out: list[str | None] = [None]
+    if importlib.util.find_spec("libtpu") is not None:
+        out.append("tpu-v5e:1x1")
+    if importlib.util.find_spec("jax_plugins") is not None and importlib.util.find_spec("jax_plugins.xla_cuda12"):
+        out.append("h100-sxm")
+    return out

@@ -15,17 +15,13 @@ import jax.numpy as jnp
 import pytest
 
 import jaxmove
+from tests.conftest import compile_targets
 
 L, K, M = 4, 256, 16
 
 
 def _targets():
-    out = [None]
-    if importlib.util.find_spec("libtpu") is not None:
-        out.append("tpu-v5e:1x1")
-    if importlib.util.find_spec("jax_plugins") is not None and importlib.util.find_spec("jax_plugins.xla_cuda12"):
-        out.append("h100-sxm")
-    return out
+    return compile_targets()
 
 
 def _scan(ws, x):

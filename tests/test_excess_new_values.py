@@ -14,6 +14,7 @@ import jax.numpy as jnp
 import pytest
 
 import jaxmove
+from tests.conftest import compile_targets
 
 X = jax.ShapeDtypeStruct((512, 256), jnp.float32)
 N = 512 * 256 * 4
@@ -26,12 +27,7 @@ CASES = [
 
 
 def _targets():
-    out = [None]
-    if importlib.util.find_spec("libtpu") is not None:
-        out.append("tpu-v5e:1x1")
-    if importlib.util.find_spec("jax_plugins") is not None and importlib.util.find_spec("jax_plugins.xla_cuda12"):
-        out.append("h100-sxm")
-    return out
+    return compile_targets()
 
 
 @pytest.mark.filterwarnings("ignore:Some donated buffers were not usable")  # (jax: they cannot be)
