@@ -24,6 +24,12 @@ def _targets():
     return compile_targets()
 
 
+def _cpu_gpu():
+    """XLA:CPU and XLA:GPU (XLA:TPU's kept updates through VMEM are not yet modelled: the note
+    of the issue)."""
+    return [t for t in compile_targets() if t is None or t.startswith("h100")]
+
+
 def _scan(ws, x):
     return jax.lax.scan(lambda c, w: (jnp.tanh(c @ w), None), x, ws)[0]
 
@@ -89,6 +95,8 @@ def test_element_offsets_of_tiled_layouts_round_trip():
             off = offset_of(sh, idx)
             assert off not in seen and index_at(sh, off) == tuple(idx), s
             seen.add(off)
+        # every offset lies in the buffer hlo/shape.py sizes (ShapeUtil::ArraySize)
+        assert max(seen) < max(1, sh.byte_size * 8 // sh.element_bits), s
     a = m.entry.by_name["p0"].shape
     assert offset_of(a, (9, 130)) == ((1 * 3 + 1) * 8 + 1) * 128 + 2   # tile (1, 1), element (1, 2)
     assert index_at(a, 4 * 8 * 128 + 7 * 128 + 5) is None   # row 15 of 12: the partial tile's padding
@@ -121,7 +129,7 @@ def _kv_attend_loop(cache, rows, q, pos):
 
 
 @pytest.mark.filterwarnings("ignore:Some donated buffers were not usable")
-@pytest.mark.parametrize("target", [t for t in _targets() if t is None or t.startswith("h100")])
+@pytest.mark.parametrize("target", _cpu_gpu())
 def test_not_donated_is_what_donating_saves_when_a_loop_reads_the_copy(target):
     # a review: a cache updated a row per step and read whole every step of a scan, not
     # donated: XLA copies it into the loop's state once; its 8 reads of the copy were all
@@ -143,7 +151,7 @@ def _carry_from_x_and_x_read(x):
 
 
 @pytest.mark.filterwarnings("ignore:Some donated buffers were not usable")
-@pytest.mark.parametrize("target", [t for t in _targets() if t is None or t.startswith("h100")])
+@pytest.mark.parametrize("target", _cpu_gpu())
 def test_a_copy_no_donation_removes_is_no_donations(target):
     # a review: a loop whose carry starts from x and that reads x in every iteration needs x
     # copied into its state however x is donated. Kept, the copy was `not_donated` ("donate x,
@@ -157,7 +165,8 @@ def test_a_copy_no_donation_removes_is_no_donations(target):
     assert donated.bytes_of("donated_but_copied") == donated.compiled_bytes - kept.compiled_bytes == 2 * 512 * 256 * 4
 
 
-def test_a_bf16_add_at_a_row_needs_that_row_only():
+@pytest.mark.parametrize("target", _cpu_gpu())
+def test_a_bf16_add_at_a_row_needs_that_row_only(target):
     # a review: XLA:CPU updates bf16 x.at[i].add(v) as convert(dynamic-update-slice(convert(x),
     # dynamic-slice(convert(x)) + v)) to bf16, reading x whole; only the old row is needed.
     # Closed form (x bf16[64,256], kept): read the row (512 B), write it (512 B); v f32[256]
@@ -165,7 +174,8 @@ def test_a_bf16_add_at_a_row_needs_that_row_only():
     x = jax.ShapeDtypeStruct((64, 256), jnp.bfloat16)
     v, i = jax.ShapeDtypeStruct((256,), jnp.float32), jax.ShapeDtypeStruct((), jnp.int32)
     ex = jaxmove.analyze(lambda x, v, i: x.at[i].add(v.astype(jnp.bfloat16)), x, v, i,
-                         roles=("kv_cache", "activations", "activations")).excess
+                         roles=("kv_cache", "activations", "activations"),
+                         **({"target": target} if target else {})).excess
     assert ex.by_role["kv_cache"].compulsory_bytes == 2 * 256 * 2
     assert ex.compulsory_bytes == 2 * 256 * 2 + 1024 + 4
 
@@ -176,7 +186,8 @@ def _bf16_cache_loop(cache, rows, pos):
 
 
 @pytest.mark.filterwarnings("ignore:Some donated buffers were not usable")
-def test_a_kept_bf16_cache_updated_in_a_loop_reads_none_of_its_copy():
+@pytest.mark.parametrize("target", _cpu_gpu())
+def test_a_kept_bf16_cache_updated_in_a_loop_reads_none_of_its_copy(target):
     # a review: kept, XLA:CPU copies the cache into the loop's state and rebuilds the copy whole
     # every step (through f32); the rebuild's read of the copy was compulsory (22,532 B against
     # 6,148 donated and on h100). Closed form: 8 new rows written (8 x 128 x 2 B), rows read
@@ -184,7 +195,8 @@ def test_a_kept_bf16_cache_updated_in_a_loop_reads_none_of_its_copy():
     args = (jax.ShapeDtypeStruct((64, 128), jnp.bfloat16), jax.ShapeDtypeStruct((8, 128), jnp.float32),
             jax.ShapeDtypeStruct((), jnp.int32))
     roles = ("kv_cache", "activations", "activations")
-    kept, donated = (jaxmove.analyze(_bf16_cache_loop, *args, roles=roles, donate_argnums=d).excess
+    kw = {"target": target} if target else {}
+    kept, donated = (jaxmove.analyze(_bf16_cache_loop, *args, roles=roles, donate_argnums=d, **kw).excess
                      for d in ((), (0,)))
     for ex in (kept, donated):
         assert ex.compulsory_bytes == 8 * 128 * 2 + 8 * 128 * 4 + 4
@@ -222,8 +234,9 @@ def _three_windows(x, a, b, c, i, j, k):
 
 
 @pytest.mark.filterwarnings("ignore:Some donated buffers were not usable")
+@pytest.mark.parametrize("target", _cpu_gpu())
 @pytest.mark.parametrize("donate", [(), (0,)], ids=["kept", "donated"])
-def test_three_windows_of_a_bf16_array_in_one_rebuild(donate):
+def test_three_windows_of_a_bf16_array_in_one_rebuild(donate, target):
     # a review: XLA:CPU rebuilds bf16 x around three dynamic-update-slices in one fusion; only
     # the root's window was its update, and the read of x compulsory (74,764 B donated; kept, no
     # excess at all). Closed form: write the windows (2x256 + 4x256 + 8x64 bf16), read a, b, c
@@ -232,14 +245,15 @@ def test_three_windows_of_a_bf16_array_in_one_rebuild(donate):
     args = (s((128, 256), jnp.bfloat16), s((2, 256), jnp.float32), s((4, 256), jnp.float32),
             s((8, 64), jnp.float32), s((), jnp.int32), s((), jnp.int32), s((), jnp.int32))
     ex = jaxmove.analyze(_three_windows, *args, roles=("kv_cache",) + ("activations",) * 6,
-                         donate_argnums=donate).excess
+                         donate_argnums=donate, **({"target": target} if target else {})).excess
     windows = (2 * 256 + 4 * 256 + 8 * 64) * 2
     assert ex.by_role["kv_cache"].compulsory_bytes == windows
     assert ex.compulsory_bytes == windows + 2 * windows + 12
 
 
 @pytest.mark.filterwarnings("ignore:Some donated buffers were not usable")
-def test_an_update_rebuilt_then_copied_into_the_donated_buffer_is_counted_once():
+@pytest.mark.parametrize("target", _cpu_gpu())
+def test_an_update_rebuilt_then_copied_into_the_donated_buffer_is_counted_once(target):
     # a review: donated bf16 x, x.at[i].add(v): XLA:CPU rebuilds x into a buffer of its own and
     # copies that into x's; the 512 B row counted compulsory at both writes (2,564 B against
     # 2,052 kept and on other targets), and donated_but_copied 512 B short of what not donating
@@ -248,13 +262,16 @@ def test_an_update_rebuilt_then_copied_into_the_donated_buffer_is_counted_once()
     v, i = jax.ShapeDtypeStruct((256,), jnp.float32), jax.ShapeDtypeStruct((), jnp.int32)
     fn = lambda x, v, i: x.at[i].add(v.astype(jnp.bfloat16))   # noqa: E731
     roles = ("kv_cache", "activations", "activations")
-    kept, donated = (jaxmove.analyze(fn, x, v, i, roles=roles, donate_argnums=d).excess for d in ((), (0,)))
+    kw = {"target": target} if target else {}
+    kept, donated = (jaxmove.analyze(fn, x, v, i, roles=roles, donate_argnums=d, **kw).excess
+                     for d in ((), (0,)))
     assert kept.compulsory_bytes == donated.compulsory_bytes == 2 * 256 * 2 + 1024 + 4
-    assert donated.bytes_of("donated_but_copied") == donated.compiled_bytes - kept.compiled_bytes
+    # (XLA:CPU copies the rebuilt array into the donated buffer; XLA:GPU updates in place)
+    assert donated.bytes_of("donated_but_copied") == max(0, donated.compiled_bytes - kept.compiled_bytes)
 
 
 @pytest.mark.filterwarnings("ignore:Some donated buffers were not usable")
-@pytest.mark.parametrize("target", [t for t in _targets() if t is None or t.startswith("h100")])
+@pytest.mark.parametrize("target", _cpu_gpu())
 def test_an_updated_argument_returned_reshaped_is_its_update(target):
     # a review: x.at[i].set(v).reshape(64, 4, 64) kept: XLA copies x, updates the copy in place
     # and returns a bitcast of it; the result was a new value (the copy's read and write

@@ -469,11 +469,8 @@ def _same_order(a, b) -> bool:
 def _same_layout(a, b) -> bool:
     """Arrays ``a`` and ``b`` of the same dimensions, layout (``minor_to_major`` and tiles)
     and memory space: a ``copy`` from one to the other moves the bytes as they are."""
-    if not (a.is_array and b.is_array) or a.dims != b.dims or a.memory_space != b.memory_space:
-        return False
-    la, lb = a.layout, b.layout
-    return (la.minor_to_major if la is not None else None) == (lb.minor_to_major if lb is not None else None) \
-        and (la.tiles if la is not None else ()) == (lb.tiles if lb is not None else ())
+    return a.is_array and b.is_array and a.dims == b.dims and a.memory_space == b.memory_space \
+        and _same_order(a, b)
 
 
 def _reshaped_buffer(leaf, pleaf) -> bool:
@@ -1050,10 +1047,10 @@ class Accounting:
                 continue
             kcause[k] = "donated_but_copied"
             out[k] = leaf0[pnum]
-            r = self.rows[k]
             if into and sroot not in param_root and sroot[2] == 0:
                 # the value was computed into a buffer of its own only to be copied in (its
                 # one reader this copy): that buffer's write is the donation's too
+                r = self.rows[k]
                 comp = self.module.computations[r.computation]
                 if [u.name for u in comp.users(sroot[1])] == [r.instr.name] and sroot[0] == r.computation:
                     self.copied_in[sroot] = self._param_subject(pnum)
