@@ -319,3 +319,20 @@ def test_a_one_kv_head_decode_writes_one_position(target):
     e = jaxmove.analyze("gpt-tiny-decode", overrides={"kv_heads": "1"},
                         **({"target": target} if target else {})).excess
     assert e.by_role["kv_cache"].compulsory_bytes == 4 * 2048 + 4 * 2 * 16 * 4
+
+
+@pytest.mark.parametrize("target", _targets())
+def test_a_scanned_decode_writes_one_position_per_layer(target):
+    # a user trial: gpt-tiny-decode --set scan_layers=true --set layers=4 counted 65,536 B of
+    # compulsory KV on tpu-v5e and h100 (and, after stop 49, on cpu) against 69,632 by closed
+    # form: the new positions reach the donated cache only through the scan's stacked ys --
+    # XLA:CPU updates a copy of each layer's window and stacks it, XLA:GPU updates and stacks
+    # it in one fusion, XLA:TPU stacks it in VMEM -- and the copy of the stack into the result
+    # was taken for a copy of old values.
+    # Closed form (f32, 4 layers, batch 2, 4 kv heads of 16, 16 positions): K and V read whole,
+    # one position of each written per layer
+    layers, batch, heads, head_dim, seq = 4, 2, 4, 16, 16
+    e = jaxmove.analyze("gpt-tiny-decode", overrides={"scan_layers": "true", "layers": str(layers)},
+                        **({"target": target} if target else {})).excess
+    position = 2 * layers * batch * heads * head_dim * 4
+    assert e.by_role["kv_cache"].compulsory_bytes == position * seq + position

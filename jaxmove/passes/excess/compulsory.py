@@ -161,6 +161,50 @@ def _inner_update_bytes(instr: Instruction, module: Module, element: int | None 
     return total
 
 
+def _stacked_update(instr: Instruction, module: Module) -> tuple[int, str] | None:
+    """(update bytes, the operand it is a slice of) of a fusion whose root (through bitcasts,
+    converts, transposes, reshapes and copies) is ``dynamic-update-slice(stack, w, ...)`` with
+    ``w`` itself a window updated in place: ``dynamic-update-slice(dynamic-slice(operand,
+    ...), new, ...)`` (a chain of them: their updates summed), in the stack's element width.
+    XLA:GPU's scanned decode stacks each layer's cache, its new position written, so. None
+    for anything else."""
+    if not instr.called_computations:
+        return None
+    fused = module.computations.get(instr.called_computations[0])
+    if fused is None:
+        return None
+    by_name = fused.by_name
+
+    def through(e):
+        while e is not None and e.opcode in _PERMUTES and e.operands:
+            e = by_name.get(e.operands[0])
+        return e
+
+    root = through(fused.root)
+    if root is None or root.opcode != "dynamic-update-slice" or len(root.operands) < 2 \
+            or not root.shape.is_array:
+        return None
+    out_bits = root.shape.element_bits
+    w = through(by_name.get(root.operands[1]))
+    total = 0
+    for _ in range(64):
+        if w is None or w.opcode != "dynamic-update-slice" or len(w.operands) < 2:
+            break
+        upd = by_name.get(w.operands[1])
+        if upd is None or not upd.shape.is_array:
+            return None
+        bits = upd.shape.element_bits
+        total += upd.shape.logical_byte_size * out_bits // bits if bits and out_bits \
+            else upd.shape.logical_byte_size
+        w = through(by_name.get(w.operands[0]))
+    if not total or w is None or w.opcode != "dynamic-slice" or not w.operands:
+        return None
+    p = through(by_name.get(w.operands[0]))
+    if p is None or p.opcode != "parameter" or not 0 <= p.parameter_number < len(instr.operands):
+        return None
+    return total, instr.operands[p.parameter_number]
+
+
 # elementwise arithmetic (hlo/opcodes.py's elementwise category less select / clamp / convert,
 # which pass old values through or only change their type)
 _PASS_THROUGH = frozenset({"select", "clamp", "convert", "bitcast-convert", "copy", "bitcast", "reshape",
@@ -1453,8 +1497,11 @@ class Accounting:
                 made = self.onchip_update[root]
                 find = self.buffers.find
                 for o in dict.fromkeys(r.instr.operands):
-                    got = made.pop(find((r.computation, o, 0)), 0)
-                    update += got
+                    oroot = find((r.computation, o, 0))
+                    update += made.pop(oroot, 0)
+                    if made:   # (and those made in buffers that flow into it: a scan's ys stack)
+                        for x in self._feeding(oroot) & made.keys():
+                            update += made.pop(x)
                 update = min(logical, update)
             if not update and _copies_new_values(r, self.module):
                 update = logical  # new values computed elsewhere (on chip, transposed), copied here
@@ -1585,6 +1632,32 @@ class Accounting:
                 nbytes = (min(lg, inner) if inner else lg) * r.multiplicity.count
                 made = out.setdefault(uroot, {})
                 made[root] = made.get(root, 0) + nbytes
+        # a result copied from a stack of its parameter's slices, each updated in the kernel
+        # that stacks it (XLA:GPU's scan of a decode: dynamic-update-slice(ys, dynamic-update-
+        # slice(dynamic-slice(cache, i), k_new), i) in one fusion, the ys copied into the
+        # donated cache): the new values stacked are the update the copy carries
+        staged = {}
+        for oroot, pnum in self.update_of.items():
+            c = self.copy_chain.get(oroot)
+            if c is not None and c[0] not in self.param_root and c[0] not in self.derived:
+                staged[c[0]] = (oroot, pnum)
+        if staged:
+            for r in rows:
+                instr = r.instr
+                if instr.opcode != "fusion" or not r.traffic.inplace_buffer_bytes:
+                    continue
+                got = _stacked_update(instr, module)
+                if got is None:
+                    continue
+                nbytes, base = got
+                root = B.find((r.computation, instr.name, 0))
+                pr = self.param_root.get(B.find((r.computation, base, 0)))
+                if root not in staged or pr is None or pr[0] != staged[root][1]:
+                    continue
+                logical = sum(a.logical_nbytes if a.logical_nbytes is not None else a.nbytes
+                              for a in r.traffic.writes if not a.index)
+                made = out.setdefault(staged[root][0], {})
+                made[root] = made.get(root, 0) + min(nbytes, logical) * r.multiplicity.count
         return out
 
     def settle_reads(self, reads: dict, tally: dict) -> None:
@@ -1979,17 +2052,70 @@ class Accounting:
         return leaves[root[2]][1].logical_byte_size if root[2] < len(leaves) else None
 
     def _flows_into(self, root, uroot) -> bool:
-        """Buffer ``root`` (a copy of a parameter) is ``uroot`` (the result that updates the
-        parameter) or one of the copies ``uroot`` is copied from (``copy_chain``): an update
-        made in it is the result's (else the result is computed apart, e.g. XLA:GPU's
-        input_transpose_fusion, and the copy's update serves another reader)."""
-        chain = self.copy_chain
-        node, n = uroot, 0
-        while node in chain and n < 64:
-            if node == root:
-                return True
-            node, n = chain[node][0], n + 1
-        return node == root
+        """Buffer ``root`` (a copy of a parameter) flows into ``uroot`` (the result that updates
+        the parameter): it is ``uroot``, one of the copies ``uroot`` is copied from
+        (``copy_chain``), or a value written into one of those as a dynamic-update-slice's
+        update (``_feeding``: a scan stacks each layer's updated cache into its ys, which
+        XLA:CPU copies into the donated result): an update made in it is the result's. Else
+        the result is computed apart (XLA:GPU's input_transpose_fusion) and the copy's update
+        serves another reader."""
+        return root in self._feeding(uroot)
+
+    def _feeding(self, root) -> set:
+        """``root`` and the buffers whose values flow into it, transitively: copied into it
+        (``copy_chain``) or written into it as the update of an in-place dynamic-update-slice
+        (``_update_sources``)."""
+        memo = self.__dict__.setdefault("_feeding_memo", {})
+        got = memo.get(root)
+        if got is not None:
+            return got
+        chain, sources = self.copy_chain, self._update_sources()
+        got, todo = {root}, [root]
+        while todo and len(got) < 256:
+            node = todo.pop()
+            nxt = list(sources.get(node, ()))
+            if node in chain:
+                nxt.append(chain[node][0])
+            for src in nxt:
+                if src not in got:
+                    got.add(src)
+                    todo.append(src)
+        memo[root] = got
+        return got
+
+    def _update_sources(self) -> dict[tuple, list]:
+        """Buffer root -> the buffer roots of the values written into it as the update of an
+        in-place dynamic-update-slice (the instruction, or a fusion that updates its buffer
+        operand in place with one at its root, through bitcasts, converts, transposes,
+        reshapes and copies; built once, on first use)."""
+        got = getattr(self, "_update_srcs", None)
+        if got is not None:
+            return got
+        got = self._update_srcs = {}
+        find, module = self.buffers.find, self.module
+        for r in self.rows:
+            instr = r.instr
+            if instr.opcode == "dynamic-update-slice" and len(instr.operands) > 1:
+                upd = instr.operands[1]
+            elif instr.opcode == "fusion" and r.traffic.inplace_buffer_bytes and instr.called_computations:
+                fused = module.computations.get(instr.called_computations[0])
+                if fused is None:
+                    continue
+                e = fused.root
+                while e is not None and e.opcode in _PERMUTES and e.operands:
+                    e = fused.by_name.get(e.operands[0])
+                if e is None or e.opcode != "dynamic-update-slice" or len(e.operands) < 2:
+                    continue
+                u = fused.by_name.get(e.operands[1])
+                while u is not None and u.opcode in _PERMUTES and u.operands:
+                    u = fused.by_name.get(u.operands[0])
+                if u is None or u.opcode != "parameter" or not 0 <= u.parameter_number < len(instr.operands):
+                    continue
+                upd = instr.operands[u.parameter_number]
+            else:
+                continue
+            got.setdefault(find((r.computation, instr.name, 0)), []).append(find((r.computation, upd, 0)))
+        return got
 
     def _intermediate_kind(self, nbytes: int | None) -> str:
         """An intermediate of ``nbytes`` data bytes: ``materialized_intermediate`` where it fits
