@@ -36,6 +36,9 @@ class FixContext:
     argnum: int | None = None
     vmem_eviction: bool = False
     onchip_capacity_bytes: int | None = None
+    #: (the result jax would give the argument's buffer if donated, the result that updates it)
+    #: where those differ (``not_donated``), else None
+    paired_elsewhere: tuple[int, int] | None = None
 
     @property
     def saves(self) -> str:
@@ -106,6 +109,12 @@ def cause(kind: str, *, matches: str, bytes: str, **flags):
        bytes="the copy's write, and its reads of the parameter beyond the parameter's footprint")
 def _not_donated(c: FixContext) -> str:
     how = f"donate_argnums=({c.argnum},)" if c.argnum is not None else "donate_argnums / donate_argnames"
+    if c.paired_elsewhere is not None:
+        paired, update = c.paired_elsewhere
+        return (f"donate `{c.subject}` -- jax.jit(..., {how}) -- and return its update (result {update}) "
+                f"before result {paired}: jax pairs a donated argument with the first unpaired result of "
+                f"its shape and dtype, in output order, so donated as the results stand its buffer goes to "
+                f"result {paired} and XLA copies it out and the update in instead -- {c.saves} once paired")
     return f"donate `{c.subject}` -- jax.jit(..., {how}) -- {c.saves}"
 
 

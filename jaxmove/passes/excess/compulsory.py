@@ -517,6 +517,17 @@ def _same_layout(a, b) -> bool:
         and _same_order(a, b)
 
 
+def _moves_only(instr, module) -> bool:
+    """``instr`` is a ``copy`` of an array into another memory space in the same layout (HBM
+    to VMEM): it relays nothing out."""
+    if instr.opcode != "copy" or not instr.operands or not instr.shape.is_array:
+        return False
+    comp = module.computations.get(instr.computation)
+    src = comp.by_name.get(instr.operands[0]) if comp is not None else None
+    return src is not None and src.shape.is_array and src.shape.dims == instr.shape.dims \
+        and src.shape.element_type == instr.shape.element_type and _same_order(src.shape, instr.shape)
+
+
 def _reshaped_buffer(leaf, pleaf) -> bool:
     """A result leaf in a copy's buffer of a parameter (a bitcast of it: the same buffer) holds
     the parameter's element type and count in the same element order (row-major, untiled): a
@@ -892,6 +903,7 @@ class Accounting:
                     evictions.append((k, find((r.computation, instr.operands[0], 0)),
                                       find((r.computation, instr.name, 0)), shape.tuple_shapes[0], src.shape))
         prefetched = {droot: sroot for droot, (sroot, _k) in prefetch_of.items()}
+        self.prefetch_of = prefetch_of
         in_order: set[int] = set()   # copy kernels that keep their source's element order
         cname = None
         for k, (kind, src_k, sliced), pos in copy_rows:
@@ -1123,8 +1135,8 @@ class Accounting:
                 seen.add(u.name)
                 if u is r.instr:
                     reached = True
-                elif u.opcode == "bitcast":
-                    todo.append(u)
+                elif u.opcode in ("bitcast", "copy-start", "copy-done"):
+                    todo.append(u)   # (XLA:TPU's prefetch of x into VMEM carries x)
                 elif u.opcode == "while" or u.opcode == "tuple" and any(
                         w.opcode == "while" for w in entry.users(u.name)):
                     other = True   # (passed into a loop: live all through it)
@@ -1149,6 +1161,28 @@ class Accounting:
             if d is not None and d[0] in self.param_root and kcause.get(d[4]) in ("not_donated",
                                                                                   "donated_but_copied"):
                 copies[d[4]] = d[0]
+                # (and the copies before it in the chain: x copied out of a buffer a result
+                # takes, updated in place, copied into the result that updates it)
+                node, n = self.copy_chain[oroot][0] if oroot in self.copy_chain else None, 0
+                while node in self.copy_chain and n < 64:
+                    k_prev = self.copy_chain[node][4]
+                    kp = kcause.get(k_prev)
+                    if self._read_beside_copy(d[0], k_prev):
+                        break   # (a loop's carry copied from x, x live beside it: no donation's)
+                    if kp == "layout_change" and _moves_only(self.rows[k_prev].instr, module):
+                        # (XLA:TPU copies x into VMEM, updates it there, copies it into the
+                        # result: the round trip is the copy into the update's buffer)
+                        kp = kcause[k_prev] = kcause[d[4]]
+                    if kp in ("not_donated", "donated_but_copied"):
+                        copies[k_prev] = d[0]
+                        # (a copy of x's prefetch into VMEM: the prefetch carries x too)
+                        r_prev = self.rows[k_prev]
+                        pf = self.prefetch_of.get(self.buffers.find(
+                            (r_prev.computation, r_prev.instr.operands[0], 0))) if r_prev.instr.operands else None
+                        if pf is not None and pf[0] == d[0] and kcause.get(pf[1]) in (None, "layout_change"):
+                            kcause[pf[1]] = kp
+                            copies[pf[1]] = d[0]
+                    node, n = self.copy_chain[node][0], n + 1
                 k_in = self.eviction_of.get(d[4])
                 if k_in is not None and kcause.get(k_in) == "layout_change":
                     # (x copied into VMEM only to be copied back: the round trip is the copy)
@@ -2134,12 +2168,47 @@ class Accounting:
         program: a not-donated argument's number, whether the costliest instruction evicts a
         buffer from on-chip memory, the on-chip capacity (None: no spec)."""
         argnum = None
+        paired = None
         if kind == "not_donated":
             p = next((p for p in self.params.values() if self._argument(p.number)[0] == subject), None)
             argnum = getattr(p, "argnum", None) if p is not None else None
+            paired = self._paired_elsewhere(subject)
         evicts = kind == "whole_rewrite" and bool(items) and self._is_vmem_eviction(items[0])
         return fix_text(FixContext(kind, subject, nbytes, items[0].name if items else "?", argnum, evicts,
-                                   self.capacity))
+                                   self.capacity, paired))
+
+    def _paired_elsewhere(self, subject: str) -> tuple[int, int] | None:
+        """(the result jax would give the buffer of argument ``subject`` if it were donated,
+        the result that updates it) where the two differ, else None. jax pairs each donated
+        argument, in argument order, with the first result of its shape and dtype not yet
+        paired, in output order (jax ``_set_up_aliases``); the arguments donated already
+        take theirs first in that order. A tuple parameter, or a subject of several leaves,
+        is not told apart (None)."""
+        entry = self.module.entry
+        params = sorted(entry.parameters, key=lambda q: q.parameter_number)
+        mine = [q.parameter_number for q in params if self._argument(q.parameter_number)[0] == subject]
+        if len(mine) != 1 or mine[0] not in self.update_root:
+            return None
+        pnum = mine[0]
+        update = self.out_root.get(self.update_root[pnum], (None,))[0]
+        leaves = _leaf_shapes(entry.root.shape)
+        taken: set[int] = set()
+        for q in params:
+            n = q.parameter_number
+            if n != pnum and not self._argument(n)[2]:
+                continue
+            if not q.shape.is_array:
+                if n == pnum:
+                    return None
+                continue
+            for j, leaf in enumerate(leaves):
+                if j not in taken and leaf.is_array and leaf.dims == q.shape.dims \
+                        and leaf.element_type == q.shape.element_type:
+                    taken.add(j)
+                    if n == pnum:
+                        return (j, update) if update is not None and j != update else None
+                    break
+        return None
 
     def _is_vmem_eviction(self, item) -> bool:
         """``item`` (a listed instruction) is a copy-start from on-chip memory to HBM."""
