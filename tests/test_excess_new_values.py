@@ -183,19 +183,25 @@ def test_two_donated_caches_returned_swapped_need_their_updates_only(target):
     S = jax.ShapeDtypeStruct
     args = (S((64, 256), jnp.float32), S((64, 256), jnp.float32), S((256,), jnp.float32), S((), jnp.int32))
 
-    def run(swap):
+    def run(swap, donate=(0, 1)):
         def f(a, b, v, i):
             a = jax.lax.dynamic_update_slice(a, v[None], (i, 0))
             b = jax.lax.dynamic_update_slice(b, v[None] * 2, (i, 0))
             return (b, a) if swap else (a, b)
         return jaxmove.analyze(f, *args, roles=("kv_cache", "kv_cache", "activations", "activations"),
-                               donate_argnums=(0, 1), **kw).excess
+                               donate_argnums=donate, **kw).excess
 
     swapped, paired = run(True), run(False)
     row = 256 * 4
     assert swapped.compulsory_bytes == paired.compulsory_bytes == 2 * row + row + 4
     assert swapped.bytes_of("donated_but_copied") == swapped.compiled_bytes - paired.compiled_bytes > 0
     assert {c.subject for c in swapped.causes if c.kind == "donated_but_copied"} == {"a", "b"}
+    # kept: donating a alone gives its buffer to result 0 (b's update): the fix says to reorder;
+    # b alone pairs with result 0, its own update
+    kept = run(True, ())
+    assert kept.compulsory_bytes == 2 * row + row + 4
+    assert "return its update (result 1) before result 0" in kept.cause("not_donated", "a").fix
+    assert "before result" not in kept.cause("not_donated", "b").fix
 
 
 def test_a_window_of_a_prefetched_argument_is_its_compulsory_read():
