@@ -24,12 +24,6 @@ def _targets():
     return compile_targets()
 
 
-def _cpu_gpu():
-    """XLA:CPU and XLA:GPU (XLA:TPU's kept updates through VMEM are not yet modelled: the note
-    of the issue)."""
-    return [t for t in compile_targets() if t is None or t.startswith("h100")]
-
-
 def _scan(ws, x):
     return jax.lax.scan(lambda c, w: (jnp.tanh(c @ w), None), x, ws)[0]
 
@@ -129,7 +123,7 @@ def _kv_attend_loop(cache, rows, q, pos):
 
 
 @pytest.mark.filterwarnings("ignore:Some donated buffers were not usable")
-@pytest.mark.parametrize("target", _cpu_gpu())
+@pytest.mark.parametrize("target", _targets())
 def test_not_donated_is_what_donating_saves_when_a_loop_reads_the_copy(target):
     # a review: a cache updated a row per step and read whole every step of a scan, not
     # donated: XLA copies it into the loop's state once; its 8 reads of the copy were all
@@ -142,6 +136,15 @@ def test_not_donated_is_what_donating_saves_when_a_loop_reads_the_copy(target):
     kept, donated = (jaxmove.analyze(_kv_attend_loop, *args, roles=roles, donate_argnums=d, **kw).excess
                      for d in ((), (0,)))
     saved = kept.compiled_bytes - donated.compiled_bytes
+    assert kept.compulsory_bytes == donated.compulsory_bytes
+    if target and target.startswith("tpu"):
+        # XLA:TPU keeps the kept cache in VMEM through the loop and copies it back (the copy
+        # beyond the 8 new rows is not_donated); donated, it reads the cache from HBM every
+        # step, which costs more: the fix must not promise a saving
+        assert saved < 0
+        assert kept.bytes_of("not_donated") == 64 * 128 * 4 - 8 * 128 * 4
+        assert "can cost more" in kept.cause("not_donated", "cache").fix
+        return
     assert saved == 2 * 64 * 128 * 4 == kept.bytes_of("not_donated")
     assert kept.bytes_of("re_read") == donated.bytes_of("re_read")
 
@@ -151,7 +154,7 @@ def _carry_from_x_and_x_read(x):
 
 
 @pytest.mark.filterwarnings("ignore:Some donated buffers were not usable")
-@pytest.mark.parametrize("target", _cpu_gpu())
+@pytest.mark.parametrize("target", _targets())
 def test_a_copy_no_donation_removes_is_no_donations(target):
     # a review: a loop whose carry starts from x and that reads x in every iteration needs x
     # copied into its state however x is donated. Kept, the copy was `not_donated` ("donate x,
@@ -161,11 +164,18 @@ def test_a_copy_no_donation_removes_is_no_donations(target):
     kw = {"target": target} if target else {}
     kept, donated = (jaxmove.analyze(_carry_from_x_and_x_read, X2, roles=("activations",), donate_argnums=d,
                                      **kw).excess for d in ((), (0,)))
-    assert kept.cause("not_donated") is None and kept.cause("buffer_copy", "x") is not None
+    assert kept.cause("not_donated") is None
+    if target and target.startswith("tpu"):
+        # XLA:TPU copies x into VMEM as the carry and the last carry back to HBM, donated or
+        # not (the same program both ways): no donation cause on either side
+        assert kept.compiled_bytes == donated.compiled_bytes and donated.cause("donated_but_copied") is None
+        assert kept.compulsory_bytes == donated.compulsory_bytes == 2 * 512 * 256 * 4
+        return
+    assert kept.cause("buffer_copy", "x") is not None
     assert donated.bytes_of("donated_but_copied") == donated.compiled_bytes - kept.compiled_bytes == 2 * 512 * 256 * 4
 
 
-@pytest.mark.parametrize("target", _cpu_gpu())
+@pytest.mark.parametrize("target", _targets())
 def test_a_bf16_add_at_a_row_needs_that_row_only(target):
     # a review: XLA:CPU updates bf16 x.at[i].add(v) as convert(dynamic-update-slice(convert(x),
     # dynamic-slice(convert(x)) + v)) to bf16, reading x whole; only the old row is needed.
@@ -186,7 +196,7 @@ def _bf16_cache_loop(cache, rows, pos):
 
 
 @pytest.mark.filterwarnings("ignore:Some donated buffers were not usable")
-@pytest.mark.parametrize("target", _cpu_gpu())
+@pytest.mark.parametrize("target", _targets())
 def test_a_kept_bf16_cache_updated_in_a_loop_reads_none_of_its_copy(target):
     # a review: kept, XLA:CPU copies the cache into the loop's state and rebuilds the copy whole
     # every step (through f32); the rebuild's read of the copy was compulsory (22,532 B against
@@ -200,6 +210,14 @@ def test_a_kept_bf16_cache_updated_in_a_loop_reads_none_of_its_copy(target):
                      for d in ((), (0,)))
     for ex in (kept, donated):
         assert ex.compulsory_bytes == 8 * 128 * 2 + 8 * 128 * 4 + 4
+    if target and target.startswith("tpu"):
+        # XLA:TPU keeps the kept cache in VMEM and copies it back whole: read and write, less
+        # the new rows (the copy's compulsory part); donated, its row writes move whole (16,
+        # 128) bf16 tiles, so the saving is smaller by that padding
+        assert kept.bytes_of("not_donated") == 2 * 64 * 128 * 2 - 8 * 128 * 2
+        assert kept.compiled_bytes - donated.compiled_bytes == kept.bytes_of("not_donated") - (
+            donated.bytes_of("tile_padding") - kept.bytes_of("tile_padding"))
+        return
     assert kept.bytes_of("not_donated") == kept.compiled_bytes - donated.compiled_bytes == 2 * 64 * 128 * 2
 
 
@@ -234,7 +252,7 @@ def _three_windows(x, a, b, c, i, j, k):
 
 
 @pytest.mark.filterwarnings("ignore:Some donated buffers were not usable")
-@pytest.mark.parametrize("target", _cpu_gpu())
+@pytest.mark.parametrize("target", _targets())
 @pytest.mark.parametrize("donate", [(), (0,)], ids=["kept", "donated"])
 def test_three_windows_of_a_bf16_array_in_one_rebuild(donate, target):
     # a review: XLA:CPU rebuilds bf16 x around three dynamic-update-slices in one fusion; only
@@ -252,7 +270,7 @@ def test_three_windows_of_a_bf16_array_in_one_rebuild(donate, target):
 
 
 @pytest.mark.filterwarnings("ignore:Some donated buffers were not usable")
-@pytest.mark.parametrize("target", _cpu_gpu())
+@pytest.mark.parametrize("target", _targets())
 def test_an_update_rebuilt_then_copied_into_the_donated_buffer_is_counted_once(target):
     # a review: donated bf16 x, x.at[i].add(v): XLA:CPU rebuilds x into a buffer of its own and
     # copies that into x's; the 512 B row counted compulsory at both writes (2,564 B against
@@ -271,7 +289,7 @@ def test_an_update_rebuilt_then_copied_into_the_donated_buffer_is_counted_once(t
 
 
 @pytest.mark.filterwarnings("ignore:Some donated buffers were not usable")
-@pytest.mark.parametrize("target", _cpu_gpu())
+@pytest.mark.parametrize("target", _targets())
 def test_an_updated_argument_returned_reshaped_is_its_update(target):
     # a review: x.at[i].set(v).reshape(64, 4, 64) kept: XLA copies x, updates the copy in place
     # and returns a bitcast of it; the result was a new value (the copy's read and write
@@ -282,6 +300,14 @@ def test_an_updated_argument_returned_reshaped_is_its_update(target):
     fn = lambda x, v, i: jax.lax.dynamic_update_slice(x, v[None], (i, 0)).reshape(64, 4, 64)   # noqa: E731
     kw = {"target": target} if target else {}
     kept = jaxmove.analyze(fn, x, v, i, roles=("kv_cache", "activations", "activations"), **kw).excess
+    if target and target.startswith("tpu"):
+        # XLA:TPU's reshape relays the (8, 128) tiles out into (4, 128) ones: the result cannot
+        # take x's buffer, donated or not -- a new value, written once, x read whole for it
+        donated = jaxmove.analyze(fn, x, v, i, roles=("kv_cache", "activations", "activations"),
+                                  donate_argnums=(0,), **kw).excess
+        assert kept.compulsory_bytes == donated.compulsory_bytes == 2 * 64 * 256 * 4 + 1024 + 4
+        assert kept.compiled_bytes == donated.compiled_bytes and kept.cause("not_donated") is None
+        return
     assert kept.compulsory_bytes == 2 * 1024 + 4
     assert kept.bytes_of("not_donated") == 2 * 64 * 256 * 4
 
@@ -291,9 +317,9 @@ def test_a_kept_set_xla_tpu_copies_through_vmem_is_not_donated():
     # a review: kept x.at[i].set(v) on XLA:TPU copies x into VMEM (a plain copy), back to HBM
     # (copy-start) and updates it there; the round trip was compulsory (132,100 B against
     # 3,076 donated) and no not_donated said to donate x. Now the copy back is a copy kernel of
-    # the VMEM copy: the result is x's update and the round trip not_donated. (The old row the
-    # .set's select reads, from VMEM, goes with the round trip: 1 KiB of not_donated that is
-    # compulsory -- kept 2,052 B against 3,076 donated; noted, not yet modelled.)
+    # the VMEM copy: the result is x's update and the round trip not_donated; the old row the
+    # .set's select reads from VMEM is x's need, the copy into VMEM's read (it went with the
+    # round trip: kept 2,052 B against 3,076 donated)
     if importlib.util.find_spec("libtpu") is None:
         pytest.skip("libtpu is not installed (the tpu extra)")
     x = jax.ShapeDtypeStruct((64, 256), jnp.float32)
@@ -305,8 +331,8 @@ def test_a_kept_set_xla_tpu_copies_through_vmem_is_not_donated():
     saved = kept.compiled_bytes - donated.compiled_bytes
     row = 256 * 4
     assert donated.compulsory_bytes == 2 * row + row + 4   # the row read and written, v, i
-    assert saved <= kept.bytes_of("not_donated") <= saved + row
-    assert donated.compulsory_bytes - row <= kept.compulsory_bytes <= donated.compulsory_bytes
+    assert kept.compulsory_bytes == donated.compulsory_bytes
+    assert kept.bytes_of("not_donated") == saved
 
 
 @pytest.mark.parametrize("target", _targets())

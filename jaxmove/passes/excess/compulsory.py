@@ -812,9 +812,22 @@ class Accounting:
         update of it shares its buffer), else None. The prefetch's row is given where only
         in-place updates lie between it and the copy back, nothing else reading them."""
         instr = self._result_instr(j)
+        entry = self.module.entry
+        # (through in-place updates of the copy back made in HBM: a window written after it)
+        find = self.buffers.find
+        for _ in range(64):
+            if instr is None or instr.opcode == "copy-done" or not instr.operands:
+                break
+            if instr.opcode == "dynamic-update-slice":
+                instr = entry.by_name.get(instr.operands[0])
+            elif (entry.name, instr.name) in self.inplace_fusions:
+                mine = find((entry.name, instr.name, 0))
+                instr = next((entry.by_name.get(o) for o in instr.operands
+                              if find((entry.name, o, 0)) == mine), None)
+            else:
+                break
         if instr is None or instr.opcode != "copy-done" or not instr.operands:
             return None
-        entry = self.module.entry
         start = entry.by_name.get(instr.operands[0])
         if start is None or start.opcode != "copy-start" or not start.operands:
             return None
@@ -842,7 +855,56 @@ class Accounting:
             if node.opcode != "dynamic-update-slice" and (entry.name, node.name) not in self.inplace_fusions:
                 break
             node, prev = by_name.get(node.operands[0]) if node.operands else None, node
+        if prefetch is None:
+            # (the prefetched buffer itself, updated in place, read on chip, carried through a
+            # loop: XLA:TPU keeps a kept cache in VMEM through a fori_loop, then copies it back;
+            # what kernels read of it there is the parameter's need, ``carried_need``)
+            droot = self.buffers.find((entry.name, start.operands[0], 0))
+            pf = self.prefetch_of.get(droot)
+            if pf is not None and pf[0] == proot and self._updated_in_place_only(droot, (pf[1], k)):
+                prefetch = pf[1]
         return proot, k, prefetch
+
+    def _updated_in_place_only(self, root, exclude) -> bool:
+        """Every kernel that writes buffer ``root`` (but the rows of ``exclude``) updates it in
+        place (a dynamic-update-slice, or a fusion that writes part of its buffer operand): the
+        value it holds at the end is the first one, updated -- not a new one computed every
+        iteration of a loop (``h = tanh(h @ W)``)."""
+        find = self.buffers.find
+        for k, r in enumerate(self.rows):
+            if k in exclude or not r.traffic.writes:
+                continue
+            instr = r.instr
+            if instr.opcode == "dynamic-update-slice" or r.traffic.inplace_buffer_bytes:
+                continue
+            comp = self.module.computations[r.computation]
+            for a in r.traffic.writes:
+                wkey = write_key(instr, comp, a.index)[0] if a.index else (r.computation, instr.name, 0)
+                if find(wkey) == root:
+                    return False
+        return True
+
+    def _onchip_readers(self, root, exclude=()) -> dict[int, int]:
+        """Row number -> data bytes per run, of the kernels (but the rows of ``exclude``) that
+        read buffer ``root`` from on-chip memory (an in-place update writes it without reading
+        it)."""
+        find = self.buffers.find
+        computations = self.module.computations
+        out: dict[int, int] = {}
+        for k, r in enumerate(self.rows):
+            for a in r.traffic.reads:
+                if a.memory_space in ON_CHIP_MEMORY_SPACES and a.operand is not None:
+                    comp = computations[r.computation]
+                    oname = r.instr.operands[a.operand]
+                    pos = 0
+                    if a.index:
+                        shape = comp.by_name[oname].shape
+                        if shape.is_tuple:
+                            pos = leaf_position(shape, a.index)
+                    if k not in exclude and find((r.computation, oname, pos)) == root:
+                        lg = a.logical_nbytes if a.logical_nbytes is not None else a.nbytes
+                        out[k] = out.get(k, 0) + lg * r.multiplicity.count
+        return out
 
     def _entry_rows(self) -> dict[str, int]:
         """ENTRY instruction name -> its row number (built once, on first use)."""
@@ -988,13 +1050,18 @@ class Accounting:
         update_of: dict[tuple, int] = {}
         back_origin: dict[int, tuple] = {}   # copy-back row -> the parameter's buffer
         carried: set[int] = set()   # prefetches that only carry the value to its copy back
+        self.carried_need: dict[int, int] = {}   # such a prefetch's row -> bytes read of it on chip
         for _pref, _order, oroot, pnum, pleaf, how in cands:
             if chosen[(pnum, pleaf)][2] != oroot:
                 continue
             update_of[oroot] = pnum
             if how == "copy":
                 leaf = out_root[oroot][1]
-                if self._read_beside_copy(derived[oroot][0], derived[oroot][4]):
+                if self._read_beside_copy(derived[oroot][0], derived[oroot][4]) \
+                        or self._from_onchip(derived[oroot][4]) \
+                        and self._read_beside_copy(derived[oroot][0], self._first_copy(oroot)):
+                    # (XLA:TPU: the carry, copied from x into VMEM, read beside x, is copied
+                    # back to HBM donated or not)
                     # the parameter is read beside its copy (a loop reading x in every
                     # iteration while its carry, copied from x, is updated): the copy is needed
                     # however donated -- XLA's copy insertion, not a donation's
@@ -1031,6 +1098,21 @@ class Accounting:
         self.same_value_rows, same_origin = self._same_value_rows(update_of, kcause, derived)
         if carried:
             self.same_value_rows = self.same_value_rows | carried
+        # what kernels read on chip of a copy that only carries x into its update (x copied or
+        # prefetched into VMEM, updated there or copied back): the old row an x.at[i].add reads
+        # there is x's need, that copy's to read (the other rows carrying x excluded)
+        no_need = set(self.same_value_rows)   # (copy kernels read to copy: no need of theirs)
+        no_need.update(k for k, c in kcause.items() if c in _COPY_KINDS and c != "slice_copy"
+                       or c in ("not_donated", "donated_but_copied"))
+        for k in self.same_value_rows:
+            instr = rows[k].instr
+            shape = instr.shape.tuple_shapes[0] if instr.opcode == "copy-start" and instr.shape.is_tuple \
+                and instr.shape.tuple_shapes else instr.shape
+            if shape.is_array and shape.memory_space in ON_CHIP_MEMORY_SPACES:
+                need = sum(self._onchip_readers(find((rows[k].computation, instr.name, 0)),
+                                                exclude=no_need).values())
+                if need:
+                    self.carried_need[k] = need
         # copies of a parameter into on-chip memory (XLA:TPU's layout copy of a table into VMEM):
         # their readers' on-chip reads say how much of the parameter the program needs (lookups)
         self.onchip_copy = {droot: derived[droot] for droot in onchip_dst
@@ -1112,12 +1194,29 @@ class Accounting:
                     self.copied_in[sroot] = self._param_subject(pnum)
         return out
 
-    def _read_beside_copy(self, proot, k: int) -> bool:
+    def _from_onchip(self, k: int) -> bool:
+        """Row ``k`` (a copy kernel) copies a value out of on-chip memory."""
+        r = self.rows[k]
+        comp = self.module.computations[r.computation]
+        src = comp.by_name.get(r.instr.operands[0]) if r.instr.operands else None
+        return src is not None and src.shape.is_array and src.shape.memory_space in ON_CHIP_MEMORY_SPACES
+
+    def _first_copy(self, root) -> int | None:
+        """The row of the first copy kernel in the chain of copies ``root`` is made by
+        (``copy_chain``: the one that reads its origin), or None."""
+        chain, k, n = self.copy_chain, None, 0
+        while root in chain and n < 64:
+            root, k, n = chain[root][0], chain[root][4], n + 1
+        return k
+
+    def _read_beside_copy(self, proot, k: int | None) -> bool:
         """ENTRY parameter root ``proot``, which the copy kernel of row ``k`` copies (through
         bitcasts), is also passed into a while loop itself (beside the carry copied from it, as
         ``fori_loop(0, n, lambda i, c: f(c) + x, x)``): live all through the loop while the copy
         is updated, so no donation removes the copy."""
         pr = self.param_root.get(proot)
+        if k is None:
+            return False
         r = self.rows[k]
         entry = self.module.entry
         if pr is None or r.computation != entry.name:
@@ -1184,7 +1283,8 @@ class Accounting:
                             copies[pf[1]] = d[0]
                     node, n = self.copy_chain[node][0], n + 1
                 k_in = self.eviction_of.get(d[4])
-                if k_in is not None and kcause.get(k_in) == "layout_change":
+                if k_in is not None and kcause.get(k_in) == "layout_change" \
+                        and not self._read_beside_copy(d[0], k_in):
                     # (x copied into VMEM only to be copied back: the round trip is the copy)
                     kcause[k_in] = kcause[d[4]]
                     copies[k_in] = d[0]
@@ -1770,6 +1870,8 @@ class Accounting:
                     budget = min(size, max(c[1] for c in normal))
                 else:
                     budget = min(size, sum(min(size, c[1]) for c in normal))
+                if self.carried_need:   # (a prefetch carrying x to its copy back: what is read of it on chip)
+                    budget = min(size, budget + sum(self.carried_need.get(c[3], 0) for c in claims))
                 spill = 0
                 subject = self._param_subject(pnum)
                 own = "re_read"
@@ -2174,8 +2276,22 @@ class Accounting:
             argnum = getattr(p, "argnum", None) if p is not None else None
             paired = self._paired_elsewhere(subject)
         evicts = kind == "whole_rewrite" and bool(items) and self._is_vmem_eviction(items[0])
+        in_loop = kind == "not_donated" and self._read_on_chip_in_a_loop(subject)
         return fix_text(FixContext(kind, subject, nbytes, items[0].name if items else "?", argnum, evicts,
-                                   self.capacity, paired))
+                                   self.capacity, paired, in_loop))
+
+    def _read_on_chip_in_a_loop(self, subject: str) -> bool:
+        """Argument ``subject`` is prefetched into on-chip memory and read there by a kernel
+        that runs more than once (XLA:TPU keeps a kept cache in VMEM through a loop that
+        attends to it; donated, it may leave the cache in HBM and read it every iteration)."""
+        proots = {proot for proot, pr in self.param_root.items() if self._argument(pr[0])[0] == subject}
+        rows = self.rows
+        onchip = [(droot, sroot) for droot, (sroot, _k) in getattr(self, "prefetch_of", {}).items()]
+        onchip += [(droot, d[0]) for droot, d in self.onchip_copy.items()]
+        for droot, sroot in onchip:
+            if sroot in proots and any(rows[k].multiplicity.count > 1 for k in self._onchip_readers(droot)):
+                return True
+        return False
 
     def _paired_elsewhere(self, subject: str) -> tuple[int, int] | None:
         """(the result jax would give the buffer of argument ``subject`` if it were donated,
