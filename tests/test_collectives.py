@@ -412,3 +412,33 @@ def test_fused_all_reduce_then_own_shard_is_a_reduce_scatter():
     assert fixed.kind == "all-reduce" and fixed.wire_bytes == 2 * (n - 1) * 1024 * 2048 * bf16 // n
     a = analyze_module(m)
     assert a.totals.device_to_device_bytes == one.wire_bytes + two.wire_bytes + fixed.wire_bytes
+
+
+def test_a_combined_permute_with_s32_data_sends_every_operand():
+    # a user trial: XLA:GPU's CollectivePermuteCombiner joins permutes of any type; four
+    # operands with an s32 third one were taken for the in-place form (data, output buffer,
+    # start indices, start indices) and only operand 0 counted: 4,096 B against 30,720.
+    # The in-place form has slice_sizes= (XLA's parser requires it of that form).
+    m, entry = _module(
+        "  a = f32[1024]{0} parameter(0)\n  b = f32[2048]{0} parameter(1)\n"
+        "  c = s32[4096]{0} parameter(2)\n  d = f32[512]{0} parameter(3)\n"
+        "  ROOT cp = (f32[1024]{0}, f32[2048]{0}, s32[4096]{0}, f32[512]{0}) collective-permute(a, b, c, d), "
+        "channel_id=1, source_target_pairs={{0,1},{1,2},{2,3},{3,0}}", ", num_partitions=4")
+    cp = _info(m, entry, "cp")
+    assert cp.wire_bytes == cp.buffer_bytes == 4 * (1024 + 2048 + 4096 + 512)
+    assert not any("in-place" in n for n in cp.notes)
+
+
+def test_a_bf16_all_reduce_into_f32_sends_f32_partials():
+    # a user trial: XLA:TPU's f32[4,128] all-reduce(bf16[4,128]) with an f32 reduction
+    # (llama3-8b-train --plan tp) was counted at bf16: 1,536 B over 4 devices. Its partial
+    # results are f32: 2 x 3/4 x 4 x 128 x 4 B = 3,072. An f32 operand keeps its width.
+    m, entry = _module(
+        "  p = bf16[4,128]{1,0} parameter(0)\n  q = f32[4,128]{1,0} parameter(1)\n"
+        "  ar = f32[4,128]{1,0} all-reduce(p), channel_id=1, replica_groups=[2,4]<=[8], "
+        "use_global_device_ids=true, to_apply=add\n"
+        "  ar2 = f32[4,128]{1,0} all-reduce(q), channel_id=2, replica_groups=[2,4]<=[8], "
+        "use_global_device_ids=true, to_apply=add\n"
+        "  ROOT t = (f32[4,128]{1,0}, f32[4,128]{1,0}) tuple(ar, ar2)", ", num_partitions=8")
+    assert _info(m, entry, "ar").wire_bytes == 2 * 3 * 4 * 128 * 4 // 4 == 3072
+    assert _info(m, entry, "ar2").wire_bytes == 3072 and not _info(m, entry, "ar2").notes

@@ -75,3 +75,19 @@ def test_slice_topology_only_on_tpu_specs():
     v5e = load_spec("tpu-v5e")
     assert with_slice_topology(v5e, ()) is v5e
     assert with_slice_topology(v5e, (2, 2)).ici_topology == (2, 2)
+
+
+def test_a_group_on_one_v4_chip_uses_no_ici_link():
+    # a user trial: tpu-v4:2x2x1 --plan tp made groups of devices {0, 1}, the two TensorCores
+    # of one chip; with no torus axis spanned the time fell back to a 2-link ring (19.48 us for
+    # 1.5 MiB) though no ICI link carries it. Now: no link, and the time unmodeled (said so)
+    from jaxmove.errors import Unmodeled
+
+    spec = with_slice_topology(load_spec("tpu-v4"), (2, 2, 1))
+    pairs = _info(_all_gather("[4,2]<=[8]", 8, k=2))
+    assert ici_links(pairs, spec)[0] == 0
+    with pytest.raises(Unmodeled, match="one chip"):
+        collective_time_s(pairs, spec)
+    # devices {0, 2}: two chips along x -- a line of 2, one link
+    across = _info(_all_gather("[4,2]<=[2,4]T(1,0)", 8, k=2))
+    assert ici_links(across, spec)[0] == 1

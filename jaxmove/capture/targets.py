@@ -248,8 +248,12 @@ class Target:
 
     def default_mesh(self) -> dict[str, int]:
         """The mesh ``plans`` uses when ``--mesh`` is not given: every device of the topology,
-        ``model`` over the innermost dimension (GPUs of one host / the minor TPU torus axis)
-        and ``data`` over the rest."""
+        ``model`` of the size of its last dimension (the GPUs of one host; on a TPU slice the
+        last grid dimension's chip count, two devices per chip on v4) and ``data`` over the
+        rest, laid over the devices in id order (``mesh``). libtpu numbers chips along the
+        first dimension fastest, so on a TPU grid a ``model`` group is a block of chips, not
+        one torus axis: ``tpu-v5e:2x4``'s ``model=4`` is the 2x2 block of devices 0-3; the
+        collectives' links and times follow the groups as built (``collectives.ici_links``)."""
         if self.platform == "cpu":
             return {"data": 1}
         inner = self.topology[-1] * (2 if self._family() == "v4" else 1)

@@ -72,8 +72,8 @@ def add_plans_command(sub) -> None:
     p.add_argument("model")
     p.add_argument("--mesh", metavar="AXIS=N,...",
                    help="e.g. data=2,model=4 (needed for the cpu target; with --target the default "
-                        "is every device of the topology: model over the innermost dimension, data "
-                        "over the rest)")
+                        "is every device of the topology in id order: model of the size of its last "
+                        "dimension, data over the rest)")
     from .common import add_compile_target_option
     add_compile_target_option(p)
     p.add_argument("--plan", action="append", default=[], metavar="NAME|plan.toml",

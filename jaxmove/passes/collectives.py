@@ -289,6 +289,30 @@ def _pairs_text(kind: str, instr: Instruction) -> str | None:
     return parse_kv_block(fa).get("_xla_send_recv_source_target_pairs")
 
 
+def _reduction_widening(instr: Instruction, comp: Computation, module: Module) -> tuple[int, int] | None:
+    """(reduction bits, operand bits) when an all-reduce / reduce-scatter's operands are all
+    of one element type narrower than its ``to_apply`` computation's parameters and its
+    result is of the reduction's type (XLA:TPU: ``f32[...] all-reduce(bf16[...])`` with an
+    f32 ``maximum``): the partial results each device sends are the reduction's, so the wire
+    carries that width. None otherwise (the operand's width is the data's)."""
+    called = instr.attrs.get("to_apply")
+    red = module.computations.get(called.strip().lstrip("%")) if called else None
+    if red is None or not red.parameters:
+        return None
+    rbits = red.parameters[0].shape.element_bits if red.parameters[0].shape.is_array else 0
+    obits = set()
+    for o in instr.operands:
+        src = comp.by_name.get(o)
+        if src is None or not src.shape.is_array:
+            return None
+        obits.add(src.shape.element_bits)
+    leaves = instr.shape.tuple_shapes if instr.shape.is_tuple else (instr.shape,)
+    if len(obits) != 1 or not rbits or any(not x.is_array or x.element_bits != rbits for x in leaves):
+        return None
+    b = obits.pop()
+    return (rbits, b) if b and rbits > b else None
+
+
 def _operand_bytes(instr: Instruction, comp: Computation, operands: range | list[int] | None = None) -> int:
     idx = range(len(instr.operands)) if operands is None else operands
     # the data's bytes: tile padding of TPU layouts is not counted on the wire (shape.py)
@@ -406,18 +430,19 @@ def _info(instr: Instruction, comp: Computation, module: Module, kind: str) -> C
             wire = 0
             notes.append("received bytes are counted on the matching send")
         else:
-            # in place (slice_sizes=): operand 0 is the data; combined (XLA:GPU's
-            # CollectivePermuteCombiner, N operands): every operand is sent
+            # in place (slice_sizes=, XLA's parser requires it of that form; its start
+            # indices may be tuples): operand 0 is the data; combined (XLA:GPU's
+            # CollectivePermuteCombiner, N operands of any type, s32 data too): every operand
             inplace = kind == "collective-permute" and ("slice_sizes" in instr.attrs or (
                 len(instr.operands) == 4 and instr.operands[2] in comp.by_name
-                and comp.by_name[instr.operands[2]].shape.element_type in ("tuple", "s32", "s64")))
+                and comp.by_name[instr.operands[2]].shape.is_tuple))
             buffer = _operand_bytes(instr, comp, [0] if inplace or kind != "collective-permute" else None)
             sends: dict[int, int] = {}
             for s, t in pairs:
                 if s != t:
                     sends[s] = sends.get(s, 0) + 1
             wire = buffer * max(sends.values(), default=0)
-            if kind == "collective-permute" and len(instr.operands) >= 4:
+            if inplace:
                 notes.append("in-place collective-permute (slice_sizes): the whole operand is "
                               "counted per pair, an upper bound")
         return CollectiveInfo(kind, 2, len(dev), tuple(tuple(pr) for pr in pairs), tuple(dev), mode,
@@ -451,6 +476,14 @@ def _info(instr: Instruction, comp: Computation, module: Module, kind: str) -> C
                      "evenly over the group")
     else:
         buffer = _operand_bytes(instr, comp)
+        if kind in ("all-reduce", "reduce-scatter"):
+            wider = _reduction_widening(instr, comp, module)
+            if wider is not None:
+                num, den = wider
+                buffer = buffer * num // den
+                notes.append("operands narrower than the reduction computation (XLA:TPU's bf16 "
+                             "all-reduce into an f32 result): partial results travel at the "
+                             "reduction's width")
         if kind == "all-reduce":
             wire = 2 * (n - 1) * buffer // n
         elif kind == "collective-broadcast":
@@ -669,6 +702,7 @@ def ici_links(info: CollectiveInfo, spec) -> tuple[int, str] | None:
     for d in topo:
         chips_total *= d
     best: tuple[int, str] | None = None
+    on_one_chip = False
     for group in info.device_groups:
         chips = {d // per_chip for d in group}
         if any(c < 0 or c >= chips_total for c in chips):
@@ -683,9 +717,12 @@ def ici_links(info: CollectiveInfo, spec) -> tuple[int, str] | None:
             links += 2 if wrap else 1
             parts.append(f"axis {a} ({k} of {size} chips, {'ring' if wrap else 'no wraparound'})")
         if not links:
-            continue  # every device on one chip: no ICI link used
+            on_one_chip = True  # every device on one chip: no ICI link used
+            continue
         if best is None or links < best[0]:
             best = (links, ", ".join(parts))
+    if best is None and on_one_chip:
+        return 0, "every group on one chip (its two TensorCores), no ICI link used"
     return best
 
 
@@ -704,6 +741,9 @@ def link_bandwidth_bytes_per_s(info: CollectiveInfo, spec, device_to_node=None) 
     if spec.kind == "tpu" and spec.ici_bytes_per_s_per_link:
         got = ici_links(info, spec)
         if got is not None:
+            if not got[0]:
+                from ..errors import Unmodeled
+                raise Unmodeled(f"{got[1]}; the transfer between a chip's TensorCores is not modelled")
             return got[0] * spec.ici_bytes_per_s_per_link
         return 2 * spec.ici_bytes_per_s_per_link
     if spans_nodes(info, spec.devices_per_node, device_to_node):
@@ -723,6 +763,9 @@ def collective_time_s(info: CollectiveInfo, spec, device_to_node=None) -> float 
     Returns:
       Seconds, 0.0 for a collective that sends nothing, or None when the spec lacks the
       bandwidth or ``link_latency_s`` the estimate needs.
+    Raises:
+      jaxmove.errors.Unmodeled: on a TPU slice, every group on one chip (TPU v4's two
+        TensorCore devices): no ICI link is used, and the on-chip transfer is not modelled.
     """
     steps = ring_steps(info)
     if info.wire_bytes == 0 and steps == 0:

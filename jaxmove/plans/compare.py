@@ -26,6 +26,7 @@ import time
 from dataclasses import asdict, dataclass, field
 
 from ..capture.targets import spec_target_mismatch  # noqa: F401  (re-exported by plans)
+from ..errors import Unmodeled
 from .plan import MAX_SIMULATED_DEVICES, PRESETS, Plan, PlanError, check_plan_mesh, load_plan
 
 DEFAULT_HARDWARE = "h100-sxm"
@@ -537,7 +538,10 @@ def summarize(report, plan: Plan, spec, num_devices: int, memory_stats: dict[str
         if tr is not None and "network time unmodeled" not in " ".join(tr.unmodeled):
             ts = tr.network_time_s  # the step time's figure (GPU specs: NCCL's model), per run
         else:
-            ts = collective_time_s(c, spec)
+            try:
+                ts = collective_time_s(c, spec)
+            except Unmodeled:
+                ts = None
             ts = None if ts is None else ts * k
         total_time = None if (total_time is None or ts is None) else total_time + ts
         colls.append(CollectiveSummary(row.instr.name, c.kind, c.group_size, k, c.wire_bytes * k, ts,

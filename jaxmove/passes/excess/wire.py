@@ -6,6 +6,7 @@ passes/reuse.py; wire bytes, passes/collectives.py). ``acc`` is the running ``Ac
 
 from __future__ import annotations
 
+from ...errors import Unmodeled
 from ...hlo import Computation, Instruction, Module
 from ..collectives import link_bandwidth_bytes_per_s
 from ..roles import _trace_to_parameter
@@ -96,7 +97,7 @@ def collective_excess(acc, k: int, r, read_units: dict) -> None:
     if acc.spec is not None:
         try:
             bw = link_bandwidth_bytes_per_s(c, acc.spec)
-        except (AttributeError, ValueError, KeyError, TypeError):
+        except (AttributeError, ValueError, KeyError, TypeError, Unmodeled):
             bw = None
         s_per_byte = 1.0 / bw if bw else None
     acc.ledger.add_wire("device_to_device", wire, compulsory, parts, k, s_per_byte)
