@@ -391,6 +391,19 @@ def _buffer_copy(c: FixContext) -> str:
             f"return one value once -- {c.saves}")
 
 
+@cause("overwritten_fill",
+       matches="a result buffer first written with a constant (a broadcast: XLA's zero initial "
+               "value of a scan's stacked outputs, ``jax.lax.scan``'s ys) that in-place "
+               "dynamic-update-slices then overwrite, row by row",
+       bytes="the fill's write (the result's compulsory write is the data the updates write)")
+def _overwritten_fill(c: FixContext) -> str:
+    return (f"`{c.first}` fills a result with a constant that the loop then overwrites in place (XLA's "
+            "initial value of a scan's stacked outputs): the fill is written and never read. For a "
+            "large stacked output (a prefill's KV cache returned as scan ys), write into a donated, "
+            "preallocated buffer with dynamic_update_slice in a fori_loop instead, or stack fewer "
+            f"outputs -- {c.saves}")
+
+
 #: Stable cause keys of the JSON ``excess.causes[].kind`` (may be added to, never removed).
 CAUSE_KINDS = tuple(CAUSES)
 

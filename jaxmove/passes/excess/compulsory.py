@@ -161,6 +161,45 @@ def _inner_update_bytes(instr: Instruction, module: Module, element: int | None 
     return total
 
 
+def _is_fill(instr: Instruction, module: Module) -> bool:
+    """``instr`` writes a constant: a broadcast of a scalar constant, or a fusion whose root (or
+    every element of its root tuple), through bitcasts and copies, is a broadcast of a scalar
+    constant or parameter fed by a constant (XLA:CPU's ``wrapped_broadcast(constant)``, XLA:GPU's
+    operand-less ``loop_broadcast_fusion``)."""
+    def constant(comp, e, outer) -> bool:
+        while e is not None and e.opcode in ("bitcast", "copy", "convert") and e.operands:
+            e = comp.by_name.get(e.operands[0])
+        if e is None:
+            return False
+        if e.opcode == "constant":
+            return e.shape.is_array and not e.shape.dims
+        if e.opcode == "parameter" and outer is not None:   # (a fused parameter: the operand)
+            n = e.parameter_number
+            src = outer[1].by_name.get(outer[0].operands[n]) if 0 <= n < len(outer[0].operands) else None
+            return src is not None and src.opcode == "constant" and src.shape.is_array and not src.shape.dims
+        return False
+
+    def filled(comp, e, outer) -> bool:
+        while e is not None and e.opcode in ("bitcast", "copy") and e.operands:
+            e = comp.by_name.get(e.operands[0])
+        return e is not None and e.opcode == "broadcast" and bool(e.operands) \
+            and constant(comp, comp.by_name.get(e.operands[0]), outer)
+
+    comp = module.computations.get(instr.computation)
+    if comp is None:
+        return False
+    if instr.opcode == "broadcast":
+        return filled(comp, instr, None)
+    if instr.opcode != "fusion" or not instr.called_computations:
+        return False
+    fused = module.computations.get(instr.called_computations[0])
+    if fused is None:
+        return False
+    root = fused.root
+    elems = [fused.by_name.get(o) for o in root.operands] if root.opcode == "tuple" else [root]
+    return bool(elems) and all(filled(fused, e, (instr, comp)) for e in elems)
+
+
 def _stacked_update(instr: Instruction, module: Module) -> tuple[int, str] | None:
     """(update bytes, the operand it is a slice of) of a fusion whose root (through bitcasts,
     converts, transposes, reshapes and copies) is ``dynamic-update-slice(stack, w, ...)`` with
@@ -967,6 +1006,7 @@ class Accounting:
         prefetched = {droot: sroot for droot, (sroot, _k) in prefetch_of.items()}
         self.prefetch_of = prefetch_of
         in_order: set[int] = set()   # copy kernels that keep their source's element order
+        self.self_copies = self_copies = []   # copy kernels into their own source's buffer
         cname = None
         for k, (kind, src_k, sliced), pos in copy_rows:
             r = rows[k]
@@ -987,6 +1027,12 @@ class Accounting:
                 droot = p if p not in parent else find(droot)
             if droot in param_root:
                 continue  # writes into a parameter's own buffer: not a copy of it
+            if droot == sroot:
+                # a copy into the buffer it copies (XLA:CPU copies a loop's state in the body
+                # before a fusion rebuilds it, which then writes the state's buffer): no
+                # copy of another buffer -- it must not hide the state's own origin
+                self_copies.append(k)
+                continue
             dshape = instr.shape if not instr.shape.is_tuple else _leaf_shapes(instr.shape)[pos]
             copies[droot] = (sroot, dshape.element_bits, src.shape.element_bits, kind, k, sliced)
             if kind == "layout_change" and instr.opcode == "copy" and _same_layout(src.shape, dshape):
@@ -1571,12 +1617,25 @@ class Accounting:
                 if o is not None and root not in update_of:
                     # a result leaf that updates no parameter (_special_write's rule, inline):
                     # its data bytes are written once
+                    if wt[0] == logical and self._overwritten_fill(r, root):
+                        # (a constant fill the loop then overwrites in place -- a scan's ys
+                        # initialised to zeros: no data of the result's; the writes after it are)
+                        add(role, HBM_WRITE, phys, 0, logical, "overwritten_fill", "", k)
+                        wt[0] = 0
+                        continue
                     left = o[1].logical_byte_size - (wt[0] - logical)
                     comp_b = 0 if left <= 0 else logical if logical < left else left
                     if comp_b == logical == phys:
                         write_both[role] += phys
                     else:
                         add(role, HBM_WRITE, phys, comp_b, logical, UNATTRIBUTED, "", k)
+                    continue
+                if o is None and kc is not None and wt[0] == logical and root in out_root \
+                        and root not in update_of and self._overwritten_fill(r, root):
+                    # (a copy of a fill into a result the loop overwrites: its own cause's, no
+                    # data of the result's)
+                    add(role, HBM_WRITE, phys, 0, logical, kc, "", k)
+                    wt[0] = 0
                     continue
                 d = derived.get(root)
                 if d is not None and root not in update_of:
@@ -2218,6 +2277,25 @@ class Accounting:
                     todo.append(src)
         memo[root] = got
         return got
+
+    def _overwritten_fill(self, r, root) -> bool:
+        """Row ``r``, the first to write result buffer ``root``, fills it with a constant
+        (``_is_fill``) that in-place updates then overwrite (XLA's zero initial value of a
+        scan's stacked outputs, which the loop's dynamic-update-slices fill row by row)."""
+        instr = r.instr
+        if instr.opcode == "copy" and instr.operands:   # (a copy of a fill: XLA:CPU's second ys)
+            src = self.module.computations[r.computation].by_name.get(instr.operands[0])
+            if src is None or not _is_fill(src, self.module):
+                return False
+        elif not _is_fill(instr, self.module):
+            return False
+        got = getattr(self, "_inplace_roots", None)
+        if got is None:   # (the buffers in-place updates write, found once, on first use)
+            find = self.buffers.find
+            got = self._inplace_roots = {
+                find((q.computation, q.instr.name, 0)) for q in self.rows
+                if q.traffic.inplace_buffer_bytes or q.instr.opcode == "dynamic-update-slice"}
+        return root in got
 
     def _update_sources(self) -> dict[tuple, list]:
         """Buffer root -> the buffer roots of the values written into it as the update of an
