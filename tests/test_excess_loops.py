@@ -382,3 +382,46 @@ def test_a_scans_stacked_cache_is_written_by_the_loop_not_by_its_zero_fill(targe
         assert fill.bytes in (cache // 2, cache) and "fori_loop" in fill.fix
     else:
         assert target and target.startswith("tpu")
+
+
+@pytest.mark.filterwarnings("ignore:Some donated buffers were not usable")
+@pytest.mark.parametrize("target", _targets())
+@pytest.mark.parametrize("donate", [(), (0,)], ids=["kept", "donated"])
+def test_a_bf16_update_made_in_f32_is_written_at_bf16(donate, target):
+    # a review: XLA:CPU updates bf16 c[60, 100] in an f32 fusion and converts the result to
+    # bf16 in a kernel of its own; the update was counted at f32 width (1,200 B against 600)
+    # and, kept, the converted result taken for a new value (25,604 B compulsory).
+    # Closed form: the cache read whole for the sum (12,000), rows f32 (1,200), pos (4), three
+    # bf16 rows written (600), the f32 sum written (400)
+    s = jax.ShapeDtypeStruct
+    def f(cache, rows, pos):
+        c = jax.lax.dynamic_update_slice(cache, rows.astype(jnp.bfloat16), (pos, 0))
+        return c, c.astype(jnp.float32).sum(0)
+    ex = jaxmove.analyze(f, s((60, 100), jnp.bfloat16), s((3, 100), jnp.float32), s((), jnp.int32),
+                         roles=("kv_cache", "activations", "activations"), donate_argnums=donate,
+                         **({"target": target} if target else {})).excess
+    assert ex.compulsory_bytes == 12000 + 1200 + 4 + 600 + 400
+
+
+@pytest.mark.filterwarnings("ignore:Some donated buffers were not usable")
+@pytest.mark.parametrize("target", _targets())
+def test_a_kept_bf16_cache_converted_in_a_loop_has_the_donated_compulsory(target):
+    # a review: kept, XLA:CPU copies the bf16 cache into the loop's state and converts the f32
+    # update back into it every step; the conversion was taken for the state's origin, so the
+    # result was a new value (26,808 B against 16,008 donated). Closed form: the cache read
+    # whole (12,000), rows (2,400), q (400), pos (4), six bf16 rows written (1,200), acc (4)
+    s = jax.ShapeDtypeStruct
+    def f(cache, rows, q, pos):
+        def body(i, c):
+            c, acc = c
+            c = jax.lax.dynamic_update_slice(c, rows[i].astype(jnp.bfloat16), (pos + 2 * i, 0))
+            return c, acc + (c.astype(jnp.float32) @ q).sum()
+        return jax.lax.fori_loop(0, 3, body, (cache, jnp.float32(0)))
+    args = (s((60, 100), jnp.bfloat16), s((3, 2, 100), jnp.float32), s((100,), jnp.float32), s((), jnp.int32))
+    kw = {"target": target} if target else {}
+    roles = ("kv_cache", "activations", "activations", "activations")
+    kept, donated = (jaxmove.analyze(f, *args, roles=roles, donate_argnums=d, **kw).excess for d in ((), (0,)))
+    for ex in (kept, donated):
+        assert ex.compulsory_bytes == 12000 + 2400 + 400 + 4 + 1200 + 4
+    if target is None:
+        assert kept.bytes_of("not_donated") == kept.compiled_bytes - donated.compiled_bytes

@@ -319,7 +319,15 @@ def _copied_update_bytes(r, module: Module) -> int:
     got = _copy_source(r, module)
     if got is None:
         return 0
-    return _inner_update_bytes(got[0], module, got[1]) * r.multiplicity.count
+    n = _inner_update_bytes(got[0], module, got[1])
+    if n:   # (in the copy's element width: XLA:CPU updates a bf16 cache in f32, then converts it)
+        src = got[0].shape
+        if got[1] is not None and src.is_tuple:
+            src = src.tuple_shapes[got[1]] if 0 <= got[1] < len(src.tuple_shapes) else src
+        dst = r.instr.shape
+        if src.is_array and dst.is_array and src.element_bits and dst.element_bits:
+            n = n * dst.element_bits // src.element_bits
+    return n * r.multiplicity.count
 
 
 def _computes_every_element(instr: Instruction, module: Module, element: int | None = None) -> bool:
@@ -945,6 +953,35 @@ class Accounting:
                         out[k] = out.get(k, 0) + lg * r.multiplicity.count
         return out
 
+    def _rebuilt_parameter(self, j: int):
+        """The root of the ENTRY parameter (an array) that result leaf ``j``'s value rebuilds:
+        the leaf is a copy or conversion (``_copy_source``) of a fusion whose root is a
+        dynamic-update-slice of that parameter (through bitcasts, converts, transposes,
+        reshapes and copies), else None."""
+        instr = self._result_instr(j)
+        if instr is None or instr.opcode not in ("copy", "fusion", "convert"):
+            return None
+        k = self._entry_rows().get(instr.name)
+        got = _copy_source(self.rows[k], self.module) if k is not None else None
+        if got is None or got[0].opcode != "fusion" or not got[0].called_computations:
+            return None
+        src = got[0]
+        fused = self.module.computations.get(src.called_computations[0])
+        if fused is None or got[1] is not None:
+            return None
+        e = fused.root
+        while e is not None and e.opcode in _PERMUTES and e.operands:
+            e = fused.by_name.get(e.operands[0])
+        if e is None or e.opcode != "dynamic-update-slice" or not e.operands:
+            return None
+        b = fused.by_name.get(e.operands[0])
+        while b is not None and b.opcode in _PERMUTES and b.operands:
+            b = fused.by_name.get(b.operands[0])
+        if b is None or b.opcode != "parameter" or not 0 <= b.parameter_number < len(src.operands):
+            return None
+        root = self.buffers.find((self.module.entry.name, src.operands[b.parameter_number], 0))
+        return root if root in self.param_root else None
+
     def _entry_rows(self) -> dict[str, int]:
         """ENTRY instruction name -> its row number (built once, on first use)."""
         row_of = getattr(self, "_entry_row_of", None)
@@ -1034,6 +1071,11 @@ class Accounting:
                 self_copies.append(k)
                 continue
             dshape = instr.shape if not instr.shape.is_tuple else _leaf_shapes(instr.shape)[pos]
+            prev = copies.get(droot)
+            if prev is not None and sroot not in param_root and (prev[0] in param_root or prev[0] in copies):
+                # (two copy kernels write one buffer -- a loop's state copied in from x, then
+                # converted back into it every iteration: the copy from x is its origin)
+                continue
             copies[droot] = (sroot, dshape.element_bits, src.shape.element_bits, kind, k, sliced)
             if kind == "layout_change" and instr.opcode == "copy" and _same_layout(src.shape, dshape):
                 in_order.add(k)   # (no relayout: a buffer copied as it is)
@@ -1082,6 +1124,12 @@ class Accounting:
                 # shape: a transpose written into it is a new value, not an update; the leaf
                 # of a tuple parameter it aliases is not told apart: a key of its own)
                 cands.append((1, order, oroot, alias_of_out[j], ("result", order), "alias"))
+            elif leaf.is_array and self._rebuilt_parameter(j) is not None \
+                    and _same_array(leaf, param_root[self._rebuilt_parameter(j)][2]):
+                # a copy or conversion of a fusion that rebuilds a parameter around its update
+                # (XLA:CPU updates a kept bf16 cache in f32, then converts it): its update
+                pr = param_root[self._rebuilt_parameter(j)]
+                cands.append((2, order, oroot, pr[0], pr[1], "rebuilt"))
             elif prefetched and leaf.is_array:
                 # XLA:TPU's kept update: the parameter prefetched into VMEM, updated there in
                 # place, and copied back to HBM into a result buffer of its own
