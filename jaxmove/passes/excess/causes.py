@@ -39,7 +39,7 @@ class FixContext:
     #: (the result jax would give the argument's buffer if donated, the result that updates it)
     #: where those differ (``not_donated``), else None
     paired_elsewhere: tuple[int, int] | None = None
-    #: the argument is prefetched into VMEM and read there in a loop (``not_donated``)
+    #: the argument is held in VMEM and read there in a loop or whole (``not_donated``)
     read_on_chip_in_a_loop: bool = False
 
     @property
@@ -119,9 +119,9 @@ def _not_donated(c: FixContext) -> str:
                 f"result {paired} and XLA copies it out and the update in instead -- {c.saves} once paired")
     if c.read_on_chip_in_a_loop:
         return (f"donating `{c.subject}` -- jax.jit(..., {how}) -- removes this copy ({human_bytes(c.nbytes)} "
-                "per step), but kept, XLA:TPU holds it in VMEM through the loop that reads it, and donated "
-                "it may leave it in HBM and read it there every iteration instead, which can cost more: "
-                "compile both and compare")
+                "per step), but kept, XLA:TPU holds it in VMEM for the kernels that read it (in a loop, or "
+                "whole), and donated it may leave it in HBM and read it there instead, which can cost "
+                "more: compile both and compare")
     return f"donate `{c.subject}` -- jax.jit(..., {how}) -- {c.saves}"
 
 

@@ -1195,7 +1195,7 @@ class Accounting:
         # what kernels read on chip of a copy that only carries x into its update (x copied or
         # prefetched into VMEM, updated there or copied back): the old row an x.at[i].add reads
         # there is x's need, that copy's to read (the other rows carrying x excluded)
-        no_need = set(self.same_value_rows)   # (copy kernels read to copy: no need of theirs)
+        self.no_need = no_need = set(self.same_value_rows)   # (copy kernels read to copy: no need of theirs)
         no_need.update(k for k, c in kcause.items() if c in _COPY_KINDS and c != "slice_copy"
                        or c in ("not_donated", "donated_but_copied"))
         for k in self.same_value_rows:
@@ -2407,15 +2407,21 @@ class Accounting:
                                    self.capacity, paired, in_loop))
 
     def _read_on_chip_in_a_loop(self, subject: str) -> bool:
-        """Argument ``subject`` is prefetched into on-chip memory and read there by a kernel
-        that runs more than once (XLA:TPU keeps a kept cache in VMEM through a loop that
-        attends to it; donated, it may leave the cache in HBM and read it every iteration)."""
+        """Argument ``subject`` is prefetched or copied into on-chip memory and read there by a
+        kernel that runs more than once, or read there whole (XLA:TPU keeps a kept cache in
+        VMEM for the kernels that read it, through a loop that attends to it; donated, it may
+        leave the cache in HBM and read it there, every iteration)."""
         proots = {proot for proot, pr in self.param_root.items() if self._argument(pr[0])[0] == subject}
         rows = self.rows
         onchip = [(droot, sroot) for droot, (sroot, _k) in getattr(self, "prefetch_of", {}).items()]
         onchip += [(droot, d[0]) for droot, d in self.onchip_copy.items()]
         for droot, sroot in onchip:
-            if sroot in proots and any(rows[k].multiplicity.count > 1 for k in self._onchip_readers(droot)):
+            if sroot not in proots:
+                continue
+            readers = self._onchip_readers(droot, exclude=getattr(self, "no_need", ()))
+            size = self.param_root[sroot][2].logical_byte_size
+            # (read in a loop, or whole: donated, XLA may read it from HBM for those kernels)
+            if any(rows[k].multiplicity.count > 1 for k in readers) or sum(readers.values()) >= size:
                 return True
         return False
 
