@@ -275,3 +275,34 @@ def test_a_kept_int8_cache_read_whole_in_vmem_may_cost_more_donated():
     assert kept.compulsory_bytes == donated.compulsory_bytes == 8192 + 256 + 512 + 512 + 4 + 128 + 4 + 256
     assert donated.compiled_bytes >= kept.compiled_bytes
     assert "can cost more" in kept.cause("not_donated", "cache").fix
+
+
+@pytest.mark.filterwarnings("ignore:Some donated buffers were not usable")
+@pytest.mark.parametrize("target", [t for t in _targets() if t is None or t.startswith("h100")])
+def test_an_argument_returned_beside_its_update_keeps_its_copy_however_donated(target):
+    # a review: ``return x.at[i].set(v), x`` copies x however donated (jax pairs x with the
+    # update, so the old value needs a buffer of its own): kept and donated compile to the same
+    # bytes, yet kept said "donate x -- saves 64 KiB" and donated "or do not donate it". And
+    # ``return x, x.at[i].set(v)`` (x paired with x itself): donating saves one copy, and both
+    # variants have one compulsory figure. Closed forms (x f32[64, 128], N = 32 KiB): x read
+    # once and one buffer written for the result that is not x's (N + N), the row and pos read
+    # (516), and for updret the update written (512)
+    S = jax.ShapeDtypeStruct
+    args = (S((64, 128), jnp.float32), S((128,), jnp.float32), S((), jnp.int32))
+    kw = {"target": target} if target else {}
+    n = 64 * 128 * 4
+
+    def run(fn, donate):
+        return jaxmove.analyze(fn, *args, roles=("kv_cache", "activations", "activations"),
+                               donate_argnums=donate, **kw).excess
+
+    updret = lambda x, r, p: (jax.lax.dynamic_update_slice(x, r[None], (p, 0)), x)   # noqa: E731
+    kept, donated = run(updret, ()), run(updret, (0,))
+    assert kept.compiled_bytes == donated.compiled_bytes
+    for ex in (kept, donated):
+        assert ex.compulsory_bytes == 2 * n + 516 + 512
+        assert ex.cause("not_donated") is None and ex.cause("donated_but_copied") is None
+    retupd = lambda x, r, p: (x, jax.lax.dynamic_update_slice(x, r[None], (p, 0)))   # noqa: E731
+    kept, donated = run(retupd, ()), run(retupd, (0,))
+    assert kept.compulsory_bytes == donated.compulsory_bytes == 2 * n + 516
+    assert kept.bytes_of("not_donated") == kept.compiled_bytes - donated.compiled_bytes == 2 * n

@@ -1139,7 +1139,17 @@ class Accounting:
                     copied_back[oroot] = back
                     cands.append((2, order, oroot, pr[0], pr[1], "back"))
         chosen: dict[tuple, tuple] = {}   # (parameter number, leaf) -> its update
-        for c in sorted(cands, key=lambda c: (c[0], c[1])):
+        # (of several copies that could be a kept parameter's update, the result jax would
+        # give its buffer if donated: ``return x, x.at[i].set(v)`` pairs x with x itself)
+        pairing = {}
+        if sum(1 for c in cands if c[0] >= 2) > 1:
+            pairing = {c[3]: self._jax_pairing(c[3]) for c in cands if c[0] >= 2}
+
+        def rank(c):
+            if c[0] >= 2 and pairing.get(c[3]) is not None and out_root[c[2]][0] == pairing[c[3]]:
+                return (1.5, c[1])
+            return (c[0], c[1])
+        for c in sorted(cands, key=rank):
             chosen.setdefault((c[3], c[4]), c)
         update_of: dict[tuple, int] = {}
         back_origin: dict[int, tuple] = {}   # copy-back row -> the parameter's buffer
@@ -1223,6 +1233,7 @@ class Accounting:
         self.copy_origin.update(donation_copies)
         for k, origin in (*same_origin.items(), *back_origin.items()):
             self.copy_origin.setdefault(k, origin)
+        self._returned_as_is(kcause, derived, update_of)
         # what a kernel of a reads_compulsory cause writes exists only to be read back (split-K
         # partial sums to be reduced, a concatenation of weights): reading it is that cause's too
         produced_cause: dict[tuple, str] = {}
@@ -1248,6 +1259,58 @@ class Accounting:
                            if (pnum, 0) in leaf_root}
         self.budget_root = budget_root
         return special
+
+    def _returned_as_is(self, kcause: dict, derived: dict, update_of: dict) -> None:
+        """A parameter whose old value a result also holds (returned as it came, or a copy of
+        it returned, beside its update: ``return x.at[i].set(v), x``) must keep that value
+        however donated: XLA copies it, donated or not, so its copies are ``buffer_copy`` (a
+        value returned twice), neither ``not_donated`` nor ``donated_but_copied``."""
+        param_root, out_root = self.param_root, self.out_root
+        kept: set[int] = set()   # parameters (numbers) whose old value is a result too
+        for oroot, (j, leaf) in out_root.items():
+            if oroot in update_of:
+                continue
+            if oroot in param_root:
+                pnum = param_root[oroot][0]
+            else:
+                node, n = oroot, 0   # (a chain of copies of it, nothing else writing them)
+                while node in self.copy_chain and n < 64 and not self.new_values_in(node):
+                    node, n = self.copy_chain[node][0], n + 1
+                if not n or node not in param_root or not _same_array(leaf, param_root[node][2]):
+                    continue   # (a window or a conversion of it is a new value, not its old one)
+                pnum = param_root[node][0]
+            # (unless jax would give x's buffer to that result: then donating x saves the copy
+            # -- ``return x, x.at[i].set(v)`` -- and its copies are the donation's)
+            if self._jax_pairing(pnum) != j:
+                kept.add(pnum)
+        if not kept:
+            return
+        # (and updated: a result with new values in it; ``(x, x)`` returns two copies of x,
+        # and donating x saves one)
+        kept &= {pnum for uroot, pnum in update_of.items()
+                 if uroot not in param_root and self.new_values_in(uroot)}
+        for k, c in list(kcause.items()):
+            if c not in ("not_donated", "donated_but_copied"):
+                continue
+            origin = self.copy_origin.get(k)
+            if origin in param_root and param_root[origin][0] in kept:
+                kcause[k] = "buffer_copy"
+        for droot, d in derived.items():
+            if kcause.get(d[4]) == "buffer_copy" and d[3] != "buffer_copy":
+                derived[droot] = (*d[:3], "buffer_copy", *d[4:])
+
+    def new_values_in(self, root) -> bool:
+        """Some kernel other than the copy kernel that made buffer ``root`` (``copy_chain``)
+        writes it."""
+        d = self.copy_chain.get(root)
+        k_copy = d[4] if d is not None else None
+        find = self.buffers.find
+        for k, r in enumerate(self.rows):
+            if k == k_copy or not r.traffic.writes:
+                continue
+            if find((r.computation, r.instr.name, 0)) == root:
+                return True
+        return False
 
     def _donation_copies(self, copies: dict, in_order: set, kcause: dict) -> dict[int, tuple]:
         """The copy kernels a donation makes (their cause set to ``donated_but_copied`` in
@@ -2425,23 +2488,15 @@ class Accounting:
                 return True
         return False
 
-    def _paired_elsewhere(self, subject: str) -> tuple[int, int] | None:
-        """(the result jax would give the buffer of argument ``subject`` if it were donated,
-        the result that updates it) where the two differ, else None. jax pairs each donated
-        argument, in argument order, with the first result of its shape and dtype not yet
-        paired, in output order (jax ``_set_up_aliases``); the arguments donated already
-        take theirs first in that order. A tuple parameter, or a subject of several leaves,
-        is not told apart (None)."""
+    def _jax_pairing(self, pnum: int) -> int | None:
+        """The result leaf jax gives the buffer of ENTRY parameter ``pnum`` if it is donated (with
+        the parameters donated already): each donated argument, in argument order, takes the
+        first result of its shape and dtype not yet taken, in output order (jax
+        ``_set_up_aliases``). None: a tuple parameter, or no such result."""
         entry = self.module.entry
-        params = sorted(entry.parameters, key=lambda q: q.parameter_number)
-        mine = [q.parameter_number for q in params if self._argument(q.parameter_number)[0] == subject]
-        if len(mine) != 1 or mine[0] not in self.update_root:
-            return None
-        pnum = mine[0]
-        update = self.out_root.get(self.update_root[pnum], (None,))[0]
         leaves = _leaf_shapes(entry.root.shape)
         taken: set[int] = set()
-        for q in params:
+        for q in sorted(entry.parameters, key=lambda q: q.parameter_number):
             n = q.parameter_number
             if n != pnum and not self._argument(n)[2]:
                 continue
@@ -2454,9 +2509,21 @@ class Accounting:
                         and leaf.element_type == q.shape.element_type:
                     taken.add(j)
                     if n == pnum:
-                        return (j, update) if update is not None and j != update else None
+                        return j
                     break
         return None
+
+    def _paired_elsewhere(self, subject: str) -> tuple[int, int] | None:
+        """(the result jax would give the buffer of argument ``subject`` if it were donated
+        (``_jax_pairing``), the result that updates it) where the two differ, else None. A
+        subject of several leaves is not told apart (None)."""
+        entry = self.module.entry
+        mine = [q.parameter_number for q in entry.parameters if self._argument(q.parameter_number)[0] == subject]
+        if len(mine) != 1 or mine[0] not in self.update_root:
+            return None
+        update = self.out_root.get(self.update_root[mine[0]], (None,))[0]
+        paired = self._jax_pairing(mine[0])
+        return (paired, update) if paired is not None and update is not None and paired != update else None
 
     def _is_vmem_eviction(self, item) -> bool:
         """``item`` (a listed instruction) is a copy-start from on-chip memory to HBM."""
