@@ -382,6 +382,51 @@ ENTRY e {
     assert f.hbm_write_bytes == rows                  # only the scattered rows
 
 
+@pytest.mark.parametrize("fused", [True, False], ids=["fused", "unfused"])
+def test_a_scatter_that_overwrites_reads_no_old_elements(fused):
+    # x.at[ids].set(u): the combiner returns its update (parameter 1), so the touched rows are
+    # written, not read (a review: XLA:GPU's scatter-set fusion counted 800 B of old rows read,
+    # 3,216 B against 2,416 by closed form). The same scatter with an add reads them.
+    combiners = """
+set {
+  x = f32[] parameter(0)
+  ROOT y = f32[] parameter(1)
+}
+"""
+    scatter = ("scatter(t, ids, u), update_window_dims={1}, inserted_window_dims={0}, "
+               "scatter_dims_to_operand_dims={0}, index_vector_dim=1, to_apply=set")
+    if fused:
+        text = f"""HloModule t
+{combiners}
+fused {{
+  t = f32[50000,128]{{1,0}} parameter(0)
+  ids = s32[4,1]{{1,0}} parameter(1)
+  u = f32[4,128]{{1,0}} parameter(2)
+  ROOT s = f32[50000,128]{{1,0}} {scatter}
+}}
+ENTRY e {{
+  t = f32[50000,128]{{1,0}} parameter(0)
+  ids = s32[4,1]{{1,0}} parameter(1)
+  u = f32[4,128]{{1,0}} parameter(2)
+  ROOT f = f32[50000,128]{{1,0}} fusion(t, ids, u), kind=kLoop, calls=fused
+}}
+"""
+    else:
+        text = f"""HloModule t
+{combiners}
+ENTRY e {{
+  t = f32[50000,128]{{1,0}} parameter(0)
+  ids = s32[4,1]{{1,0}} parameter(1)
+  u = f32[4,128]{{1,0}} parameter(2)
+  ROOT f = f32[50000,128]{{1,0}} {scatter}
+}}
+"""
+    f = rows_by_name(analyze_module(parse_module(text)))["f"].total
+    rows = 4 * 128 * 4
+    assert f.hbm_read_bytes == 4 * 4 + rows     # ids and updates only
+    assert f.hbm_write_bytes == rows            # the scattered rows
+
+
 def test_output_aliased_to_the_cache_is_kv_cache_even_when_rebuilt():
     # A scan-style decode: the new stacked cache starts as zeros and is filled one layer
     # slice per iteration; it is returned in place of the donated cache (input_output_alias).

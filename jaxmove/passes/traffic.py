@@ -32,7 +32,8 @@ Semantics (DESIGN.md, and where jaxmove deliberately differs from XLA's
   dynamic-update-slice is in place too. Anything else rewrites the whole buffer.
 * scatter updates its operand in place (unfused, or as a fusion root whose operand is
   a same-size fusion parameter): it reads the updates and indices and reads and writes
-  the scattered elements (as many as the updates) of the operand.
+  the scattered elements (as many as the updates) of the operand -- writes only, where its
+  combiner returns the update (``x.at[i].set``: the old elements are overwritten unread).
 * Library custom calls do not count a trailing u8/s8 workspace result (cuBLAS/cuDNN
   scratch) as traffic.
 * Every access carries the memory space of the shape it touches: S(0) is HBM, S(5)
@@ -423,7 +424,9 @@ class _FusionAnalysis:
             elif op == "dynamic-update-slice" and k == 0 and user.name in self.inplace:
                 d = 0
             elif op == "scatter" and k == 0 and user.name in self.inplace:
-                d = min(self.comp.by_name[user.operands[-1]].shape.num_elements, total)
+                # (the touched elements, unless the combiner overwrites them: .at[i].set)
+                d = 0 if _scatter_overwrites(user, self.module) else \
+                    min(self.comp.by_name[user.operands[-1]].shape.num_elements, total)
             elif op in ELEMENT_PRESERVING and user.shape.is_array and user.shape.num_elements == total:
                 # a result leaves the fusion as far as the consumers outside read it (in full
                 # at the top level); a value inside it, as far as its own users read it
@@ -880,17 +883,35 @@ def _dus(instr, comp, module) -> InstrTraffic:
                         instr.shape.byte_size)
 
 
+def _scatter_overwrites(instr, module) -> bool:
+    """A scatter whose combiner (``to_apply``) returns its update operand(s) unchanged --
+    ``x.at[i].set(v)``: the touched elements of the operand are overwritten, not read. The
+    combiner of n operands takes (old..., new...) and returns new (a tuple for n > 1)."""
+    name = (instr.attrs.get("to_apply") or "").strip().lstrip("%")
+    comb = module.computations.get(name) if name else None
+    if comb is None or not comb.parameters:
+        return False
+    n = len(comb.parameters) // 2
+    root = comb.root
+    outs = [comb.by_name.get(o) for o in root.operands] if root.opcode == "tuple" else [root]
+    return len(outs) == n and all(o is not None and o.opcode == "parameter" and o.parameter_number == n + i
+                                  for i, o in enumerate(outs))
+
+
 def _scatter(instr, comp, module) -> InstrTraffic:
-    """scatter: in place on operand 0; reads indices+updates and the touched operand elements."""
+    """scatter: in place on operand 0; reads indices+updates and the touched operand elements
+    (none where the combiner overwrites them, ``_scatter_overwrites``)."""
     n_in = (len(instr.operands) - 1) // 2  # variadic: operands..., indices, updates...
     reads = _full_reads(instr, comp, skip=frozenset(range(n_in)))
     writes = []
+    overwrites = _scatter_overwrites(instr, module)
     for k in range(n_in):
         src = comp.by_name[instr.operands[k]].shape
         upd = comp.by_name[instr.operands[n_in + 1 + k]].shape
         ne = min(upd.num_elements, src.num_elements)
         nb, lg = _elems_to_bytes(src, ne), src.logical_footprint_bytes(ne)
-        reads.append(Access(nb, k, (), src.memory_space, lg))
+        if not overwrites:
+            reads.append(Access(nb, k, (), src.memory_space, lg))
         writes.append(Access(nb, None, (k,) if n_in > 1 else (), src.memory_space, lg))
     return InstrTraffic(tuple(reads), tuple(writes), ("scatter updates its operand in place",))
 

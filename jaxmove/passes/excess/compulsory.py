@@ -1171,7 +1171,10 @@ class Accounting:
                     # however donated -- XLA's copy insertion, not a donation's
                     if derived[oroot][3] == "layout_change" and derived[oroot][4] in in_order:
                         kcause[derived[oroot][4]] = "buffer_copy"
-                elif derived[oroot][3] != "layout_change" or _same_order(leaf, param_root[derived[oroot][0]][2]):
+                elif derived[oroot][3] != "dtype_conversion" and (
+                        derived[oroot][3] != "layout_change" or _same_order(leaf, param_root[derived[oroot][0]][2])):
+                    # (a conversion into the result -- XLA:CPU's f32 copy of a bf16 argument
+                    # converted back -- is made donated or not: dtype_conversion)
                     donated = self._argument(pnum)[2]
                     kcause[derived[oroot][4]] = "donated_but_copied" if donated else "not_donated"
                 # (else the elements relaid out, which donating would not save: layout_change)
@@ -1414,8 +1417,11 @@ class Accounting:
         copies = {}   # the copy kernel of a parameter into its update's buffer -> the parameter
         for oroot, pnum in update_of.items():
             d = derived.get(oroot)
-            if d is not None and d[0] in self.param_root and kcause.get(d[4]) in ("not_donated",
-                                                                                  "donated_but_copied"):
+            if d is not None and d[0] in self.param_root and (
+                    kcause.get(d[4]) in ("not_donated", "donated_but_copied")
+                    or kcause.get(d[4]) == "dtype_conversion"   # (XLA:CPU's f32 copy converted back)
+                    and self.rows[d[4]].instr.shape.is_array
+                    and self.rows[d[4]].instr.shape.dims == self.param_root[d[0]][2].dims):
                 copies[d[4]] = d[0]
                 # (and the copies before it in the chain: x copied out of a buffer a result
                 # takes, updated in place, copied into the result that updates it)
@@ -1429,7 +1435,11 @@ class Accounting:
                         # (XLA:TPU copies x into VMEM, updates it there, copies it into the
                         # result: the round trip is the copy into the update's buffer)
                         kp = kcause[k_prev] = kcause[d[4]]
-                    if kp in ("not_donated", "donated_but_copied"):
+                    if kp in ("not_donated", "donated_but_copied") or kp in _COPY_KINDS and kp != "slice_copy" \
+                            and self.rows[k_prev].instr.shape.is_array \
+                            and self.rows[k_prev].instr.shape.dims == self.param_root[d[0]][2].dims:
+                        # (a whole copy, converted or relaid out, carries x into its update too:
+                        # XLA:CPU scatters into an f32 copy of a bf16 cache; it keeps its kind)
                         copies[k_prev] = d[0]
                         # (a copy of x's prefetch into VMEM: the prefetch carries x too)
                         r_prev = self.rows[k_prev]
@@ -1840,6 +1850,9 @@ class Accounting:
             if uroot is not None and not self._flows_into(root, uroot):
                 uroot = None   # (a copy updated for another reader; the result computes its own)
             update = _update_bytes(r, logical, self.module) if uroot is not None else 0
+            num, den = self.derived[root][1], self.derived[root][2]
+            if update and num and den and num != den:
+                update = update * den // num   # (in the parameter's width: XLA:CPU's f32 copy of bf16)
             if update:
                 # an in-place update of a copy of a parameter whose update the program returns
                 # (copied into another layout, updated, copied back): the update is compulsory
