@@ -427,6 +427,32 @@ ENTRY e {{
     assert f.hbm_write_bytes == rows            # the scattered rows
 
 
+def test_a_slice_of_a_buffer_rebuilt_around_a_window_reads_the_slice_only():
+    # return dus(cache, row, pos)[0:16] as one fusion (a review: XLA:GPU and XLA:CPU): the
+    # slice's 16 rows come from the cache or the row, so the fusion reads 16 rows of the cache
+    # (8 KiB), not all 64 (32 KiB, as counted before)
+    text = """HloModule t
+fused {
+  c = f32[64,128]{1,0} parameter(0)
+  r = f32[128]{0} parameter(1)
+  p = s32[] parameter(2)
+  b = f32[1,128]{1,0} bitcast(r)
+  z = s32[] constant(0)
+  u = f32[64,128]{1,0} dynamic-update-slice(c, b, p, z)
+  ROOT s = f32[16,128]{1,0} slice(u), slice={[0:16], [0:128]}
+}
+ENTRY e {
+  c = f32[64,128]{1,0} parameter(0)
+  r = f32[128]{0} parameter(1)
+  p = s32[] parameter(2)
+  ROOT f = f32[16,128]{1,0} fusion(c, r, p), kind=kLoop, calls=fused
+}
+"""
+    f = rows_by_name(analyze_module(parse_module(text)))["f"].total
+    assert f.hbm_read_bytes == 16 * 128 * 4 + 128 * 4 + 4
+    assert f.hbm_write_bytes == 16 * 128 * 4
+
+
 def test_output_aliased_to_the_cache_is_kv_cache_even_when_rebuilt():
     # A scan-style decode: the new stacked cache starts as zeros and is filled one layer
     # slice per iteration; it is returned in place of the donated cache (input_output_alias).

@@ -379,11 +379,12 @@ class _FusionAnalysis:
             self._outside_deps((), out)  # (at the top level a root leaves whole: no deps)
         for user, k in self.users.get(value.name, ()):
             op = user.opcode
+            rebuilt = op == "dynamic-update-slice" and k == 0 and user.name not in self.inplace
             if k == 0 and op in ("slice", "dynamic-slice", "gather", "pad", "dynamic-update-slice",
-                                 "scatter"):
+                                 "scatter") and not rebuilt:
                 continue
             if (op in ELEMENT_PRESERVING and user.shape.is_array and user.shape.num_elements == total
-                    or _reduces(user, k, total)):
+                    or _reduces(user, k, total) or rebuilt and user.shape.num_elements == total):
                 if user.is_root:
                     if nested:
                         self._outside_deps((), out)
@@ -423,6 +424,11 @@ class _FusionAnalysis:
                 d = self._pad_demand(user, vshape, total)
             elif op == "dynamic-update-slice" and k == 0 and user.name in self.inplace:
                 d = 0
+            elif op == "dynamic-update-slice" and k == 0 and user.shape.num_elements == total:
+                # a buffer rebuilt around a window (not in place): each element of the result
+                # its users read is the operand's or the update's -- a slice of the result reads
+                # no more of the operand than its own size
+                d = self._outside_demand((), total) if user.is_root else self._memo[user.name]
             elif op == "scatter" and k == 0 and user.name in self.inplace:
                 # (the touched elements, unless the combiner overwrites them: .at[i].set)
                 d = 0 if _scatter_overwrites(user, self.module) else \
