@@ -900,6 +900,10 @@ def _scatter_overwrites(instr, module) -> bool:
     n = len(comb.parameters) // 2
     root = comb.root
     outs = [comb.by_name.get(o) for o in root.operands] if root.opcode == "tuple" else [root]
+    for i, o in enumerate(outs):   # (through bitcasts: XLA:TPU's ``ROOT bitcast(parameter(1))``)
+        while o is not None and o.opcode in ("bitcast", "copy", "reshape") and o.operands:
+            o = comb.by_name.get(o.operands[0])
+        outs[i] = o
     return len(outs) == n and all(o is not None and o.opcode == "parameter" and o.parameter_number == n + i
                                   for i, o in enumerate(outs))
 

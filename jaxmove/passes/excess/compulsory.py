@@ -145,6 +145,19 @@ def _inner_update_bytes(instr: Instruction, module: Module, element: int | None 
     for _ in range(1000):   # (several windows: a chain of dynamic-update-slices, each of the last)
         while root.opcode in _PERMUTES and root.operands and root.operands[0] in fused.by_name:
             root = fused.by_name[root.operands[0]]
+        if root.opcode == "fusion" and root.called_computations and root.shape.is_array \
+                and out.shape.is_array and root.shape.dims == out.shape.dims:
+            inner = _inner_update_bytes(root, module)   # (a nested fusion: XLA:TPU's scatter)
+            bits, obits = root.shape.element_bits, out.shape.element_bits
+            return total + (inner * obits // bits if inner and bits and obits else inner)
+        if root.opcode == "scatter" and len(root.operands) == 3:
+            # (XLA:TPU's scatter fusion rewrites the whole buffer: its update is the rows its
+            # updates operand scatters, in the result's width)
+            upd = fused.by_name.get(root.operands[2])
+            if upd is None or not upd.shape.is_array or not out.shape.is_array:
+                return 0
+            n = min(upd.shape.num_elements, out.shape.num_elements)
+            return total + out.shape.logical_footprint_bytes(n)
         if root.opcode != "dynamic-update-slice" or len(root.operands) < 2:
             break
         upd = fused.by_name.get(root.operands[1])
@@ -963,6 +976,8 @@ class Accounting:
             return None
         k = self._entry_rows().get(instr.name)
         got = _copy_source(self.rows[k], self.module) if k is not None else None
+        if got is None and instr.opcode == "fusion":
+            got = (instr, None)   # (the result itself rebuilt: XLA:TPU's kept scatter fusion)
         if got is None or got[0].opcode != "fusion" or not got[0].called_computations:
             return None
         src = got[0]
@@ -972,15 +987,28 @@ class Accounting:
         e = fused.root
         while e is not None and e.opcode in _PERMUTES and e.operands:
             e = fused.by_name.get(e.operands[0])
-        if e is None or e.opcode != "dynamic-update-slice" or not e.operands:
+        if e is not None and e.opcode == "fusion" and e.called_computations and src is instr:
+            inner = self.module.computations.get(e.called_computations[0])   # (a nested scatter)
+            if inner is not None and inner.root.opcode == "scatter" and e.operands:
+                b = fused.by_name.get(e.operands[0])
+                e = inner.root if b is not None else None
+            else:
+                e = None
+        else:
+            b = fused.by_name.get(e.operands[0]) if e is not None and e.operands else None
+        if e is None or e.opcode not in ("dynamic-update-slice", "scatter") or not e.operands \
+                or e.opcode == "scatter" and src is not instr:
             return None
-        b = fused.by_name.get(e.operands[0])
         while b is not None and b.opcode in _PERMUTES and b.operands:
             b = fused.by_name.get(b.operands[0])
         if b is None or b.opcode != "parameter" or not 0 <= b.parameter_number < len(src.operands):
             return None
         root = self.buffers.find((self.module.entry.name, src.operands[b.parameter_number], 0))
-        return root if root in self.param_root else None
+        node, n = root, 0   # (or a copy of one: the kept argument copied before the rebuild)
+        while node not in self.param_root and node in self.copy_chain and n < 8:
+            self.__dict__.setdefault("rebuilt_copies", {}).setdefault(j, []).append(self.copy_chain[node][4])
+            node, n = self.copy_chain[node][0], n + 1
+        return node if node in self.param_root else None
 
     def _entry_rows(self) -> dict[str, int]:
         """ENTRY instruction name -> its row number (built once, on first use)."""
@@ -1178,6 +1206,13 @@ class Accounting:
                     donated = self._argument(pnum)[2]
                     kcause[derived[oroot][4]] = "donated_but_copied" if donated else "not_donated"
                 # (else the elements relaid out, which donating would not save: layout_change)
+            elif how == "rebuilt":
+                # (the kept argument copied before the fusion that rebuilds it: that copy is
+                # what donating saves, and it carries x's value only)
+                for k_copy in getattr(self, "rebuilt_copies", {}).get(out_root[oroot][0], ()):
+                    if k_copy in in_order and kcause.get(k_copy) in ("layout_change", "buffer_copy"):
+                        kcause[k_copy] = "donated_but_copied" if self._argument(pnum)[2] else "not_donated"
+                        carried.add(k_copy)
             elif how == "back":
                 proot, k_back, k_prefetch = copied_back[oroot]
                 kcause[k_back] = "donated_but_copied" if self._argument(pnum)[2] else "not_donated"
