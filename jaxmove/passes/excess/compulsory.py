@@ -213,7 +213,42 @@ def _is_fill(instr: Instruction, module: Module) -> bool:
     return bool(elems) and all(filled(fused, e, (instr, comp)) for e in elems)
 
 
-def _stacked_update(instr: Instruction, module: Module) -> tuple[int, str] | None:
+def _window_update(instr: Instruction, module: Module) -> tuple[int, str] | None:
+    """(update bytes in ``instr``'s element width, the operand it slices) of a fusion whose
+    root (through permutes) is ``dynamic-update-slice(dynamic-slice(operand, ...), new, ...)``:
+    a window of an operand, updated (a scanned layer's cache window with its new position);
+    None otherwise."""
+    if not instr.called_computations or not instr.shape.is_array:
+        return None
+    fused = module.computations.get(instr.called_computations[0])
+    if fused is None:
+        return None
+    by_name = fused.by_name
+
+    def through(e):
+        while e is not None and e.opcode in _PERMUTES and e.operands:
+            e = by_name.get(e.operands[0])
+        return e
+
+    w, total, bits = through(fused.root), 0, instr.shape.element_bits
+    for _ in range(64):
+        if w is None or w.opcode != "dynamic-update-slice" or len(w.operands) < 2:
+            break
+        upd = by_name.get(w.operands[1])
+        if upd is None or not upd.shape.is_array:
+            return None
+        ub = upd.shape.element_bits
+        total += upd.shape.logical_byte_size * bits // ub if ub and bits else upd.shape.logical_byte_size
+        w = through(by_name.get(w.operands[0]))
+    if not total or w is None or w.opcode != "dynamic-slice" or not w.operands:
+        return None
+    p = through(by_name.get(w.operands[0]))
+    if p is None or p.opcode != "parameter" or not 0 <= p.parameter_number < len(instr.operands):
+        return None
+    return total, instr.operands[p.parameter_number]
+
+
+def _stacked_update(instr: Instruction, module: Module, _depth: int = 0) -> tuple[int, str] | None:
     """(update bytes, the operand it is a slice of) of a fusion whose root (through bitcasts,
     converts, transposes, reshapes and copies) is ``dynamic-update-slice(stack, w, ...)`` with
     ``w`` itself a window updated in place: ``dynamic-update-slice(dynamic-slice(operand,
@@ -238,6 +273,22 @@ def _stacked_update(instr: Instruction, module: Module) -> tuple[int, str] | Non
         return None
     out_bits = root.shape.element_bits
     w = through(by_name.get(root.operands[1]))
+    if w is not None and w.opcode == "parameter" and 0 <= w.parameter_number < len(instr.operands) \
+            and _depth < 2:
+        # (the window updated by another kernel of the loop body, stacked by this one: XLA:CPU's
+        # bf16 scan, convert(dynamic-update-slice(convert(ys), layer)))
+        comp = module.computations.get(instr.computation)
+        prod = comp.by_name.get(instr.operands[w.parameter_number]) if comp is not None else None
+        while prod is not None and prod.opcode in ("bitcast", "copy") and prod.operands:
+            prod = comp.by_name.get(prod.operands[0])
+        if prod is None or prod.opcode != "fusion":
+            return None
+        got = _window_update(prod, module)
+        if got is None:
+            return None
+        nbytes, base = got
+        ebits = prod.shape.element_bits if prod.shape.is_array else 0
+        return (nbytes * out_bits // ebits if ebits and out_bits else nbytes), base
     total = 0
     for _ in range(64):
         if w is None or w.opcode != "dynamic-update-slice" or len(w.operands) < 2:
@@ -1994,16 +2045,21 @@ class Accounting:
             if c is not None and c[0] not in self.param_root and c[0] not in self.derived:
                 staged[c[0]] = (oroot, pnum)
         if staged:
+            row_of = {id(q): kq for kq, q in enumerate(self.rows)}
             for r in rows:
                 instr = r.instr
-                if instr.opcode != "fusion" or not r.traffic.inplace_buffer_bytes:
+                if instr.opcode != "fusion" or not (r.traffic.inplace_buffer_bytes
+                                                    or row_of.get(id(r)) in self.rebuild_rows):
                     continue
                 got = _stacked_update(instr, module)
                 if got is None:
                     continue
                 nbytes, base = got
                 root = B.find((r.computation, instr.name, 0))
-                pr = self.param_root.get(B.find((r.computation, base, 0)))
+                broot = B.find((r.computation, base, 0))
+                if broot not in self.param_root and broot in self.derived:   # (a copy of it: f32)
+                    broot = self.derived[broot][0]
+                pr = self.param_root.get(broot)
                 if root not in staged or pr is None or pr[0] != staged[root][1]:
                     continue
                 logical = sum(a.logical_nbytes if a.logical_nbytes is not None else a.nbytes
@@ -2466,11 +2522,14 @@ class Accounting:
             return got
         got = self._update_srcs = {}
         find, module = self.buffers.find, self.module
-        for r in self.rows:
+        for k_row, r in enumerate(self.rows):
             instr = r.instr
             if instr.opcode == "dynamic-update-slice" and len(instr.operands) > 1:
                 upd = instr.operands[1]
-            elif instr.opcode == "fusion" and r.traffic.inplace_buffer_bytes and instr.called_computations:
+            elif instr.opcode == "fusion" and instr.called_computations and (
+                    r.traffic.inplace_buffer_bytes or k_row in self.rebuild_rows):
+                # (in place, or rebuilding its operand's buffer around the window: XLA:CPU's
+                # bf16 stack, convert(dynamic-update-slice(convert(ys), layer)))
                 fused = module.computations.get(instr.called_computations[0])
                 if fused is None:
                     continue
