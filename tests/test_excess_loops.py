@@ -370,17 +370,22 @@ def test_a_scanned_decode_writes_one_position_per_layer(target, dtype):
     assert e.by_role["kv_cache"].compulsory_bytes == position * seq + position
 
 
+@pytest.mark.parametrize("dtype", ["float32", "bfloat16"], ids=["f32", "bf16"])
 @pytest.mark.parametrize("target", _targets())
-def test_a_scans_stacked_cache_is_written_by_the_loop_not_by_its_zero_fill(target):
+def test_a_scans_stacked_cache_is_written_by_the_loop_not_by_its_zero_fill(target, dtype):
     # a review: a scanned prefill returns its KV cache as the scan's ys; XLA fills the stack
     # with zeros, then the loop writes each layer's window in place. The fill took the
     # result's compulsory write and the loop's writes were unattributed (65,536 B on cpu,
     # 32,768 on h100). Now the fill is overwritten_fill and the loop's writes are the data.
     # Closed form (f32, 4 layers, batch 2, 4 kv heads of 16, 16 positions): K and V written once
+    # bf16 (a review): XLA:CPU rebuilds the bf16 stack whole around each layer's window (the
+    # rewrites were unattributed, 32,768 B): whole_rewrite
     layers, batch, heads, head_dim, seq = 4, 2, 4, 16, 16
-    e = jaxmove.analyze("gpt-tiny-prefill", overrides={"scan_layers": "true", "layers": str(layers)},
-                        **({"target": target} if target else {})).excess
-    cache = 2 * layers * batch * heads * head_dim * seq * 4
+    overrides = {"scan_layers": "true", "layers": str(layers)}
+    if dtype == "bfloat16":
+        overrides["dtype"] = "bf16"
+    e = jaxmove.analyze("gpt-tiny-prefill", overrides=overrides, **({"target": target} if target else {})).excess
+    cache = 2 * layers * batch * heads * head_dim * seq * (4 if dtype == "float32" else 2)
     assert e.by_role["kv_cache"].compulsory_bytes == cache
     assert e.unattributed.bytes == 0
     fill = e.cause("overwritten_fill")

@@ -189,16 +189,18 @@ def _tiling_re_read(c: FixContext) -> str:
 
 @cause("whole_rewrite",
        matches="a write of a parameter's update (the result aliased to it, or built on a copy of it) "
-               "beyond the update's bytes",
+               "beyond the update's bytes; a result rebuilt around a window, or copied whole from a "
+               "buffer updated in place, in every run of a loop (a scan's ys stack: XLA:CPU's bf16 "
+               "rebuild, XLA:TPU's copy out of VMEM) beyond the result's bytes",
        bytes="the written bytes beyond the in-place update's")
 def _whole_rewrite(c: FixContext) -> str:
     if c.vmem_eviction:
-        return (f"`{c.subject}` is updated in place on chip, but XLA:TPU's memory-space assignment "
+        return (f"{c.named('a buffer')} is updated in place on chip, but XLA:TPU's memory-space assignment "
                 f"placed the whole buffer in VMEM (S(1)) and `{c.first}` copies it back to HBM "
                 "whole: a compiler choice, not the program's (its dynamic_update_slice is already in "
                 "place); a cache too large for VMEM, or a Pallas kernel that writes only the new "
                 f"rows, avoids it -- {c.saves}")
-    return (f"`{c.subject}` is rewritten whole (`{c.first}`) though only part of it changes: update it in "
+    return (f"{c.named('a result')} is rewritten whole (`{c.first}`) though only part of it changes: update it in "
             "place with jax.lax.dynamic_update_slice / .at[].set on the donated buffer (no concatenate, "
             f"no restacking in a scan) -- {c.saves}")
 

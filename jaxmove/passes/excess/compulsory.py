@@ -1834,8 +1834,12 @@ class Accounting:
                     comp_b = 0 if left <= 0 else logical if logical < left else left
                     if comp_b == logical == phys:
                         write_both[role] += phys
-                    else:
-                        add(role, HBM_WRITE, phys, comp_b, logical, UNATTRIBUTED, "", k)
+                    else:   # (a result rebuilt around each window, or copied whole from a buffer
+                        # updated in place, in every run of a loop, rewrites the rest: a scan's ys
+                        # stack on XLA:CPU in bf16 and on XLA:TPU through VMEM)
+                        add(role, HBM_WRITE, phys, comp_b, logical,
+                            "whole_rewrite" if k in self.rebuild_rows or self._rewrites_stack(r) else UNATTRIBUTED,
+                            "", k)
                     continue
                 if o is None and kc is not None and wt[0] == logical and root in out_root \
                         and root not in update_of and self._overwritten_fill(r, root):
@@ -2493,6 +2497,27 @@ class Accounting:
         memo[root] = got
         return got
 
+    def _rewrites_stack(self, r) -> bool:
+        """Row ``r`` runs more than once and copies (``copy`` / ``copy-start``) a buffer that
+        in-place updates write, whole, every time (XLA:TPU evicts a scan's ys stack from VMEM
+        to HBM in every iteration)."""
+        instr = r.instr
+        if r.multiplicity.count <= 1 or instr.opcode not in ("copy", "copy-start") or not instr.operands:
+            return False
+        self._overwritten_fill_roots()
+        return self.buffers.find((r.computation, instr.operands[0], 0)) in self._inplace_roots
+
+    def _overwritten_fill_roots(self) -> set:
+        """The buffers in-place updates write (found once, on first use)."""
+        got = getattr(self, "_inplace_roots", None)
+        if got is None:
+            find = self.buffers.find
+            got = self._inplace_roots = {
+                find((q.computation, q.instr.name, 0)) for kq, q in enumerate(self.rows)
+                if q.traffic.inplace_buffer_bytes or q.instr.opcode == "dynamic-update-slice"
+                or kq in self.rebuild_rows}   # (XLA:CPU rebuilds a bf16 stack around each window)
+        return got
+
     def _overwritten_fill(self, r, root) -> bool:
         """Row ``r``, the first to write result buffer ``root``, fills it with a constant
         (``_is_fill``) that in-place updates then overwrite (XLA's zero initial value of a
@@ -2504,13 +2529,7 @@ class Accounting:
                 return False
         elif not _is_fill(instr, self.module):
             return False
-        got = getattr(self, "_inplace_roots", None)
-        if got is None:   # (the buffers in-place updates write, found once, on first use)
-            find = self.buffers.find
-            got = self._inplace_roots = {
-                find((q.computation, q.instr.name, 0)) for q in self.rows
-                if q.traffic.inplace_buffer_bytes or q.instr.opcode == "dynamic-update-slice"}
-        return root in got
+        return root in self._overwritten_fill_roots()
 
     def _update_sources(self) -> dict[tuple, list]:
         """Buffer root -> the buffer roots of the values written into it as the update of an
