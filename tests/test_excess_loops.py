@@ -436,3 +436,17 @@ def test_a_kept_bf16_cache_converted_in_a_loop_has_the_donated_compulsory(target
         assert ex.compulsory_bytes == 12000 + 2400 + 400 + 4 + 1200 + 4
     if target is None:
         assert kept.bytes_of("not_donated") == kept.compiled_bytes - donated.compiled_bytes
+
+
+@pytest.mark.parametrize("target", _targets())
+def test_a_scan_carry_computed_by_a_reduction_is_written_once(target):
+    # a review: x = jnp.sum(w[i] * x, 1) in a scan -- the carry computed by a reduce, not a dot --
+    # lost the result's write (197,120 B against 197,632) and called the carry a whole_rewrite
+    # of x. Closed form: x read (512), w read (3 x 128 x 128 x 4), x written (512)
+    s = jax.ShapeDtypeStruct
+    def f(x, w):
+        return jax.lax.scan(lambda c, i: (jnp.sum(w[i] * c[None, :], 1), None), x, jnp.arange(3))[0]
+    e = jaxmove.analyze(f, s((128,), jnp.float32), s((3, 128, 128), jnp.float32), roles=("activations", "weights"),
+                        **({"target": target} if target else {})).excess
+    assert e.compulsory_bytes == 512 + 3 * 128 * 128 * 4 + 512
+    assert e.cause("whole_rewrite") is None

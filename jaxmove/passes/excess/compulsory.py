@@ -313,6 +313,9 @@ def _stacked_update(instr: Instruction, module: Module, _depth: int = 0) -> tupl
 _PASS_THROUGH = frozenset({"select", "clamp", "convert", "bitcast-convert", "copy", "bitcast", "reshape",
                            "transpose", "reduce-precision"})
 _ARITHMETIC = frozenset(n for n, rec in OPCODES.items() if rec.elementwise) - _PASS_THROUGH
+# ops whose every result element is new arithmetic too, though not elementwise (a scan's carry
+# computed by a reduction or a contraction: ``x = jnp.sum(w[i] * x, 1)``)
+_COMPUTES = frozenset({"reduce", "dot", "convolution", "reduce-window"})
 # ops a fusion's root element is followed through to the value it holds (each element of it
 # one element of the operand, in another place or type)
 _PERMUTES = frozenset({"bitcast", "convert", "transpose", "reshape", "copy"})
@@ -406,7 +409,7 @@ def _computes_every_element(instr: Instruction, module: Module, element: int | N
         if instr.opcode == "select" and len(instr.operands) == 3:   # (as in a fusion, below)
             comp = module.computations.get(instr.computation)
             return comp is not None and all(_new_value(comp, comp.by_name.get(o)) for o in instr.operands[1:])
-        return instr.opcode in _ARITHMETIC
+        return instr.opcode in _ARITHMETIC or instr.opcode in _COMPUTES
     fused = module.computations.get(instr.called_computations[0]) if instr.called_computations else None
     if fused is None:
         return False
@@ -426,7 +429,7 @@ def _computes_every_element(instr: Instruction, module: Module, element: int | N
             if all(_new_value(fused, fused.by_name.get(o)) for o in e.operands[1:]):
                 continue
             return False
-        if e is None or e.opcode not in _ARITHMETIC:
+        if e is None or e.opcode not in _ARITHMETIC and e.opcode not in _COMPUTES:
             return False
     return True
 
