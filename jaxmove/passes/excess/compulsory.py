@@ -314,7 +314,7 @@ _PASS_THROUGH = frozenset({"select", "clamp", "convert", "bitcast-convert", "cop
                            "transpose", "reduce-precision"})
 _ARITHMETIC = frozenset(n for n, rec in OPCODES.items() if rec.elementwise) - _PASS_THROUGH
 # ops whose every result element is new arithmetic too, though not elementwise (a scan's carry
-# computed by a reduction or a contraction: ``x = jnp.sum(w[i] * x, 1)``)
+# computed by a reduction or a contraction: ``x = jnp.sum(w[i] * x, 1)``; ``_update_bytes``)
 _COMPUTES = frozenset({"reduce", "dot", "convolution", "reduce-window"})
 # ops a fusion's root element is followed through to the value it holds (each element of it
 # one element of the operand, in another place or type)
@@ -373,7 +373,7 @@ def _copies_new_values(r, module: Module) -> bool:
       AdamW update of a transposed kernel, ``input_transpose_fusion``) into an HBM buffer of its
       own, which it cannot write in place, and copies it into the donated output buffer."""
     got = _copy_source(r, module)
-    return got is not None and _computes_every_element(got[0], module, got[1])
+    return got is not None and _computes_every_element(got[0], module, got[1], reductions=True)
 
 
 def _copied_update_bytes(r, module: Module) -> int:
@@ -397,7 +397,8 @@ def _copied_update_bytes(r, module: Module) -> int:
     return n * r.multiplicity.count
 
 
-def _computes_every_element(instr: Instruction, module: Module, element: int | None = None) -> bool:
+def _computes_every_element(instr: Instruction, module: Module, element: int | None = None,
+                            reductions: bool = False) -> bool:
     """The kernel's result (every element of every result leaf) is new arithmetic on its operands,
     not an old value passed through: an elementwise arithmetic op (``p - lr * g``, an optimizer's
     moment update) as the kernel or as each root element of its fusion (through bitcasts,
@@ -409,7 +410,7 @@ def _computes_every_element(instr: Instruction, module: Module, element: int | N
         if instr.opcode == "select" and len(instr.operands) == 3:   # (as in a fusion, below)
             comp = module.computations.get(instr.computation)
             return comp is not None and all(_new_value(comp, comp.by_name.get(o)) for o in instr.operands[1:])
-        return instr.opcode in _ARITHMETIC or instr.opcode in _COMPUTES
+        return instr.opcode in _ARITHMETIC or reductions and instr.opcode in _COMPUTES
     fused = module.computations.get(instr.called_computations[0]) if instr.called_computations else None
     if fused is None:
         return False
@@ -429,7 +430,7 @@ def _computes_every_element(instr: Instruction, module: Module, element: int | N
             if all(_new_value(fused, fused.by_name.get(o)) for o in e.operands[1:]):
                 continue
             return False
-        if e is None or e.opcode not in _ARITHMETIC and e.opcode not in _COMPUTES:
+        if e is None or e.opcode not in _ARITHMETIC and not (reductions and e.opcode in _COMPUTES):
             return False
     return True
 
@@ -452,7 +453,8 @@ def _update_bytes(r, logical: int, module: Module) -> int:
     inner = _inner_update_bytes(r.instr, module)
     if inner:
         return min(logical, inner * r.multiplicity.count)
-    return logical if _computes_every_element(r.instr, module) else 0
+    # (a reduction or contraction computes every element too: a scan's carry x = sum(w[i] * x))
+    return logical if _computes_every_element(r.instr, module, reductions=True) else 0
 
 
 def _slice_ranges(text: str) -> list[tuple[int, int]] | None:
@@ -1144,14 +1146,14 @@ class Accounting:
             p = parent.get(droot)
             if p is not None:
                 droot = p if p not in parent else find(droot)
-            if droot in param_root:
-                continue  # writes into a parameter's own buffer: not a copy of it
             if droot == sroot:
                 # a copy into the buffer it copies (XLA:CPU copies a loop's state in the body
                 # before a fusion rebuilds it, which then writes the state's buffer): no
                 # copy of another buffer -- it must not hide the state's own origin
                 self_copies.append(k)
                 continue
+            if droot in param_root:
+                continue  # writes into a parameter's own buffer: not a copy of it
             dshape = instr.shape if not instr.shape.is_tuple else _leaf_shapes(instr.shape)[pos]
             prev = copies.get(droot)
             if prev is not None and sroot not in param_root and (prev[0] in param_root or prev[0] in copies):
@@ -2012,7 +2014,7 @@ class Accounting:
                 continue
             if not t.inplace_buffer_bytes:
                 inner = _inner_update_bytes(instr, module)
-                if not inner and not _computes_every_element(instr, module):
+                if not inner and not _computes_every_element(instr, module, reductions=True):
                     continue
             else:
                 inner = 0
@@ -2279,8 +2281,14 @@ class Accounting:
         # of it there, so not ``not_donated`` -- where an update in place reads nothing)
         kind, subject = "whole_rewrite", self._param_subject(pnum)
         keep = []
+        self_copies = set(getattr(self, "self_copies", ()))
         for c in claims:
             prio, units, logical, k, role, phys, root = c
+            if k in self_copies and (root == broot or root in self.derived and self.derived[root][0] == broot):
+                # (XLA:CPU's copy of the rebuilt buffer into the loop state, its own buffer:
+                # it reads the rebuild's output to copy it, needing none of x's old values)
+                self.ledger.add(role, HBM_READ, phys, 0, logical, "buffer_copy", "", k)
+                continue
             n = self.rebuild_rows.get(k)
             # (of the parameter, or of the copy XLA made of it: XLA:CPU copies a donated bf16
             # array it rebuilds whole around an x.at[i].add)
@@ -2304,9 +2312,16 @@ class Accounting:
         r = self.rows[k]
         instr = r.instr
         find = self.buffers.find
-        if n >= len(instr.operands) or find((r.computation, instr.operands[n], 0)) != root \
-                or find((r.computation, instr.name, 0)) not in (root, broot):
+        if n >= len(instr.operands) or find((r.computation, instr.operands[n], 0)) != root:
             return None
+        if find((r.computation, instr.name, 0)) not in (root, broot):
+            # (or copied into it by its one user: XLA:CPU rebuilds a bf16 loop state into a
+            # buffer of its own and copies it into the state, ``x.at[i].add`` in a fori_loop)
+            comp = self.module.computations[r.computation]
+            users = comp.users(instr.name)
+            if len(users) != 1 or users[0].opcode != "copy" \
+                    or find((r.computation, users[0].name, 0)) not in (root, broot):
+                return None
         if instr.operands.count(instr.operands[n]) != 1:
             return None
         fused = self.module.computations.get(instr.called_computations[0]) if instr.called_computations else None
