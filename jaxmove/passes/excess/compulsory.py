@@ -209,8 +209,9 @@ def _is_fill(instr: Instruction, module: Module) -> bool:
     if fused is None:
         return False
     root = fused.root
-    elems = [fused.by_name.get(o) for o in root.operands] if root.opcode == "tuple" else [root]
-    return bool(elems) and all(filled(fused, e, (instr, comp)) for e in elems)
+    if root.opcode != "tuple":
+        return filled(fused, root, (instr, comp))
+    return bool(root.operands) and all(filled(fused, fused.by_name.get(o), (instr, comp)) for o in root.operands)
 
 
 def _window_update(instr: Instruction, module: Module) -> tuple[int, str] | None:
@@ -1078,13 +1079,17 @@ class Accounting:
     def _result_instr(self, j: int):
         """The ENTRY instruction whose value is result leaf ``j`` (the root, or the operand of a
         root tuple of array operands), or None."""
-        root = self.module.entry.root
-        if root.opcode != "tuple":
-            return root if j == 0 and not root.shape.is_tuple else None
-        if j >= len(root.operands):
-            return None
-        instr = self.module.entry.by_name.get(root.operands[j])
-        return instr if instr is not None and len(root.operands) == root.shape.num_leaves else None
+        got = self.__dict__.get("_result_instrs")
+        if got is None:   # (once: the root tuple's operands, when each is one leaf)
+            root, by_name = self.module.entry.root, self.module.entry.by_name
+            if root.opcode != "tuple":
+                got = [root] if not root.shape.is_tuple else []
+            elif len(root.operands) == root.shape.num_leaves:
+                got = [by_name.get(o) for o in root.operands]
+            else:
+                got = []
+            self._result_instrs = got
+        return got[j] if 0 <= j < len(got) else None
 
     def _copy_buffers(self, copy_rows, kcause: dict, active: list[int]) -> set:
         """The copy kernels' buffers traced to their origin (``derived``), the results that
@@ -1188,6 +1193,14 @@ class Accounting:
         # another result holding its value is a new value, written once (``(x, x)`` needs two
         # buffers however donated). A copy of the parameter into its update: not donated
         cands = []   # (preference, result order, result root, parameter number, its leaf, how)
+        # (the result leaves _rebuilt_parameter may take: a copy, conversion or fusion)
+        eroot = module.entry.root
+        if eroot.opcode == "tuple":
+            eby = module.entry.by_name
+            rebuilt_leaves = {j for j, o in enumerate(eroot.operands)
+                              if eby[o].opcode in ("copy", "fusion", "convert")}
+        else:
+            rebuilt_leaves = {0} if eroot.opcode in ("copy", "fusion", "convert") else set()
         copied_back: dict[tuple, tuple] = {}   # result root -> (parameter root, copy-back row)
         for order, (oroot, (j, leaf)) in enumerate(out_root.items()):
             if oroot in param_root:
@@ -1208,11 +1221,11 @@ class Accounting:
                 # shape: a transpose written into it is a new value, not an update; the leaf
                 # of a tuple parameter it aliases is not told apart: a key of its own)
                 cands.append((1, order, oroot, alias_of_out[j], ("result", order), "alias"))
-            elif leaf.is_array and self._rebuilt_parameter(j) is not None \
-                    and _same_array(leaf, param_root[self._rebuilt_parameter(j)][2]):
+            elif j in rebuilt_leaves and (rp := self._rebuilt_parameter(j)) is not None \
+                    and _same_array(leaf, param_root[rp][2]):
                 # a copy or conversion of a fusion that rebuilds a parameter around its update
                 # (XLA:CPU updates a kept bf16 cache in f32, then converts it): its update
-                pr = param_root[self._rebuilt_parameter(j)]
+                pr = param_root[rp]
                 cands.append((2, order, oroot, pr[0], pr[1], "rebuilt"))
             elif prefetched and leaf.is_array:
                 # XLA:TPU's kept update: the parameter prefetched into VMEM, updated there in
@@ -1360,6 +1373,8 @@ class Accounting:
         however donated: XLA copies it, donated or not, so its copies are ``buffer_copy`` (a
         value returned twice), neither ``not_donated`` nor ``donated_but_copied``."""
         param_root, out_root = self.param_root, self.out_root
+        if not update_of:
+            return
         kept: set[int] = set()   # parameters (numbers) whose old value is a result too
         for oroot, (j, leaf) in out_root.items():
             if oroot in update_of:
@@ -1619,6 +1634,7 @@ class Accounting:
         copied_in = self.copied_in
         onchip_reads: dict[tuple, list] = {}  # on-chip copy root -> [(row, operand, data bytes)]
         kc_of = [None] * len(rows)  # kcause as a list: row number -> cause kind or None
+        fill_rows: dict[int, bool] = {}   # row -> it writes a constant fill (_fill_row), asked once
         for k, c in kcause.items():
             kc_of[k] = c
         cname = None
@@ -1829,7 +1845,8 @@ class Accounting:
                 if o is not None and root not in update_of:
                     # a result leaf that updates no parameter (_special_write's rule, inline):
                     # its data bytes are written once
-                    if wt[0] == logical and self._overwritten_fill(r, root):
+                    if wt[0] == logical and (fill_rows[k] if k in fill_rows else fill_rows.setdefault(
+                            k, self._fill_row(r))) and root in self._overwritten_fill_roots():
                         # (a constant fill the loop then overwrites in place -- a scan's ys
                         # initialised to zeros: no data of the result's; the writes after it are)
                         add(role, HBM_WRITE, phys, 0, logical, "overwritten_fill", "", k)
@@ -1847,7 +1864,8 @@ class Accounting:
                             "", k)
                     continue
                 if o is None and kc is not None and wt[0] == logical and root in out_root \
-                        and root not in update_of and self._overwritten_fill(r, root):
+                        and root not in update_of and (fill_rows[k] if k in fill_rows else fill_rows.setdefault(
+                            k, self._fill_row(r))) and root in self._overwritten_fill_roots():
                     # (a copy of a fill into a result the loop overwrites: its own cause's, no
                     # data of the result's)
                     add(role, HBM_WRITE, phys, 0, logical, kc, "", k)
@@ -2536,18 +2554,16 @@ class Accounting:
                 or kq in self.rebuild_rows}   # (XLA:CPU rebuilds a bf16 stack around each window)
         return got
 
-    def _overwritten_fill(self, r, root) -> bool:
-        """Row ``r``, the first to write result buffer ``root``, fills it with a constant
-        (``_is_fill``) that in-place updates then overwrite (XLA's zero initial value of a
-        scan's stacked outputs, which the loop's dynamic-update-slices fill row by row)."""
+    def _fill_row(self, r) -> bool:
+        """Row ``r`` writes a constant fill (``_is_fill``), or copies one (XLA:CPU's second
+        ys): with its result buffer among those in-place updates then overwrite
+        (``_overwritten_fill_roots``), XLA's zero initial value of a scan's stacked outputs,
+        which the loop's dynamic-update-slices fill row by row."""
         instr = r.instr
-        if instr.opcode == "copy" and instr.operands:   # (a copy of a fill: XLA:CPU's second ys)
+        if instr.opcode == "copy" and instr.operands:
             src = self.module.computations[r.computation].by_name.get(instr.operands[0])
-            if src is None or not _is_fill(src, self.module):
-                return False
-        elif not _is_fill(instr, self.module):
-            return False
-        return root in self._overwritten_fill_roots()
+            return src is not None and _is_fill(src, self.module)
+        return _is_fill(instr, self.module)
 
     def _update_sources(self) -> dict[tuple, list]:
         """Buffer root -> the buffer roots of the values written into it as the update of an
