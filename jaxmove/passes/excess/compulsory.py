@@ -987,41 +987,39 @@ class Accounting:
         place (a dynamic-update-slice, or a fusion that writes part of its buffer operand): the
         value it holds at the end is the first one, updated -- not a new one computed every
         iteration of a loop (``h = tanh(h @ W)``)."""
-        find = self.buffers.find
-        for k, r in enumerate(self.rows):
-            if k in exclude or not r.traffic.writes:
+        rows = self.rows
+        for k in self._writers().get(root, ()):
+            if k in exclude:
                 continue
-            instr = r.instr
-            if instr.opcode == "dynamic-update-slice" or r.traffic.inplace_buffer_bytes:
+            r = rows[k]
+            if r.instr.opcode == "dynamic-update-slice" or r.traffic.inplace_buffer_bytes:
                 continue
-            comp = self.module.computations[r.computation]
-            for a in r.traffic.writes:
-                wkey = write_key(instr, comp, a.index)[0] if a.index else (r.computation, instr.name, 0)
-                if find(wkey) == root:
-                    return False
+            return False
         return True
 
     def _onchip_readers(self, root, exclude=()) -> dict[int, int]:
         """Row number -> data bytes per run, of the kernels (but the rows of ``exclude``) that
         read buffer ``root`` from on-chip memory (an in-place update writes it without reading
         it)."""
-        find = self.buffers.find
-        computations = self.module.computations
-        out: dict[int, int] = {}
-        for k, r in enumerate(self.rows):
-            for a in r.traffic.reads:
-                if a.memory_space in ON_CHIP_MEMORY_SPACES and a.operand is not None:
-                    comp = computations[r.computation]
-                    oname = r.instr.operands[a.operand]
-                    pos = 0
-                    if a.index:
-                        shape = comp.by_name[oname].shape
-                        if shape.is_tuple:
-                            pos = leaf_position(shape, a.index)
-                    if k not in exclude and find((r.computation, oname, pos)) == root:
+        index = self.__dict__.get("_onchip_read_index")
+        if index is None:   # (buffer root -> {row: bytes}, every on-chip read once: built on first use)
+            index = self._onchip_read_index = {}
+            find = self.buffers.find
+            computations = self.module.computations
+            for k, r in enumerate(self.rows):
+                for a in r.traffic.reads:
+                    if a.memory_space in ON_CHIP_MEMORY_SPACES and a.operand is not None:
+                        comp = computations[r.computation]
+                        oname = r.instr.operands[a.operand]
+                        pos = 0
+                        if a.index:
+                            shape = comp.by_name[oname].shape
+                            if shape.is_tuple:
+                                pos = leaf_position(shape, a.index)
                         lg = a.logical_nbytes if a.logical_nbytes is not None else a.nbytes
-                        out[k] = out.get(k, 0) + lg * r.multiplicity.count
-        return out
+                        got = index.setdefault(find((r.computation, oname, pos)), {})
+                        got[k] = got.get(k, 0) + lg * r.multiplicity.count
+        return {k: b for k, b in index.get(root, {}).items() if k not in exclude}
 
     def _rebuilt_parameter(self, j: int):
         """The root of the ENTRY parameter (an array) that result leaf ``j``'s value rebuilds:
@@ -1413,13 +1411,25 @@ class Accounting:
         writes it."""
         d = self.copy_chain.get(root)
         k_copy = d[4] if d is not None else None
-        find = self.buffers.find
-        for k, r in enumerate(self.rows):
-            if k == k_copy or not r.traffic.writes:
-                continue
-            if find((r.computation, r.instr.name, 0)) == root:
-                return True
-        return False
+        return any(k != k_copy for k in self._writers().get(root, ()))
+
+    def _writers(self) -> dict[tuple, list[int]]:
+        """Buffer root -> the rows that write it (each write's leaf; built once, on first use)."""
+        got = self.__dict__.get("_writer_index")
+        if got is None:
+            got = self._writer_index = {}
+            find, computations = self.buffers.find, self.module.computations
+            for k, r in enumerate(self.rows):
+                if not r.traffic.writes:
+                    continue
+                instr = r.instr
+                for a in r.traffic.writes:
+                    wkey = write_key(instr, computations[r.computation], a.index)[0] if a.index \
+                        else (r.computation, instr.name, 0)
+                    rows_of = got.setdefault(find(wkey), [])
+                    if not rows_of or rows_of[-1] != k:
+                        rows_of.append(k)
+        return got
 
     def _donation_copies(self, copies: dict, in_order: set, kcause: dict) -> dict[int, tuple]:
         """The copy kernels a donation makes (their cause set to ``donated_but_copied`` in
@@ -2653,25 +2663,26 @@ class Accounting:
         the parameters donated already): each donated argument, in argument order, takes the
         first result of its shape and dtype not yet taken, in output order (jax
         ``_set_up_aliases``). None: a tuple parameter, or no such result."""
-        entry = self.module.entry
-        leaves = _leaf_shapes(entry.root.shape)
-        taken: set[int] = set()
-        for q in sorted(entry.parameters, key=lambda q: q.parameter_number):
-            n = q.parameter_number
-            if n != pnum and not self._argument(n)[2]:
-                continue
-            if not q.shape.is_array:
-                if n == pnum:
-                    return None
-                continue
-            for j, leaf in enumerate(leaves):
-                if j not in taken and leaf.is_array and leaf.dims == q.shape.dims \
-                        and leaf.element_type == q.shape.element_type:
-                    taken.add(j)
-                    if n == pnum:
-                        return j
-                    break
-        return None
+        got = self.__dict__.get("_pairings")
+        if got is None:   # (every parameter's answer in one pass, in argument order)
+            got = self._pairings = {}
+            entry = self.module.entry
+            free: dict[tuple, list[int]] = {}   # (dims, type) -> result leaves not yet taken, in order
+            for j, leaf in enumerate(_leaf_shapes(entry.root.shape)):
+                if leaf.is_array:
+                    free.setdefault((leaf.dims, leaf.element_type), []).append(j)
+            pos = dict.fromkeys(free, 0)
+            for q in sorted(entry.parameters, key=lambda q: q.parameter_number):
+                n = q.parameter_number
+                if not q.shape.is_array:
+                    got[n] = None
+                    continue
+                key = (q.shape.dims, q.shape.element_type)
+                i = pos.get(key, 0)
+                got[n] = free[key][i] if key in free and i < len(free[key]) else None
+                if self._argument(n)[2] and got[n] is not None:   # (donated: it takes that one)
+                    pos[key] = i + 1
+        return got.get(pnum)
 
     def _paired_elsewhere(self, subject: str) -> tuple[int, int] | None:
         """(the result jax would give the buffer of argument ``subject`` if it were donated
