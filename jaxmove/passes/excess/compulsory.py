@@ -103,6 +103,7 @@ from __future__ import annotations
 import re
 from collections import defaultdict
 from operator import itemgetter
+from typing import NamedTuple
 
 from ...hlo import Instruction, Module
 from ...hlo.opcodes import OPCODES
@@ -172,6 +173,13 @@ def _inner_update_bytes(instr: Instruction, module: Module, element: int | None 
             break
         root = fused.by_name[root.operands[0]]
     return total
+
+
+class _EntryRow(NamedTuple):
+    """An ENTRY instruction where a helper takes a row (``instr``, ``computation``)."""
+
+    instr: Instruction
+    computation: str
 
 
 def _is_fill(instr: Instruction, module: Module) -> bool:
@@ -997,6 +1005,17 @@ class Accounting:
             return False
         return True
 
+    def _no_need(self) -> set[int]:
+        """The rows whose reads need nothing of what they copy: the rows carrying a parameter's
+        value into its update (``same_value_rows``) and the copy kernels (not the slice copies,
+        whose windows are read); built once, on first use."""
+        got = self.__dict__.get("_no_need_rows")
+        if got is None:
+            got = self._no_need_rows = set(self.same_value_rows)
+            got.update(k for k, c in self.kcause.items() if c in _COPY_KINDS and c != "slice_copy"
+                       or c in ("not_donated", "donated_but_copied"))
+        return got
+
     def _onchip_readers(self, root, exclude=()) -> dict[int, int]:
         """Row number -> data bytes per run, of the kernels (but the rows of ``exclude``) that
         read buffer ``root`` from on-chip memory (an in-place update writes it without reading
@@ -1029,8 +1048,8 @@ class Accounting:
         instr = self._result_instr(j)
         if instr is None or instr.opcode not in ("copy", "fusion", "convert"):
             return None
-        k = self._entry_rows().get(instr.name)
-        got = _copy_source(self.rows[k], self.module) if k is not None else None
+        # (_copy_source reads a row's instruction and computation only: no row lookup)
+        got = _copy_source(_EntryRow(instr, self.module.entry.name), self.module)
         if got is None and instr.opcode == "fusion":
             got = (instr, None)   # (the result itself rebuilt: XLA:TPU's kept scatter fusion)
         if got is None or got[0].opcode != "fusion" or not got[0].called_computations:
@@ -1097,6 +1116,7 @@ class Accounting:
         (parameters, results, copies, updates): those the accounting does not treat as
         intermediates."""
         module, rows = self.module, self.rows
+        self.kcause = kcause   # (the same dict, filled below: _no_need reads it)
         B = self.buffers
         find, parent = B.find, B.parent
         param_root, out_root, alias_of_out = self.param_root, self.out_root, self.alias_of_out
@@ -1310,16 +1330,13 @@ class Accounting:
         # what kernels read on chip of a copy that only carries x into its update (x copied or
         # prefetched into VMEM, updated there or copied back): the old row an x.at[i].add reads
         # there is x's need, that copy's to read (the other rows carrying x excluded)
-        self.no_need = no_need = set(self.same_value_rows)   # (copy kernels read to copy: no need of theirs)
-        no_need.update(k for k, c in kcause.items() if c in _COPY_KINDS and c != "slice_copy"
-                       or c in ("not_donated", "donated_but_copied"))
         for k in self.same_value_rows:
             instr = rows[k].instr
             shape = instr.shape.tuple_shapes[0] if instr.opcode == "copy-start" and instr.shape.is_tuple \
                 and instr.shape.tuple_shapes else instr.shape
             if shape.is_array and shape.memory_space in ON_CHIP_MEMORY_SPACES:
                 need = sum(self._onchip_readers(find((rows[k].computation, instr.name, 0)),
-                                                exclude=no_need).values())
+                                                exclude=self._no_need()).values())
                 if need:
                     self.carried_need[k] = need
         # copies of a parameter into on-chip memory (XLA:TPU's layout copy of a table into VMEM):
@@ -2651,7 +2668,7 @@ class Accounting:
         for droot, sroot in onchip:
             if sroot not in proots:
                 continue
-            readers = self._onchip_readers(droot, exclude=getattr(self, "no_need", ()))
+            readers = self._onchip_readers(droot, exclude=self._no_need())
             size = self.param_root[sroot][2].logical_byte_size
             # (read in a loop, or whole: donated, XLA may read it from HBM for those kernels)
             if any(rows[k].multiplicity.count > 1 for k in readers) or sum(readers.values()) >= size:
