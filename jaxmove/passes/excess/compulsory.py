@@ -1269,7 +1269,7 @@ class Accounting:
         update_of: dict[tuple, int] = {}
         back_origin: dict[int, tuple] = {}   # copy-back row -> the parameter's buffer
         carried: set[int] = set()   # prefetches that only carry the value to its copy back
-        self.carried_need: dict[int, int] = {}   # such a prefetch's row -> bytes read of it on chip
+        self.carried_need: dict[tuple, int] = {}   # parameter root -> bytes its carrying copies are read on chip
         for _pref, _order, oroot, pnum, pleaf, how in cands:
             if chosen[(pnum, pleaf)][2] != oroot:
                 continue
@@ -1330,15 +1330,6 @@ class Accounting:
         # what kernels read on chip of a copy that only carries x into its update (x copied or
         # prefetched into VMEM, updated there or copied back): the old row an x.at[i].add reads
         # there is x's need, that copy's to read (the other rows carrying x excluded)
-        for k in self.same_value_rows:
-            instr = rows[k].instr
-            shape = instr.shape.tuple_shapes[0] if instr.opcode == "copy-start" and instr.shape.is_tuple \
-                and instr.shape.tuple_shapes else instr.shape
-            if shape.is_array and shape.memory_space in ON_CHIP_MEMORY_SPACES:
-                need = sum(self._onchip_readers(find((rows[k].computation, instr.name, 0)),
-                                                exclude=self._no_need()).values())
-                if need:
-                    self.carried_need[k] = need
         # copies of a parameter into on-chip memory (XLA:TPU's layout copy of a table into VMEM):
         # their readers' on-chip reads say how much of the parameter the program needs (lookups)
         self.onchip_copy = {droot: derived[droot] for droot in onchip_dst
@@ -1355,6 +1346,19 @@ class Accounting:
         self.copy_origin.update(donation_copies)
         for k, origin in (*same_origin.items(), *back_origin.items()):
             self.copy_origin.setdefault(k, origin)
+        # (summed per parameter over its chain of such copies: XLA:TPU prefetches a kept
+        # cache into VMEM, relays it out there for attention, and copies it back; attention's
+        # reads of the relaid copy are the prefetch's to claim)
+        for k in self.same_value_rows:
+            instr = rows[k].instr
+            shape = instr.shape.tuple_shapes[0] if instr.opcode == "copy-start" and instr.shape.is_tuple \
+                and instr.shape.tuple_shapes else instr.shape
+            origin = self.copy_origin.get(k)
+            if origin is not None and shape.is_array and shape.memory_space in ON_CHIP_MEMORY_SPACES:
+                need = sum(self._onchip_readers(find((rows[k].computation, instr.name, 0)),
+                                                exclude=self._no_need()).values())
+                if need:
+                    self.carried_need[origin] = self.carried_need.get(origin, 0) + need
         self._returned_as_is(kcause, derived, update_of)
         # what a kernel of a reads_compulsory cause writes exists only to be read back (split-K
         # partial sums to be reduced, a concatenation of weights): reading it is that cause's too
@@ -2198,8 +2202,9 @@ class Accounting:
                     budget = min(size, max(c[1] for c in normal))
                 else:
                     budget = min(size, sum(min(size, c[1]) for c in normal))
-                if self.carried_need:   # (a prefetch carrying x to its copy back: what is read of it on chip)
-                    budget = min(size, budget + sum(self.carried_need.get(c[3], 0) for c in claims))
+                if self.carried_need and broot in self.carried_need and any(c[3] in same_rows for c in claims):
+                    # (copies carrying x to its update: what kernels read of them on chip)
+                    budget = min(size, budget + self.carried_need[broot])
                 spill = 0
                 subject = self._param_subject(pnum)
                 own = "re_read"
