@@ -690,7 +690,8 @@ def ici_links(info: CollectiveInfo, spec) -> tuple[int, str] | None:
     slowest group decides. Devices map to chips as libtpu numbers them (first dimension
     fastest; two TensorCore devices per chip on v4), and the groups' ids are taken to be
     those device ids (a mesh made of the devices in id order). None without a topology or
-    for groups with a device outside it.
+    for groups with a device outside it; ``(0, how)`` when every group lies on one chip (no
+    ICI link: its time is unmodeled, ``link_bandwidth_bytes_per_s``).
     """
     topo = tuple(getattr(spec, "ici_topology", ()) or ())
     if not topo or not info.device_groups:
@@ -722,7 +723,7 @@ def ici_links(info: CollectiveInfo, spec) -> tuple[int, str] | None:
         if best is None or links < best[0]:
             best = (links, ", ".join(parts))
     if best is None and on_one_chip:
-        return 0, "every group on one chip (its two TensorCores), no ICI link used"
+        return 0, "every group on one chip (a v4 chip's TensorCores), no ICI link used"
     return best
 
 

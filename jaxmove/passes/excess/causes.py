@@ -191,7 +191,8 @@ def _tiling_re_read(c: FixContext) -> str:
        matches="a write of a parameter's update (the result aliased to it, or built on a copy of it) "
                "beyond the update's bytes; a result rebuilt around a window, or copied whole from a "
                "buffer updated in place, in every run of a loop (a scan's ys stack: XLA:CPU's bf16 "
-               "rebuild, XLA:TPU's copy out of VMEM) beyond the result's bytes",
+               "rebuild, XLA:TPU's copy out of VMEM) beyond the result's bytes; an in-place patch of "
+               "a result a copy wrote whole (``return x, x.at[i].set(v)``: the row after the copy)",
        bytes="the written bytes beyond the in-place update's")
 def _whole_rewrite(c: FixContext) -> str:
     if c.vmem_eviction:

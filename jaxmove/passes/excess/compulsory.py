@@ -257,7 +257,7 @@ def _window_update(instr: Instruction, module: Module) -> tuple[int, str] | None
     return total, instr.operands[p.parameter_number]
 
 
-def _stacked_update(instr: Instruction, module: Module, _depth: int = 0) -> tuple[int, str] | None:
+def _stacked_update(instr: Instruction, module: Module) -> tuple[int, str] | None:
     """(update bytes, the operand it is a slice of) of a fusion whose root (through bitcasts,
     converts, transposes, reshapes and copies) is ``dynamic-update-slice(stack, w, ...)`` with
     ``w`` itself a window updated in place: ``dynamic-update-slice(dynamic-slice(operand,
@@ -282,8 +282,7 @@ def _stacked_update(instr: Instruction, module: Module, _depth: int = 0) -> tupl
         return None
     out_bits = root.shape.element_bits
     w = through(by_name.get(root.operands[1]))
-    if w is not None and w.opcode == "parameter" and 0 <= w.parameter_number < len(instr.operands) \
-            and _depth < 2:
+    if w is not None and w.opcode == "parameter" and 0 <= w.parameter_number < len(instr.operands):
         # (the window updated by another kernel of the loop body, stacked by this one: XLA:CPU's
         # bf16 scan, convert(dynamic-update-slice(convert(ys), layer)))
         comp = module.computations.get(instr.computation)
@@ -1877,7 +1876,8 @@ class Accounting:
                     # a result leaf that updates no parameter (_special_write's rule, inline):
                     # its data bytes are written once
                     if wt[0] == logical and (fill_rows[k] if k in fill_rows else fill_rows.setdefault(
-                            k, self._fill_row(r))) and root in self._overwritten_fill_roots():
+                            k, self._fill_row(r))) and root in self._overwritten_fill_roots() \
+                            and self._overwritten_whole(root, k, o[1].logical_byte_size):
                         # (a constant fill the loop then overwrites in place -- a scan's ys
                         # initialised to zeros: no data of the result's; the writes after it are)
                         add(role, HBM_WRITE, phys, 0, logical, "overwritten_fill", "", k)
@@ -1890,13 +1890,17 @@ class Accounting:
                     else:   # (a result rebuilt around each window, or copied whole from a buffer
                         # updated in place, in every run of a loop, rewrites the rest: a scan's ys
                         # stack on XLA:CPU in bf16 and on XLA:TPU through VMEM)
+                        # (or patched in place after a copy wrote it whole: return x, x.at[i].set(v)
+                        # kept, the copy of x into the second result, then the row)
                         add(role, HBM_WRITE, phys, comp_b, logical,
-                            "whole_rewrite" if k in self.rebuild_rows or self._rewrites_stack(r) else UNATTRIBUTED,
+                            "whole_rewrite" if k in self.rebuild_rows or self._rewrites_stack(r)
+                            or t.inplace_buffer_bytes or instr.opcode == "dynamic-update-slice" else UNATTRIBUTED,
                             "", k)
                     continue
                 if o is None and kc is not None and wt[0] == logical and root in out_root \
                         and root not in update_of and (fill_rows[k] if k in fill_rows else fill_rows.setdefault(
-                            k, self._fill_row(r))) and root in self._overwritten_fill_roots():
+                            k, self._fill_row(r))) and root in self._overwritten_fill_roots() \
+                        and self._overwritten_whole(root, k, out_root[root][1].logical_byte_size):
                     # (a copy of a fill into a result the loop overwrites: its own cause's, no
                     # data of the result's)
                     add(role, HBM_WRITE, phys, 0, logical, kc, "", k)
@@ -2586,6 +2590,25 @@ class Accounting:
                 or kq in self.rebuild_rows}   # (XLA:CPU rebuilds a bf16 stack around each window)
         return got
 
+    def _overwritten_whole(self, root, k: int, size: int) -> bool:
+        """The kernels other than row ``k`` write at least ``size`` data bytes into buffer
+        ``root`` per run (the loop's updates cover the filled result: a scan's ys; not
+        ``zeros(n).at[i].set(v)``, whose zeros stay in the result)."""
+        find, computations = self.buffers.find, self.module.computations
+        total = 0
+        for kw in self._writers().get(root, ()):
+            if kw == k:
+                continue
+            r = self.rows[kw]
+            for a in r.traffic.writes:
+                wkey = write_key(r.instr, computations[r.computation], a.index)[0] if a.index \
+                    else (r.computation, r.instr.name, 0)
+                if find(wkey) == root:
+                    total += (a.logical_nbytes if a.logical_nbytes is not None else a.nbytes) * r.multiplicity.count
+            if total >= size:
+                return True
+        return False
+
     def _fill_row(self, r) -> bool:
         """Row ``r`` writes a constant fill (``_is_fill``), or copies one (XLA:CPU's second
         ys): with its result buffer among those in-place updates then overwrite
@@ -2661,12 +2684,22 @@ class Accounting:
         return fix_text(FixContext(kind, subject, nbytes, items[0].name if items else "?", argnum, evicts,
                                    self.capacity, paired, in_loop))
 
+    def _subject_params(self) -> dict[str, list[int]]:
+        """Argument name (``_argument``) -> its ENTRY parameter numbers (built once)."""
+        got = self.__dict__.get("_subjects_of")
+        if got is None:
+            got = self._subjects_of = {}
+            for q in self.module.entry.parameters:
+                got.setdefault(self._argument(q.parameter_number)[0], []).append(q.parameter_number)
+        return got
+
     def _read_on_chip_in_a_loop(self, subject: str) -> bool:
         """Argument ``subject`` is prefetched or copied into on-chip memory and read there by a
         kernel that runs more than once, or read there whole (XLA:TPU keeps a kept cache in
         VMEM for the kernels that read it, through a loop that attends to it; donated, it may
         leave the cache in HBM and read it there, every iteration)."""
-        proots = {proot for proot, pr in self.param_root.items() if self._argument(pr[0])[0] == subject}
+        mine = set(self._subject_params().get(subject, ()))
+        proots = {proot for proot, pr in self.param_root.items() if pr[0] in mine}
         rows = self.rows
         onchip = [(droot, sroot) for droot, (sroot, _k) in getattr(self, "prefetch_of", {}).items()]
         onchip += [(droot, d[0]) for droot, d in self.onchip_copy.items()]
@@ -2680,14 +2713,17 @@ class Accounting:
                 return True
         return False
 
-    def _jax_pairing(self, pnum: int) -> int | None:
+    def _jax_pairing(self, pnum: int, all_updated: bool = False) -> int | None:
         """The result leaf jax gives the buffer of ENTRY parameter ``pnum`` if it is donated (with
-        the parameters donated already): each donated argument, in argument order, takes the
-        first result of its shape and dtype not yet taken, in output order (jax
-        ``_set_up_aliases``). None: a tuple parameter, or no such result."""
-        got = self.__dict__.get("_pairings")
+        the parameters donated already; ``all_updated``: and every argument the program updates,
+        as their fix texts advise): each donated argument, in argument order, takes the first
+        result of its shape and dtype not yet taken, in output order (jax ``_set_up_aliases``).
+        None: a tuple parameter, or no such result."""
+        memo = "_pairings_all" if all_updated else "_pairings"
+        got = self.__dict__.get(memo)
         if got is None:   # (every parameter's answer in one pass, in argument order)
-            got = self._pairings = {}
+            got = {}
+            self.__dict__[memo] = got
             entry = self.module.entry
             free: dict[tuple, list[int]] = {}   # (dims, type) -> result leaves not yet taken, in order
             for j, leaf in enumerate(_leaf_shapes(entry.root.shape)):
@@ -2702,7 +2738,9 @@ class Accounting:
                 key = (q.shape.dims, q.shape.element_type)
                 i = pos.get(key, 0)
                 got[n] = free[key][i] if key in free and i < len(free[key]) else None
-                if self._argument(n)[2] and got[n] is not None:   # (donated: it takes that one)
+                # (donated -- or, for a fix text, to be donated as every updated argument's
+                # fix says -- it takes that one)
+                if got[n] is not None and (self._argument(n)[2] or all_updated and n in self.update_root):
                     pos[key] = i + 1
         return got.get(pnum)
 
@@ -2710,12 +2748,11 @@ class Accounting:
         """(the result jax would give the buffer of argument ``subject`` if it were donated
         (``_jax_pairing``), the result that updates it) where the two differ, else None. A
         subject of several leaves is not told apart (None)."""
-        entry = self.module.entry
-        mine = [q.parameter_number for q in entry.parameters if self._argument(q.parameter_number)[0] == subject]
+        mine = self._subject_params().get(subject, [])
         if len(mine) != 1 or mine[0] not in self.update_root:
             return None
         update = self.out_root.get(self.update_root[mine[0]], (None,))[0]
-        paired = self._jax_pairing(mine[0])
+        paired = self._jax_pairing(mine[0], all_updated=True)
         return (paired, update) if paired is not None and update is not None and paired != update else None
 
     def _is_vmem_eviction(self, item) -> bool:
