@@ -347,6 +347,20 @@ def test_a_one_kv_head_decode_writes_one_position(target):
     assert e.by_role["kv_cache"].compulsory_bytes == 4 * 2048 + 4 * 2 * 16 * 4
 
 
+SCAN_SEQ = 16   # gpt-tiny's cache positions (models/zoo: gpt-tiny, KV cache 16)
+
+
+def _scanned_gpt_tiny(preset: str, target, dtype: str):
+    """(the excess of ``preset`` with 4 scanned layers in ``dtype``, the bytes of one cache
+    position over K and V and every layer: 2 x 4 layers x batch 2 x 4 kv heads x 16)."""
+    layers, batch, heads, head_dim = 4, 2, 4, 16
+    overrides = {"scan_layers": "true", "layers": str(layers)}
+    if dtype == "bfloat16":
+        overrides["dtype"] = "bf16"
+    e = jaxmove.analyze(preset, overrides=overrides, **({"target": target} if target else {})).excess
+    return e, 2 * layers * batch * heads * head_dim * (4 if dtype == "float32" else 2)
+
+
 @pytest.mark.parametrize("dtype", ["float32", "bfloat16"], ids=["f32", "bf16"])
 @pytest.mark.parametrize("target", _targets())
 def test_a_scanned_decode_writes_one_position_per_layer(target, dtype):
@@ -361,13 +375,8 @@ def test_a_scanned_decode_writes_one_position_per_layer(target, dtype):
     # bf16 (a review): XLA:CPU updates each layer's window in one kernel and rebuilds the bf16
     # stack around it in another, convert(dynamic-update-slice(convert(ys), layer)); the new
     # positions were lost there too (32,768 B against 34,816)
-    layers, batch, heads, head_dim, seq = 4, 2, 4, 16, 16
-    overrides = {"scan_layers": "true", "layers": str(layers)}
-    if dtype == "bfloat16":
-        overrides["dtype"] = "bf16"
-    e = jaxmove.analyze("gpt-tiny-decode", overrides=overrides, **({"target": target} if target else {})).excess
-    position = 2 * layers * batch * heads * head_dim * (4 if dtype == "float32" else 2)
-    assert e.by_role["kv_cache"].compulsory_bytes == position * seq + position
+    e, position = _scanned_gpt_tiny("gpt-tiny-decode", target, dtype)
+    assert e.by_role["kv_cache"].compulsory_bytes == position * SCAN_SEQ + position
 
 
 @pytest.mark.parametrize("dtype", ["float32", "bfloat16"], ids=["f32", "bf16"])
@@ -380,12 +389,8 @@ def test_a_scans_stacked_cache_is_written_by_the_loop_not_by_its_zero_fill(targe
     # Closed form (f32, 4 layers, batch 2, 4 kv heads of 16, 16 positions): K and V written once
     # bf16 (a review): XLA:CPU rebuilds the bf16 stack whole around each layer's window (the
     # rewrites were unattributed, 32,768 B): whole_rewrite
-    layers, batch, heads, head_dim, seq = 4, 2, 4, 16, 16
-    overrides = {"scan_layers": "true", "layers": str(layers)}
-    if dtype == "bfloat16":
-        overrides["dtype"] = "bf16"
-    e = jaxmove.analyze("gpt-tiny-prefill", overrides=overrides, **({"target": target} if target else {})).excess
-    cache = 2 * layers * batch * heads * head_dim * seq * (4 if dtype == "float32" else 2)
+    e, position = _scanned_gpt_tiny("gpt-tiny-prefill", target, dtype)
+    cache = position * SCAN_SEQ
     assert e.by_role["kv_cache"].compulsory_bytes == cache
     assert e.unattributed.bytes == 0
     fill = e.cause("overwritten_fill")

@@ -222,24 +222,20 @@ def _is_fill(instr: Instruction, module: Module) -> bool:
     return bool(root.operands) and all(filled(fused, fused.by_name.get(o), (instr, comp)) for o in root.operands)
 
 
-def _window_update(instr: Instruction, module: Module) -> tuple[int, str] | None:
-    """(update bytes in ``instr``'s element width, the operand it slices) of a fusion whose
-    root (through permutes) is ``dynamic-update-slice(dynamic-slice(operand, ...), new, ...)``:
-    a window of an operand, updated (a scanned layer's cache window with its new position);
-    None otherwise."""
-    if not instr.called_computations or not instr.shape.is_array:
-        return None
-    fused = module.computations.get(instr.called_computations[0])
-    if fused is None:
-        return None
-    by_name = fused.by_name
+def _through_permutes(by_name, e):
+    """``e`` followed back through bitcasts, converts, transposes, reshapes and copies
+    (``_PERMUTES``: each element one of its operand's, in another place or type)."""
+    while e is not None and e.opcode in _PERMUTES and e.operands:
+        e = by_name.get(e.operands[0])
+    return e
 
-    def through(e):
-        while e is not None and e.opcode in _PERMUTES and e.operands:
-            e = by_name.get(e.operands[0])
-        return e
 
-    w, total, bits = through(fused.root), 0, instr.shape.element_bits
+def _updated_window(fused, w, bits: int) -> tuple[int, int] | None:
+    """(update bytes in ``bits``-wide elements, the fused parameter number it slices) where
+    ``w`` (a value of ``fused``) is ``dynamic-update-slice(dynamic-slice(parameter, ...), new,
+    ...)`` -- a chain of them, their updates summed -- through permutes: a window of an
+    operand, updated (a scanned layer's cache window with its new position); else None."""
+    by_name, total = fused.by_name, 0
     for _ in range(64):
         if w is None or w.opcode != "dynamic-update-slice" or len(w.operands) < 2:
             break
@@ -248,40 +244,46 @@ def _window_update(instr: Instruction, module: Module) -> tuple[int, str] | None
             return None
         ub = upd.shape.element_bits
         total += upd.shape.logical_byte_size * bits // ub if ub and bits else upd.shape.logical_byte_size
-        w = through(by_name.get(w.operands[0]))
+        w = _through_permutes(by_name, by_name.get(w.operands[0]))
     if not total or w is None or w.opcode != "dynamic-slice" or not w.operands:
         return None
-    p = through(by_name.get(w.operands[0]))
-    if p is None or p.opcode != "parameter" or not 0 <= p.parameter_number < len(instr.operands):
+    p = _through_permutes(by_name, by_name.get(w.operands[0]))
+    return (total, p.parameter_number) if p is not None and p.opcode == "parameter" else None
+
+
+def _window_update(instr: Instruction, module: Module) -> tuple[int, str] | None:
+    """(update bytes in ``instr``'s element width, the operand it slices) of a fusion whose
+    root is an updated window of an operand (``_updated_window``); None otherwise."""
+    if not instr.called_computations or not instr.shape.is_array:
         return None
-    return total, instr.operands[p.parameter_number]
+    fused = module.computations.get(instr.called_computations[0])
+    if fused is None:
+        return None
+    got = _updated_window(fused, _through_permutes(fused.by_name, fused.root), instr.shape.element_bits)
+    if got is None or not 0 <= got[1] < len(instr.operands):
+        return None
+    return got[0], instr.operands[got[1]]
 
 
 def _stacked_update(instr: Instruction, module: Module) -> tuple[int, str] | None:
-    """(update bytes, the operand it is a slice of) of a fusion whose root (through bitcasts,
-    converts, transposes, reshapes and copies) is ``dynamic-update-slice(stack, w, ...)`` with
-    ``w`` itself a window updated in place: ``dynamic-update-slice(dynamic-slice(operand,
-    ...), new, ...)`` (a chain of them: their updates summed), in the stack's element width.
-    XLA:GPU's scanned decode stacks each layer's cache, its new position written, so. None
-    for anything else."""
+    """(update bytes, the operand it is a slice of) of a fusion whose root (through permutes)
+    is ``dynamic-update-slice(stack, w, ...)`` with ``w`` an updated window of an operand
+    (``_updated_window``), in the stack's element width -- computed in this fusion (XLA:GPU's
+    scanned decode stacks each layer's cache, its new position written, so) or by the kernel
+    that produces the operand ``w`` is (XLA:CPU's bf16 scan, ``_window_update``). None for
+    anything else."""
     if not instr.called_computations:
         return None
     fused = module.computations.get(instr.called_computations[0])
     if fused is None:
         return None
     by_name = fused.by_name
-
-    def through(e):
-        while e is not None and e.opcode in _PERMUTES and e.operands:
-            e = by_name.get(e.operands[0])
-        return e
-
-    root = through(fused.root)
+    root = _through_permutes(by_name, fused.root)
     if root is None or root.opcode != "dynamic-update-slice" or len(root.operands) < 2 \
             or not root.shape.is_array:
         return None
     out_bits = root.shape.element_bits
-    w = through(by_name.get(root.operands[1]))
+    w = _through_permutes(by_name, by_name.get(root.operands[1]))
     if w is not None and w.opcode == "parameter" and 0 <= w.parameter_number < len(instr.operands):
         # (the window updated by another kernel of the loop body, stacked by this one: XLA:CPU's
         # bf16 scan, convert(dynamic-update-slice(convert(ys), layer)))
@@ -289,31 +291,16 @@ def _stacked_update(instr: Instruction, module: Module) -> tuple[int, str] | Non
         prod = comp.by_name.get(instr.operands[w.parameter_number]) if comp is not None else None
         while prod is not None and prod.opcode in ("bitcast", "copy") and prod.operands:
             prod = comp.by_name.get(prod.operands[0])
-        if prod is None or prod.opcode != "fusion":
-            return None
-        got = _window_update(prod, module)
+        got = _window_update(prod, module) if prod is not None and prod.opcode == "fusion" else None
         if got is None:
             return None
         nbytes, base = got
         ebits = prod.shape.element_bits if prod.shape.is_array else 0
         return (nbytes * out_bits // ebits if ebits and out_bits else nbytes), base
-    total = 0
-    for _ in range(64):
-        if w is None or w.opcode != "dynamic-update-slice" or len(w.operands) < 2:
-            break
-        upd = by_name.get(w.operands[1])
-        if upd is None or not upd.shape.is_array:
-            return None
-        bits = upd.shape.element_bits
-        total += upd.shape.logical_byte_size * out_bits // bits if bits and out_bits \
-            else upd.shape.logical_byte_size
-        w = through(by_name.get(w.operands[0]))
-    if not total or w is None or w.opcode != "dynamic-slice" or not w.operands:
+    got = _updated_window(fused, w, out_bits)
+    if got is None or not 0 <= got[1] < len(instr.operands):
         return None
-    p = through(by_name.get(w.operands[0]))
-    if p is None or p.opcode != "parameter" or not 0 <= p.parameter_number < len(instr.operands):
-        return None
-    return total, instr.operands[p.parameter_number]
+    return got[0], instr.operands[got[1]]
 
 
 # elementwise arithmetic (hlo/opcodes.py's elementwise category less select / clamp / convert,
@@ -1057,9 +1044,7 @@ class Accounting:
         fused = self.module.computations.get(src.called_computations[0])
         if fused is None or got[1] is not None:
             return None
-        e = fused.root
-        while e is not None and e.opcode in _PERMUTES and e.operands:
-            e = fused.by_name.get(e.operands[0])
+        e = _through_permutes(fused.by_name, fused.root)
         if e is not None and e.opcode == "fusion" and e.called_computations and src is instr:
             inner = self.module.computations.get(e.called_computations[0])   # (a nested scatter)
             if inner is not None and inner.root.opcode == "scatter" and e.operands:
@@ -1072,8 +1057,7 @@ class Accounting:
         if e is None or e.opcode not in ("dynamic-update-slice", "scatter") or not e.operands \
                 or e.opcode == "scatter" and src is not instr:
             return None
-        while b is not None and b.opcode in _PERMUTES and b.operands:
-            b = fused.by_name.get(b.operands[0])
+        b = _through_permutes(fused.by_name, b)
         if b is None or b.opcode != "parameter" or not 0 <= b.parameter_number < len(src.operands):
             return None
         root = self.buffers.find((self.module.entry.name, src.operands[b.parameter_number], 0))
@@ -2641,14 +2625,10 @@ class Accounting:
                 fused = module.computations.get(instr.called_computations[0])
                 if fused is None:
                     continue
-                e = fused.root
-                while e is not None and e.opcode in _PERMUTES and e.operands:
-                    e = fused.by_name.get(e.operands[0])
+                e = _through_permutes(fused.by_name, fused.root)
                 if e is None or e.opcode != "dynamic-update-slice" or len(e.operands) < 2:
                     continue
-                u = fused.by_name.get(e.operands[1])
-                while u is not None and u.opcode in _PERMUTES and u.operands:
-                    u = fused.by_name.get(u.operands[0])
+                u = _through_permutes(fused.by_name, fused.by_name.get(e.operands[1]))
                 if u is None or u.opcode != "parameter" or not 0 <= u.parameter_number < len(instr.operands):
                     continue
                 upd = instr.operands[u.parameter_number]
