@@ -1026,11 +1026,12 @@ class Accounting:
                         got[k] = got.get(k, 0) + lg * r.multiplicity.count
         return {k: b for k, b in index.get(root, {}).items() if k not in exclude}
 
-    def _rebuilt_parameter(self, j: int):
-        """The root of the ENTRY parameter (an array) that result leaf ``j``'s value rebuilds:
-        the leaf is a copy or conversion (``_copy_source``) of a fusion whose root is a
-        dynamic-update-slice of that parameter (through bitcasts, converts, transposes,
-        reshapes and copies), else None."""
+    def _rebuilt_parameter(self, j: int) -> tuple[tuple, list[int]] | None:
+        """(the root of the ENTRY parameter (an array) that result leaf ``j``'s value rebuilds,
+        the rows of the copies of it the rebuild starts from): the leaf is a copy or conversion
+        (``_copy_source``) of a fusion -- or the fusion itself -- whose root is a
+        dynamic-update-slice or scatter of that parameter or of a copy of it (through bitcasts,
+        converts, transposes, reshapes and copies); else None."""
         instr = self._result_instr(j)
         if instr is None or instr.opcode not in ("copy", "fusion", "convert"):
             return None
@@ -1061,11 +1062,11 @@ class Accounting:
         if b is None or b.opcode != "parameter" or not 0 <= b.parameter_number < len(src.operands):
             return None
         root = self.buffers.find((self.module.entry.name, src.operands[b.parameter_number], 0))
-        node, n = root, 0   # (or a copy of one: the kept argument copied before the rebuild)
+        node, n, via = root, 0, []   # (or a copy of one: the kept argument copied before the rebuild)
         while node not in self.param_root and node in self.copy_chain and n < 8:
-            self.__dict__.setdefault("rebuilt_copies", {}).setdefault(j, []).append(self.copy_chain[node][4])
+            via.append(self.copy_chain[node][4])
             node, n = self.copy_chain[node][0], n + 1
-        return node if node in self.param_root else None
+        return (node, via) if node in self.param_root else None
 
     def _entry_rows(self) -> dict[str, int]:
         """ENTRY instruction name -> its row number (built once, on first use)."""
@@ -1203,6 +1204,7 @@ class Accounting:
         else:
             rebuilt_leaves = {0} if eroot.opcode in ("copy", "fusion", "convert") else set()
         copied_back: dict[tuple, tuple] = {}   # result root -> (parameter root, copy-back row)
+        rebuilt_via: dict[tuple, list[int]] = {}   # result root -> the copies its rebuild starts from
         for order, (oroot, (j, leaf)) in enumerate(out_root.items()):
             if oroot in param_root:
                 pr = param_root[oroot]
@@ -1223,10 +1225,11 @@ class Accounting:
                 # of a tuple parameter it aliases is not told apart: a key of its own)
                 cands.append((1, order, oroot, alias_of_out[j], ("result", order), "alias"))
             elif j in rebuilt_leaves and (rp := self._rebuilt_parameter(j)) is not None \
-                    and _same_array(leaf, param_root[rp][2]):
+                    and _same_array(leaf, param_root[rp[0]][2]):
                 # a copy or conversion of a fusion that rebuilds a parameter around its update
                 # (XLA:CPU updates a kept bf16 cache in f32, then converts it): its update
-                pr = param_root[rp]
+                pr = param_root[rp[0]]
+                rebuilt_via[oroot] = rp[1]
                 cands.append((2, order, oroot, pr[0], pr[1], "rebuilt"))
             elif prefetched and leaf.is_array:
                 # XLA:TPU's kept update: the parameter prefetched into VMEM, updated there in
@@ -1279,7 +1282,7 @@ class Accounting:
             elif how == "rebuilt":
                 # (the kept argument copied before the fusion that rebuilds it: that copy is
                 # what donating saves, and it carries x's value only)
-                for k_copy in getattr(self, "rebuilt_copies", {}).get(out_root[oroot][0], ()):
+                for k_copy in rebuilt_via.get(oroot, ()):
                     if k_copy in in_order and kcause.get(k_copy) in ("layout_change", "buffer_copy"):
                         kcause[k_copy] = "donated_but_copied" if self._argument(pnum)[2] else "not_donated"
                         carried.add(k_copy)
